@@ -1,1 +1,336 @@
-pub fn placeholder() {}
+//! Build-script helper for kernel families.
+//!
+//! A *kernel family* is one CUDA C file, `kernels/<family>.cu`. A crate that owns a family calls
+//! [`compile_family`] from its `build.rs`; that does three things:
+//!
+//! 1. **For the GPU**: writes `$OUT_DIR/<family>.cu`, the source with every quoted `#include`
+//!    pasted in (with `#line` directives, so NVRTC's log still points at the real file and line).
+//!    The crate embeds this self-contained text with `include_str!` and NVRTC compiles it at run
+//!    time; nothing outside the binary is needed but the CUDA headers for `<cuda_bf16.h>`.
+//! 2. **For the emulator**: compiles the *same* `.cu` file with the host C++ compiler against
+//!    `kernels/emu/cuda_emu.h`, with FMA contraction off, plus one trampoline per
+//!    `extern "C" __global__` kernel that unpacks a `cuLaunchKernel`-style parameter array.
+//! 3. **For Rust**: writes `$OUT_DIR/<family>.rs`, an expression of type
+//!    `moe_kernels::KernelSource` that names the embedded source and the trampolines; the crate
+//!    includes it with `moe_kernels::kernel_family!("<family>")`.
+//!
+//! The emulator's scheduler (`kernels/emu/emu_runtime.cpp`) is compiled once, by the runtime
+//! crate, through [`compile_emu_runtime`].
+
+use std::collections::HashSet;
+use std::fmt::Write as _;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// Finds the repository's `kernels/` folder by walking up from the calling crate's manifest
+/// directory until `kernels/emu/cuda_emu.h` exists.
+pub fn kernels_dir() -> PathBuf {
+    let start =
+        PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("run from a build script"));
+    let mut dir: &Path = &start;
+    loop {
+        for candidate in [dir.join("kernels"), dir.to_path_buf()] {
+            if candidate.join("emu").join("cuda_emu.h").is_file() {
+                return candidate;
+            }
+        }
+        dir = match dir.parent() {
+            Some(p) => p,
+            None => panic!("no kernels/emu/cuda_emu.h above {}", start.display()),
+        };
+    }
+}
+
+/// Pastes every `#include "file"` (quoted form) found in `path` or in the folders of
+/// `include_dirs`, recursively, each file at most once (our headers use `#pragma once`).
+/// Angle-bracket includes (`<cuda_bf16.h>`) are left for NVRTC. Returns the text and every file
+/// that was read, for `rerun-if-changed`.
+pub fn inline_includes(
+    path: &Path,
+    include_dirs: &[PathBuf],
+) -> io::Result<(String, Vec<PathBuf>)> {
+    let mut out = String::new();
+    let mut seen = HashSet::new();
+    let mut read = Vec::new();
+    inline_into(path, include_dirs, &mut out, &mut seen, &mut read)?;
+    Ok((out, read))
+}
+
+fn inline_into(
+    path: &Path,
+    include_dirs: &[PathBuf],
+    out: &mut String,
+    seen: &mut HashSet<PathBuf>,
+    read: &mut Vec<PathBuf>,
+) -> io::Result<()> {
+    let canonical = fs::canonicalize(path)?;
+    if !seen.insert(canonical.clone()) {
+        return Ok(());
+    }
+    read.push(canonical.clone());
+    let text = fs::read_to_string(&canonical)?;
+    let name = canonical.file_name().unwrap().to_string_lossy().to_string();
+    writeln!(out, "#line 1 \"{name}\"").unwrap();
+    for (i, line) in text.lines().enumerate() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with("#pragma once") {
+            out.push('\n');
+            continue;
+        }
+        if let Some(rest) = trimmed.strip_prefix("#include") {
+            let rest = rest.trim();
+            if let Some(inner) = rest.strip_prefix('"').and_then(|r| r.split('"').next()) {
+                let here = canonical.parent().unwrap().join(inner);
+                let found = std::iter::once(here)
+                    .chain(include_dirs.iter().map(|d| d.join(inner)))
+                    .find(|p| p.is_file())
+                    .ok_or_else(|| {
+                        io::Error::new(
+                            io::ErrorKind::NotFound,
+                            format!("{name}:{}: cannot find include \"{inner}\"", i + 1),
+                        )
+                    })?;
+                inline_into(&found, include_dirs, out, seen, read)?;
+                writeln!(out, "#line {} \"{name}\"", i + 2).unwrap();
+                continue;
+            }
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    Ok(())
+}
+
+/// The names of the `extern "C" __global__ void NAME(` entry points of a source, in order.
+/// `__launch_bounds__(...)` between `void` and the name is skipped.
+pub fn kernel_names(source: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut rest = source;
+    while let Some(pos) = rest.find("__global__") {
+        let before = &rest[..pos];
+        let line_start = before.rfind('\n').map(|p| p + 1).unwrap_or(0);
+        let is_extern_c = before[line_start..].contains("extern \"C\"");
+        let is_comment = before[line_start..].trim_start().starts_with("//");
+        let mut after = rest[pos + "__global__".len()..].trim_start();
+        rest = &rest[pos + "__global__".len()..];
+        if !is_extern_c || is_comment {
+            continue;
+        }
+        after = match after.strip_prefix("void") {
+            Some(a) => a.trim_start(),
+            None => continue,
+        };
+        if let Some(a) = after.strip_prefix("__launch_bounds__") {
+            // skip the balanced parentheses
+            let mut depth = 0usize;
+            let mut end = 0;
+            for (i, c) in a.char_indices() {
+                match c {
+                    '(' => depth += 1,
+                    ')' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            end = i + 1;
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            after = a[end..].trim_start();
+        }
+        let name: String = after
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        if !name.is_empty() {
+            names.push(name);
+        }
+    }
+    names
+}
+
+/// How the generated Rust refers to the runtime crate: `::moe_kernels` from a chapter,
+/// `crate` from inside the runtime crate.
+#[derive(Clone, Copy, Debug)]
+pub enum CratePath {
+    External,
+    Internal,
+}
+
+impl CratePath {
+    fn as_str(self) -> &'static str {
+        match self {
+            CratePath::External => "::moe_kernels",
+            CratePath::Internal => "crate",
+        }
+    }
+}
+
+fn emu_build(kernels: &Path) -> cc::Build {
+    let mut b = cc::Build::new();
+    b.cpp(true)
+        // gnu++17: GNU comma elision in variadic macros (`f(__LINE__, ##__VA_ARGS__)`), which the
+        // emulator's intrinsic macros use for CUDA's default arguments.
+        .std("gnu++17")
+        // The emulator runs the kernels' arithmetic; it must be fast even in debug builds.
+        .opt_level(2)
+        .debug(false)
+        // Bit-exactness with the GPU: no fused multiply-add unless the kernel writes fmaf.
+        .flag("-ffp-contract=off")
+        .flag_if_supported("-fno-fast-math")
+        .flag_if_supported("-fno-strict-aliasing")
+        // CUDA code compares unsigned threadIdx with int everywhere; -Wall would drown the
+        // build log. NVRTC still reports real problems when the same file is built for the GPU.
+        .warnings(false)
+        .define("MOE_EMU", "1")
+        .include(kernels.join("emu"))
+        .include(kernels);
+    b
+}
+
+/// Compiles the emulator's runtime (scheduler, fibers, barriers). Called by the runtime crate
+/// only, so the binary holds one copy.
+pub fn compile_emu_runtime() {
+    let kernels = kernels_dir();
+    let emu = kernels.join("emu");
+    for entry in fs::read_dir(&emu).expect("kernels/emu") {
+        let p = entry.unwrap().path();
+        if p.is_file() {
+            println!("cargo:rerun-if-changed={}", p.display());
+        }
+    }
+    emu_build(&kernels)
+        .file(emu.join("emu_runtime.cpp"))
+        .compile("moe_emu_runtime");
+}
+
+/// Compiles `kernels/<family>.cu` for the emulator and writes the embedded GPU source and the
+/// Rust `KernelSource` expression into `$OUT_DIR` (see the crate docs).
+pub fn compile_family(family: &str, crate_path: CratePath) {
+    let kernels = kernels_dir();
+    let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
+    let cu = kernels.join(format!("{family}.cu"));
+    let (inlined, read) = inline_includes(&cu, &[kernels.clone()])
+        .unwrap_or_else(|e| panic!("reading {}: {e}", cu.display()));
+    for p in &read {
+        println!("cargo:rerun-if-changed={}", p.display());
+    }
+    for f in ["cuda_emu.h", "emu_trampoline.h", "mma.h"] {
+        println!(
+            "cargo:rerun-if-changed={}",
+            kernels.join("emu").join(f).display()
+        );
+    }
+    let gpu_src = out.join(format!("{family}.cu"));
+    fs::write(&gpu_src, &inlined).unwrap();
+
+    let names = kernel_names(&inlined);
+    assert!(
+        !names.is_empty(),
+        "{}: no extern \"C\" __global__ kernels found",
+        cu.display()
+    );
+
+    let mut wrapper = String::new();
+    writeln!(
+        wrapper,
+        "// Generated by moe-kernels-build: the emulator build of {family}.cu"
+    )
+    .unwrap();
+    writeln!(wrapper, "#include \"cuda_emu.h\"").unwrap();
+    writeln!(wrapper, "#include \"{}\"", cu.display()).unwrap();
+    writeln!(wrapper, "#include \"emu_trampoline.h\"").unwrap();
+    for n in &names {
+        writeln!(
+            wrapper,
+            "extern \"C\" void emu_tramp__{family}__{n}(void** p) {{ emu::call_kernel({n}, p); }}"
+        )
+        .unwrap();
+    }
+    let wrapper_path = out.join(format!("emu_{family}.cpp"));
+    fs::write(&wrapper_path, wrapper).unwrap();
+    emu_build(&kernels)
+        .file(&wrapper_path)
+        .compile(&format!("moe_emu_{family}"));
+
+    let krate = crate_path.as_str();
+    let mut rs = String::new();
+    writeln!(
+        rs,
+        "// Generated by moe-kernels-build for kernels/{family}.cu"
+    )
+    .unwrap();
+    writeln!(rs, "{{").unwrap();
+    writeln!(rs, "    extern \"C\" {{").unwrap();
+    for n in &names {
+        writeln!(
+            rs,
+            "        fn emu_tramp__{family}__{n}(params: *mut *mut ::core::ffi::c_void);"
+        )
+        .unwrap();
+    }
+    writeln!(rs, "    }}").unwrap();
+    writeln!(rs, "    {krate}::KernelSource {{").unwrap();
+    writeln!(rs, "        family: {family:?},").unwrap();
+    writeln!(
+        rs,
+        "        cuda_source: include_str!({:?}),",
+        gpu_src.display().to_string()
+    )
+    .unwrap();
+    writeln!(rs, "        emu: &[").unwrap();
+    for n in &names {
+        writeln!(
+            rs,
+            "            {krate}::EmuKernel {{ name: {n:?}, entry: emu_tramp__{family}__{n} }},"
+        )
+        .unwrap();
+    }
+    writeln!(rs, "        ],").unwrap();
+    writeln!(rs, "    }}").unwrap();
+    writeln!(rs, "}}").unwrap();
+    fs::write(out.join(format!("{family}.rs")), rs).unwrap();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_kernel_names() {
+        let src = r#"
+// extern "C" __global__ void commented_out(int x) {}
+extern "C" __global__ void plain(float* x) {}
+extern "C" __global__ void __launch_bounds__(256, 2) bounded(const int* a) {}
+__global__ void not_extern_c(int) {}
+extern "C" __device__ int helper() { return 0; }
+"#;
+        assert_eq!(kernel_names(src), vec!["plain", "bounded"]);
+    }
+
+    #[test]
+    fn inlines_quoted_includes_once_with_line_directives() {
+        let dir = std::env::temp_dir().join(format!("moe-inline-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("a.cuh"), "#pragma once\nint a;\n").unwrap();
+        fs::write(
+            dir.join("b.cu"),
+            "#include \"a.cuh\"\n#include \"a.cuh\"\n#include <cuda_bf16.h>\nint b;\n",
+        )
+        .unwrap();
+        let (text, read) = inline_includes(&dir.join("b.cu"), &[]).unwrap();
+        assert_eq!(read.len(), 2);
+        assert_eq!(text.matches("int a;").count(), 1);
+        assert!(text.contains("#include <cuda_bf16.h>"));
+        assert!(text.contains("#line 3 \"b.cu\""));
+        let missing = dir.join("c.cu");
+        fs::write(&missing, "#include \"nope.cuh\"\n").unwrap();
+        let err = inline_includes(&missing, &[]).unwrap_err().to_string();
+        assert!(
+            err.contains("c.cu:1: cannot find include \"nope.cuh\""),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,63 @@
+//! The chapter example's `--input` / `--output` files, in safetensors (what Hugging Face
+//! checkpoints use), read and written through `candle_core::safetensors`.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use candle_core::{DType, Device, Tensor};
+
+use crate::error::RouterError;
+use crate::routing::Routing;
+
+/// Reads `logits` (`[T, E]` f32, required) and `bias` (`[E]` f32, optional) from a
+/// safetensors file. The router validates the bias length against `E` when it routes.
+pub fn read_router_input(path: &Path) -> Result<(Tensor, Option<Tensor>), RouterError> {
+    // A missing or unreadable file is an Io error; bytes that are not safetensors are Candle's.
+    let bytes =
+        std::fs::read(path).map_err(|e| RouterError::Io(format!("{}: {e}", path.display())))?;
+    let mut tensors = candle_core::safetensors::load_buffer(&bytes, &Device::Cpu)?;
+    let Some(logits) = tensors.remove("logits") else {
+        let mut found: Vec<&String> = tensors.keys().collect();
+        found.sort();
+        return Err(RouterError::Io(format!(
+            "{}: no tensor named \"logits\" (found {found:?})",
+            path.display()
+        )));
+    };
+    if logits.dtype() != DType::F32 {
+        return Err(RouterError::WrongDtype {
+            what: "logits",
+            dtype: format!("{:?}", logits.dtype()),
+        });
+    }
+    if logits.rank() != 2 {
+        return Err(RouterError::LogitsNot2d {
+            dims: logits.dims().to_vec(),
+        });
+    }
+    let bias = tensors.remove("bias");
+    if let Some(b) = &bias {
+        if b.dtype() != DType::F32 {
+            return Err(RouterError::WrongDtype {
+                what: "bias",
+                dtype: format!("{:?}", b.dtype()),
+            });
+        }
+    }
+    Ok((logits, bias))
+}
+
+/// Writes a routing as `ids` (`[T, k]` i32, the type PyTorch indexes with) and `weights`
+/// (`[T, k]` f32).
+pub fn write_routing(path: &Path, routing: &Routing) -> Result<(), RouterError> {
+    let shape = (routing.rows, routing.k);
+    let ids: Vec<i32> = routing.ids.iter().map(|&e| e as i32).collect();
+    let mut tensors = HashMap::new();
+    tensors.insert("ids", Tensor::from_vec(ids, shape, &Device::Cpu)?);
+    tensors.insert(
+        "weights",
+        Tensor::from_vec(routing.weights.clone(), shape, &Device::Cpu)?,
+    );
+    candle_core::safetensors::save(&tensors, path)
+        .map_err(|e| RouterError::Io(format!("{}: {e}", path.display())))
+}

@@ -1,0 +1,271 @@
+// ch01_router.cu — the five-line router as a chain of plain kernels.
+//
+// The model's reference code routes a batch in five lines of PyTorch:
+//
+//     logits  = hidden.float() @ gate_weight.float().t()
+//     scores  = torch.sigmoid(logits)                       # or softmax, or sqrt(softplus)
+//     ids     = torch.topk(scores + bias, k, dim=-1).indices
+//     weights = scores.gather(1, ids)
+//     weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
+//
+// Each kernel below is one of those operations, launched on its own, reading its input from
+// global memory and writing its output back: GEMM, score, bias add, (group limit), top-k,
+// gather, sum, divide. That is what eager PyTorch does, and it is the baseline every later
+// chapter beats by fusing.
+//
+// Upstream: the naive path of every engine's model file (e.g. the DeepSeek-V3 / GLM MoEGate
+// reference forward in Hugging Face transformers); the kernels are PyTorch's own (cuBLAS, the
+// elementwise and top-k kernels).
+//
+// Differences:
+// - fp32 throughout, with our own GEMM (one warp per expert and up to 8 rows, lanes striding
+//   over the hidden dimension, a fixed shuffle tree), not cuBLAS: its summation order is fixed,
+//   so the emulator and the GPU give the same bits.
+// - Exponentials come from common.cuh (moe_expf), not expf, for the same reason.
+// - Non-finite logits follow the book's rule: rank key -inf and score 0, so they are never
+//   selected ahead of a finite logit and never produce a NaN weight. PyTorch would propagate
+//   the NaN.
+// - Ties at the cut go to the lowest expert id (torch.topk does not promise an order).
+#include "common.cuh"
+
+// ---------------------------------------------------------------------------------------------
+// ANCHOR: router_gemm
+// logits[t, e] = sum_h hidden[t, h] * weight[e, h]
+//   hidden [T, H] f32, weight [E, H] f32, logits [T, E] f32
+// Grid: (ceil(E / 8), ceil(T / 8)); block: 256 threads = 8 warps. Warp w of block (bx, by)
+// owns expert bx*8 + w and rows by*8 .. by*8+7: it reads its weight row once for 8 rows.
+// Lane l accumulates h = l, l+32, l+64, ... with fmaf, then the warp adds its 32 partial sums
+// with a fixed xor tree: one summation order on every backend.
+#define GEMM_ROWS 8
+extern "C" __global__ void __launch_bounds__(256) router_gemm_f32(const float* __restrict__ hidden,
+                                                                  const float* __restrict__ weight,
+                                                                  float* __restrict__ logits,
+                                                                  int T, int H, int E) {
+    const int lane = threadIdx.x & 31;
+    const int e = blockIdx.x * 8 + (threadIdx.x >> 5);
+    const int t0 = blockIdx.y * GEMM_ROWS;
+    if (e >= E) return;  // whole warps leave together: e is the same for all 32 lanes
+    const int rows = min(GEMM_ROWS, T - t0);
+    float acc[GEMM_ROWS];
+#pragma unroll
+    for (int r = 0; r < GEMM_ROWS; ++r) acc[r] = 0.0f;
+    const float* w = weight + (size_t)e * H;
+    for (int h = lane; h < H; h += 32) {
+        const float wv = w[h];
+#pragma unroll
+        for (int r = 0; r < GEMM_ROWS; ++r)
+            if (r < rows) acc[r] = fmaf(hidden[(size_t)(t0 + r) * H + h], wv, acc[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < GEMM_ROWS; ++r) {
+        float v = acc[r];
+        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(MOE_FULL_MASK, v, off);
+        if (lane == 0 && r < rows) logits[(size_t)(t0 + r) * E + e] = v;
+    }
+}
+// ANCHOR_END: router_gemm
+
+// ---------------------------------------------------------------------------------------------
+// ANCHOR: router_scores
+// scores = sigmoid(logits), elementwise over n = T*E values; a non-finite logit scores 0.
+extern "C" __global__ void router_sigmoid(const float* __restrict__ logits, float* __restrict__ scores,
+                                          int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float x = logits[i];
+    scores[i] = moe_isfinite(x) ? moe_sigmoidf(x) : 0.0f;
+}
+
+// scores = sqrt(softplus(logits)) (DeepSeek-V4), elementwise; a non-finite logit scores 0.
+extern "C" __global__ void router_sqrt_softplus(const float* __restrict__ logits,
+                                                float* __restrict__ scores, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float x = logits[i];
+    scores[i] = moe_isfinite(x) ? sqrtf(moe_softplusf(x)) : 0.0f;
+}
+// ANCHOR_END: router_scores
+
+// ANCHOR: router_softmax
+// scores[t, :] = softmax over the finite logits of row t; non-finite logits score 0, and a row
+// with no finite logit scores 0 everywhere. One block of 256 threads per row: a max reduction,
+// then a sum reduction, both as fixed shared-memory trees.
+extern "C" __global__ void __launch_bounds__(256) router_softmax(const float* __restrict__ logits,
+                                                                 float* __restrict__ scores, int T,
+                                                                 int E) {
+    __shared__ float red[256];
+    const int t = blockIdx.x;
+    const float* x = logits + (size_t)t * E;
+    float m = -__int_as_float(0x7f800000);
+    for (int e = threadIdx.x; e < E; e += blockDim.x)
+        if (moe_isfinite(x[e])) m = fmaxf(m, x[e]);
+    red[threadIdx.x] = m;
+    __syncthreads();
+    for (int s = 128; s > 0; s >>= 1) {
+        if (threadIdx.x < s) red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + s]);
+        __syncthreads();
+    }
+    const float row_max = red[0];
+    __syncthreads();
+    float sum = 0.0f;
+    for (int e = threadIdx.x; e < E; e += blockDim.x)
+        if (moe_isfinite(x[e])) sum += moe_expf(x[e] - row_max);
+    red[threadIdx.x] = sum;
+    __syncthreads();
+    for (int s = 128; s > 0; s >>= 1) {
+        if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
+        __syncthreads();
+    }
+    const float total = red[0];
+    for (int e = threadIdx.x; e < E; e += blockDim.x)
+        scores[(size_t)t * E + e] =
+            (moe_isfinite(x[e]) && total > 0.0f) ? moe_expf(x[e] - row_max) / total : 0.0f;
+}
+// ANCHOR_END: router_softmax
+
+// ---------------------------------------------------------------------------------------------
+// ANCHOR: router_bias_add
+// keys[t, e] = scores[t, e] + bias[e]: the rank key selects, the unbiased score weighs.
+extern "C" __global__ void router_bias_add(const float* __restrict__ scores,
+                                           const float* __restrict__ bias, float* __restrict__ keys,
+                                           int T, int E) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= T * E) return;
+    keys[i] = scores[i] + bias[i % E];
+}
+// ANCHOR_END: router_bias_add
+
+// The order of rank keys used by every selection in this file. A NaN key means "never select"
+// (an expert of a dropped group) and ranks below everything; a non-finite logit has already
+// been turned into key -inf by the caller. Equal keys: the lower expert id wins.
+__device__ __forceinline__ bool key_better(float a, int ia, float b, int ib) {
+    const bool a_nan = a != a, b_nan = b != b;
+    if (a_nan || b_nan) return !a_nan || (b_nan && ia < ib);
+    return a > b || (a == b && ia < ib);
+}
+
+// The key a selection sees for expert e of row t: -inf when the logit is not finite.
+__device__ __forceinline__ float effective_key(const float* keys, const float* logits, size_t i) {
+    return moe_isfinite(logits[i]) ? keys[i] : -__int_as_float(0x7f800000);
+}
+
+// ANCHOR: router_group_limit
+// DeepSeek-V3's grouped selection, step one: experts form n_group contiguous groups; a group's
+// value is the sum of its two best keys (its one key if groups have one expert); the
+// topk_group best groups stay, the keys of the others become NaN ("never select").
+// One thread per row; per-group work is serial, as in a plain PyTorch implementation.
+extern "C" __global__ void router_group_limit(const float* __restrict__ keys,
+                                              const float* __restrict__ logits,
+                                              float* __restrict__ masked, int T, int E, int n_group,
+                                              int topk_group) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= T) return;
+    const int per = E / n_group;
+    const size_t row = (size_t)t * E;
+    unsigned long long kept = 0;  // bit g set: group g stays (n_group <= 64, checked on the host)
+    for (int round = 0; round < topk_group; ++round) {
+        int best_g = -1;
+        float best_v = 0.0f;
+        for (int g = 0; g < n_group; ++g) {
+            if (kept >> g & 1ull) continue;
+            float b1 = -__int_as_float(0x7f800000), b2 = b1;
+            for (int j = 0; j < per; ++j) {
+                const float v = effective_key(keys, logits, row + g * per + j);
+                if (v > b1) { b2 = b1; b1 = v; } else if (v > b2) { b2 = v; }
+            }
+            const float value = per >= 2 ? b1 + b2 : b1;
+            if (best_g < 0 || key_better(value, g, best_v, best_g)) { best_g = g; best_v = value; }
+        }
+        kept |= 1ull << best_g;
+    }
+    for (int e = 0; e < E; ++e)
+        masked[row + e] = (kept >> (e / per) & 1ull) ? keys[row + e] : __int_as_float(0x7fc00000);
+}
+// ANCHOR_END: router_group_limit
+
+// ---------------------------------------------------------------------------------------------
+// ANCHOR: router_topk
+// ids[t, 0..k) = the k best experts of row t, best first, by key_better.
+// One block of 128 threads per row. The row's keys are copied into dynamic shared memory
+// (E floats, then E flags); each of k rounds is a block-wide argmax: every thread scans its
+// strided share, then a shared-memory tree halves the candidates, __syncthreads between levels.
+#define TOPK_THREADS 128
+extern "C" __global__ void __launch_bounds__(TOPK_THREADS) router_topk(const float* __restrict__ keys,
+                                                                       const float* __restrict__ logits,
+                                                                       int* __restrict__ ids, int T,
+                                                                       int E, int k) {
+    DYNAMIC_SHARED(float, row_keys);                         // [E] keys, then [E] used flags
+    unsigned char* used = reinterpret_cast<unsigned char*>(row_keys + E);
+    __shared__ float best_key[TOPK_THREADS];
+    __shared__ int best_id[TOPK_THREADS];
+    const int t = blockIdx.x;
+    const size_t row = (size_t)t * E;
+    for (int e = threadIdx.x; e < E; e += TOPK_THREADS) {
+        row_keys[e] = effective_key(keys, logits, row + e);
+        used[e] = 0;
+    }
+    __syncthreads();
+    for (int round = 0; round < k; ++round) {
+        float bk = 0.0f;
+        int bi = -1;
+        for (int e = threadIdx.x; e < E; e += TOPK_THREADS)
+            if (!used[e] && (bi < 0 || key_better(row_keys[e], e, bk, bi))) { bk = row_keys[e]; bi = e; }
+        best_key[threadIdx.x] = bk;
+        best_id[threadIdx.x] = bi;
+        __syncthreads();
+        for (int s = TOPK_THREADS / 2; s > 0; s >>= 1) {
+            if (threadIdx.x < s) {
+                const int oi = best_id[threadIdx.x + s];
+                const float ok = best_key[threadIdx.x + s];
+                const int mi = best_id[threadIdx.x];
+                if (oi >= 0 && (mi < 0 || key_better(ok, oi, best_key[threadIdx.x], mi))) {
+                    best_key[threadIdx.x] = ok;
+                    best_id[threadIdx.x] = oi;
+                }
+            }
+            __syncthreads();
+        }
+        if (threadIdx.x == 0) {
+            ids[(size_t)t * k + round] = best_id[0];
+            used[best_id[0]] = 1;
+        }
+        __syncthreads();
+    }
+}
+// ANCHOR_END: router_topk
+
+// ---------------------------------------------------------------------------------------------
+// ANCHOR: router_weights
+// weights[t, j] = scores[t, ids[t, j]], elementwise over T*k.
+extern "C" __global__ void router_gather(const float* __restrict__ scores, const int* __restrict__ ids,
+                                         float* __restrict__ weights, int T, int E, int k) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= T * k) return;
+    weights[i] = scores[(size_t)(i / k) * E + ids[i]];
+}
+
+// sums[t] = weights[t, 0] + ... + weights[t, k-1], in selection order. One thread per row.
+extern "C" __global__ void router_row_sum(const float* __restrict__ weights, float* __restrict__ sums,
+                                          int T, int k) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= T) return;
+    float s = 0.0f;
+    for (int j = 0; j < k; ++j) s += weights[(size_t)t * k + j];
+    sums[t] = s;
+}
+
+// weights[t, j] = weights[t, j] / (sums[t] + 1e-20) * scale. The 1e-20 guards a zero sum.
+extern "C" __global__ void router_divide(float* __restrict__ weights, const float* __restrict__ sums,
+                                         int T, int k, float scale) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= T * k) return;
+    weights[i] = weights[i] / (sums[i / k] + 1e-20f) * scale;
+}
+
+// weights *= scale, for routers that scale without renormalising.
+extern "C" __global__ void router_scale(float* __restrict__ weights, int n, float scale) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    weights[i] = weights[i] * scale;
+}
+// ANCHOR_END: router_weights

@@ -1,0 +1,119 @@
+// common.cuh — what every kernel family of the book includes.
+//
+// One source, two compilers: NVRTC builds this for the GPU; the host C++ compiler builds it for
+// the CPU emulator (MOE_EMU is defined, and kernels/emu/cuda_emu.h stands in for CUDA's
+// built-ins). Both builds run with FMA contraction off, so `a * b + c` rounds twice everywhere
+// and `fmaf(a, b, c)` rounds once everywhere.
+//
+// The exponentials and logarithms below are built only from correctly rounded IEEE operations
+// (add, mul, fma, division, exact exponent scaling). CUDA's expf/logf and glibc's differ in the
+// last bits (on this project's H200, expf disagreed with glibc on 1.27 M of 4.2 M inputs in
+// [-20, 20]), so a kernel that called them would give different bits on the two backends.
+// These give the same bits on both, at about 1 ulp of accuracy.
+#pragma once
+
+#ifndef MOE_EMU
+#include <cuda_bf16.h>
+#endif
+
+// Dynamic shared memory, the size given at launch: `DYNAMIC_SHARED(float, keys);`
+#ifndef MOE_EMU
+#define DYNAMIC_SHARED(T, name)                                   \
+    extern __shared__ __align__(16) unsigned char name##_bytes_[]; \
+    T* name = reinterpret_cast<T*>(name##_bytes_)
+#endif
+
+#define MOE_FULL_MASK 0xffffffffu
+
+// 2^n for n in [-252, 254], exactly, through the exponent bits.
+__device__ __forceinline__ float moe_pow2i(int n) {
+    return __int_as_float((n + 127) << 23);
+}
+
+// x * 2^n without libm's ldexpf: two exact-exponent multiplications, so results that stay
+// normal are exact, and both backends round subnormal results the same way (IEEE multiply).
+__device__ __forceinline__ float moe_scale2(float x, int n) {
+    n = n < -252 ? -252 : (n > 254 ? 254 : n);
+    int half = n / 2;
+    return (x * moe_pow2i(half)) * moe_pow2i(n - half);
+}
+
+// e^x. Cody-Waite reduction x = n ln2 + r with |r| <= ln2/2, a degree-7 polynomial for e^r,
+// then exact scaling by 2^n. Handles NaN, ±inf, overflow (inf) and underflow (0).
+__device__ __forceinline__ float moe_expf(float x) {
+    if (x != x) return x;
+    if (x > 88.72284f) return __int_as_float(0x7f800000);  // +inf
+    if (x < -103.97208f) return 0.0f;
+    const float log2e = 1.44269504088896341f;
+    const float ln2_hi = 0.693145751953125f;       // 11 significant bits: n * ln2_hi is exact
+    const float ln2_lo = 1.42860682030941723212e-6f;
+    float n = rintf(x * log2e);
+    float r = fmaf(-n, ln2_hi, x);
+    r = fmaf(-n, ln2_lo, r);
+    // e^r = 1 + r + r^2/2! + ... + r^7/7!  (Horner, one rounding per step)
+    float p = 1.98412698e-4f;
+    p = fmaf(p, r, 1.38888889e-3f);
+    p = fmaf(p, r, 8.33333333e-3f);
+    p = fmaf(p, r, 4.16666667e-2f);
+    p = fmaf(p, r, 1.66666667e-1f);
+    p = fmaf(p, r, 0.5f);
+    p = fmaf(p, r, 1.0f);
+    p = fmaf(p, r, 1.0f);
+    return moe_scale2(p, (int)n);
+}
+
+// ln(x). x = m 2^e with m in [sqrt(1/2), sqrt(2)); ln(m) = 2 atanh(s), s = (m-1)/(m+1).
+// Handles NaN, x < 0 (NaN), 0 (-inf), +inf and subnormal x.
+__device__ __forceinline__ float moe_logf(float x) {
+    if (x != x || x < 0.0f) return __int_as_float(0x7fc00000);
+    if (x == 0.0f) return __int_as_float(0xff800000);
+    if (x == __int_as_float(0x7f800000)) return x;
+    int e = 0;
+    if (x < 1.17549435e-38f) {  // subnormal: scale into the normal range first
+        x = x * 16777216.0f;    // 2^24, exact
+        e = -24;
+    }
+    int bits = __float_as_int(x);
+    e += ((bits >> 23) & 0xff) - 127;
+    float m = __int_as_float((bits & 0x007fffff) | 0x3f800000);  // [1, 2)
+    if (m > 1.41421356f) {
+        m = m * 0.5f;
+        e += 1;
+    }
+    float s = (m - 1.0f) / (m + 1.0f);
+    float s2 = s * s;
+    // 2 atanh(s) = 2 (s + s^3/3 + s^5/5 + s^7/7 + s^9/9 + s^11/11)
+    float p = 0.0909090909f;
+    p = fmaf(p, s2, 0.111111111f);
+    p = fmaf(p, s2, 0.142857143f);
+    p = fmaf(p, s2, 0.2f);
+    p = fmaf(p, s2, 0.333333333f);
+    float lnm = fmaf(2.0f * s * s2, p, 2.0f * s);
+    const float ln2_hi = 0.693145751953125f;
+    const float ln2_lo = 1.42860682030941723212e-6f;
+    float fe = (float)e;
+    return fmaf(fe, ln2_hi, fmaf(fe, ln2_lo, lnm));
+}
+
+// ln(1 + x), accurate for small x: ln(w) * x / (w - 1) with w = 1 + x corrects the rounding of w.
+__device__ __forceinline__ float moe_log1pf(float x) {
+    float w = 1.0f + x;
+    if (w == 1.0f) return x;
+    if (w == __int_as_float(0x7f800000)) return w;
+    return moe_logf(w) * (x / (w - 1.0f));
+}
+
+// σ(x) = 1 / (1 + e^-x).
+__device__ __forceinline__ float moe_sigmoidf(float x) {
+    return 1.0f / (1.0f + moe_expf(-x));
+}
+
+// softplus(x) = ln(1 + e^x), written so that it neither overflows nor loses small values.
+__device__ __forceinline__ float moe_softplusf(float x) {
+    if (x > 20.0f) return x + moe_log1pf(moe_expf(-x));
+    return moe_log1pf(moe_expf(x));
+}
+
+__device__ __forceinline__ bool moe_isfinite(float x) {
+    return (__float_as_uint(x) & 0x7f800000u) != 0x7f800000u;
+}

@@ -1,0 +1,115 @@
+// selftest.cu — one kernel per emulated CUDA feature, so the runtime can prove that the
+// emulator and the GPU agree bit for bit (kernels/tests/selftest.rs runs each on both and also
+// checks each against an independent computation in Rust).
+//
+// Upstream: none; this is the book's own check of its two backends.
+#include "common.cuh"
+
+// Built-in indices in 3-D grids and blocks. out[g*4 + 0..3] for the global linear thread g:
+// block index, thread index, block size and grid size, each packed as x + 10 y + 100 z.
+extern "C" __global__ void selftest_indices(int* __restrict__ out) {
+    const int block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    const int thread = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    const int g = block * (blockDim.x * blockDim.y * blockDim.z) + thread;
+    out[g * 4 + 0] = blockIdx.x + 10 * blockIdx.y + 100 * blockIdx.z;
+    out[g * 4 + 1] = threadIdx.x + 10 * threadIdx.y + 100 * threadIdx.z;
+    out[g * 4 + 2] = blockDim.x + 10 * blockDim.y + 100 * blockDim.z;
+    out[g * 4 + 3] = gridDim.x + 10 * gridDim.y + 100 * gridDim.z;
+}
+
+// Static and dynamic shared memory and __syncthreads: each block of 256 threads sums its 256
+// inputs with a fixed tree, through a static array and a dynamic one (256 floats), and writes
+// out[block] = the sum and out[gridDim.x + block] = the block index read back from shared
+// memory after the barrier (a block seeing another block's shared memory would show here).
+extern "C" __global__ void __launch_bounds__(256) selftest_block_sum(const float* __restrict__ x,
+                                                                     float* __restrict__ out) {
+    __shared__ float tree[256];
+    __shared__ int owner;
+    DYNAMIC_SHARED(float, copy);
+    const int i = blockIdx.x * 256 + threadIdx.x;
+    copy[threadIdx.x] = x[i];
+    if (threadIdx.x == 0) owner = blockIdx.x;
+    __syncthreads();
+    tree[threadIdx.x] = copy[255 - threadIdx.x];
+    __syncthreads();
+    for (int s = 128; s > 0; s >>= 1) {
+        if (threadIdx.x < s) tree[threadIdx.x] = tree[threadIdx.x] + tree[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        out[blockIdx.x] = tree[0];
+        out[gridDim.x + blockIdx.x] = (float)owner;
+    }
+}
+
+// Warp intrinsics. Block of 64 threads (two warps); x[64] ints; out[tid*12 + j].
+extern "C" __global__ void selftest_warp(const int* __restrict__ x, int* __restrict__ out) {
+    const int tid = threadIdx.x, lane = tid & 31;
+    const int v = x[tid];
+    int* o = out + tid * 12;
+    o[0] = __shfl_sync(MOE_FULL_MASK, v, (lane * 7) % 32);
+    o[1] = __shfl_up_sync(MOE_FULL_MASK, v, 3);
+    o[2] = __shfl_down_sync(MOE_FULL_MASK, v, 5);
+    o[3] = __shfl_xor_sync(MOE_FULL_MASK, v, 9);
+    o[4] = __shfl_sync(MOE_FULL_MASK, v, 3, 16);
+    o[5] = __shfl_down_sync(MOE_FULL_MASK, v, 2, 8);
+    o[6] = (int)__ballot_sync(MOE_FULL_MASK, v & 1);
+    o[7] = __any_sync(MOE_FULL_MASK, v > 90) + 2 * __all_sync(MOE_FULL_MASK, v >= 0);
+    // A float through shuffles: a warp sum with a fixed xor tree.
+    float f = (float)v * 0.1f;
+    for (int off = 16; off > 0; off >>= 1) f += __shfl_xor_sync(MOE_FULL_MASK, f, off);
+    o[8] = __float_as_int(f);
+    // Half of the warp exchanges among itself; the other half is not involved.
+    if (lane < 16) o[9] = __shfl_xor_sync(0x0000ffffu, v, 1);
+    else o[9] = -1;
+    __syncwarp();
+    // 64-bit shuffle.
+    const long long wide = ((long long)v << 33) | lane;
+    const long long got = __shfl_sync(MOE_FULL_MASK, wide, 31 - lane);
+    o[10] = (int)(got >> 33);
+    o[11] = (int)(got & 0xffffffff);
+}
+
+// Atomics under contention: a 16-bin histogram of x (values 0..15), the maximum, and the or of
+// all bits; every block adds into the same three places.
+extern "C" __global__ void selftest_atomics(const int* __restrict__ x, int n, int* __restrict__ hist,
+                                            int* __restrict__ max_out, unsigned* __restrict__ or_out) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    atomicAdd(&hist[x[i] & 15], 1);
+    atomicMax(max_out, x[i]);
+    atomicOr(or_out, 1u << (x[i] & 31));
+}
+
+// bf16 conversions: round to nearest even, and back.
+extern "C" __global__ void selftest_bf16(const float* __restrict__ x, unsigned short* __restrict__ bits,
+                                         float* __restrict__ back, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const __nv_bfloat16 b = __float2bfloat16(x[i]);
+    bits[i] = __bfloat16_as_ushort(b);
+    back[i] = __bfloat162float(b);
+}
+
+// The project's math: out[i*6 + j] = expf, logf(|x|), log1pf(|x|), sigmoid, softplus, fmaf(x,x,-1).
+extern "C" __global__ void selftest_math(const float* __restrict__ x, float* __restrict__ out, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float v = x[i];
+    float* o = out + (size_t)i * 6;
+    o[0] = moe_expf(v);
+    o[1] = moe_logf(fabsf(v));
+    o[2] = moe_log1pf(fabsf(v));
+    o[3] = moe_sigmoidf(v);
+    o[4] = moe_softplusf(v);
+    o[5] = fmaf(v, v, -1.0f);
+}
+
+// Emulator-only: threads 16.. return before the barrier that threads 0..15 wait at. On a GPU
+// this is undefined behaviour (compute-sanitizer's synccheck reports it); the emulator must stop
+// the launch with a message instead of hanging. Never launched on the GPU.
+extern "C" __global__ void selftest_bad_barrier(int* __restrict__ out) {
+    if (threadIdx.x >= 16) return;
+    __syncthreads();
+    out[threadIdx.x] = 1;
+}

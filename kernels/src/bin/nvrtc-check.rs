@@ -1,0 +1,97 @@
+//! `nvrtc-check`: compiles every `kernels/*.cu` with NVRTC for a GPU architecture, exactly as the
+//! CUDA backend does at run time (same options, includes pasted in), without needing a GPU.
+//! CI runs it for sm_90, the H200's architecture.
+//!
+//!     cargo run -p moe-kernels --bin nvrtc-check -- --arch sm_90 [--dir kernels]
+
+use moe_kernels::KernelSource;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let mut arch = "sm_90".to_string();
+    let mut dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--arch" => arch = it.next().unwrap_or_default(),
+            "--dir" => dir = PathBuf::from(it.next().unwrap_or_default()),
+            "-h" | "--help" => {
+                println!("usage: nvrtc-check [--arch sm_90] [--dir kernels]");
+                return ExitCode::SUCCESS;
+            }
+            other => {
+                eprintln!("nvrtc-check: unknown argument {other:?} (try --help)");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let arch: &'static str = Box::leak(arch.into_boxed_str());
+    let mut files: Vec<PathBuf> = match std::fs::read_dir(&dir) {
+        Ok(rd) => rd
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "cu"))
+            .collect(),
+        Err(e) => {
+            eprintln!("nvrtc-check: cannot read {}: {e}", dir.display());
+            return ExitCode::from(2);
+        }
+    };
+    files.sort();
+    let mut failed = 0;
+    for path in &files {
+        let family: &'static str = Box::leak(
+            path.file_stem()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned()
+                .into_boxed_str(),
+        );
+        let (text, _) = match moe_kernels_build::inline_includes(path, &[dir.clone()]) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("FAIL {family}: {e}");
+                failed += 1;
+                continue;
+            }
+        };
+        let names = moe_kernels_build::kernel_names(&text);
+        let source = KernelSource {
+            family,
+            cuda_source: Box::leak(text.into_boxed_str()),
+            emu: &[],
+        };
+        match moe_kernels::cuda::compile_ptx(&source, arch) {
+            Ok((ptx, _)) => {
+                let missing: Vec<&String> = names
+                    .iter()
+                    .filter(|n| !ptx.contains(&format!(".entry {n}(")))
+                    .collect();
+                if missing.is_empty() {
+                    println!(
+                        "ok   {family}.cu  {arch}  {} kernels, {} bytes of PTX",
+                        names.len(),
+                        ptx.len()
+                    );
+                } else {
+                    eprintln!("FAIL {family}: kernels missing from the PTX: {missing:?}");
+                    failed += 1;
+                }
+            }
+            Err(e) => {
+                eprintln!("FAIL {e}");
+                failed += 1;
+            }
+        }
+    }
+    println!(
+        "{} of {} kernel files compiled for {arch}",
+        files.len() - failed,
+        files.len()
+    );
+    if failed == 0 && !files.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

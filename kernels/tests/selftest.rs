@@ -1,0 +1,460 @@
+//! The runtime's proof: every emulated CUDA feature, run through `kernels/selftest.cu` on the
+//! backend under test and checked against an independent computation here; and, when the
+//! backend under test is the GPU, the same kernels on the emulator, compared bit for bit.
+
+use moe_kernels::testing::{assert_same_bits, device, emu_too};
+use moe_kernels::{args, Device, KernelError, LaunchConfig};
+
+/// Everything the self-test kernels write, for one device.
+#[derive(Debug)]
+struct Outputs {
+    indices: Vec<i32>,
+    block_sum: Vec<f32>,
+    warp: Vec<i32>,
+    hist: Vec<i32>,
+    max_or: (i32, u32),
+    bf16_bits: Vec<u16>,
+    bf16_back: Vec<f32>,
+    math: Vec<f32>,
+}
+
+const GRID: (u32, u32, u32) = (3, 2, 2);
+const BLOCK: (u32, u32, u32) = (4, 2, 3);
+
+/// Deterministic inputs (a splitmix64 hash), independent of any RNG crate.
+fn hash(i: u64, salt: u64) -> u64 {
+    let mut z = i
+        .wrapping_add(salt.wrapping_mul(0x9e3779b97f4a7c15))
+        .wrapping_add(0x9e3779b97f4a7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d049bb133111eb);
+    z ^ (z >> 31)
+}
+
+fn floats(n: usize, salt: u64, scale: f32) -> Vec<f32> {
+    (0..n)
+        .map(|i| ((hash(i as u64, salt) >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale)
+        .collect()
+}
+
+/// bf16 inputs: every edge case (ties, subnormals, max finite, overflow, inf, NaN payloads,
+/// signed zeros) and many ordinary values.
+fn bf16_inputs() -> Vec<f32> {
+    let mut v: Vec<f32> = [
+        0x0000_0000u32,
+        0x8000_0000,
+        0x3f80_8000,
+        0x3f81_8000,
+        0x3f80_8001,
+        0x3f80_7fff,
+        0x0000_0001,
+        0x0000_8000,
+        0x0001_8000,
+        0x007f_ffff,
+        0x7f7f_ffff,
+        0x7f7f_7fff,
+        0x7f7f_8000,
+        0xff7f_ffff,
+        0x7f80_0000,
+        0xff80_0000,
+        0x7fc0_0000,
+        0x7f80_0001,
+        0xffc1_2345,
+        0x7fff_ffff,
+    ]
+    .iter()
+    .map(|&b| f32::from_bits(b))
+    .collect();
+    v.extend((0..4000u64).map(|i| f32::from_bits(hash(i, 7) as u32)));
+    v
+}
+
+fn run_all(dev: &'static Device) -> Result<Outputs, KernelError> {
+    let m = dev.load(&moe_kernels::families::SELFTEST)?;
+
+    let threads = (BLOCK.0 * BLOCK.1 * BLOCK.2 * GRID.0 * GRID.1 * GRID.2) as usize;
+    let indices = dev.alloc::<i32>(threads * 4)?;
+    m.launch(
+        "selftest_indices",
+        LaunchConfig {
+            grid: GRID,
+            block: BLOCK,
+            shared_bytes: 0,
+        },
+        &args![&indices],
+    )?;
+
+    let x = dev.upload(&floats(4 * 256, 1, 3.0))?;
+    let block_sum = dev.alloc::<f32>(8)?;
+    m.launch(
+        "selftest_block_sum",
+        LaunchConfig::blocks(4, 256).with_shared(256 * 4),
+        &args![&x, &block_sum],
+    )?;
+
+    let wx: Vec<i32> = (0..64).map(|i| (hash(i, 3) % 100) as i32).collect();
+    let wx = dev.upload(&wx)?;
+    let warp = dev.alloc::<i32>(64 * 12)?;
+    m.launch(
+        "selftest_warp",
+        LaunchConfig::blocks(1, 64),
+        &args![&wx, &warp],
+    )?;
+
+    let ax: Vec<i32> = (0..10_000).map(|i| (hash(i, 5) % 1000) as i32).collect();
+    let ax = dev.upload(&ax)?;
+    let hist = dev.zeros::<i32>(16)?;
+    let maxv = dev.zeros::<i32>(1)?;
+    let orv = dev.zeros::<u32>(1)?;
+    m.launch(
+        "selftest_atomics",
+        LaunchConfig::for_elements(10_000, 128),
+        &args![&ax, 10_000i32, &hist, &maxv, &orv],
+    )?;
+
+    let bx = bf16_inputs();
+    let bn = bx.len();
+    let bx = dev.upload(&bx)?;
+    let bits = dev.alloc::<u16>(bn)?;
+    let back = dev.alloc::<f32>(bn)?;
+    m.launch(
+        "selftest_bf16",
+        LaunchConfig::for_elements(bn, 256),
+        &args![&bx, &bits, &back, bn as i32],
+    )?;
+
+    let mx = math_inputs();
+    let mn = mx.len();
+    let mx = dev.upload(&mx)?;
+    let math = dev.alloc::<f32>(mn * 6)?;
+    m.launch(
+        "selftest_math",
+        LaunchConfig::for_elements(mn, 256),
+        &args![&mx, &math, mn as i32],
+    )?;
+
+    Ok(Outputs {
+        indices: indices.to_vec()?,
+        block_sum: block_sum.to_vec()?,
+        warp: warp.to_vec()?,
+        hist: hist.to_vec()?,
+        max_or: (maxv.to_vec()?[0], orv.to_vec()?[0]),
+        bf16_bits: bits.to_vec()?,
+        bf16_back: back.to_vec()?,
+        math: math.to_vec()?,
+    })
+}
+
+fn math_inputs() -> Vec<f32> {
+    let mut v = floats(20_000, 11, 30.0);
+    v.extend([
+        0.0, -0.0, 1.0, -1.0, 88.0, 88.7, 89.0, -87.0, -100.0, -104.0, 1e-30, -1e-30, 1e-45, 20.0,
+        20.5, 40.0,
+    ]);
+    v.extend([f32::INFINITY, f32::NEG_INFINITY, f32::NAN]);
+    v
+}
+
+#[test]
+fn indices_in_3d_grids_and_blocks() {
+    let out = run_all(device()).unwrap();
+    let (bx, by, bz) = BLOCK;
+    let (gx, gy, gz) = GRID;
+    let per_block = (bx * by * bz) as usize;
+    for z in 0..gz {
+        for y in 0..gy {
+            for x in 0..gx {
+                let block = (x + gx * (y + gy * z)) as usize;
+                for tz in 0..bz {
+                    for ty in 0..by {
+                        for tx in 0..bx {
+                            let g = block * per_block + (tx + bx * (ty + by * tz)) as usize;
+                            let want = [
+                                (x + 10 * y + 100 * z) as i32,
+                                (tx + 10 * ty + 100 * tz) as i32,
+                                (bx + 10 * by + 100 * bz) as i32,
+                                (gx + 10 * gy + 100 * gz) as i32,
+                            ];
+                            assert_eq!(out.indices[g * 4..g * 4 + 4], want, "thread {g}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn shared_memory_and_barriers_reduce_in_a_fixed_order() {
+    let out = run_all(device()).unwrap();
+    let x = floats(4 * 256, 1, 3.0);
+    for b in 0..4 {
+        // The kernel's tree, replayed in f32 in the same order.
+        let copy = &x[b * 256..(b + 1) * 256];
+        let mut tree: Vec<f32> = (0..256).map(|i| copy[255 - i]).collect();
+        let mut s = 128;
+        while s > 0 {
+            for i in 0..s {
+                tree[i] += tree[i + s];
+            }
+            s /= 2;
+        }
+        assert_eq!(out.block_sum[b].to_bits(), tree[0].to_bits(), "block {b}");
+        assert_eq!(
+            out.block_sum[4 + b],
+            b as f32,
+            "block {b} saw another block's shared memory"
+        );
+    }
+}
+
+#[test]
+fn warp_intrinsics_follow_cuda_semantics() {
+    let out = run_all(device()).unwrap();
+    let x: Vec<i32> = (0..64).map(|i| (hash(i, 3) % 100) as i32).collect();
+    for tid in 0..64usize {
+        let (warp, lane) = (tid / 32, tid % 32);
+        let at = |l: usize| x[warp * 32 + l];
+        let o = &out.warp[tid * 12..tid * 12 + 12];
+        assert_eq!(o[0], at((lane * 7) % 32), "shfl idx, lane {tid}");
+        assert_eq!(
+            o[1],
+            if lane >= 3 { at(lane - 3) } else { at(lane) },
+            "shfl up, lane {tid}"
+        );
+        assert_eq!(
+            o[2],
+            if lane + 5 < 32 {
+                at(lane + 5)
+            } else {
+                at(lane)
+            },
+            "shfl down, lane {tid}"
+        );
+        assert_eq!(o[3], at(lane ^ 9), "shfl xor, lane {tid}");
+        assert_eq!(
+            o[4],
+            at((lane / 16) * 16 + 3),
+            "shfl idx width 16, lane {tid}"
+        );
+        let seg = (lane / 8) * 8;
+        assert_eq!(
+            o[5],
+            if lane + 2 < seg + 8 {
+                at(lane + 2)
+            } else {
+                at(lane)
+            },
+            "shfl down width 8, lane {tid}"
+        );
+        let ballot = (0..32)
+            .filter(|&l| at(l) & 1 == 1)
+            .fold(0u32, |b, l| b | 1 << l);
+        assert_eq!(o[6] as u32, ballot, "ballot, lane {tid}");
+        let any = (0..32).any(|l| at(l) > 90) as i32;
+        assert_eq!(o[7], any + 2, "any/all, lane {tid}");
+        // The fixed xor tree: after round `off`, lane l holds the sum of its group of 2*off.
+        let mut f: Vec<f32> = (0..32).map(|l| at(l) as f32 * 0.1).collect();
+        let mut off = 16;
+        while off > 0 {
+            f = (0..32).map(|l| f[l] + f[l ^ off]).collect();
+            off /= 2;
+        }
+        assert_eq!(
+            o[8],
+            f[lane].to_bits() as i32,
+            "float xor-tree sum, lane {tid}"
+        );
+        assert_eq!(
+            o[9],
+            if lane < 16 { at(lane ^ 1) } else { -1 },
+            "half-warp shuffle, lane {tid}"
+        );
+        assert_eq!(
+            (o[10], o[11]),
+            (at(31 - lane), (31 - lane) as i32),
+            "64-bit shuffle, lane {tid}"
+        );
+    }
+}
+
+#[test]
+fn atomics_count_exactly_under_contention() {
+    let out = run_all(device()).unwrap();
+    let x: Vec<i32> = (0..10_000).map(|i| (hash(i, 5) % 1000) as i32).collect();
+    let mut hist = vec![0; 16];
+    for v in &x {
+        hist[(v & 15) as usize] += 1;
+    }
+    assert_eq!(out.hist, hist);
+    assert_eq!(out.max_or.0, *x.iter().max().unwrap());
+    assert_eq!(out.max_or.1, x.iter().fold(0u32, |a, v| a | 1 << (v & 31)));
+}
+
+#[test]
+fn bf16_rounds_to_nearest_even() {
+    let out = run_all(device()).unwrap();
+    for (i, &v) in bf16_inputs().iter().enumerate() {
+        let got = out.bf16_bits[i];
+        if v.is_nan() {
+            // The hardware's cvt.rn.bf16.f32 returns the canonical NaN.
+            assert_eq!(got, 0x7fff, "NaN input {:#010x}", v.to_bits());
+            assert!(out.bf16_back[i].is_nan());
+        } else {
+            // Independent rounding: the half crate's round-to-nearest-even.
+            let want = half::bf16::from_f32(v).to_bits();
+            assert_eq!(got, want, "input {v:e} ({:#010x})", v.to_bits());
+            assert_eq!(out.bf16_back[i].to_bits(), (want as u32) << 16);
+        }
+    }
+}
+
+#[test]
+fn project_math_is_accurate_and_fma_rounds_once() {
+    let out = run_all(device()).unwrap();
+    let ulps = |got: f32, want: f64| -> f64 {
+        if want == 0.0 {
+            return if got == 0.0 { 0.0 } else { f64::INFINITY };
+        }
+        let w = want as f32;
+        if !w.is_finite() {
+            return if got == w { 0.0 } else { f64::INFINITY };
+        }
+        let ulp = f32::from_bits(w.abs().to_bits() + 1) - w.abs();
+        ((got as f64 - want) / ulp as f64).abs()
+    };
+    let mut worst = [0f64; 5];
+    for (i, &v) in math_inputs().iter().enumerate() {
+        let o = &out.math[i * 6..i * 6 + 6];
+        let d = v as f64;
+        if v.is_nan() {
+            assert!(o[..5].iter().all(|x| x.is_nan()), "NaN in, row {i}: {o:?}");
+            continue;
+        }
+        let want = [
+            d.exp(),
+            d.abs().ln(),
+            d.abs().ln_1p(),
+            1.0 / (1.0 + (-d).exp()),
+            d.exp().ln_1p(),
+        ];
+        for j in 0..5 {
+            let w = want[j];
+            // Results in the subnormal range carry fewer bits; check those absolutely.
+            let e = if w.abs() < 1.2e-38 {
+                ((o[j] as f64 - w).abs() / 1.4e-45).min(4.0)
+            } else {
+                ulps(o[j], w)
+            };
+            worst[j] = worst[j].max(e);
+        }
+        assert_eq!(
+            o[5].to_bits(),
+            v.mul_add(v, -1.0).to_bits(),
+            "fmaf({v}, {v}, -1)"
+        );
+    }
+    for (j, name) in ["exp", "log", "log1p", "sigmoid", "softplus"]
+        .iter()
+        .enumerate()
+    {
+        assert!(worst[j] <= 4.0, "{name}: worst error {} ulp", worst[j]);
+    }
+}
+
+#[test]
+fn emulator_and_gpu_agree_bit_for_bit() {
+    let Some(emu) = emu_too() else {
+        eprintln!(
+            "skipped: emulator_and_gpu_agree_bit_for_bit needs MOE_BACKEND=cuda on a GPU machine"
+        );
+        return;
+    };
+    let gpu = run_all(device()).unwrap();
+    let cpu = run_all(emu).unwrap();
+    assert_same_bits("indices", &gpu.indices, &cpu.indices);
+    assert_same_bits("block_sum", &gpu.block_sum, &cpu.block_sum);
+    assert_same_bits("warp", &gpu.warp, &cpu.warp);
+    assert_same_bits("hist", &gpu.hist, &cpu.hist);
+    assert_eq!(gpu.max_or, cpu.max_or);
+    assert_same_bits("bf16 bits", &gpu.bf16_bits, &cpu.bf16_bits);
+    assert_same_bits("bf16 back", &gpu.bf16_back, &cpu.bf16_back);
+    assert_same_bits("math", &gpu.math, &cpu.math);
+}
+
+#[test]
+fn emulator_reports_a_barrier_that_not_every_thread_reaches() {
+    let emu = Device::emu();
+    let m = emu.load(&moe_kernels::families::SELFTEST).unwrap();
+    let out = emu.alloc::<i32>(32).unwrap();
+    let err = m
+        .launch(
+            "selftest_bad_barrier",
+            LaunchConfig::blocks(1, 32),
+            &args![&out],
+        )
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, KernelError::Emu { .. }), "{text}");
+    assert!(
+        text.contains("selftest_bad_barrier") && text.contains("__syncthreads"),
+        "{text}"
+    );
+    // The emulator is still usable after a failed launch.
+    let ok = dev_roundtrip(emu);
+    assert_eq!(ok, vec![1.0, -2.0, 3.5]);
+}
+
+fn dev_roundtrip(dev: &'static Device) -> Vec<f32> {
+    let m = dev.load(&moe_kernels::families::SELFTEST).unwrap();
+    let x = dev.upload(&[1.0f32, -2.0, 3.5]).unwrap();
+    let bits = dev.alloc::<u16>(3).unwrap();
+    let back = dev.alloc::<f32>(3).unwrap();
+    m.launch(
+        "selftest_bf16",
+        LaunchConfig::for_elements(3, 128),
+        &args![&x, &bits, &back, 3i32],
+    )
+    .unwrap();
+    back.to_vec().unwrap()
+}
+
+#[test]
+fn unknown_kernels_and_bad_lengths_are_typed_errors() {
+    let dev = Device::emu();
+    let m = dev.load(&moe_kernels::families::SELFTEST).unwrap();
+    let err = m
+        .launch("no_such_kernel", LaunchConfig::blocks(1, 1), &[])
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "kernels/selftest.cu has no extern \"C\" __global__ kernel named no_such_kernel"
+    );
+    let mut b = dev.alloc::<f32>(3).unwrap();
+    let err = b.copy_from(&[1.0, 2.0]).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "copy to device: expected 3 elements, got 2"
+    );
+    let err = m
+        .launch(
+            "selftest_bf16",
+            LaunchConfig::blocks(1, 2048),
+            &args![&b, &b, &b, 0i32],
+        )
+        .unwrap_err();
+    assert!(matches!(err, KernelError::Emu { .. }), "{err}");
+}
+
+#[test]
+fn fresh_allocations_are_poisoned() {
+    let dev = device();
+    let b = dev.alloc::<f32>(5).unwrap();
+    assert!(b
+        .to_vec()
+        .unwrap()
+        .iter()
+        .all(|v| v.to_bits() == 0xffff_ffff));
+    let z = dev.zeros::<i32>(5).unwrap();
+    assert_eq!(z.to_vec().unwrap(), vec![0; 5]);
+}
