@@ -18,6 +18,7 @@ pub mod compare;
 pub mod config;
 pub mod cut;
 pub mod error;
+pub mod example;
 pub mod inputs;
 pub mod io;
 pub mod literal;
@@ -25,7 +26,6 @@ pub mod reference;
 pub mod regimes;
 pub mod routing;
 pub mod toy;
-// pub mod example;
 
 pub use config::{Grouping, RouterConfig, Scoring};
 pub use cut::{cut_of, Cut};

@@ -1,0 +1,415 @@
+//! `cargo run --example ch01`: the chapter's main.
+//!
+//! Without arguments it walks through the router article's toy example on the CPU routers,
+//! repeats it on the chain of plain kernels (on the GPU, or on the emulator without one), and
+//! runs every named regime through the chain against the f64 oracle. With `--input FILE` it
+//! routes the reader's own logits instead.
+//!
+//! Everything printed to stdout is the same on both backends (it is snapshotted and quoted in
+//! the book); the line saying which backend ran goes to stderr.
+
+use crate::chain::{route_logits_on_device, route_on_device, FiveLineChain, GateShape};
+use crate::compare::{check_routing, Tolerance};
+use crate::config::{Grouping, RouterConfig, Scoring};
+use crate::literal::{LiteralRouter, RowDetail};
+use crate::reference::ReferenceRouter;
+use crate::regimes::{regime, REGIMES};
+use crate::routing::{Router, Routing};
+use crate::{io, toy};
+use clap::{Parser, ValueEnum};
+use moe_kernels::Device;
+use std::io::Write;
+use std::path::PathBuf;
+
+/// Chapter 1: the reference router, on the CPU and as a chain of plain kernels.
+#[derive(Parser, Debug)]
+#[command(name = "ch01", about)]
+pub struct Args {
+    /// Route your own logits: a safetensors file with `logits` [T, E] f32 and optionally
+    /// `bias` [E] f32.
+    #[arg(long, value_name = "FILE.safetensors")]
+    pub input: Option<PathBuf>,
+    /// Write `ids` [T, k] i32 and `weights` [T, k] f32 here (needs --input).
+    #[arg(long, value_name = "FILE.safetensors", requires = "input")]
+    pub output: Option<PathBuf>,
+    /// Experts per token.
+    #[arg(long, default_value_t = 8)]
+    pub k: usize,
+    /// How logits become scores.
+    #[arg(long, value_enum, default_value_t = ScoringArg::Sigmoid)]
+    pub scoring: ScoringArg,
+    /// Do not renormalise the k selected weights to sum to 1.
+    #[arg(long)]
+    pub no_renormalize: bool,
+    /// Grouped selection (DeepSeek-V3): `N_GROUP:TOPK_GROUP`, e.g. `8:4`.
+    #[arg(long, value_name = "N:TOPK", value_parser = parse_groups)]
+    pub groups: Option<Grouping>,
+    /// Routed scaling factor applied to the weights.
+    #[arg(long, default_value_t = 1.0)]
+    pub scale: f32,
+    /// Round the bias to bf16 before routing (to see how many tokens change experts).
+    #[arg(long)]
+    pub bias_bf16: bool,
+    /// How many rows to print.
+    #[arg(long, default_value_t = 4)]
+    pub show: usize,
+}
+
+/// `--scoring` values.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum ScoringArg {
+    Softmax,
+    Sigmoid,
+    SqrtSoftplus,
+}
+
+fn parse_groups(s: &str) -> Result<Grouping, String> {
+    let (a, b) = s
+        .split_once(':')
+        .ok_or_else(|| format!("expected N_GROUP:TOPK_GROUP, got {s:?}"))?;
+    let n_group = a
+        .trim()
+        .parse()
+        .map_err(|_| format!("N_GROUP {a:?} is not a number"))?;
+    let topk_group = b
+        .trim()
+        .parse()
+        .map_err(|_| format!("TOPK_GROUP {b:?} is not a number"))?;
+    Ok(Grouping {
+        n_group,
+        topk_group,
+    })
+}
+
+impl Args {
+    fn config(&self) -> RouterConfig {
+        RouterConfig {
+            k: self.k,
+            scoring: match self.scoring {
+                ScoringArg::Softmax => Scoring::Softmax,
+                ScoringArg::Sigmoid => Scoring::Sigmoid,
+                ScoringArg::SqrtSoftplus => Scoring::SqrtSoftplus,
+            },
+            renormalize: !self.no_renormalize,
+            grouping: self.groups,
+            routed_scaling: self.scale,
+        }
+    }
+}
+
+type Out<'a> = &'a mut dyn Write;
+
+fn w(out: Out, s: std::fmt::Arguments) -> Result<(), String> {
+    out.write_fmt(s).map_err(|e| e.to_string())
+}
+
+macro_rules! say {
+    ($out:expr, $($t:tt)*) => { w($out, format_args!("{}\n", format_args!($($t)*)))? };
+}
+
+fn list(v: impl IntoIterator<Item = String>) -> String {
+    v.into_iter().collect::<Vec<_>>().join(" ")
+}
+
+fn ids_of(r: &Routing, row: usize) -> String {
+    list(r.row_ids(row).iter().map(|e| e.to_string()))
+}
+
+fn weights_of(r: &Routing, row: usize) -> String {
+    list(r.row_weights(row).iter().map(|w| format!("{w:.3}")))
+}
+
+/// Runs the example with parsed arguments, writing what it shows to `out`.
+pub fn run(args: &Args, device: &'static Device, out: Out) -> Result<(), String> {
+    match &args.input {
+        Some(path) => route_file(args, path, device, out),
+        None => tour(device, out),
+    }
+}
+
+// ANCHOR: toy_tour
+fn toy_case(out: Out, title: &str, bias: Option<&[f32]>) -> Result<RowDetail, String> {
+    let logits = toy::logits();
+    let detail = LiteralRouter {
+        config: toy::config(),
+    }
+    .route_rows(&logits, 1, 8, bias)
+    .map_err(|e| e.to_string())?
+    .remove(0);
+    say!(out, "{title}");
+    say!(
+        out,
+        "  rank keys: {}",
+        list(detail.keys.iter().map(|k| format!("{k:.3}")))
+    );
+    say!(
+        out,
+        "  selected:  experts {} with weights {}",
+        list(detail.ids.iter().map(|e| e.to_string())),
+        list(detail.weights.iter().map(|w| format!("{w:.3}")))
+    );
+    if let Some(c) = &detail.cut {
+        say!(
+            out,
+            "  the cut:   last selected expert {} ({:.3}), first rejected expert {} ({:.3}), gap {:.3}",
+            c.last_selected.0,
+            c.last_selected.1,
+            c.first_rejected.0,
+            c.first_rejected.1,
+            c.gap
+        );
+    }
+    Ok(detail)
+}
+
+fn tour(device: &'static Device, out: Out) -> Result<(), String> {
+    say!(out, "Chapter 1: the reference router");
+    say!(out, "");
+    say!(
+        out,
+        "The router article's toy layer: 8 experts, k = 2, sigmoid scores, renormalised."
+    );
+    let logits = toy::logits();
+    say!(
+        out,
+        "  logits:    {}",
+        list(logits.iter().map(|x| format!("{x:.3}")))
+    );
+    let scores: Vec<f64> = logits
+        .iter()
+        .map(|&x| 1.0 / (1.0 + (-(x as f64)).exp()))
+        .collect();
+    say!(
+        out,
+        "  scores:    {}",
+        list(scores.iter().map(|s| format!("{s:.3}")))
+    );
+    say!(out, "");
+    let plain = toy_case(out, "(a) no bias: the rank key is the score", None)?;
+    say!(out, "");
+    let bias = toy::bias();
+    say!(
+        out,
+        "  bias fp32: {}",
+        list(bias.iter().map(|b| format!("{b:.3}")))
+    );
+    let fp32 = toy_case(
+        out,
+        "(b) with the selection bias in fp32: the key selects, the score weighs",
+        Some(&bias),
+    )?;
+    say!(out, "");
+    let bias16 = toy::bias_bf16();
+    say!(
+        out,
+        "  bias bf16: {}",
+        list(bias16.iter().map(|b| format!("{b:.3}")))
+    );
+    let bf16 = toy_case(
+        out,
+        "(c) the same bias stored in bf16: 8.03 becomes 8.000",
+        Some(&bias16),
+    )?;
+    say!(out, "");
+    // ANCHOR_END: toy_tour
+
+    // The same three cases on the chain of plain kernels.
+    let cases: [(Option<&[f32]>, &RowDetail); 3] =
+        [(None, &plain), (Some(&bias), &fp32), (Some(&bias16), &bf16)];
+    let mut worst = 0.0f64;
+    for (b, want) in cases {
+        let got = route_logits_on_device(device, &toy::config(), 1, 8, &logits, b)
+            .map_err(|e| e.to_string())?;
+        if got.row_ids(0) != &want.ids[..] {
+            return Err(format!(
+                "the kernel chain picked {:?}, the oracle {:?}",
+                got.row_ids(0),
+                want.ids
+            ));
+        }
+        for (g, w) in got.row_weights(0).iter().zip(&want.weights) {
+            worst = worst.max((*g as f64 - w).abs());
+        }
+    }
+    say!(
+        out,
+        "The chain of plain kernels (kernels/ch01_router.cu) picks the same experts in (a), (b) and (c); \
+         its weights are within {} of the f64 oracle.",
+        if worst <= 1e-6 { "1e-6" } else { "1e-5 (MORE THAN 1e-6)" }
+    );
+    say!(out, "");
+
+    // Every named regime through the chain, against the oracle.
+    say!(out, "Every regime through the chain, against the f64 oracle (exact ids where the gap at the cut > 1e-5):");
+    say!(
+        out,
+        "  {:<30} {:>5} {:>7} {:>3}  {:<19} {:>8}  {:>10}",
+        "regime",
+        "rows",
+        "experts",
+        "k",
+        "scoring",
+        "launches",
+        "clear cuts"
+    );
+    for name in REGIMES {
+        let r = regime(name).ok_or_else(|| format!("unknown regime {name}"))?;
+        let shape = GateShape {
+            rows: r.rows,
+            hidden: r.hidden,
+            experts: r.experts,
+        };
+        let launches = FiveLineChain::new(device, &r.config, shape, r.bias.as_deref())
+            .map_err(|e| e.to_string())?
+            .launches_per_call();
+        let got = route_on_device(
+            device,
+            &r.config,
+            shape,
+            &r.hidden_states,
+            &r.gate_weight,
+            r.bias.as_deref(),
+        )
+        .map_err(|e| format!("regime {name}: {e}"))?;
+        let oracle = LiteralRouter {
+            config: r.config.clone(),
+        }
+        .route_rows(&r.logits_f32(), r.rows, r.experts, r.bias.as_deref())
+        .map_err(|e| e.to_string())?;
+        let exact = check_routing(name, &oracle, &got, Tolerance::OWN_LOGITS)?;
+        let scoring = format!(
+            "{:?}{}{}",
+            r.config.scoring,
+            if r.bias.is_some() { "+bias" } else { "" },
+            if r.config.grouping.is_some() {
+                "+groups"
+            } else {
+                ""
+            }
+        );
+        say!(
+            out,
+            "  {:<30} {:>5} {:>7} {:>3}  {:<19} {:>8}  {:>4} of {:<4} ok",
+            name,
+            r.rows,
+            r.experts,
+            r.config.k,
+            scoring,
+            launches,
+            exact,
+            r.rows
+        );
+    }
+    say!(out, "");
+    say!(out, "Route your own logits: cargo run --example ch01 -- --input FILE.safetensors [--output OUT.safetensors] (see --help).");
+    Ok(())
+}
+
+// ANCHOR: route_file
+fn route_file(
+    args: &Args,
+    path: &std::path::Path,
+    device: &'static Device,
+    out: Out,
+) -> Result<(), String> {
+    let (logits, bias) = io::read_router_input(path).map_err(|e| e.to_string())?;
+    let bias = match (bias, args.bias_bf16) {
+        (Some(b), true) => Some(
+            b.to_dtype(candle_core::DType::BF16)
+                .and_then(|b| b.to_dtype(candle_core::DType::F32))
+                .map_err(|e| e.to_string())?,
+        ),
+        (b, _) => b,
+    };
+    let config = args.config();
+    let routing = ReferenceRouter {
+        config: config.clone(),
+    }
+    .route(&logits, bias.as_ref())
+    .map_err(|e| e.to_string())?;
+    let (rows, experts) = logits.dims2().map_err(|e| e.to_string())?;
+    say!(
+        out,
+        "{}: {rows} rows of {experts} logits{}",
+        path.display(),
+        if bias.is_some() { ", with a bias" } else { "" }
+    );
+    say!(out, "router: {config:?}");
+    for r in 0..rows.min(args.show) {
+        say!(
+            out,
+            "  row {r}: experts {} weights {}",
+            ids_of(&routing, r),
+            weights_of(&routing, r)
+        );
+    }
+    if rows > args.show {
+        say!(out, "  ... {} more rows", rows - args.show);
+    }
+
+    // The same logits through the kernel chain, checked against the f64 oracle.
+    let flat: Vec<f32> = logits
+        .flatten_all()
+        .and_then(|t| t.to_vec1())
+        .map_err(|e| e.to_string())?;
+    let bias_v: Option<Vec<f32>> = bias
+        .as_ref()
+        .map(|b| b.flatten_all().and_then(|t| t.to_vec1()))
+        .transpose()
+        .map_err(|e| e.to_string())?;
+    let on_device =
+        route_logits_on_device(device, &config, rows, experts, &flat, bias_v.as_deref())
+            .map_err(|e| e.to_string())?;
+    let oracle = LiteralRouter { config }
+        .route_rows(&flat, rows, experts, bias_v.as_deref())
+        .map_err(|e| e.to_string())?;
+    let exact_ref = check_routing("reference", &oracle, &routing, Tolerance::SAME_LOGITS)?;
+    let exact_dev = check_routing("kernel chain", &oracle, &on_device, Tolerance::SAME_LOGITS)?;
+    let gaps: Vec<f64> = oracle
+        .iter()
+        .filter_map(|d| d.cut.as_ref().map(|c| c.gap))
+        .collect();
+    let narrow = gaps.iter().filter(|&&g| g <= 1e-5).count();
+    say!(out, "checked against the f64 oracle: CPU reference {exact_ref} rows exact, kernel chain {exact_dev} rows exact; {narrow} rows have a gap at the cut <= 1e-5");
+    if let Some(min) = gaps.iter().cloned().reduce(f64::min) {
+        let mut sorted = gaps.clone();
+        sorted.sort_by(f64::total_cmp);
+        say!(
+            out,
+            "gap at the cut: smallest {min:.2e}, median {:.2e}",
+            sorted[sorted.len() / 2]
+        );
+    }
+    if let Some(o) = &args.output {
+        io::write_routing(o, &routing).map_err(|e| e.to_string())?;
+        say!(
+            out,
+            "wrote ids [{rows}, {}] i32 and weights [{rows}, {}] f32 to {}",
+            routing.k,
+            routing.k,
+            o.display()
+        );
+    }
+    Ok(())
+}
+// ANCHOR_END: route_file
+
+/// The example's `main`: parses the arguments, picks the backend (saying which on stderr), runs.
+pub fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    let device = match Device::auto() {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let mut stdout = std::io::stdout().lock();
+    match run(&args, device, &mut stdout) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,92 @@
+//! Chapter 1's example, as the book shows it: its stdout is a snapshot (the same on the GPU and
+//! on the emulator), and `--input`/`--output` route a reader's own file.
+
+use ch01_router::example::{run, Args};
+use ch01_router::literal::LiteralRouter;
+use ch01_router::regimes::regime;
+use clap::Parser;
+use moe_kernels::testing::device;
+
+fn run_to_string(argv: &[&str]) -> String {
+    let args = Args::try_parse_from(argv).unwrap();
+    let mut out = Vec::new();
+    run(&args, device(), &mut out).unwrap_or_else(|e| panic!("{e}"));
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn example_stdout() {
+    let text = run_to_string(&["ch01"]);
+    // The article's numbers, checked here by value before the snapshot freezes the layout.
+    assert!(
+        text.contains("selected:  experts 2 5 with weights 0.503 0.497"),
+        "{text}"
+    );
+    assert!(
+        text.contains("selected:  experts 5 0 with weights 0.531 0.469"),
+        "{text}"
+    );
+    assert!(
+        text.contains("first rejected expert 2 (8.881), gap 0.018"),
+        "{text}"
+    );
+    assert!(
+        text.contains("selected:  experts 0 2 with weights"),
+        "{text}"
+    );
+    insta::assert_snapshot!("ch01_example", text);
+}
+
+#[test]
+fn routes_a_readers_file_and_writes_the_result() {
+    let r = regime("spec_decode_6rows").unwrap();
+    let dir = std::env::temp_dir().join(format!("ch01-example-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = dir.join("in.safetensors");
+    let output = dir.join("out.safetensors");
+    let cpu = candle_core::Device::Cpu;
+    let logits =
+        candle_core::Tensor::from_slice(&r.logits_f32(), (r.rows, r.experts), &cpu).unwrap();
+    let bias = candle_core::Tensor::from_slice(r.bias.as_ref().unwrap(), r.experts, &cpu).unwrap();
+    candle_core::safetensors::save(
+        &[("logits", logits), ("bias", bias)]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+        &input,
+    )
+    .unwrap();
+    let text = run_to_string(&[
+        "ch01",
+        "--input",
+        input.to_str().unwrap(),
+        "--output",
+        output.to_str().unwrap(),
+        "--k",
+        "8",
+    ]);
+    assert!(text.contains("6 rows of 96 logits, with a bias"), "{text}");
+    let back = candle_core::safetensors::load(&output, &cpu).unwrap();
+    let ids: Vec<Vec<i32>> = back["ids"].to_vec2().unwrap();
+    let weights: Vec<Vec<f32>> = back["weights"].to_vec2().unwrap();
+    let oracle = LiteralRouter {
+        config: ch01_router::RouterConfig::glm5(8),
+    }
+    .route_rows(&r.logits_f32(), r.rows, r.experts, r.bias.as_deref())
+    .unwrap();
+    for (row, d) in oracle.iter().enumerate() {
+        assert_eq!(
+            ids[row].iter().map(|&i| i as u32).collect::<Vec<_>>(),
+            d.ids,
+            "row {row}"
+        );
+        for (a, b) in weights[row].iter().zip(&d.weights) {
+            assert!((*a as f64 - b).abs() < 2e-6, "row {row}: {a} vs {b}");
+        }
+    }
+    // A bad k names the problem.
+    let args =
+        Args::try_parse_from(["ch01", "--input", input.to_str().unwrap(), "--k", "0"]).unwrap();
+    let err = run(&args, device(), &mut Vec::new()).unwrap_err();
+    assert!(err.contains("k"), "{err}");
+}
