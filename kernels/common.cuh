@@ -38,6 +38,7 @@ __device__ __forceinline__ float moe_scale2(float x, int n) {
     return (x * moe_pow2i(half)) * moe_pow2i(n - half);
 }
 
+// ANCHOR: moe_expf
 // e^x. Cody-Waite reduction x = n ln2 + r with |r| <= ln2/2, a degree-7 polynomial for e^r,
 // then exact scaling by 2^n. Handles NaN, ±inf, overflow (inf) and underflow (0).
 __device__ __forceinline__ float moe_expf(float x) {
@@ -61,6 +62,7 @@ __device__ __forceinline__ float moe_expf(float x) {
     p = fmaf(p, r, 1.0f);
     return moe_scale2(p, (int)n);
 }
+// ANCHOR_END: moe_expf
 
 // ln(x). x = m 2^e with m in [sqrt(1/2), sqrt(2)); ln(m) = 2 atanh(s), s = (m-1)/(m+1).
 // Handles NaN, x < 0 (NaN), 0 (-inf), +inf and subnormal x.

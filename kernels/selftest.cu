@@ -108,8 +108,10 @@ extern "C" __global__ void selftest_math(const float* __restrict__ x, float* __r
 // Emulator-only: threads 16.. return before the barrier that threads 0..15 wait at. On a GPU
 // this is undefined behaviour (compute-sanitizer's synccheck reports it); the emulator must stop
 // the launch with a message instead of hanging. Never launched on the GPU.
+// ANCHOR: bad_barrier
 extern "C" __global__ void selftest_bad_barrier(int* __restrict__ out) {
     if (threadIdx.x >= 16) return;
     __syncthreads();
     out[threadIdx.x] = 1;
 }
+// ANCHOR_END: bad_barrier

@@ -142,11 +142,11 @@ impl Harness {
         )
     }
 
-    fn capture(
+    fn capture<E: From<KernelError>>(
         &self,
         copies: usize,
-        enqueue: &mut dyn FnMut() -> Result<()>,
-    ) -> Result<(Graph, u64)> {
+        enqueue: &mut dyn FnMut() -> std::result::Result<(), E>,
+    ) -> std::result::Result<(Graph, u64), E> {
         let gpu = self.gpu();
         gpu.bind()?;
         let stream = gpu.stream;
@@ -239,16 +239,23 @@ impl Harness {
 
     /// Measures the work that `enqueue` queues (it must only launch kernels on this device:
     /// no allocation, no copy, no synchronisation, since it runs under graph capture).
-    pub fn measure(&self, mut enqueue: impl FnMut() -> Result<()>) -> Result<Measurement> {
+    pub fn measure<E: From<KernelError>>(
+        &self,
+        mut enqueue: impl FnMut() -> std::result::Result<(), E>,
+    ) -> std::result::Result<Measurement, E> {
         // Warm-up outside any graph: module loading and first-launch costs stay out.
         for _ in 0..3 {
             enqueue()?;
         }
-        self.gpu().sync("after warm-up")?;
-        let (one, launches) = self.capture(1, &mut enqueue)?;
-        let (many, _) = self.capture(self.plan.warm_copies, &mut enqueue)?;
-        let cold = self.time_graph(&one, self.plan.cold_samples, true, 1)?;
-        let warm = self.time_graph(&many, self.plan.warm_samples, false, self.plan.warm_copies)?;
+        self.gpu().sync("after warm-up").map_err(E::from)?;
+        let (one, launches) = self.capture::<E>(1, &mut enqueue)?;
+        let (many, _) = self.capture::<E>(self.plan.warm_copies, &mut enqueue)?;
+        let cold = self
+            .time_graph(&one, self.plan.cold_samples, true, 1)
+            .map_err(E::from)?;
+        let warm = self
+            .time_graph(&many, self.plan.warm_samples, false, self.plan.warm_copies)
+            .map_err(E::from)?;
         Ok(Measurement {
             cold,
             warm,

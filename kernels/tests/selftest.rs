@@ -362,6 +362,7 @@ fn project_math_is_accurate_and_fma_rounds_once() {
     }
 }
 
+// ANCHOR: emu_vs_gpu
 #[test]
 fn emulator_and_gpu_agree_bit_for_bit() {
     let Some(emu) = emu_too() else {
@@ -381,6 +382,7 @@ fn emulator_and_gpu_agree_bit_for_bit() {
     assert_same_bits("bf16 back", &gpu.bf16_back, &cpu.bf16_back);
     assert_same_bits("math", &gpu.math, &cpu.math);
 }
+// ANCHOR_END: emu_vs_gpu
 
 #[test]
 fn emulator_reports_a_barrier_that_not_every_thread_reaches() {

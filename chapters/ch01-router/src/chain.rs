@@ -21,8 +21,10 @@ use moe_kernels::{args, Device, DeviceBuffer, KernelError, KernelSource, LaunchC
 use std::fmt;
 use std::sync::Arc;
 
+// ANCHOR: kernel_source
 /// `kernels/ch01_router.cu`, built for the GPU (NVRTC at run time) and for the emulator.
 pub static KERNELS: KernelSource = moe_kernels::kernel_family!("ch01_router");
+// ANCHOR_END: kernel_source
 
 /// What can go wrong on the device path: a bad router configuration, a buffer of the wrong
 /// shape, or the backend itself.

@@ -34,6 +34,7 @@ fn run(dev: &'static Device, r: &RegimeInput) -> Routing {
     .unwrap_or_else(|e| panic!("regime {}: {e}", r.name))
 }
 
+// ANCHOR: chain_matches_the_oracle
 #[test]
 fn chain_matches_the_oracle_on_every_regime() {
     let dev = device();
@@ -59,6 +60,7 @@ fn chain_matches_the_oracle_on_every_regime() {
         );
     }
 }
+// ANCHOR_END: chain_matches_the_oracle
 
 #[test]
 fn chain_from_logits_matches_the_oracle() {
@@ -85,6 +87,7 @@ fn chain_from_logits_matches_the_oracle() {
     }
 }
 
+// ANCHOR: emu_and_gpu_same_bits
 #[test]
 fn emulator_and_gpu_give_the_same_bits_on_every_regime() {
     let Some(emu) = emu_too() else {
@@ -99,6 +102,7 @@ fn emulator_and_gpu_give_the_same_bits_on_every_regime() {
         assert_same_bits(&format!("{name} weights"), &gpu.weights, &cpu.weights);
     }
 }
+// ANCHOR_END: emu_and_gpu_same_bits
 
 #[test]
 fn launch_counts_match_the_table() {

@@ -190,6 +190,7 @@ fn toy_without_bias_selects_2_and_5() {
     assert!((got.weights[1] as f64 - 0.496883).abs() < 1e-5);
 }
 
+// ANCHOR: toy_fp32_bias
 #[test]
 fn toy_with_fp32_bias_selects_5_and_0() {
     let (logits, bias) = (toy::logits(), toy::bias());
@@ -224,6 +225,7 @@ fn toy_with_fp32_bias_selects_5_and_0() {
     assert!((got.weights[0] as f64 - 0.530933).abs() < 1e-5);
     assert!((got.weights[1] as f64 - 0.469067).abs() < 1e-5);
 }
+// ANCHOR_END: toy_fp32_bias
 
 #[test]
 fn toy_with_bf16_bias_flips_to_0_and_2() {

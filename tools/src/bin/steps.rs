@@ -1,1 +1,679 @@
-fn main() {}
+//! `tools/steps`: checks the chapters one by one (`check`) and prints the tree of files as it
+//! stands after a chapter (`tree N`).
+//!
+//! Exit codes: 0 all green, 1 a check failed, 2 usage error.
+
+use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use moe_tools::{chapter_number, deps, diff, includes, repo_root, snap, tree};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(Parser)]
+#[command(
+    name = "steps",
+    about = "Check the book's chapters one by one, or print the tree of files after a chapter."
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// The foundation's tests, then per chapter: the dependency rule, its tests, its example
+    /// against its snapshot, its book page and includes; then `mdbook build`.
+    Check {
+        /// Check only this chapter (the foundation and the book build still run).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=99))]
+        chapter: Option<u32>,
+        /// Skip `mdbook build` at the end (the include checks still run).
+        #[arg(long)]
+        no_book: bool,
+    },
+    /// Print the files as they stand after chapter N, chapter N's own files marked.
+    Tree {
+        #[arg(value_parser = clap::value_parser!(u32).range(1..=99))]
+        chapter: u32,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse(); // exits with 2 on a usage error
+    let root = repo_root();
+    let result = match cli.cmd {
+        Cmd::Check { chapter, no_book } => check(&root, chapter, no_book),
+        Cmd::Tree { chapter } => print_tree(&root, chapter),
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("steps: error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// tree
+
+fn git_files(root: &Path) -> Result<Vec<String>, String> {
+    let mut files = Vec::new();
+    for args in [
+        &["ls-files", "-z"][..],
+        &["ls-files", "-z", "--others", "--exclude-standard"][..],
+    ] {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(root)
+            .output()
+            .map_err(|e| format!("cannot run git: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "`git {}` failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        files.extend(
+            String::from_utf8_lossy(&out.stdout)
+                .split('\0')
+                .filter(|p| !p.is_empty() && root.join(p).is_file())
+                .map(str::to_string),
+        );
+    }
+    files.sort();
+    files.dedup();
+    Ok(files)
+}
+
+fn print_tree(root: &Path, n: u32) -> Result<bool, String> {
+    let files = git_files(root)?;
+    print!("{}", tree::render(&files, n, "moe-from-scratch"));
+    Ok(true)
+}
+
+// ---------------------------------------------------------------------------------------------
+// check
+
+/// One chapter crate: `chapters/ch01-router` → (1, "ch01-router").
+struct Chapter {
+    n: u32,
+    name: String,
+    dir: PathBuf,
+}
+
+fn chapters(root: &Path) -> Result<Vec<Chapter>, String> {
+    let dir = root.join("chapters");
+    let mut v = Vec::new();
+    for e in std::fs::read_dir(&dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))? {
+        let e = e.map_err(|e| e.to_string())?;
+        let name = e.file_name().to_string_lossy().to_string();
+        if !e.path().is_dir() {
+            continue;
+        }
+        let Some(n) = chapter_number(&name) else {
+            continue;
+        };
+        if !name.starts_with(&format!("ch{n:02}-")) {
+            continue;
+        }
+        v.push(Chapter {
+            n,
+            name,
+            dir: e.path(),
+        });
+    }
+    v.sort_by_key(|c| c.n);
+    Ok(v)
+}
+
+/// What a finished step reports.
+enum Outcome {
+    Ok(String),
+    Fail(String, Vec<String>),
+    Skip(String),
+}
+
+struct Report {
+    failures: Vec<String>,
+}
+
+impl Report {
+    /// Prints `label  step ok · step FAILED …` and the details of the failed steps.
+    fn line(&mut self, label: &str, steps: Vec<(&str, Outcome)>, took: Duration) {
+        let mut parts = Vec::new();
+        let mut details = Vec::new();
+        for (name, o) in steps {
+            match o {
+                Outcome::Ok(note) if note.is_empty() => parts.push(format!("{name} ok")),
+                Outcome::Ok(note) => parts.push(format!("{name} ok ({note})")),
+                Outcome::Skip(why) => parts.push(format!("{name} skipped ({why})")),
+                Outcome::Fail(what, lines) => {
+                    parts.push(format!("{name} FAILED"));
+                    self.failures.push(format!("{label} {name}"));
+                    details.push(format!("  ✘ {name}: {what}"));
+                    details.extend(lines.into_iter().map(|l| format!("      {l}")));
+                }
+            }
+        }
+        println!("{label:<22} {}  [{}]", parts.join(" · "), secs(took));
+        for d in details {
+            println!("{d}");
+        }
+    }
+}
+
+fn secs(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s < 60.0 {
+        format!("{s:.1}s")
+    } else {
+        format!("{}m{:02}s", (s / 60.0) as u64, (s % 60.0) as u64)
+    }
+}
+
+fn spinner(msg: String) -> ProgressBar {
+    let pb = ProgressBar::new_spinner();
+    pb.set_style(
+        ProgressStyle::with_template("{spinner} {elapsed:>4} {msg}").expect("a valid template"),
+    );
+    pb.set_message(msg);
+    pb.enable_steady_tick(Duration::from_millis(120));
+    pb
+}
+
+fn cargo() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string())
+}
+
+/// The last `n` non-empty-trailing lines of a text.
+fn tail(text: &str, n: usize) -> Vec<String> {
+    let lines: Vec<&str> = text.trim_end().lines().collect();
+    let from = lines.len().saturating_sub(n);
+    let mut out: Vec<String> = lines[from..].iter().map(|l| format!("| {l}")).collect();
+    if from > 0 {
+        out.insert(0, format!("| … ({from} lines above)"));
+    }
+    out
+}
+
+/// Runs a command from the repository root with stdout and stderr interleaved into one capture.
+fn run_combined(
+    root: &Path,
+    args: &[&str],
+    envs: &[(&str, &str)],
+    label: &str,
+) -> Result<(bool, String, i32), String> {
+    let log = std::env::temp_dir().join(format!(
+        "moe-steps-{}-{}.log",
+        std::process::id(),
+        label.replace(' ', "_")
+    ));
+    let file =
+        std::fs::File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+    let err = file.try_clone().map_err(|e| e.to_string())?;
+    let pb = spinner(format!("{label}: cargo {}", args.join(" ")));
+    let status = Command::new(cargo())
+        .args(args)
+        .envs(envs.iter().copied())
+        .current_dir(root)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(file))
+        .stderr(Stdio::from(err))
+        .status();
+    pb.finish_and_clear();
+    let status = status.map_err(|e| format!("cannot run cargo: {e}"))?;
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    Ok((status.success(), text, status.code().unwrap_or(-1)))
+}
+
+fn cargo_step(root: &Path, args: &[&str], label: &str) -> Outcome {
+    match run_combined(root, args, &[], label) {
+        Ok((true, _, _)) => Outcome::Ok(String::new()),
+        Ok((false, out, code)) => Outcome::Fail(
+            format!("`cargo {}` failed (exit {code})", args.join(" ")),
+            tail(&out, 30),
+        ),
+        Err(e) => Outcome::Fail(e, vec![]),
+    }
+}
+
+fn check_deps(root: &Path, ws: &toml::Table, ch: &Chapter) -> Outcome {
+    let path = ch.dir.join("Cargo.toml");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) => return Outcome::Fail(format!("cannot read {}: {e}", rel(root, &path)), vec![]),
+    };
+    let manifest = match deps::parse(&text, &rel(root, &path)) {
+        Ok(m) => m,
+        Err(e) => return Outcome::Fail(e, vec![]),
+    };
+    let pkg = manifest
+        .get("package")
+        .and_then(|p| p.get("name"))
+        .and_then(|n| n.as_str())
+        .unwrap_or("");
+    if pkg != ch.name {
+        return Outcome::Fail(
+            format!(
+                "{}: package name is `{pkg}`, expected `{}` (the directory's name)",
+                rel(root, &path),
+                ch.name
+            ),
+            vec![],
+        );
+    }
+    let errs = deps::check_chapter(&manifest, ws, ch.n);
+    if errs.is_empty() {
+        let local = deps::local_deps(&manifest, ws)
+            .into_iter()
+            .map(|d| d.name)
+            .collect::<Vec<_>>();
+        Outcome::Ok(local.join(", "))
+    } else {
+        Outcome::Fail(
+            format!("{} breaks the dependency rule", rel(root, &path)),
+            errs,
+        )
+    }
+}
+
+fn rel(root: &Path, p: &Path) -> String {
+    p.strip_prefix(root).unwrap_or(p).display().to_string()
+}
+
+/// `tests/chNN_*.rs` of the root package, as test target names.
+fn root_tests(root: &Path, n: u32) -> Vec<String> {
+    let prefix = format!("ch{n:02}_");
+    let mut v: Vec<String> = std::fs::read_dir(root.join("tests"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().to_string();
+            let stem = name.strip_suffix(".rs")?;
+            (stem.starts_with(&prefix) && e.path().is_file()).then(|| stem.to_string())
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn check_tests(root: &Path, ch: &Chapter) -> Outcome {
+    let label = format!("ch{:02}", ch.n);
+    if let o @ Outcome::Fail(..) = cargo_step(root, &["test", "-p", &ch.name], &label) {
+        return o;
+    }
+    let stems = root_tests(root, ch.n);
+    if stems.is_empty() {
+        return Outcome::Ok(format!("no tests/ch{:02}_*.rs", ch.n));
+    }
+    let mut args = vec!["test", "-p", "moe-from-scratch"];
+    for s in &stems {
+        args.push("--test");
+        args.push(s);
+    }
+    match cargo_step(root, &args, &label) {
+        Outcome::Ok(_) => Outcome::Ok(format!("{} + {}", ch.name, stems.join(", "))),
+        o => o,
+    }
+}
+
+fn check_example(root: &Path, ch: &Chapter) -> Outcome {
+    let ex = format!("ch{:02}", ch.n);
+    let snap_rel = format!("tests/snapshots/{ex}_example__{ex}_example.snap");
+    if !root.join(format!("examples/{ex}.rs")).is_file() {
+        return Outcome::Fail(format!("examples/{ex}.rs does not exist"), vec![]);
+    }
+    let pb = spinner(format!("{ex}: MOE_BACKEND=emu cargo run -q --example {ex}"));
+    let t = Instant::now();
+    let out = Command::new(cargo())
+        .args(["run", "-q", "--example", &ex])
+        .env("MOE_BACKEND", "emu")
+        .current_dir(root)
+        .stdin(Stdio::null())
+        .output();
+    pb.finish_and_clear();
+    let took = t.elapsed();
+    let out = match out {
+        Ok(o) => o,
+        Err(e) => return Outcome::Fail(format!("cannot run cargo: {e}"), vec![]),
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        let mut lines = tail(&String::from_utf8_lossy(&out.stderr), 20);
+        lines.extend(tail(&stdout, 10));
+        return Outcome::Fail(
+            format!(
+                "`cargo run --example {ex}` failed (exit {})",
+                out.status.code().unwrap_or(-1)
+            ),
+            lines,
+        );
+    }
+    let snap_text = match std::fs::read_to_string(root.join(&snap_rel)) {
+        Ok(t) => t,
+        Err(_) => {
+            return Outcome::Fail(
+                format!("{snap_rel} does not exist (the example's stdout must be snapshotted by tests/{ex}_example.rs)"),
+                vec![],
+            )
+        }
+    };
+    let body = match snap::strip_header(&snap_text) {
+        Ok(b) => b,
+        Err(e) => return Outcome::Fail(format!("{snap_rel}: {e}"), vec![]),
+    };
+    if snap::same_output(&stdout, &body) {
+        Outcome::Ok(format!("stdout = snapshot, {}", secs(took)))
+    } else {
+        let d = diff::unified(
+            &body,
+            &stdout,
+            &format!("{snap_rel} (snapshot)"),
+            &format!("cargo run --example {ex} (stdout)"),
+            40,
+        );
+        Outcome::Fail(
+            "stdout differs from the snapshot".to_string(),
+            d.lines().map(str::to_string).collect(),
+        )
+    }
+}
+
+/// Book pages (`book/src/**/*.md`), relative to the repository root.
+fn book_pages(root: &Path) -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "md") {
+                out.push(p);
+            }
+        }
+    }
+    let mut v = Vec::new();
+    walk(&root.join("book/src"), &mut v);
+    v.sort();
+    v
+}
+
+/// The chapter a page belongs to, from its file name (`ch01-router.md` → 1).
+fn page_chapter(p: &Path) -> Option<u32> {
+    chapter_number(&p.file_name()?.to_string_lossy())
+}
+
+/// Link targets in SUMMARY.md, normalised (`./ch01-router.md` → `ch01-router.md`).
+fn summary_links(root: &Path) -> Result<Vec<String>, String> {
+    let text = std::fs::read_to_string(root.join("book/src/SUMMARY.md"))
+        .map_err(|e| format!("cannot read book/src/SUMMARY.md: {e}"))?;
+    let mut v = Vec::new();
+    let mut rest = text.as_str();
+    while let Some(i) = rest.find("](") {
+        rest = &rest[i + 2..];
+        if let Some(j) = rest.find(')') {
+            v.push(rest[..j].trim().trim_start_matches("./").to_string());
+            rest = &rest[j..];
+        }
+    }
+    Ok(v)
+}
+
+/// Include problems of one page, as lines for the report; empty when all its includes are good.
+fn page_problems(root: &Path, page: &Path) -> (usize, Vec<String>) {
+    let text = std::fs::read_to_string(page).unwrap_or_default();
+    let count = includes::find_includes(&text).len();
+    match includes::check_page(page) {
+        Ok(bad) => (
+            count,
+            bad.into_iter()
+                .map(|(line, link, why)| format!("{}:{line}: {link}: {why}", rel(root, page)))
+                .collect(),
+        ),
+        Err(e) => (count, vec![e]),
+    }
+}
+
+fn check_book_page(root: &Path, ch: &Chapter, summary: &Result<Vec<String>, String>) -> Outcome {
+    let pages: Vec<PathBuf> = book_pages(root)
+        .into_iter()
+        .filter(|p| p.parent() == Some(&root.join("book/src")) && page_chapter(p) == Some(ch.n))
+        .collect();
+    if pages.is_empty() {
+        return Outcome::Fail(format!("no book page book/src/ch{:02}-*.md", ch.n), vec![]);
+    }
+    let mut problems = Vec::new();
+    let mut includes = 0;
+    for p in &pages {
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        match summary {
+            Ok(links) if links.contains(&name) => {}
+            Ok(_) => problems.push(format!(
+                "book/src/{name} is not listed in book/src/SUMMARY.md"
+            )),
+            Err(e) => problems.push(e.clone()),
+        }
+        let (n, bad) = page_problems(root, p);
+        includes += n;
+        problems.extend(bad);
+    }
+    if problems.is_empty() {
+        Outcome::Ok(format!("{includes} includes"))
+    } else {
+        Outcome::Fail(
+            format!("{} problem(s) in the chapter's page", problems.len()),
+            problems,
+        )
+    }
+}
+
+/// `mdbook build` into a temporary directory; fails on errors and on warnings about files.
+fn mdbook_build(root: &Path) -> Outcome {
+    let dest = std::env::temp_dir().join(format!("moe-book-{}", std::process::id()));
+    let pb = spinner("mdbook build book".to_string());
+    let out = Command::new("mdbook")
+        .arg("build")
+        .arg("book")
+        .arg("--dest-dir")
+        .arg(&dest)
+        .current_dir(root)
+        .stdin(Stdio::null())
+        .output();
+    pb.finish_and_clear();
+    let _ = std::fs::remove_dir_all(&dest);
+    let out = match out {
+        Ok(o) => o,
+        Err(e) => return Outcome::Fail(format!("cannot run mdbook: {e}"), vec![]),
+    };
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bad: Vec<String> = log
+        .lines()
+        .filter(|l| {
+            let lower = l.to_lowercase();
+            l.contains("ERROR")
+                || (l.contains("WARN")
+                    && [
+                        "missing",
+                        "not found",
+                        "could not",
+                        "no such file",
+                        "does not exist",
+                        "failed",
+                    ]
+                    .iter()
+                    .any(|w| lower.contains(w)))
+        })
+        .map(|l| format!("| {l}"))
+        .collect();
+    if !out.status.success() {
+        let mut lines = bad;
+        if lines.is_empty() {
+            lines = tail(&log, 20);
+        }
+        Outcome::Fail(
+            format!(
+                "`mdbook build book` failed (exit {})",
+                out.status.code().unwrap_or(-1)
+            ),
+            lines,
+        )
+    } else if !bad.is_empty() {
+        Outcome::Fail("`mdbook build book` reported problems".to_string(), bad)
+    } else {
+        Outcome::Ok(String::new())
+    }
+}
+
+fn mdbook_version() -> Option<String> {
+    let out = Command::new("mdbook")
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn check(root: &Path, only: Option<u32>, no_book: bool) -> Result<bool, String> {
+    let start = Instant::now();
+    let all = chapters(root)?;
+    if let Some(n) = only {
+        if !all.iter().any(|c| c.n == n) {
+            let have: Vec<&str> = all.iter().map(|c| c.name.as_str()).collect();
+            eprintln!(
+                "steps: no chapter {n} under chapters/ (have: {})",
+                have.join(", ")
+            );
+            std::process::exit(2);
+        }
+    }
+    let selected: Vec<&Chapter> = all
+        .iter()
+        .filter(|c| only.is_none_or(|n| c.n == n))
+        .collect();
+    let backend = std::env::var("MOE_BACKEND")
+        .map(|b| format!("MOE_BACKEND={b}"))
+        .unwrap_or_else(|_| "MOE_BACKEND unset: auto".to_string());
+    println!(
+        "steps check: foundation + {} chapter(s) ({}); tests with {backend}, examples with MOE_BACKEND=emu",
+        selected.len(),
+        selected.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", ")
+    );
+    let mut report = Report {
+        failures: Vec::new(),
+    };
+
+    // The foundation: the runtime and its emulator.
+    let t = Instant::now();
+    let foundation = cargo_step(root, &["test", "-p", "moe-kernels"], "foundation");
+    let foundation_ok = matches!(foundation, Outcome::Ok(_));
+    report.line(
+        "foundation",
+        vec![("moe-kernels tests", foundation)],
+        t.elapsed(),
+    );
+
+    let root_manifest = deps::parse(
+        &std::fs::read_to_string(root.join("Cargo.toml"))
+            .map_err(|e| format!("cannot read Cargo.toml: {e}"))?,
+        "Cargo.toml",
+    )?;
+    let ws = deps::workspace_deps(&root_manifest);
+    let summary = summary_links(root);
+
+    for ch in &selected {
+        let t = Instant::now();
+        let deps = check_deps(root, &ws, ch);
+        let (tests, example) = if foundation_ok {
+            (check_tests(root, ch), check_example(root, ch))
+        } else {
+            (
+                Outcome::Skip("foundation failed".into()),
+                Outcome::Skip("foundation failed".into()),
+            )
+        };
+        let book = check_book_page(root, ch, &summary);
+        report.line(
+            &ch.name,
+            vec![
+                ("deps", deps),
+                ("tests", tests),
+                ("example", example),
+                ("book", book),
+            ],
+            t.elapsed(),
+        );
+    }
+
+    // The other pages (introduction, runtime, …), each reported once.
+    let t = Instant::now();
+    let others: Vec<PathBuf> = book_pages(root)
+        .into_iter()
+        .filter(|p| match page_chapter(p) {
+            None => true,
+            // A chapter page is checked on its chapter's line, unless it has no chapter crate.
+            Some(n) => {
+                let on_chapter_line =
+                    p.parent() == Some(&root.join("book/src")) && all.iter().any(|c| c.n == n);
+                !on_chapter_line && only.is_none_or(|o| o == n)
+            }
+        })
+        .collect();
+    let mut problems = Vec::new();
+    let mut count = 0;
+    for p in &others {
+        let (n, bad) = page_problems(root, p);
+        count += n;
+        problems.extend(bad);
+    }
+    if let Err(e) = &summary {
+        problems.push(e.clone());
+    }
+    let pages = if problems.is_empty() {
+        Outcome::Ok(format!("{} pages, {count} includes", others.len()))
+    } else {
+        Outcome::Fail(format!("{} problem(s)", problems.len()), problems)
+    };
+    let mut steps = vec![("includes", pages)];
+    if no_book {
+        steps.push(("mdbook build", Outcome::Skip("--no-book".into())));
+    } else if let Some(v) = mdbook_version() {
+        let o = match mdbook_build(root) {
+            Outcome::Ok(_) => Outcome::Ok(v),
+            o => o,
+        };
+        steps.push(("mdbook build", o));
+    } else {
+        steps.push(("mdbook build", Outcome::Skip("mdbook not on PATH".into())));
+    }
+    report.line("book (other pages)", steps, t.elapsed());
+
+    let took = secs(start.elapsed());
+    if report.failures.is_empty() {
+        println!(
+            "✔ steps check: all green — foundation and {} chapter(s) in {took}",
+            selected.len()
+        );
+        Ok(true)
+    } else {
+        println!(
+            "✘ steps check: {} failed — {} ({took})",
+            report.failures.len(),
+            report.failures.join(", ")
+        );
+        Ok(false)
+    }
+}

@@ -1,0 +1,44 @@
+//! The book's tools: `steps` (check the chapters, print the tree of files) and `plot` (turn a
+//! benchmark CSV into an SVG figure and a Markdown table). The binaries are thin: the logic lives
+//! in these modules so that it can be unit-tested.
+
+pub mod deps;
+pub mod diff;
+pub mod includes;
+pub mod plot;
+pub mod snap;
+pub mod tree;
+
+use std::path::{Path, PathBuf};
+
+/// The repository root: the workspace this crate was built from (`tools/..`).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tools/ has a parent")
+        .to_path_buf()
+}
+
+/// Resolves a path given on the command line: relative paths are relative to the directory the
+/// user ran the wrapper script from (`MOE_TOOLS_CWD`, set by `tools/steps` and `tools/plot`,
+/// which themselves run from the repository root), else to the current directory.
+pub fn user_path(p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        return p.to_path_buf();
+    }
+    match std::env::var_os("MOE_TOOLS_CWD") {
+        Some(cwd) => PathBuf::from(cwd).join(p),
+        None => p.to_path_buf(),
+    }
+}
+
+/// The number of a chapter named in a path component: `ch01-router` → 1, `ch12_x.rs` → 12.
+/// Needs `ch` followed by at least two digits at the start of the component.
+pub fn chapter_number(component: &str) -> Option<u32> {
+    let rest = component.strip_prefix("ch")?;
+    let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+    if digits.len() < 2 {
+        return None;
+    }
+    digits.parse().ok()
+}

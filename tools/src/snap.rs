@@ -1,0 +1,73 @@
+//! Reading insta snapshot files: a YAML header between two `---` lines, then the snapshot body.
+
+/// The 1-based line number of the first body line: the line after the second `---`.
+/// `None` when the text has no complete header.
+pub fn body_start_line(text: &str) -> Option<usize> {
+    let mut dashes = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.trim_end() == "---")
+        .map(|(i, _)| i);
+    let _first = dashes.next()?;
+    let second = dashes.next()?;
+    Some(second + 2)
+}
+
+/// The snapshot's body: the text with the lines from the first `---` to the second `---`
+/// (inclusive) removed.
+pub fn strip_header(text: &str) -> Result<String, String> {
+    let start = body_start_line(text)
+        .ok_or_else(|| "not an insta snapshot: no `---` … `---` header".to_string())?;
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    let first = lines
+        .iter()
+        .position(|l| l.trim_end() == "---")
+        .expect("a header was found above");
+    // Anything above the header (there should be nothing) is kept, like the brief says.
+    let mut body: String = lines[..first].concat();
+    body.push_str(&lines[start - 1..].concat());
+    Ok(body)
+}
+
+/// Compares an example's stdout with a snapshot body, ignoring trailing newlines (insta trims
+/// them when it writes a snapshot, and so does its own comparison).
+pub fn same_output(stdout: &str, body: &str) -> bool {
+    normalize(stdout) == normalize(body)
+}
+
+fn normalize(s: &str) -> String {
+    s.replace("\r\n", "\n").trim_end_matches('\n').to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SNAP: &str = "---\nsource: tests/ch01_example.rs\nexpression: stdout\n---\nbackend: emu\n---\nids: 3 1\n";
+
+    #[test]
+    fn strips_the_header_only() {
+        assert_eq!(body_start_line(SNAP), Some(5));
+        // A `---` inside the body (a third one) stays in the body.
+        assert_eq!(strip_header(SNAP).unwrap(), "backend: emu\n---\nids: 3 1\n");
+    }
+
+    #[test]
+    fn empty_body_and_missing_header() {
+        assert_eq!(strip_header("---\nsource: x\n---\n").unwrap(), "");
+        assert!(strip_header("ids: 3 1\n")
+            .unwrap_err()
+            .contains("not an insta snapshot"));
+        assert!(strip_header("---\nsource: x\n").is_err());
+        assert_eq!(body_start_line("---\nsource: x\n"), None);
+    }
+
+    #[test]
+    fn compares_modulo_trailing_newline() {
+        let body = strip_header(SNAP).unwrap();
+        assert!(same_output("backend: emu\n---\nids: 3 1\n", &body));
+        assert!(same_output("backend: emu\n---\nids: 3 1", &body));
+        assert!(!same_output("backend: emu\n---\nids: 3 2\n", &body));
+        assert!(!same_output(" backend: emu\n---\nids: 3 1\n", &body));
+    }
+}
