@@ -32,17 +32,20 @@
 // ANCHOR: router_gemm
 // logits[t, e] = sum_h hidden[t, h] * weight[e, h]
 //   hidden [T, H] f32, weight [E, H] f32, logits [T, E] f32
-// Grid: (ceil(E / 8), ceil(T / 8)); block: 256 threads = 8 warps. Warp w of block (bx, by)
-// owns expert bx*8 + w and rows by*8 .. by*8+7: it reads its weight row once for 8 rows.
-// Lane l accumulates h = l, l+32, l+64, ... with fmaf, then the warp adds its 32 partial sums
+// Grid: (ceil(E / 2), ceil(T / 8)); block: 64 threads = 2 warps. Warp w of block (bx, by) owns
+// expert bx*2 + w and rows by*8 .. by*8+7, so it reads its weight row once for 8 rows, and a
+// one-row decode still spreads 288 experts over 144 blocks (more than the H200's 132 SMs).
+// Lane l reads 16-byte words l, l+32, l+64, ... of the row (when H % 4 == 0; one float at a time
+// otherwise) and accumulates with fmaf in a fixed order; the warp then adds its 32 partial sums
 // with a fixed xor tree: one summation order on every backend.
 #define GEMM_ROWS 8
-extern "C" __global__ void __launch_bounds__(256) router_gemm_f32(const float* __restrict__ hidden,
-                                                                  const float* __restrict__ weight,
-                                                                  float* __restrict__ logits,
-                                                                  int T, int H, int E) {
+#define GEMM_WARPS 2
+extern "C" __global__ void __launch_bounds__(64) router_gemm_f32(const float* __restrict__ hidden,
+                                                                 const float* __restrict__ weight,
+                                                                 float* __restrict__ logits,
+                                                                 int T, int H, int E) {
     const int lane = threadIdx.x & 31;
-    const int e = blockIdx.x * 8 + (threadIdx.x >> 5);
+    const int e = blockIdx.x * GEMM_WARPS + (threadIdx.x >> 5);
     const int t0 = blockIdx.y * GEMM_ROWS;
     if (e >= E) return;  // whole warps leave together: e is the same for all 32 lanes
     const int rows = min(GEMM_ROWS, T - t0);
@@ -50,11 +53,30 @@ extern "C" __global__ void __launch_bounds__(256) router_gemm_f32(const float* _
 #pragma unroll
     for (int r = 0; r < GEMM_ROWS; ++r) acc[r] = 0.0f;
     const float* w = weight + (size_t)e * H;
-    for (int h = lane; h < H; h += 32) {
-        const float wv = w[h];
+    const float* x = hidden + (size_t)t0 * H;
+    if ((H & 3) == 0) {
+        const int H4 = H >> 2;
+        const float4* w4 = reinterpret_cast<const float4*>(w);
+        for (int j = lane; j < H4; j += 32) {
+            const float4 wv = w4[j];
 #pragma unroll
-        for (int r = 0; r < GEMM_ROWS; ++r)
-            if (r < rows) acc[r] = fmaf(hidden[(size_t)(t0 + r) * H + h], wv, acc[r]);
+            for (int r = 0; r < GEMM_ROWS; ++r) {
+                if (r < rows) {
+                    const float4 xv = reinterpret_cast<const float4*>(x + (size_t)r * H)[j];
+                    acc[r] = fmaf(xv.x, wv.x, acc[r]);
+                    acc[r] = fmaf(xv.y, wv.y, acc[r]);
+                    acc[r] = fmaf(xv.z, wv.z, acc[r]);
+                    acc[r] = fmaf(xv.w, wv.w, acc[r]);
+                }
+            }
+        }
+    } else {
+        for (int h = lane; h < H; h += 32) {
+            const float wv = w[h];
+#pragma unroll
+            for (int r = 0; r < GEMM_ROWS; ++r)
+                if (r < rows) acc[r] = fmaf(x[(size_t)r * H + h], wv, acc[r]);
+        }
     }
 #pragma unroll
     for (int r = 0; r < GEMM_ROWS; ++r) {
@@ -186,19 +208,22 @@ extern "C" __global__ void router_group_limit(const float* __restrict__ keys,
 // ---------------------------------------------------------------------------------------------
 // ANCHOR: router_topk
 // ids[t, 0..k) = the k best experts of row t, best first, by key_better.
-// One block of 128 threads per row. The row's keys are copied into dynamic shared memory
-// (E floats, then E flags); each of k rounds is a block-wide argmax: every thread scans its
-// strided share, then a shared-memory tree halves the candidates, __syncthreads between levels.
+// One block of 128 threads (4 warps) per row. The row's keys are copied into dynamic shared
+// memory (E floats, then E flags). Each of the k rounds is a block-wide argmax: every thread
+// scans its strided share, each warp agrees on its best with a shuffle tree, and thread 0 picks
+// the best of the 4 warps; two barriers per round.
 #define TOPK_THREADS 128
+#define TOPK_WARPS (TOPK_THREADS / 32)
 extern "C" __global__ void __launch_bounds__(TOPK_THREADS) router_topk(const float* __restrict__ keys,
                                                                        const float* __restrict__ logits,
                                                                        int* __restrict__ ids, int T,
                                                                        int E, int k) {
-    DYNAMIC_SHARED(float, row_keys);                         // [E] keys, then [E] used flags
+    DYNAMIC_SHARED(float, row_keys);  // [E] keys, then [E] used flags
     unsigned char* used = reinterpret_cast<unsigned char*>(row_keys + E);
-    __shared__ float best_key[TOPK_THREADS];
-    __shared__ int best_id[TOPK_THREADS];
+    __shared__ float warp_key[TOPK_WARPS];
+    __shared__ int warp_id[TOPK_WARPS];
     const int t = blockIdx.x;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const size_t row = (size_t)t * E;
     for (int e = threadIdx.x; e < E; e += TOPK_THREADS) {
         row_keys[e] = effective_key(keys, logits, row + e);
@@ -207,27 +232,24 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS) router_topk(const flo
     __syncthreads();
     for (int round = 0; round < k; ++round) {
         float bk = 0.0f;
-        int bi = -1;
+        int bi = -1;  // -1: this thread has no candidate left
         for (int e = threadIdx.x; e < E; e += TOPK_THREADS)
             if (!used[e] && (bi < 0 || key_better(row_keys[e], e, bk, bi))) { bk = row_keys[e]; bi = e; }
-        best_key[threadIdx.x] = bk;
-        best_id[threadIdx.x] = bi;
-        __syncthreads();
-        for (int s = TOPK_THREADS / 2; s > 0; s >>= 1) {
-            if (threadIdx.x < s) {
-                const int oi = best_id[threadIdx.x + s];
-                const float ok = best_key[threadIdx.x + s];
-                const int mi = best_id[threadIdx.x];
-                if (oi >= 0 && (mi < 0 || key_better(ok, oi, best_key[threadIdx.x], mi))) {
-                    best_key[threadIdx.x] = ok;
-                    best_id[threadIdx.x] = oi;
-                }
-            }
-            __syncthreads();
+        for (int off = 16; off > 0; off >>= 1) {
+            const float ok = __shfl_xor_sync(MOE_FULL_MASK, bk, off);
+            const int oi = __shfl_xor_sync(MOE_FULL_MASK, bi, off);
+            if (oi >= 0 && (bi < 0 || key_better(ok, oi, bk, bi))) { bk = ok; bi = oi; }
         }
+        if (lane == 0) { warp_key[warp] = bk; warp_id[warp] = bi; }
+        __syncthreads();
         if (threadIdx.x == 0) {
-            ids[(size_t)t * k + round] = best_id[0];
-            used[best_id[0]] = 1;
+            for (int w = 1; w < TOPK_WARPS; ++w)
+                if (warp_id[w] >= 0 && (bi < 0 || key_better(warp_key[w], warp_id[w], bk, bi))) {
+                    bk = warp_key[w];
+                    bi = warp_id[w];
+                }
+            ids[(size_t)t * k + round] = bi;
+            used[bi] = 1;
         }
         __syncthreads();
     }

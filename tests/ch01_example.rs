@@ -84,6 +84,41 @@ fn routes_a_readers_file_and_writes_the_result() {
             assert!((*a as f64 - b).abs() < 2e-6, "row {row}: {a} vs {b}");
         }
     }
+    // --bias-bf16 counts the rows that change experts (independently: route both ways here).
+    let text = run_to_string(&[
+        "ch01",
+        "--input",
+        input.to_str().unwrap(),
+        "--k",
+        "8",
+        "--bias-bf16",
+    ]);
+    let b16: Vec<f32> = r
+        .bias
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|&b| half::bf16::from_f32(b).to_f32())
+        .collect();
+    let lit = LiteralRouter {
+        config: ch01_router::RouterConfig::glm5(8),
+    };
+    let a = lit
+        .route_rows(&r.logits_f32(), r.rows, r.experts, r.bias.as_deref())
+        .unwrap();
+    let b = lit
+        .route_rows(&r.logits_f32(), r.rows, r.experts, Some(&b16))
+        .unwrap();
+    let set = |d: &ch01_router::RowDetail| {
+        let mut v = d.ids.clone();
+        v.sort_unstable();
+        v
+    };
+    let changed = a.iter().zip(&b).filter(|(x, y)| set(x) != set(y)).count();
+    assert!(
+        text.contains(&format!("{changed} of 6 rows select a different set")),
+        "{changed}: {text}"
+    );
     // A bad k names the problem.
     let args =
         Args::try_parse_from(["ch01", "--input", input.to_str().unwrap(), "--k", "0"]).unwrap();

@@ -52,3 +52,27 @@ pub fn assert_same_bits<T: Copy + std::fmt::Debug>(what: &str, a: &[T], b: &[T])
         );
     }
 }
+
+/// Like [`assert_same_bits`] for floats, except that two NaNs count as equal whatever their
+/// payloads. IEEE 754 leaves a NaN's payload to the hardware: the GPU writes the canonical NaN
+/// (0x7fffffff) for every NaN an operation produces, while x86 passes an operand's payload on
+/// (or writes 0xffc00000 for an invalid operation). Everywhere else the bits must match, and the
+/// positions of the NaNs must match too. Returns how many NaN pairs had different payloads.
+pub fn assert_same_bits_up_to_nan_payload(what: &str, a: &[f32], b: &[f32]) -> usize {
+    assert_eq!(a.len(), b.len(), "{what}: lengths differ");
+    let differs = |i: usize| a[i].to_bits() != b[i].to_bits() && !(a[i].is_nan() && b[i].is_nan());
+    if let Some(i) = (0..a.len()).find(|&i| differs(i)) {
+        let count = (0..a.len()).filter(|&i| differs(i)).count();
+        panic!(
+            "{what}: {count} of {} elements differ; first at {i}: {:?} ({:#010x}) vs {:?} ({:#010x})",
+            a.len(),
+            a[i],
+            a[i].to_bits(),
+            b[i],
+            b[i].to_bits()
+        );
+    }
+    (0..a.len())
+        .filter(|&i| a[i].to_bits() != b[i].to_bits())
+        .count()
+}

@@ -182,8 +182,8 @@ impl FiveLineChain {
         self.module.launch(
             "router_gemm_f32",
             LaunchConfig {
-                grid: (e.div_ceil(8) as u32, rows.div_ceil(8) as u32, 1),
-                block: (256, 1, 1),
+                grid: (e.div_ceil(2) as u32, rows.div_ceil(8) as u32, 1),
+                block: (64, 1, 1),
                 shared_bytes: 0,
             },
             &args![

@@ -47,7 +47,8 @@ pub struct Args {
     /// Routed scaling factor applied to the weights.
     #[arg(long, default_value_t = 1.0)]
     pub scale: f32,
-    /// Round the bias to bf16 before routing (to see how many tokens change experts).
+    /// Round the bias to bf16 before routing, and count the rows that then select a different
+    /// set of experts than with the bias as stored.
     #[arg(long)]
     pub bias_bf16: bool,
     /// How many rows to print.
@@ -312,14 +313,14 @@ fn route_file(
     device: &'static Device,
     out: Out,
 ) -> Result<(), String> {
-    let (logits, bias) = io::read_router_input(path).map_err(|e| e.to_string())?;
-    let bias = match (bias, args.bias_bf16) {
+    let (logits, bias_fp32) = io::read_router_input(path).map_err(|e| e.to_string())?;
+    let bias = match (&bias_fp32, args.bias_bf16) {
         (Some(b), true) => Some(
             b.to_dtype(candle_core::DType::BF16)
                 .and_then(|b| b.to_dtype(candle_core::DType::F32))
                 .map_err(|e| e.to_string())?,
         ),
-        (b, _) => b,
+        (b, _) => b.clone(),
     };
     let config = args.config();
     let routing = ReferenceRouter {
@@ -346,6 +347,23 @@ fn route_file(
     if rows > args.show {
         say!(out, "  ... {} more rows", rows - args.show);
     }
+    if let (true, Some(b32)) = (args.bias_bf16, &bias_fp32) {
+        // The same logits with the bias as stored (fp32): how many rows pick another set?
+        let full = ReferenceRouter {
+            config: config.clone(),
+        }
+        .route(&logits, Some(b32))
+        .map_err(|e| e.to_string())?;
+        let changed = (0..rows)
+            .filter(|&r| {
+                let (mut a, mut b) = (full.row_ids(r).to_vec(), routing.row_ids(r).to_vec());
+                a.sort_unstable();
+                b.sort_unstable();
+                a != b
+            })
+            .count();
+        say!(out, "with the bias rounded to bf16, {changed} of {rows} rows select a different set of experts than with the fp32 bias");
+    }
 
     // The same logits through the kernel chain, checked against the f64 oracle.
     let flat: Vec<f32> = logits
@@ -370,7 +388,10 @@ fn route_file(
         .filter_map(|d| d.cut.as_ref().map(|c| c.gap))
         .collect();
     let narrow = gaps.iter().filter(|&&g| g <= 1e-5).count();
-    say!(out, "checked against the f64 oracle: CPU reference {exact_ref} rows exact, kernel chain {exact_dev} rows exact; {narrow} rows have a gap at the cut <= 1e-5");
+    say!(
+        out,
+        "checked against the f64 oracle: CPU reference exact on {exact_ref} of {rows} rows, kernel chain exact on {exact_dev}; gap at the cut <= 1e-5 on {narrow} of {rows} rows"
+    );
     if let Some(min) = gaps.iter().cloned().reduce(f64::min) {
         let mut sorted = gaps.clone();
         sorted.sort_by(f64::total_cmp);
