@@ -32,22 +32,23 @@
 // ANCHOR: router_gemm
 // logits[t, e] = sum_h hidden[t, h] * weight[e, h]
 //   hidden [T, H] f32, weight [E, H] f32, logits [T, E] f32
-// Grid: (ceil(E / 2), ceil(T / 8)); block: 64 threads = 2 warps. Warp w of block (bx, by) owns
-// expert bx*2 + w and rows by*8 .. by*8+7, so it reads its weight row once for 8 rows, and a
-// one-row decode still spreads 288 experts over 144 blocks (more than the H200's 132 SMs).
-// Lane l reads 16-byte words l, l+32, l+64, ... of the row (when H % 4 == 0; one float at a time
-// otherwise) and accumulates with fmaf in a fixed order; the warp then adds its 32 partial sums
-// with a fixed xor tree: one summation order on every backend.
+// Grid: (E, ceil(T / 8)); block: 128 threads = 4 warps. Block (e, by) computes expert e for rows
+// by*8 .. by*8+7: its weight row is read once for 8 rows, and a one-row decode puts 288 experts
+// x 4 warps in flight, enough loads to cover the latency of cold memory.
+// The hidden dimension is dealt out in 16-byte words (when H % 4 == 0; floats otherwise):
+// word j goes to warp (j / 32) % 4, lane j % 32. Each lane accumulates its words in order with
+// fmaf; each warp adds its 32 lanes with a fixed xor tree; thread r adds the 4 warps' sums for
+// row r in warp order. One summation order, on every backend.
 #define GEMM_ROWS 8
-#define GEMM_WARPS 2
-extern "C" __global__ void __launch_bounds__(64) router_gemm_f32(const float* __restrict__ hidden,
-                                                                 const float* __restrict__ weight,
-                                                                 float* __restrict__ logits,
-                                                                 int T, int H, int E) {
-    const int lane = threadIdx.x & 31;
-    const int e = blockIdx.x * GEMM_WARPS + (threadIdx.x >> 5);
+#define GEMM_WARPS 4
+extern "C" __global__ void __launch_bounds__(128) router_gemm_f32(const float* __restrict__ hidden,
+                                                                  const float* __restrict__ weight,
+                                                                  float* __restrict__ logits,
+                                                                  int T, int H, int E) {
+    __shared__ float partial[GEMM_WARPS][GEMM_ROWS];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int e = blockIdx.x;
     const int t0 = blockIdx.y * GEMM_ROWS;
-    if (e >= E) return;  // whole warps leave together: e is the same for all 32 lanes
     const int rows = min(GEMM_ROWS, T - t0);
     float acc[GEMM_ROWS];
 #pragma unroll
@@ -57,7 +58,7 @@ extern "C" __global__ void __launch_bounds__(64) router_gemm_f32(const float* __
     if ((H & 3) == 0) {
         const int H4 = H >> 2;
         const float4* w4 = reinterpret_cast<const float4*>(w);
-        for (int j = lane; j < H4; j += 32) {
+        for (int j = threadIdx.x; j < H4; j += 32 * GEMM_WARPS) {
             const float4 wv = w4[j];
 #pragma unroll
             for (int r = 0; r < GEMM_ROWS; ++r) {
@@ -71,7 +72,7 @@ extern "C" __global__ void __launch_bounds__(64) router_gemm_f32(const float* __
             }
         }
     } else {
-        for (int h = lane; h < H; h += 32) {
+        for (int h = threadIdx.x; h < H; h += 32 * GEMM_WARPS) {
             const float wv = w[h];
 #pragma unroll
             for (int r = 0; r < GEMM_ROWS; ++r)
@@ -82,7 +83,14 @@ extern "C" __global__ void __launch_bounds__(64) router_gemm_f32(const float* __
     for (int r = 0; r < GEMM_ROWS; ++r) {
         float v = acc[r];
         for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(MOE_FULL_MASK, v, off);
-        if (lane == 0 && r < rows) logits[(size_t)(t0 + r) * E + e] = v;
+        if (lane == 0) partial[warp][r] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x < rows) {
+        const int r = threadIdx.x;
+        float v = partial[0][r];
+        for (int q = 1; q < GEMM_WARPS; ++q) v += partial[q][r];
+        logits[(size_t)(t0 + r) * E + e] = v;
     }
 }
 // ANCHOR_END: router_gemm

@@ -101,6 +101,8 @@ pub struct FiveLineChain {
     keys: DeviceBuffer<f32>,   // [T, E] scores + bias
     masked: DeviceBuffer<f32>, // [T, E] keys with dropped groups set to NaN
     sums: DeviceBuffer<f32>,   // [T]
+    /// Launches still allowed in this call (for `enqueue_first`, the per-kernel breakdown).
+    budget: std::cell::Cell<usize>,
 }
 
 impl FiveLineChain {
@@ -136,6 +138,7 @@ impl FiveLineChain {
             keys: device.alloc(te)?,
             masked: device.alloc(te)?,
             sums: device.alloc(shape.rows)?,
+            budget: std::cell::Cell::new(usize::MAX),
         })
     }
 
@@ -144,18 +147,65 @@ impl FiveLineChain {
         self.shape
     }
 
-    /// How many kernels one call launches (the table in the module docs).
-    pub fn launches_per_call(&self) -> usize {
+    /// The kernels one call launches, in order (the table in the module docs).
+    pub fn launch_names(&self) -> Vec<&'static str> {
         let c = &self.config;
-        let mut n = 1 + 1 + 1 + 1; // gemm, score, top-k, gather
-        n += self.has_bias as usize;
-        n += c.grouping.is_some() as usize;
-        if c.renormalize {
-            n += 2;
-        } else if c.routed_scaling != 1.0 {
-            n += 1;
+        let mut v = vec!["router_gemm_f32"];
+        v.push(match c.scoring {
+            Scoring::Sigmoid => "router_sigmoid",
+            Scoring::SqrtSoftplus => "router_sqrt_softplus",
+            Scoring::Softmax => "router_softmax",
+        });
+        if self.has_bias {
+            v.push("router_bias_add");
         }
-        n
+        if c.grouping.is_some() {
+            v.push("router_group_limit");
+        }
+        v.extend(["router_topk", "router_gather"]);
+        if c.renormalize {
+            v.extend(["router_row_sum", "router_divide"]);
+        } else if c.routed_scaling != 1.0 {
+            v.push("router_scale");
+        }
+        v
+    }
+
+    /// How many kernels one call launches.
+    pub fn launches_per_call(&self) -> usize {
+        self.launch_names().len()
+    }
+
+    /// Launches one kernel of the chain, unless this call's budget is spent.
+    fn launch(
+        &self,
+        name: &str,
+        cfg: LaunchConfig,
+        args: &[moe_kernels::KernelArg],
+    ) -> Result<(), ChainError> {
+        let left = self.budget.get();
+        if left == 0 {
+            return Ok(());
+        }
+        self.budget.set(left - 1);
+        Ok(self.module.launch(name, cfg, args)?)
+    }
+
+    /// [`FiveLineChain::enqueue`] stopped after its first `steps` launches: the benchmark times
+    /// each prefix and takes differences, to show where the time goes.
+    pub fn enqueue_first(
+        &self,
+        steps: usize,
+        hidden: &DeviceBuffer<f32>,
+        weight: &DeviceBuffer<f32>,
+        bias: Option<&DeviceBuffer<f32>>,
+        ids: &DeviceBuffer<i32>,
+        weights: &DeviceBuffer<f32>,
+    ) -> Result<(), ChainError> {
+        self.budget.set(steps);
+        let r = self.enqueue(hidden, weight, bias, ids, weights);
+        self.budget.set(usize::MAX);
+        r
     }
 
     /// Queues the whole router: `hidden` [T, H] f32 and `weight` [E, H] f32 (the gate) and
@@ -179,11 +229,11 @@ impl FiveLineChain {
             return Ok(());
         }
         // ANCHOR: enqueue_gemm
-        self.module.launch(
+        self.launch(
             "router_gemm_f32",
             LaunchConfig {
-                grid: (e.div_ceil(2) as u32, rows.div_ceil(8) as u32, 1),
-                block: (64, 1, 1),
+                grid: (e as u32, rows.div_ceil(8) as u32, 1),
+                block: (128, 1, 1),
                 shared_bytes: 0,
             },
             &args![
@@ -251,7 +301,7 @@ impl FiveLineChain {
                 })
             }
         }
-        let m = &self.module;
+        let m = self;
         // ANCHOR: enqueue_rest
         match self.config.scoring {
             Scoring::Sigmoid => m.launch(

@@ -51,6 +51,11 @@ struct Ch01Args {
 }
 
 /// The CSV columns, shared with tools/peers/router5.py and tools/plot.
+/// The per-kernel breakdown: the chain's first `step` launches timed alone (prefix), and the
+/// difference to the previous prefix (the kernel's share).
+const STEPS_HEADER: &str =
+    "chapter,shape,rows,step,kernel,prefix_cold_us,prefix_warm_us,cold_us,warm_us";
+
 const HEADER: &str = "chapter,shape,impl,rows,launches,cold_median_us,cold_p10_us,cold_p90_us,warm_median_us,warm_p10_us,warm_p90_us,floor_us,samples,device";
 
 /// One benchmarked router shape.
@@ -166,6 +171,8 @@ fn ch01(args: &Ch01Args) -> Result<(), String> {
 
     let mut csv = String::from(HEADER);
     csv.push('\n');
+    let mut steps = String::from(STEPS_HEADER);
+    steps.push('\n');
     writeln!(
         csv,
         "{}",
@@ -223,6 +230,32 @@ fn ch01(args: &Ch01Args) -> Result<(), String> {
             let flops = 2.0 * (rows * s.hidden * s.experts) as f64;
             let floor = floor_us(empty.cold.median_us, bytes, flops, copy_gbs, bf16_tflops);
             writeln!(csv, "{}", row(s.name, "chain", rows, &m, floor, &device)).unwrap();
+            // Where the time goes: time each prefix of the chain (its first 1, 2, ... launches)
+            // and take differences of the medians.
+            let names = chain.launch_names();
+            let (mut prev_cold, mut prev_warm) = (0.0, 0.0);
+            for (i, name) in names.iter().enumerate() {
+                let p = if i + 1 == names.len() {
+                    m
+                } else {
+                    h.measure(|| {
+                        chain.enqueue_first(i + 1, &hidden, &weight_d, bias_d.as_ref(), &ids, &ws)
+                    })
+                    .map_err(|e| e.to_string())?
+                };
+                writeln!(
+                    steps,
+                    "ch01,{},{rows},{},{name},{:.3},{:.3},{:.3},{:.3}",
+                    s.name,
+                    i + 1,
+                    p.cold.median_us,
+                    p.warm.median_us,
+                    p.cold.median_us - prev_cold,
+                    p.warm.median_us - prev_warm
+                )
+                .unwrap();
+                (prev_cold, prev_warm) = (p.cold.median_us, p.warm.median_us);
+            }
             let probe = h.read_probe(read as usize).map_err(ke)?;
             writeln!(
                 csv,
@@ -260,6 +293,8 @@ fn ch01(args: &Ch01Args) -> Result<(), String> {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     }
     std::fs::write(&args.out, &csv).map_err(|e| format!("{}: {e}", args.out.display()))?;
+    let steps_path = args.out.with_file_name("ch01_steps.csv");
+    std::fs::write(&steps_path, &steps).map_err(|e| format!("{}: {e}", steps_path.display()))?;
 
     // The summary a reader reads first: cold medians beside the floor.
     println!(
@@ -273,7 +308,7 @@ fn ch01(args: &Ch01Args) -> Result<(), String> {
             c[1], c[3], c[2], c[5], c[8], c[11], c[4]
         );
     }
-    println!("wrote {}", args.out.display());
+    println!("wrote {} and {}", args.out.display(), steps_path.display());
     Ok(())
 }
 

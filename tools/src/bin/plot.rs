@@ -66,6 +66,16 @@ fn run(csv: &PathBuf, out: &PathBuf, table: &PathBuf) -> Result<(), String> {
     let md = plot::markdown_table(&rows);
     std::fs::write(table, &md).map_err(|e| format!("cannot write {}: {e}", table.display()))?;
     print!("{md}");
+    // The per-kernel breakdown, when tools/bench wrote one beside the CSV.
+    let steps_csv = csv.with_file_name("ch01_steps.csv");
+    if steps_csv.is_file() {
+        let text = std::fs::read_to_string(&steps_csv)
+            .map_err(|e| format!("cannot read {}: {e}", steps_csv.display()))?;
+        let md = steps_table(&text, &steps_csv.display().to_string())?;
+        let path = table.with_file_name("ch01-router-steps.md");
+        std::fs::write(&path, &md).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        eprintln!("plot: wrote {}", path.display());
+    }
     eprintln!(
         "plot: wrote {} ({} shapes × {} impls, {} measurements from {})",
         out.display(),
@@ -75,4 +85,97 @@ fn run(csv: &PathBuf, out: &PathBuf, table: &PathBuf) -> Result<(), String> {
         csv.display()
     );
     Ok(())
+}
+
+/// The chain's per-kernel breakdown as Markdown: for each shape, one line per kernel and one
+/// column per row count, each cell `cold / warm` µs (the difference between the timings of the
+/// chain stopped after this kernel and after the one before), and the whole chain last.
+fn steps_table(text: &str, name: &str) -> Result<String, String> {
+    use std::fmt::Write as _;
+    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+    let header: Vec<&str> = lines
+        .next()
+        .ok_or(format!("{name}: empty"))?
+        .split(',')
+        .collect();
+    let col = |c: &str| {
+        header
+            .iter()
+            .position(|h| *h == c)
+            .ok_or(format!("{name}: no column {c}"))
+    };
+    let (shape_c, rows_c, step_c, kernel_c) =
+        (col("shape")?, col("rows")?, col("step")?, col("kernel")?);
+    let (cold_c, warm_c, pc_c, pw_c) = (
+        col("cold_us")?,
+        col("warm_us")?,
+        col("prefix_cold_us")?,
+        col("prefix_warm_us")?,
+    );
+    let mut recs: Vec<Vec<String>> = Vec::new();
+    for (i, l) in lines.enumerate() {
+        let f: Vec<String> = l.split(',').map(|s| s.trim().to_string()).collect();
+        if f.len() != header.len() {
+            return Err(format!(
+                "{name}:{}: expected {} fields, found {}",
+                i + 2,
+                header.len(),
+                f.len()
+            ));
+        }
+        recs.push(f);
+    }
+    let mut shapes: Vec<String> = Vec::new();
+    for r in &recs {
+        if !shapes.contains(&r[shape_c]) {
+            shapes.push(r[shape_c].clone());
+        }
+    }
+    let mut out = String::new();
+    for shape in &shapes {
+        let of_shape: Vec<&Vec<String>> = recs.iter().filter(|r| &r[shape_c] == shape).collect();
+        let mut rows: Vec<u64> = of_shape
+            .iter()
+            .filter_map(|r| r[rows_c].parse().ok())
+            .collect();
+        rows.sort_unstable();
+        rows.dedup();
+        let mut kernels: Vec<(u32, String)> = of_shape
+            .iter()
+            .filter_map(|r| Some((r[step_c].parse().ok()?, r[kernel_c].clone())))
+            .collect();
+        kernels.sort();
+        kernels.dedup();
+        let _ = writeln!(out, "**{shape}** — µs per kernel, cold / warm\n");
+        let _ = writeln!(
+            out,
+            "| kernel | {} |",
+            rows.iter()
+                .map(|r| format!("{r} rows"))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
+        let _ = writeln!(out, "|---|{}", "---:|".repeat(rows.len()));
+        let cell = |step: u32, rows_v: u64, c: usize, w: usize| -> String {
+            of_shape
+                .iter()
+                .find(|r| {
+                    r[step_c].parse::<u32>().ok() == Some(step)
+                        && r[rows_c].parse::<u64>().ok() == Some(rows_v)
+                })
+                .map(|r| format!("{} / {}", r[c], r[w]))
+                .unwrap_or_default()
+        };
+        for (step, kernel) in &kernels {
+            let cells: Vec<String> = rows
+                .iter()
+                .map(|&n| cell(*step, n, cold_c, warm_c))
+                .collect();
+            let _ = writeln!(out, "| {step}. `{kernel}` | {} |", cells.join(" | "));
+        }
+        let last = kernels.last().map(|k| k.0).unwrap_or(0);
+        let cells: Vec<String> = rows.iter().map(|&n| cell(last, n, pc_c, pw_c)).collect();
+        let _ = writeln!(out, "| the whole chain | {} |\n", cells.join(" | "));
+    }
+    Ok(out)
 }
