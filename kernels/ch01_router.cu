@@ -95,6 +95,69 @@ extern "C" __global__ void __launch_bounds__(128) router_gemm_f32(const float* _
 }
 // ANCHOR_END: router_gemm
 
+// ANCHOR: router_gemm_tiled
+// The same product for many rows (the wrapper picks it from 1024 rows on): the kernel above
+// reads each hidden row once per expert from L2, which at thousands of rows makes it
+// L2-bandwidth-bound. Here a block computes a 64-row x 64-expert tile of the logits, staging
+// 16-wide slices of both operands in shared memory, so each loaded value is used 64 times.
+// Grid: (ceil(E / 64), ceil(T / 64)); block: 256 threads, each owning 4 rows x 4 experts.
+// Each output is one fmaf chain over h = 0, 1, ..., H-1 in order: deterministic, and the same
+// bits on both backends (but not the same bits as the few-row kernel: which kernel a batch
+// meets decides the last bits of its logits, the effect chapter 9 measures).
+#define TILE 64
+#define TILE_K 16
+extern "C" __global__ void __launch_bounds__(256) router_gemm_f32_tiled(const float* __restrict__ hidden,
+                                                                        const float* __restrict__ weight,
+                                                                        float* __restrict__ logits,
+                                                                        int T, int H, int E) {
+    __shared__ float xs[TILE_K][TILE + 4];  // [k][row]: hidden slice, transposed
+    __shared__ float ws[TILE_K][TILE + 4];  // [k][expert]: weight slice, transposed
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    const int t0 = blockIdx.y * TILE, e0 = blockIdx.x * TILE;
+    float acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
+    // Loading: thread l fetches 4 consecutive k of row (l / 4) of each operand's tile.
+    const int lr = threadIdx.x >> 2, lk = (threadIdx.x & 3) * 4;
+    for (int k0 = 0; k0 < H; k0 += TILE_K) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const int k = k0 + lk + q;
+            const int t = t0 + lr, e = e0 + lr;
+            xs[lk + q][lr] = (t < T && k < H) ? hidden[(size_t)t * H + k] : 0.0f;
+            ws[lk + q][lr] = (e < E && k < H) ? weight[(size_t)e * H + k] : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < TILE_K; ++kk) {
+            if (k0 + kk >= H) break;  // zero padding would add -0.0 + 0 = +0.0 to a -0.0 sum
+            float a[4], b[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) a[i] = xs[kk][ty * 4 + i];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) b[j] = ws[kk][tx * 4 + j];
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int t = t0 + ty * 4 + i;
+        if (t >= T) continue;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int e = e0 + tx * 4 + j;
+            if (e < E) logits[(size_t)t * E + e] = acc[i][j];
+        }
+    }
+}
+// ANCHOR_END: router_gemm_tiled
+
 // ---------------------------------------------------------------------------------------------
 // ANCHOR: router_scores
 // scores = sigmoid(logits), elementwise over n = T*E values; a non-finite logit scores 0.
@@ -216,50 +279,44 @@ extern "C" __global__ void router_group_limit(const float* __restrict__ keys,
 // ---------------------------------------------------------------------------------------------
 // ANCHOR: router_topk
 // ids[t, 0..k) = the k best experts of row t, best first, by key_better.
-// One block of 128 threads (4 warps) per row. The row's keys are copied into dynamic shared
-// memory (E floats, then E flags). Each of the k rounds is a block-wide argmax: every thread
-// scans its strided share, each warp agrees on its best with a shuffle tree, and thread 0 picks
-// the best of the 4 warps; two barriers per round.
-#define TOPK_THREADS 128
-#define TOPK_WARPS (TOPK_THREADS / 32)
-extern "C" __global__ void __launch_bounds__(TOPK_THREADS) router_topk(const float* __restrict__ keys,
-                                                                       const float* __restrict__ logits,
-                                                                       int* __restrict__ ids, int T,
-                                                                       int E, int k) {
-    DYNAMIC_SHARED(float, row_keys);  // [E] keys, then [E] used flags
-    unsigned char* used = reinterpret_cast<unsigned char*>(row_keys + E);
-    __shared__ float warp_key[TOPK_WARPS];
-    __shared__ int warp_id[TOPK_WARPS];
-    const int t = blockIdx.x;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+// One warp per row, 4 rows per block of 128 threads. The warp copies its row's keys into
+// dynamic shared memory ([4][E] keys, then [4][E] "used" flags) and runs k rounds of argmax:
+// each lane scans its strided share (expert lane, lane+32, ...), then the 32 candidates meet in
+// a shuffle tree. key_better is a total order (ties go to the lower id), so every lane ends a
+// round with the same winner, whatever order the tree combined them in. No block barrier: the
+// rows are independent, and __syncwarp orders the warp's own shared-memory writes.
+#define TOPK_ROWS_PER_BLOCK 4
+extern "C" __global__ void __launch_bounds__(128) router_topk(const float* __restrict__ keys,
+                                                              const float* __restrict__ logits,
+                                                              int* __restrict__ ids, int T, int E,
+                                                              int k) {
+    DYNAMIC_SHARED(float, smem);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int t = blockIdx.x * TOPK_ROWS_PER_BLOCK + warp;
+    if (t >= T) return;  // the whole warp leaves; nothing below waits for the other warps
+    float* row_keys = smem + (size_t)warp * E;
+    unsigned char* used = reinterpret_cast<unsigned char*>(smem + (size_t)TOPK_ROWS_PER_BLOCK * E) + (size_t)warp * E;
     const size_t row = (size_t)t * E;
-    for (int e = threadIdx.x; e < E; e += TOPK_THREADS) {
+    for (int e = lane; e < E; e += 32) {
         row_keys[e] = effective_key(keys, logits, row + e);
         used[e] = 0;
     }
-    __syncthreads();
+    __syncwarp();
     for (int round = 0; round < k; ++round) {
         float bk = 0.0f;
-        int bi = -1;  // -1: this thread has no candidate left
-        for (int e = threadIdx.x; e < E; e += TOPK_THREADS)
+        int bi = -1;  // -1: this lane has no candidate left
+        for (int e = lane; e < E; e += 32)
             if (!used[e] && (bi < 0 || key_better(row_keys[e], e, bk, bi))) { bk = row_keys[e]; bi = e; }
         for (int off = 16; off > 0; off >>= 1) {
             const float ok = __shfl_xor_sync(MOE_FULL_MASK, bk, off);
             const int oi = __shfl_xor_sync(MOE_FULL_MASK, bi, off);
             if (oi >= 0 && (bi < 0 || key_better(ok, oi, bk, bi))) { bk = ok; bi = oi; }
         }
-        if (lane == 0) { warp_key[warp] = bk; warp_id[warp] = bi; }
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            for (int w = 1; w < TOPK_WARPS; ++w)
-                if (warp_id[w] >= 0 && (bi < 0 || key_better(warp_key[w], warp_id[w], bk, bi))) {
-                    bk = warp_key[w];
-                    bi = warp_id[w];
-                }
+        if (lane == 0) {
             ids[(size_t)t * k + round] = bi;
             used[bi] = 1;
         }
-        __syncthreads();
+        __syncwarp();
     }
 }
 // ANCHOR_END: router_topk

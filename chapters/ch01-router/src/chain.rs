@@ -26,6 +26,11 @@ use std::sync::Arc;
 pub static KERNELS: KernelSource = moe_kernels::kernel_family!("ch01_router");
 // ANCHOR_END: kernel_source
 
+/// From this many rows on, the logits come from the tiled GEMM (`router_gemm_f32_tiled`), which
+/// reuses each loaded value 64 times; below it, from the few-row GEMM, which spreads one row over
+/// all experts x 4 warps. Two kernels, so the last bits of a token's logits depend on its batch.
+pub const TILED_GEMM_FROM_ROWS: usize = 1024;
+
 /// What can go wrong on the device path: a bad router configuration, a buffer of the wrong
 /// shape, or the backend itself.
 #[derive(Debug, Clone, PartialEq)]
@@ -150,7 +155,11 @@ impl FiveLineChain {
     /// The kernels one call launches, in order (the table in the module docs).
     pub fn launch_names(&self) -> Vec<&'static str> {
         let c = &self.config;
-        let mut v = vec!["router_gemm_f32"];
+        let mut v = vec![if self.shape.rows >= TILED_GEMM_FROM_ROWS {
+            "router_gemm_f32_tiled"
+        } else {
+            "router_gemm_f32"
+        }];
         v.push(match c.scoring {
             Scoring::Sigmoid => "router_sigmoid",
             Scoring::SqrtSoftplus => "router_sqrt_softplus",
@@ -229,22 +238,41 @@ impl FiveLineChain {
             return Ok(());
         }
         // ANCHOR: enqueue_gemm
-        self.launch(
-            "router_gemm_f32",
-            LaunchConfig {
-                grid: (e as u32, rows.div_ceil(8) as u32, 1),
-                block: (128, 1, 1),
-                shared_bytes: 0,
-            },
-            &args![
-                hidden,
-                weight,
-                &self.logits,
-                rows as i32,
-                h as i32,
-                e as i32
-            ],
-        )?;
+        if rows >= TILED_GEMM_FROM_ROWS {
+            self.launch(
+                "router_gemm_f32_tiled",
+                LaunchConfig {
+                    grid: (e.div_ceil(64) as u32, rows.div_ceil(64) as u32, 1),
+                    block: (256, 1, 1),
+                    shared_bytes: 0,
+                },
+                &args![
+                    hidden,
+                    weight,
+                    &self.logits,
+                    rows as i32,
+                    h as i32,
+                    e as i32
+                ],
+            )?;
+        } else {
+            self.launch(
+                "router_gemm_f32",
+                LaunchConfig {
+                    grid: (e as u32, rows.div_ceil(8) as u32, 1),
+                    block: (128, 1, 1),
+                    shared_bytes: 0,
+                },
+                &args![
+                    hidden,
+                    weight,
+                    &self.logits,
+                    rows as i32,
+                    h as i32,
+                    e as i32
+                ],
+            )?;
+        }
         // ANCHOR_END: enqueue_gemm
         self.enqueue_after_gemm(&self.logits, bias, ids, weights)
     }
@@ -345,10 +373,11 @@ impl FiveLineChain {
             )?;
             keys = &self.masked;
         }
-        let topk_shared = (e * 4 + e).next_multiple_of(16) as u32;
+        // One warp per row, 4 rows per block; each warp's keys and flags in shared memory.
+        let topk_shared = (4 * (e * 4 + e)).next_multiple_of(16) as u32;
         m.launch(
             "router_topk",
-            LaunchConfig::blocks(rows as u32, 128).with_shared(topk_shared),
+            LaunchConfig::blocks(rows.div_ceil(4) as u32, 128).with_shared(topk_shared),
             &args![keys, logits, ids, t, ei, ki],
         )?;
         m.launch(

@@ -260,3 +260,55 @@ fn bad_inputs_are_typed_errors() {
     .unwrap_err();
     assert_eq!(e, ChainError::Router(RouterError::NoExperts));
 }
+
+/// From `TILED_GEMM_FROM_ROWS` rows on, the logits come from the tiled GEMM. The regimes stay
+/// below that size (the emulator runs them in every CI run), so this test covers the tiled path:
+/// 1,100 rows (not a multiple of the 64-row tile), hidden 100 (not a multiple of the 16-wide
+/// slice), 40 experts (not a multiple of the 64-expert tile).
+#[test]
+fn tiled_gemm_from_1024_rows_matches_the_oracle() {
+    use ch01_router::chain::TILED_GEMM_FROM_ROWS;
+    use ch01_router::inputs::patterned;
+    let (rows, hidden, experts) = (1100, 100, 40);
+    assert!(rows >= TILED_GEMM_FROM_ROWS);
+    let config = RouterConfig::glm5(6);
+    let h = patterned(rows * hidden, 21, 1.0);
+    let w = patterned(experts * hidden, 22, 0.3);
+    let bias: Vec<f32> = patterned(experts, 23, 0.05)
+        .iter()
+        .map(|b| 8.0 + b)
+        .collect();
+    let shape = GateShape {
+        rows,
+        hidden,
+        experts,
+    };
+    let chain = FiveLineChain::new(device(), &config, shape, Some(&bias)).unwrap();
+    assert_eq!(chain.launch_names()[0], "router_gemm_f32_tiled");
+    let got = route_on_device(device(), &config, shape, &h, &w, Some(&bias)).unwrap();
+    // The oracle's logits: the f64 dot products, rounded once.
+    let logits: Vec<f32> = (0..rows * experts)
+        .map(|i| {
+            let (t, e) = (i / experts, i % experts);
+            (0..hidden)
+                .map(|k| h[t * hidden + k] as f64 * w[e * hidden + k] as f64)
+                .sum::<f64>() as f32
+        })
+        .collect();
+    let oracle = LiteralRouter {
+        config: config.clone(),
+    }
+    .route_rows(&logits, rows, experts, Some(&bias))
+    .unwrap();
+    let exact = check_routing("tiled", &oracle, &got, Tolerance::OWN_LOGITS)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        exact * 10 >= rows * 9,
+        "only {exact} of {rows} rows had a clear cut"
+    );
+    if let Some(emu) = emu_too() {
+        let cpu = route_on_device(emu, &config, shape, &h, &w, Some(&bias)).unwrap();
+        assert_same_bits("tiled ids", &got.ids, &cpu.ids);
+        assert_same_bits("tiled weights", &got.weights, &cpu.weights);
+    }
+}
