@@ -335,7 +335,7 @@ fn style(imp: &str, k: usize) -> (&'static str, Marker, String) {
         "floor_probe" => (
             "#009e73",
             Marker::Diamond,
-            "floor_probe: one launch + cold read of W_gate".into(),
+            "floor_probe: one launch reading hidden + W_gate cold".into(),
         ),
         other => {
             let extra = ["#cc79a7", "#e69f00", "#56b4e9", "#000000"];
@@ -475,7 +475,7 @@ pub fn render_svg(rows: &[Row]) -> String {
     keys.push((Key::Warm, "warm median (dashed, same color)".to_string()));
     keys.push((
         Key::Floor,
-        "floor_us: one launch + the bytes of W_gate at copy bandwidth".to_string(),
+        "floor: one launch + bytes at copy bw (or FLOPs at bf16 rate)".to_string(),
     ));
     let columns = if width >= 900.0 { 2 } else { 1 };
     let per_column = keys.len().div_ceil(columns);

@@ -156,25 +156,43 @@ fn steps_table(text: &str, name: &str) -> Result<String, String> {
                 .join(" | ")
         );
         let _ = writeln!(out, "|---|{}", "---:|".repeat(rows.len()));
-        let cell = |step: u32, rows_v: u64, c: usize, w: usize| -> String {
+        let num = |v: &str| {
+            v.parse::<f64>()
+                .map(|x| format!("{x:.2}"))
+                .unwrap_or_else(|_| v.to_string())
+        };
+        let cell = |step: u32, kernel: Option<&str>, rows_v: u64, c: usize, w: usize| -> String {
             of_shape
                 .iter()
                 .find(|r| {
                     r[step_c].parse::<u32>().ok() == Some(step)
                         && r[rows_c].parse::<u64>().ok() == Some(rows_v)
+                        && kernel.is_none_or(|k| r[kernel_c] == k)
                 })
-                .map(|r| format!("{} / {}", r[c], r[w]))
+                .map(|r| format!("{} / {}", num(&r[c]), num(&r[w])))
                 .unwrap_or_default()
         };
         for (step, kernel) in &kernels {
             let cells: Vec<String> = rows
                 .iter()
-                .map(|&n| cell(*step, n, cold_c, warm_c))
+                .map(|&n| cell(*step, Some(kernel), n, cold_c, warm_c))
                 .collect();
             let _ = writeln!(out, "| {step}. `{kernel}` | {} |", cells.join(" | "));
         }
         let last = kernels.last().map(|k| k.0).unwrap_or(0);
-        let cells: Vec<String> = rows.iter().map(|&n| cell(last, n, pc_c, pw_c)).collect();
+        let cells: Vec<String> = rows
+            .iter()
+            .map(|&n| {
+                // The last step of this row count (the chain may differ in length by shape only).
+                let last_here = of_shape
+                    .iter()
+                    .filter(|r| r[rows_c].parse::<u64>().ok() == Some(n))
+                    .filter_map(|r| r[step_c].parse::<u32>().ok())
+                    .max()
+                    .unwrap_or(last);
+                cell(last_here, None, n, pc_c, pw_c)
+            })
+            .collect();
         let _ = writeln!(out, "| the whole chain | {} |\n", cells.join(" | "));
     }
     Ok(out)
