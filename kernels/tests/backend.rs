@@ -58,3 +58,44 @@ fn an_unknown_backend_name_is_rejected_by_message() {
         "MOE_BACKEND=\"gpu\" is not a backend: use `cuda`, `emu`, or leave it unset"
     );
 }
+
+#[test]
+fn a_kernel_that_does_not_compile_shows_the_nvrtc_log() {
+    // Needs only NVRTC, not a GPU: CI has it (the pinned pip wheel), a bare machine may not.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        eprintln!("skipped: a_kernel_that_does_not_compile_shows_the_nvrtc_log needs NVRTC on the library path");
+        return;
+    }
+    static BROKEN: moe_kernels::KernelSource = moe_kernels::KernelSource {
+        family: "broken",
+        cuda_source: "extern \"C\" __global__ void broken(float* x) { x[0] = undefined_name; }\n",
+        emu: &[],
+    };
+    match moe_kernels::cuda::compile_ptx(&BROKEN, "sm_90") {
+        Err(KernelError::Compile {
+            family,
+            options,
+            log,
+        }) => {
+            assert_eq!(family, "broken");
+            assert!(options.iter().any(|o| o == "--fmad=false"), "{options:?}");
+            assert!(
+                log.contains("undefined_name"),
+                "the log should name the problem: {log}"
+            );
+            let shown = KernelError::Compile {
+                family,
+                options,
+                log,
+            }
+            .to_string();
+            assert!(
+                shown.starts_with("NVRTC could not compile kernels/broken.cu"),
+                "{shown}"
+            );
+        }
+        // Without the CUDA headers, the error says so instead.
+        Err(KernelError::NoGpu { why }) => assert!(why.contains("CUDA headers"), "{why}"),
+        other => panic!("expected a compile error, got {other:?}"),
+    }
+}

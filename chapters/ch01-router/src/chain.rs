@@ -238,41 +238,37 @@ impl FiveLineChain {
             return Ok(());
         }
         // ANCHOR: enqueue_gemm
-        if rows >= TILED_GEMM_FROM_ROWS {
-            self.launch(
+        let (kernel, grid, block) = if rows >= TILED_GEMM_FROM_ROWS {
+            // 64 x 64 tiles of the logits, 256 threads each.
+            (
                 "router_gemm_f32_tiled",
-                LaunchConfig {
-                    grid: (e.div_ceil(64) as u32, rows.div_ceil(64) as u32, 1),
-                    block: (256, 1, 1),
-                    shared_bytes: 0,
-                },
-                &args![
-                    hidden,
-                    weight,
-                    &self.logits,
-                    rows as i32,
-                    h as i32,
-                    e as i32
-                ],
-            )?;
+                (e.div_ceil(64) as u32, rows.div_ceil(64) as u32, 1),
+                256,
+            )
         } else {
-            self.launch(
+            // One expert and up to 8 rows per block of 4 warps.
+            (
                 "router_gemm_f32",
-                LaunchConfig {
-                    grid: (e as u32, rows.div_ceil(8) as u32, 1),
-                    block: (128, 1, 1),
-                    shared_bytes: 0,
-                },
-                &args![
-                    hidden,
-                    weight,
-                    &self.logits,
-                    rows as i32,
-                    h as i32,
-                    e as i32
-                ],
-            )?;
-        }
+                (e as u32, rows.div_ceil(8) as u32, 1),
+                128,
+            )
+        };
+        self.launch(
+            kernel,
+            LaunchConfig {
+                grid,
+                block: (block, 1, 1),
+                shared_bytes: 0,
+            },
+            &args![
+                hidden,
+                weight,
+                &self.logits,
+                rows as i32,
+                h as i32,
+                e as i32
+            ],
+        )?;
         // ANCHOR_END: enqueue_gemm
         self.enqueue_after_gemm(&self.logits, bias, ids, weights)
     }
