@@ -32,65 +32,86 @@
 // ANCHOR: router_gemm
 // logits[t, e] = sum_h hidden[t, h] * weight[e, h]
 //   hidden [T, H] f32, weight [E, H] f32, logits [T, E] f32
-// Grid: (E, ceil(T / 8)); block: 128 threads = 4 warps. Block (e, by) computes expert e for rows
-// by*8 .. by*8+7: its weight row is read once for 8 rows, and a one-row decode puts 288 experts
-// x 4 warps in flight, enough loads to cover the latency of cold memory.
+// Grid: (ceil(E / epb), ceil(T / 8)); block: 128 threads = 4 warps. Block (bx, by) computes
+// experts bx*epb .. bx*epb+epb-1 (epb = experts per block, 1 to 4) for rows by*8 .. by*8+7.
+// - epb = 1 for a few rows: 288 experts x 4 warps are in flight, enough loads to cover the
+//   latency of the cold gate weight.
+// - epb = 4 for more rows: each hidden value a lane loads serves 4 experts, so the hidden rows
+//   are read from L2 a quarter as often (at 96 rows, one expert per block would read them
+//   288 times: 450 MB).
 // The hidden dimension is dealt out in 16-byte words (when H % 4 == 0; floats otherwise):
 // word j goes to warp (j / 32) % 4, lane j % 32. Each lane accumulates its words in order with
-// fmaf; each warp adds its 32 lanes with a fixed xor tree; thread r adds the 4 warps' sums for
-// row r in warp order. One summation order, on every backend.
+// fmaf; each warp adds its 32 lanes with a fixed xor tree; thread q*8+r adds the 4 warps' sums
+// for expert q, row r in warp order. The order does not depend on epb, so both settings give
+// the same bits, on every backend.
 #define GEMM_ROWS 8
 #define GEMM_WARPS 4
+#define GEMM_MAX_EPB 4
 extern "C" __global__ void __launch_bounds__(128) router_gemm_f32(const float* __restrict__ hidden,
                                                                   const float* __restrict__ weight,
                                                                   float* __restrict__ logits,
-                                                                  int T, int H, int E) {
-    __shared__ float partial[GEMM_WARPS][GEMM_ROWS];
+                                                                  int T, int H, int E, int epb) {
+    __shared__ float partial[GEMM_WARPS][GEMM_MAX_EPB][GEMM_ROWS];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int e = blockIdx.x;
+    const int e0 = blockIdx.x * epb;
+    const int experts = min(epb, E - e0);
     const int t0 = blockIdx.y * GEMM_ROWS;
     const int rows = min(GEMM_ROWS, T - t0);
-    float acc[GEMM_ROWS];
+    float acc[GEMM_MAX_EPB][GEMM_ROWS];
 #pragma unroll
-    for (int r = 0; r < GEMM_ROWS; ++r) acc[r] = 0.0f;
-    const float* w = weight + (size_t)e * H;
+    for (int q = 0; q < GEMM_MAX_EPB; ++q)
+#pragma unroll
+        for (int r = 0; r < GEMM_ROWS; ++r) acc[q][r] = 0.0f;
     const float* x = hidden + (size_t)t0 * H;
     if ((H & 3) == 0) {
         const int H4 = H >> 2;
-        const float4* w4 = reinterpret_cast<const float4*>(w);
         for (int j = threadIdx.x; j < H4; j += 32 * GEMM_WARPS) {
-            const float4 wv = w4[j];
+            float4 xv[GEMM_ROWS];
 #pragma unroll
-            for (int r = 0; r < GEMM_ROWS; ++r) {
-                if (r < rows) {
-                    const float4 xv = reinterpret_cast<const float4*>(x + (size_t)r * H)[j];
-                    acc[r] = fmaf(xv.x, wv.x, acc[r]);
-                    acc[r] = fmaf(xv.y, wv.y, acc[r]);
-                    acc[r] = fmaf(xv.z, wv.z, acc[r]);
-                    acc[r] = fmaf(xv.w, wv.w, acc[r]);
+            for (int r = 0; r < GEMM_ROWS; ++r)
+                if (r < rows) xv[r] = reinterpret_cast<const float4*>(x + (size_t)r * H)[j];
+#pragma unroll
+            for (int q = 0; q < GEMM_MAX_EPB; ++q) {
+                if (q >= experts) break;
+                const float4 wv = reinterpret_cast<const float4*>(weight + (size_t)(e0 + q) * H)[j];
+#pragma unroll
+                for (int r = 0; r < GEMM_ROWS; ++r) {
+                    if (r < rows) {
+                        acc[q][r] = fmaf(xv[r].x, wv.x, acc[q][r]);
+                        acc[q][r] = fmaf(xv[r].y, wv.y, acc[q][r]);
+                        acc[q][r] = fmaf(xv[r].z, wv.z, acc[q][r]);
+                        acc[q][r] = fmaf(xv[r].w, wv.w, acc[q][r]);
+                    }
                 }
             }
         }
     } else {
         for (int h = threadIdx.x; h < H; h += 32 * GEMM_WARPS) {
-            const float wv = w[h];
 #pragma unroll
-            for (int r = 0; r < GEMM_ROWS; ++r)
-                if (r < rows) acc[r] = fmaf(x[(size_t)r * H + h], wv, acc[r]);
+            for (int q = 0; q < GEMM_MAX_EPB; ++q) {
+                if (q >= experts) break;
+                const float wv = weight[(size_t)(e0 + q) * H + h];
+#pragma unroll
+                for (int r = 0; r < GEMM_ROWS; ++r)
+                    if (r < rows) acc[q][r] = fmaf(x[(size_t)r * H + h], wv, acc[q][r]);
+            }
         }
     }
 #pragma unroll
-    for (int r = 0; r < GEMM_ROWS; ++r) {
-        float v = acc[r];
-        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(MOE_FULL_MASK, v, off);
-        if (lane == 0) partial[warp][r] = v;
+    for (int q = 0; q < GEMM_MAX_EPB; ++q) {
+#pragma unroll
+        for (int r = 0; r < GEMM_ROWS; ++r) {
+            float v = acc[q][r];
+            for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(MOE_FULL_MASK, v, off);
+            if (lane == 0) partial[warp][q][r] = v;
+        }
     }
     __syncthreads();
-    if (threadIdx.x < rows) {
-        const int r = threadIdx.x;
-        float v = partial[0][r];
-        for (int q = 1; q < GEMM_WARPS; ++q) v += partial[q][r];
-        logits[(size_t)(t0 + r) * E + e] = v;
+    const int q = threadIdx.x / GEMM_ROWS, r = threadIdx.x % GEMM_ROWS;
+    if (q < experts && r < rows) {
+        float v = partial[0][q][r];
+        for (int w = 1; w < GEMM_WARPS; ++w) v += partial[w][q][r];
+        logits[(size_t)(t0 + r) * E + e0 + q] = v;
     }
 }
 // ANCHOR_END: router_gemm

@@ -31,6 +31,12 @@ pub static KERNELS: KernelSource = moe_kernels::kernel_family!("ch01_router");
 /// all experts x 4 warps. Two kernels, so the last bits of a token's logits depend on its batch.
 pub const TILED_GEMM_FROM_ROWS: usize = 1024;
 
+/// Up to this many rows, the few-row GEMM gives each expert its own block (the most loads in
+/// flight for a cold gate weight); above it, 4 experts share a block and each hidden value a
+/// thread loads (so the hidden rows are read from L2 a quarter as often). Both settings add in
+/// the same order, so they give the same bits.
+pub const ONE_EXPERT_PER_BLOCK_UP_TO_ROWS: usize = 8;
+
 /// What can go wrong on the device path: a bad router configuration, a buffer of the wrong
 /// shape, or the backend itself.
 #[derive(Debug, Clone, PartialEq)]
@@ -238,37 +244,46 @@ impl FiveLineChain {
             return Ok(());
         }
         // ANCHOR: enqueue_gemm
-        let (kernel, grid, block) = if rows >= TILED_GEMM_FROM_ROWS {
+        let args = args![
+            hidden,
+            weight,
+            &self.logits,
+            rows as i32,
+            h as i32,
+            e as i32
+        ];
+        if rows >= TILED_GEMM_FROM_ROWS {
             // 64 x 64 tiles of the logits, 256 threads each.
-            (
+            let grid = (e.div_ceil(64) as u32, rows.div_ceil(64) as u32, 1);
+            self.launch(
                 "router_gemm_f32_tiled",
-                (e.div_ceil(64) as u32, rows.div_ceil(64) as u32, 1),
-                256,
-            )
+                LaunchConfig {
+                    grid,
+                    block: (256, 1, 1),
+                    shared_bytes: 0,
+                },
+                &args,
+            )?;
         } else {
-            // One expert and up to 8 rows per block of 4 warps.
-            (
+            // Up to 8 rows and `epb` experts per block of 4 warps.
+            let epb = if rows <= ONE_EXPERT_PER_BLOCK_UP_TO_ROWS {
+                1
+            } else {
+                4
+            };
+            let grid = (e.div_ceil(epb) as u32, rows.div_ceil(8) as u32, 1);
+            let mut with_epb = args.to_vec();
+            with_epb.push((epb as i32).into());
+            self.launch(
                 "router_gemm_f32",
-                (e as u32, rows.div_ceil(8) as u32, 1),
-                128,
-            )
-        };
-        self.launch(
-            kernel,
-            LaunchConfig {
-                grid,
-                block: (block, 1, 1),
-                shared_bytes: 0,
-            },
-            &args![
-                hidden,
-                weight,
-                &self.logits,
-                rows as i32,
-                h as i32,
-                e as i32
-            ],
-        )?;
+                LaunchConfig {
+                    grid,
+                    block: (128, 1, 1),
+                    shared_bytes: 0,
+                },
+                &with_epb,
+            )?;
+        }
         // ANCHOR_END: enqueue_gemm
         self.enqueue_after_gemm(&self.logits, bias, ids, weights)
     }

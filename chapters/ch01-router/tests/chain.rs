@@ -312,3 +312,36 @@ fn tiled_gemm_from_1024_rows_matches_the_oracle() {
         assert_same_bits("tiled weights", &got.weights, &cpu.weights);
     }
 }
+
+/// The few-row GEMM gives each expert its own block up to 8 rows and shares a block among 4
+/// experts above; both add in the same order, so a token gets the same bits in a batch of 8 as
+/// in a batch of 12 (unlike the tiled GEMM from 1,024 rows on).
+#[test]
+fn few_row_gemm_bits_do_not_depend_on_experts_per_block() {
+    use ch01_router::chain::ONE_EXPERT_PER_BLOCK_UP_TO_ROWS;
+    use ch01_router::inputs::patterned;
+    let (hidden, experts) = (96, 30); // 30 = 7 blocks of 4 + a block of 2
+    let config = RouterConfig::qwen3(4);
+    let small = ONE_EXPERT_PER_BLOCK_UP_TO_ROWS;
+    let big = small + 4;
+    let h = patterned(big * hidden, 31, 1.0);
+    let w = patterned(experts * hidden, 32, 0.3);
+    let run = |rows: usize| {
+        route_on_device(
+            device(),
+            &config,
+            GateShape {
+                rows,
+                hidden,
+                experts,
+            },
+            &h[..rows * hidden],
+            &w,
+            None,
+        )
+        .unwrap()
+    };
+    let (a, b) = (run(small), run(big));
+    assert_same_bits("ids", &a.ids, &b.ids[..small * 4]);
+    assert_same_bits("weights", &a.weights, &b.weights[..small * 4]);
+}
