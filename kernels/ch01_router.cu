@@ -33,7 +33,8 @@
 // logits[t, e] = sum_h hidden[t, h] * weight[e, h]
 //   hidden [T, H] f32, weight [E, H] f32, logits [T, E] f32
 // Grid: (ceil(E / epb), ceil(T / 8)); block: 128 threads = 4 warps. Block (bx, by) computes
-// experts bx*epb .. bx*epb+epb-1 (epb = experts per block, 1 to 4) for rows by*8 .. by*8+7.
+// experts bx*epb .. bx*epb+epb-1 (epb = experts per block: 1 in router_gemm_f32, 4 in
+// router_gemm_f32_x4) for rows by*8 .. by*8+7.
 // - epb = 1 for a few rows: 288 experts x 4 warps are in flight, enough loads to cover the
 //   latency of the cold gate weight.
 // - epb = 4 for more rows: each hidden value a lane loads serves 4 experts, so the hidden rows
@@ -46,11 +47,13 @@
 // the same bits, on every backend.
 #define GEMM_ROWS 8
 #define GEMM_WARPS 4
-#define GEMM_MAX_EPB 4
-extern "C" __global__ void __launch_bounds__(128) router_gemm_f32(const float* __restrict__ hidden,
-                                                                  const float* __restrict__ weight,
-                                                                  float* __restrict__ logits,
-                                                                  int T, int H, int E, int epb) {
+// EPB is a template parameter, so that the one-expert kernel keeps only 8 accumulators in
+// registers (more blocks fit on an SM) and the four-expert kernel 32.
+template <int GEMM_MAX_EPB>
+__device__ __forceinline__ void gemm_few_rows(const float* __restrict__ hidden,
+                                              const float* __restrict__ weight,
+                                              float* __restrict__ logits, int T, int H, int E) {
+    const int epb = GEMM_MAX_EPB;
     __shared__ float partial[GEMM_WARPS][GEMM_MAX_EPB][GEMM_ROWS];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int e0 = blockIdx.x * epb;
@@ -113,6 +116,20 @@ extern "C" __global__ void __launch_bounds__(128) router_gemm_f32(const float* _
         for (int w = 1; w < GEMM_WARPS; ++w) v += partial[w][q][r];
         logits[(size_t)(t0 + r) * E + e0 + q] = v;
     }
+}
+
+extern "C" __global__ void __launch_bounds__(128) router_gemm_f32(const float* __restrict__ hidden,
+                                                                  const float* __restrict__ weight,
+                                                                  float* __restrict__ logits,
+                                                                  int T, int H, int E) {
+    gemm_few_rows<1>(hidden, weight, logits, T, H, E);
+}
+
+extern "C" __global__ void __launch_bounds__(128) router_gemm_f32_x4(const float* __restrict__ hidden,
+                                                                     const float* __restrict__ weight,
+                                                                     float* __restrict__ logits,
+                                                                     int T, int H, int E) {
+    gemm_few_rows<4>(hidden, weight, logits, T, H, E);
 }
 // ANCHOR_END: router_gemm
 

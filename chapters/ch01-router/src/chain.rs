@@ -161,8 +161,11 @@ impl FiveLineChain {
     /// The kernels one call launches, in order (the table in the module docs).
     pub fn launch_names(&self) -> Vec<&'static str> {
         let c = &self.config;
-        let mut v = vec![if self.shape.rows >= TILED_GEMM_FROM_ROWS {
+        let rows = self.shape.rows;
+        let mut v = vec![if rows >= TILED_GEMM_FROM_ROWS {
             "router_gemm_f32_tiled"
+        } else if rows > ONE_EXPERT_PER_BLOCK_UP_TO_ROWS {
+            "router_gemm_f32_x4"
         } else {
             "router_gemm_f32"
         }];
@@ -265,23 +268,21 @@ impl FiveLineChain {
                 &args,
             )?;
         } else {
-            // Up to 8 rows and `epb` experts per block of 4 warps.
-            let epb = if rows <= ONE_EXPERT_PER_BLOCK_UP_TO_ROWS {
-                1
+            // Up to 8 rows and 1 or 4 experts per block of 4 warps.
+            let (kernel, epb) = if rows <= ONE_EXPERT_PER_BLOCK_UP_TO_ROWS {
+                ("router_gemm_f32", 1)
             } else {
-                4
+                ("router_gemm_f32_x4", 4)
             };
             let grid = (e.div_ceil(epb) as u32, rows.div_ceil(8) as u32, 1);
-            let mut with_epb = args.to_vec();
-            with_epb.push((epb as i32).into());
             self.launch(
-                "router_gemm_f32",
+                kernel,
                 LaunchConfig {
                     grid,
                     block: (128, 1, 1),
                     shared_bytes: 0,
                 },
-                &with_epb,
+                &args,
             )?;
         }
         // ANCHOR_END: enqueue_gemm
