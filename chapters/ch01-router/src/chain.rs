@@ -3,7 +3,7 @@
 //!
 //! | step | kernel | launches |
 //! |---|---|---|
-//! | `logits = hidden @ Wᵀ` | `router_gemm_f32` | 1 |
+//! | `logits = hidden @ Wᵀ` | `router_gemm_f32` (≤ 8 rows), `router_gemm_f32_x4` (< 1024), `router_gemm_f32_tiled` | 1 |
 //! | `scores = σ(logits)` / softmax / √softplus | `router_sigmoid`, `router_softmax`, `router_sqrt_softplus` | 1 |
 //! | `keys = scores + bias` | `router_bias_add` | 1 with a bias |
 //! | grouped selection (DeepSeek-V3) | `router_group_limit` | 1 with groups |
