@@ -437,14 +437,33 @@ pub fn route_on_device(
         weight.len(),
         shape.experts * shape.hidden,
     )?;
-    let chain = FiveLineChain::new(device, config, shape, bias)?;
-    let k = config.k;
     let hidden = device.upload(hidden)?;
     let weight = device.upload(weight)?;
+    run_on_host_buffers(device, config, shape, bias, |chain, bias, ids, weights| {
+        chain.enqueue(&hidden, &weight, bias, ids, weights)
+    })
+}
+
+/// The host helpers' common part: builds the chain, uploads the bias, allocates the outputs,
+/// runs `enqueue` and downloads ids and weights.
+fn run_on_host_buffers(
+    device: &'static Device,
+    config: &RouterConfig,
+    shape: GateShape,
+    bias: Option<&[f32]>,
+    enqueue: impl FnOnce(
+        &FiveLineChain,
+        Option<&DeviceBuffer<f32>>,
+        &DeviceBuffer<i32>,
+        &DeviceBuffer<f32>,
+    ) -> Result<(), ChainError>,
+) -> Result<Routing, ChainError> {
+    let chain = FiveLineChain::new(device, config, shape, bias)?;
+    let k = config.k;
     let bias = bias.map(|b| device.upload(b)).transpose()?;
     let ids = device.alloc::<i32>(shape.rows * k)?;
     let weights = device.alloc::<f32>(shape.rows * k)?;
-    chain.enqueue(&hidden, &weight, bias.as_ref(), &ids, &weights)?;
+    enqueue(&chain, bias.as_ref(), &ids, &weights)?;
     Ok(Routing {
         rows: shape.rows,
         k,
@@ -469,17 +488,8 @@ pub fn route_logits_on_device(
         hidden: 0,
         experts,
     };
-    let chain = FiveLineChain::new(device, config, shape, bias)?;
-    let k = config.k;
     let logits = device.upload(logits)?;
-    let bias = bias.map(|b| device.upload(b)).transpose()?;
-    let ids = device.alloc::<i32>(rows * k)?;
-    let weights = device.alloc::<f32>(rows * k)?;
-    chain.enqueue_from_logits(&logits, bias.as_ref(), &ids, &weights)?;
-    Ok(Routing {
-        rows,
-        k,
-        ids: ids.to_vec()?.into_iter().map(|i| i as u32).collect(),
-        weights: weights.to_vec()?,
+    run_on_host_buffers(device, config, shape, bias, |chain, bias, ids, weights| {
+        chain.enqueue_from_logits(&logits, bias, ids, weights)
     })
 }

@@ -212,7 +212,7 @@ pub fn compile_family(family: &str, crate_path: CratePath) {
     let kernels = kernels_dir();
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
     let cu = kernels.join(format!("{family}.cu"));
-    let (inlined, read) = inline_includes(&cu, &[kernels.clone()])
+    let (inlined, read) = inline_includes(&cu, std::slice::from_ref(&kernels))
         .unwrap_or_else(|e| panic!("reading {}: {e}", cu.display()));
     for p in &read {
         println!("cargo:rerun-if-changed={}", p.display());
