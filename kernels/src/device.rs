@@ -8,7 +8,7 @@ use crate::buffer::{DeviceBuffer, DeviceRepr};
 use crate::cuda::Gpu;
 use crate::emu::Emu;
 use crate::error::{KernelError, Result};
-use crate::launch::{KernelArg, LaunchConfig, ParamArray};
+use crate::launch::{KernelArg, LaunchConfig, ParamArray, ParamKind};
 use crate::source::{EmuEntry, KernelSource};
 use std::collections::HashMap;
 use std::fmt;
@@ -271,10 +271,12 @@ impl Device {
                 .map(|k| (k.name, Handle::Emu(k.entry)))
                 .collect(),
         };
+        let params = src.emu.iter().map(|k| (k.name, k.params)).collect();
         let m = Arc::new(Module {
             device: self,
             family: src.family,
             kernels,
+            params,
         });
         modules.insert(src.family, m.clone());
         Ok(m)
@@ -292,6 +294,7 @@ pub struct Module {
     device: &'static Device,
     family: &'static str,
     kernels: HashMap<&'static str, Handle>,
+    params: HashMap<&'static str, &'static [ParamKind]>,
 }
 
 impl Module {
@@ -310,6 +313,18 @@ impl Module {
                 family: self.family.into(),
                 name: name.into(),
             })?;
+        if let Some(want) = self.params.get(name) {
+            if want.len() != args.len() || want.iter().zip(args).any(|(p, a)| *p != a.kind()) {
+                let show = |v: &mut dyn Iterator<Item = ParamKind>| {
+                    v.map(|k| format!("{k:?}")).collect::<Vec<_>>().join(", ")
+                };
+                return Err(KernelError::Arguments {
+                    kernel: format!("{}::{name}", self.family),
+                    expected: show(&mut want.iter().copied()),
+                    got: show(&mut args.iter().map(|a| a.kind())),
+                });
+            }
+        }
         let mut params = ParamArray::new(args);
         self.device.launches.fetch_add(1, Ordering::Relaxed);
         let label = format!("{}::{name}", self.family);

@@ -24,6 +24,12 @@ pub enum KernelError {
     Emu { kernel: String, message: String },
     /// A kernel name that its family does not define.
     UnknownKernel { family: String, name: String },
+    /// A launch whose arguments do not match the kernel's parameters (count or kind).
+    Arguments {
+        kernel: String,
+        expected: String,
+        got: String,
+    },
     /// A buffer of the wrong length for a copy.
     Length {
         what: String,
@@ -63,6 +69,14 @@ impl fmt::Display for KernelError {
                     "kernels/{family}.cu has no extern \"C\" __global__ kernel named {name}"
                 )
             }
+            KernelError::Arguments {
+                kernel,
+                expected,
+                got,
+            } => write!(
+                f,
+                "kernel {kernel} takes ({expected}) but was launched with ({got})"
+            ),
             KernelError::Length {
                 what,
                 expected,

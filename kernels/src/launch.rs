@@ -52,7 +52,30 @@ pub enum KernelArg {
     F32(f32),
 }
 
+/// The kind of a kernel parameter, as the launcher passes it: every pointer is a `Ptr`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParamKind {
+    Ptr,
+    I32,
+    U32,
+    I64,
+    U64,
+    F32,
+}
+
 impl KernelArg {
+    /// The parameter kind this argument fills.
+    pub fn kind(self) -> ParamKind {
+        match self {
+            KernelArg::Ptr(_) => ParamKind::Ptr,
+            KernelArg::I32(_) => ParamKind::I32,
+            KernelArg::U32(_) => ParamKind::U32,
+            KernelArg::I64(_) => ParamKind::I64,
+            KernelArg::U64(_) => ParamKind::U64,
+            KernelArg::F32(_) => ParamKind::F32,
+        }
+    }
+
     /// The argument's bytes in an 8-byte cell, little-endian, as the kernel reads them.
     pub(crate) fn cell(self) -> u64 {
         match self {

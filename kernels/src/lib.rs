@@ -38,5 +38,5 @@ pub mod testing;
 pub use buffer::{DeviceBuffer, DeviceRepr};
 pub use device::{BackendKind, Device, Module};
 pub use error::{KernelError, Result};
-pub use launch::{KernelArg, LaunchConfig};
+pub use launch::{KernelArg, LaunchConfig, ParamKind};
 pub use source::{EmuKernel, KernelSource};

@@ -7,11 +7,13 @@ use std::ffi::c_void;
 /// kernel body for the current emulated thread.
 pub type EmuEntry = unsafe extern "C" fn(params: *mut *mut c_void);
 
-/// One `extern "C" __global__` kernel as compiled for the emulator.
+/// One `extern "C" __global__` kernel: its name, its emulated entry point, and the kinds of its
+/// parameters (read from its signature by the build), against which every launch is checked.
 #[derive(Clone, Copy)]
 pub struct EmuKernel {
     pub name: &'static str,
     pub entry: EmuEntry,
+    pub params: &'static [crate::launch::ParamKind],
 }
 
 /// One kernel family: `kernels/<family>.cu`, built for both backends.

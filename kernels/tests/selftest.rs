@@ -452,6 +452,22 @@ fn unknown_kernels_and_bad_lengths_are_typed_errors() {
         )
         .unwrap_err();
     assert!(matches!(err, KernelError::Emu { .. }), "{err}");
+    // Arguments are checked against the kernel's signature (read from the .cu by the build).
+    let err = m
+        .launch(
+            "selftest_bf16",
+            LaunchConfig::blocks(1, 32),
+            &args![&b, &b, &b, 3i64],
+        )
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "kernel selftest::selftest_bf16 takes (Ptr, Ptr, Ptr, I32) but was launched with (Ptr, Ptr, Ptr, I64)"
+    );
+    let err = m
+        .launch("selftest_bf16", LaunchConfig::blocks(1, 32), &args![&b, &b])
+        .unwrap_err();
+    assert!(matches!(err, KernelError::Arguments { .. }), "{err}");
 }
 
 #[test]

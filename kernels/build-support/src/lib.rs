@@ -151,6 +151,60 @@ pub fn kernel_names(source: &str) -> Vec<String> {
     names
 }
 
+/// The parameter kinds of kernel `name` in `source`, as names of `moe_kernels::ParamKind`
+/// variants: a pointer is `Ptr`; `int` is `I32`, `unsigned` `U32`, `long long` `I64`,
+/// `unsigned long long` / `size_t` `U64`, `float` `F32`. The runtime checks every launch's
+/// arguments against them, so a wrong count or type is an error instead of garbage.
+pub fn kernel_params(source: &str, name: &str) -> Result<Vec<&'static str>, String> {
+    let at = source
+        .match_indices(name)
+        .map(|(i, _)| i)
+        .find(|&i| {
+            let after = source[i + name.len()..].trim_start();
+            let before_ok = source[..i]
+                .chars()
+                .last()
+                .is_none_or(|c| !(c.is_alphanumeric() || c == '_'));
+            before_ok
+                && after.starts_with('(')
+                && source[..i]
+                    .rfind("__global__")
+                    .is_some_and(|g| !source[g..i].contains(';') && !source[g..i].contains('{'))
+        })
+        .ok_or_else(|| format!("kernel {name}: signature not found"))?;
+    let open = at + name.len() + source[at + name.len()..].find('(').unwrap();
+    let close = open
+        + source[open..]
+            .find(')')
+            .ok_or_else(|| format!("kernel {name}: no closing parenthesis"))?;
+    let list = source[open + 1..close].trim();
+    if list.is_empty() || list == "void" {
+        return Ok(Vec::new());
+    }
+    list.split(',')
+        .map(|param| {
+            let param = param.split_whitespace().collect::<Vec<_>>().join(" ");
+            if param.contains('*') {
+                return Ok("Ptr");
+            }
+            let words: Vec<&str> = param
+                .split(' ')
+                .filter(|w| !matches!(*w, "const" | "volatile" | "__restrict__"))
+                .collect();
+            // The last word is the parameter's name.
+            let ty = words[..words.len().saturating_sub(1)].join(" ");
+            match ty.as_str() {
+                "int" | "int32_t" | "signed" | "signed int" => Ok("I32"),
+                "unsigned" | "unsigned int" | "uint32_t" => Ok("U32"),
+                "long long" | "long long int" | "int64_t" => Ok("I64"),
+                "unsigned long long" | "unsigned long long int" | "uint64_t" | "size_t" => Ok("U64"),
+                "float" => Ok("F32"),
+                _ => Err(format!("kernel {name}: parameter `{param}` has a type the launcher does not pass ({ty})")),
+            }
+        })
+        .collect()
+}
+
 /// How the generated Rust refers to the runtime crate: `::moe_kernels` from a chapter,
 /// `crate` from inside the runtime crate.
 #[derive(Clone, Copy, Debug)]
@@ -282,9 +336,15 @@ pub fn compile_family(family: &str, crate_path: CratePath) {
     .unwrap();
     writeln!(rs, "        emu: &[").unwrap();
     for n in &names {
+        let params = kernel_params(&inlined, n).unwrap_or_else(|e| panic!("{}: {e}", cu.display()));
+        let params: Vec<String> = params
+            .iter()
+            .map(|p| format!("{krate}::ParamKind::{p}"))
+            .collect();
         writeln!(
             rs,
-            "            {krate}::EmuKernel {{ name: {n:?}, entry: emu_tramp__{family}__{n} }},"
+            "            {krate}::EmuKernel {{ name: {n:?}, entry: emu_tramp__{family}__{n}, params: &[{}] }},",
+            params.join(", ")
         )
         .unwrap();
     }
@@ -308,6 +368,23 @@ __global__ void not_extern_c(int) {}
 extern "C" __device__ int helper() { return 0; }
 "#;
         assert_eq!(kernel_names(src), vec!["plain", "bounded"]);
+    }
+
+    #[test]
+    fn classifies_kernel_parameters() {
+        let src = r#"
+extern "C" __global__ void __launch_bounds__(64) k(const float* __restrict__ x, int n, unsigned never,
+                                                  unsigned long long n16, float scale, uint4* out) {}
+extern "C" __global__ void empty() {}
+extern "C" __global__ void odd(double d) {}
+"#;
+        assert_eq!(
+            kernel_params(src, "k").unwrap(),
+            vec!["Ptr", "I32", "U32", "U64", "F32", "Ptr"]
+        );
+        assert_eq!(kernel_params(src, "empty").unwrap(), Vec::<&str>::new());
+        let err = kernel_params(src, "odd").unwrap_err();
+        assert!(err.contains("double d"), "{err}");
     }
 
     #[test]
