@@ -152,11 +152,25 @@ namespace {
 
 enum FiberState : uint8_t { ST_RUNNABLE, ST_AT_WARP, ST_AT_BAR, ST_DONE };
 
-struct Fiber {
+// A saved execution context: a stack pointer for the assembly switch, a ucontext otherwise.
+struct Ctx {
     void* sp = nullptr;
 #if EMU_CTX_UCONTEXT
     ucontext_t uc;
 #endif
+};
+
+// Saves the running context into `save` and continues in `to`.
+inline void switch_ctx(Ctx& save, Ctx& to) {
+#if EMU_CTX_ASM
+    emu_ctx_switch(&save.sp, to.sp);
+#else
+    swapcontext(&save.uc, &to.uc);
+#endif
+}
+
+struct Fiber {
+    Ctx ctx;
     uint3 tid{0, 0, 0};
     unsigned linear = 0, lane = 0, warp = 0;
     uint8_t state = ST_RUNNABLE;
@@ -271,10 +285,7 @@ struct Launch {
 };
 
 struct Worker {
-    void* sched_sp = nullptr;
-#if EMU_CTX_UCONTEXT
-    ucontext_t sched_uc;
-#endif
+    Ctx sched;
     Launch* L = nullptr;
     std::vector<Fiber> fibers;
     std::vector<Warp> warps;
@@ -399,14 +410,14 @@ void fiber_init(Worker& w, Fiber& f) {
     asm volatile("mrs %0, fpcr" : "=r"(fpcr));
     sp[20] = (void*)(uintptr_t)fpcr;
 #endif
-    f.sp = sp;
+    f.ctx.sp = sp;
 #else
-    getcontext(&f.uc);
-    f.uc.uc_stack.ss_sp = f.stack_lo;
-    f.uc.uc_stack.ss_size = f.stack_bytes;
-    f.uc.uc_link = nullptr;
+    getcontext(&f.ctx.uc);
+    f.ctx.uc.uc_stack.ss_sp = f.stack_lo;
+    f.ctx.uc.uc_stack.ss_size = f.stack_bytes;
+    f.ctx.uc.uc_link = nullptr;
     uintptr_t a = (uintptr_t)&f;
-    makecontext(&f.uc, (void (*)())emu_fiber_trampoline_uc, 2, (unsigned)(a & 0xffffffffu), (unsigned)(a >> 32));
+    makecontext(&f.ctx.uc, (void (*)())emu_fiber_trampoline_uc, 2, (unsigned)(a & 0xffffffffu), (unsigned)(a >> 32));
 #endif
     (void)w;
 }
@@ -420,22 +431,12 @@ extern "C" void emu_fiber_trampoline_uc(unsigned lo, unsigned hi) {
 inline void resume(Worker& w, Fiber& f) {
     emu_tls_threadIdx = f.tid;
     tls_fiber = &f;
-#if EMU_CTX_ASM
-    emu_ctx_switch(&w.sched_sp, f.sp);
-#else
-    swapcontext(&w.sched_uc, &f.uc);
-#endif
+    switch_ctx(w.sched, f.ctx);
     tls_fiber = nullptr;
 }
 
 // Called on the fiber: back to the scheduler. Returns when the scheduler resumes this fiber.
-inline void yield_to_scheduler(Worker& w, Fiber& f) {
-#if EMU_CTX_ASM
-    emu_ctx_switch(&f.sp, w.sched_sp);
-#else
-    swapcontext(&f.uc, &w.sched_uc);
-#endif
-}
+inline void yield_to_scheduler(Worker& w, Fiber& f) { switch_ctx(f.ctx, w.sched); }
 
 // Called on a fiber that parks (collective, barrier, exit): switches straight to the next runnable
 // lane of the same warp (one switch instead of two through the scheduler), or to the scheduler
@@ -452,11 +453,7 @@ inline void park_and_switch(Worker& w, Fiber& f) {
     Fiber& n = w.fibers[W.first + l];
     emu_tls_threadIdx = n.tid;
     tls_fiber = &n;
-#if EMU_CTX_ASM
-    emu_ctx_switch(&f.sp, n.sp);
-#else
-    swapcontext(&f.uc, &n.uc);
-#endif
+    switch_ctx(f.ctx, n.ctx);
 }
 
 [[noreturn]] void fiber_fail(Worker& w, Fiber& f, const std::string& msg) {

@@ -130,9 +130,11 @@ macro_rules! args {
     ($($a:expr),* $(,)?) => { [$($crate::KernelArg::from($a)),*] };
 }
 
-/// The parameter array: 8-byte cells holding the values, and one pointer per cell.
+/// The parameter array: 8-byte cells holding the values, and one pointer per cell. `_cells` is
+/// never read by name: it owns the storage the pointers point into, for as long as the array
+/// lives (a Vec's heap buffer does not move when the Vec does).
 pub(crate) struct ParamArray {
-    cells: Vec<u64>,
+    _cells: Vec<u64>,
     pub(crate) ptrs: Vec<*mut std::ffi::c_void>,
 }
 
@@ -143,13 +145,9 @@ impl ParamArray {
             .iter_mut()
             .map(|c| c as *mut u64 as *mut std::ffi::c_void)
             .collect();
-        ParamArray { cells, ptrs }
-    }
-}
-
-impl Drop for ParamArray {
-    fn drop(&mut self) {
-        // The pointers point into `cells`; keep it alive until here.
-        let _ = self.cells.len();
+        ParamArray {
+            _cells: cells,
+            ptrs,
+        }
     }
 }
