@@ -45,8 +45,10 @@
 // fmaf; each warp adds its 32 lanes with a fixed xor tree; thread q*8+r adds the 4 warps' sums
 // for expert q, row r in warp order. The order does not depend on epb, so both settings give
 // the same bits, on every backend.
-#define GEMM_ROWS 8
-#define GEMM_WARPS 4
+#define GEMM_ROWS 8   // rows of one block of the few-row GEMM
+#define GEMM_WARPS 4  // warps of one block of the few-row GEMM (the hidden dimension is split 4 ways)
+#define GEMM_X4_FROM_ROWS 9  // above 8 rows, 4 experts share a block (router_gemm_f32_x4)
+#define GEMM_TILED_FROM_ROWS 1024  // from 1,024 rows on, the tiled GEMM (router_gemm_f32_tiled)
 // EPB is a template parameter, so that the one-expert kernel keeps only 8 accumulators in
 // registers (more blocks fit on an SM) and the four-expert kernel 32.
 template <int GEMM_MAX_EPB>
@@ -118,14 +120,14 @@ __device__ __forceinline__ void gemm_few_rows(const float* __restrict__ hidden,
     }
 }
 
-extern "C" __global__ void __launch_bounds__(128) router_gemm_f32(const float* __restrict__ hidden,
+extern "C" __global__ void __launch_bounds__(32 * GEMM_WARPS) router_gemm_f32(const float* __restrict__ hidden,
                                                                   const float* __restrict__ weight,
                                                                   float* __restrict__ logits,
                                                                   int T, int H, int E) {
     gemm_few_rows<1>(hidden, weight, logits, T, H, E);
 }
 
-extern "C" __global__ void __launch_bounds__(128) router_gemm_f32_x4(const float* __restrict__ hidden,
+extern "C" __global__ void __launch_bounds__(32 * GEMM_WARPS) router_gemm_f32_x4(const float* __restrict__ hidden,
                                                                      const float* __restrict__ weight,
                                                                      float* __restrict__ logits,
                                                                      int T, int H, int E) {
@@ -142,16 +144,17 @@ extern "C" __global__ void __launch_bounds__(128) router_gemm_f32_x4(const float
 // Each output is one fmaf chain over h = 0, 1, ..., H-1 in order: deterministic, and the same
 // bits on both backends (but not the same bits as the few-row kernel: which kernel a batch
 // meets decides the last bits of its logits, the effect chapter 9 measures).
-#define TILE 64
-#define TILE_K 16
-extern "C" __global__ void __launch_bounds__(256) router_gemm_f32_tiled(const float* __restrict__ hidden,
+#define GEMM_TILE 64  // rows and experts of one tile of the tiled GEMM
+#define GEMM_TILE_K 16  // the hidden slice staged in shared memory per step
+#define GEMM_TILED_THREADS 256  // threads of one tile: 16 x 16, each owning 4 rows x 4 experts
+extern "C" __global__ void __launch_bounds__(GEMM_TILED_THREADS) router_gemm_f32_tiled(const float* __restrict__ hidden,
                                                                         const float* __restrict__ weight,
                                                                         float* __restrict__ logits,
                                                                         int T, int H, int E) {
-    __shared__ float xs[TILE_K][TILE + 4];  // [k][row]: hidden slice, transposed
-    __shared__ float ws[TILE_K][TILE + 4];  // [k][expert]: weight slice, transposed
+    __shared__ float xs[GEMM_TILE_K][GEMM_TILE + 4];  // [k][row]: hidden slice, transposed
+    __shared__ float ws[GEMM_TILE_K][GEMM_TILE + 4];  // [k][expert]: weight slice, transposed
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
-    const int t0 = blockIdx.y * TILE, e0 = blockIdx.x * TILE;
+    const int t0 = blockIdx.y * GEMM_TILE, e0 = blockIdx.x * GEMM_TILE;
     float acc[4][4];
 #pragma unroll
     for (int i = 0; i < 4; ++i)
@@ -159,7 +162,7 @@ extern "C" __global__ void __launch_bounds__(256) router_gemm_f32_tiled(const fl
         for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
     // Loading: thread l fetches 4 consecutive k of row (l / 4) of each operand's tile.
     const int lr = threadIdx.x >> 2, lk = (threadIdx.x & 3) * 4;
-    for (int k0 = 0; k0 < H; k0 += TILE_K) {
+    for (int k0 = 0; k0 < H; k0 += GEMM_TILE_K) {
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
             const int k = k0 + lk + q;
@@ -169,7 +172,7 @@ extern "C" __global__ void __launch_bounds__(256) router_gemm_f32_tiled(const fl
         }
         __syncthreads();
 #pragma unroll
-        for (int kk = 0; kk < TILE_K; ++kk) {
+        for (int kk = 0; kk < GEMM_TILE_K; ++kk) {
             if (k0 + kk >= H) break;  // zero padding would add -0.0 + 0 = +0.0 to a -0.0 sum
             float a[4], b[4];
 #pragma unroll
@@ -197,6 +200,10 @@ extern "C" __global__ void __launch_bounds__(256) router_gemm_f32_tiled(const fl
 // ANCHOR_END: router_gemm_tiled
 
 // ---------------------------------------------------------------------------------------------
+// The one-thread-per-element kernels below (scores, bias add, gather, sums, divide, scale) take
+// any block size; the host launches them with this one.
+#define ELEMENTWISE_THREADS 256  // threads per block of the one-thread-per-element kernels
+
 // ANCHOR: router_scores
 // scores = sigmoid(logits), elementwise over n = T*E values; a non-finite logit scores 0.
 extern "C" __global__ void router_sigmoid(const float* __restrict__ logits, float* __restrict__ scores,
@@ -219,12 +226,13 @@ extern "C" __global__ void router_sqrt_softplus(const float* __restrict__ logits
 
 // ANCHOR: router_softmax
 // scores[t, :] = softmax over the finite logits of row t; non-finite logits score 0, and a row
-// with no finite logit scores 0 everywhere. One block of 256 threads per row: a max reduction,
-// then a sum reduction, both as fixed shared-memory trees.
-extern "C" __global__ void __launch_bounds__(256) router_softmax(const float* __restrict__ logits,
+// with no finite logit scores 0 everywhere. One block per row: a max reduction, then a sum
+// reduction, both as fixed shared-memory trees.
+#define SOFTMAX_THREADS 256  // threads of one softmax block (one row)
+extern "C" __global__ void __launch_bounds__(SOFTMAX_THREADS) router_softmax(const float* __restrict__ logits,
                                                                  float* __restrict__ scores, int T,
                                                                  int E) {
-    __shared__ float red[256];
+    __shared__ float red[SOFTMAX_THREADS];
     const int t = blockIdx.x;
     const float* x = logits + (size_t)t * E;
     float m = -__int_as_float(0x7f800000);
@@ -232,7 +240,7 @@ extern "C" __global__ void __launch_bounds__(256) router_softmax(const float* __
         if (moe_isfinite(x[e])) m = fmaxf(m, x[e]);
     red[threadIdx.x] = m;
     __syncthreads();
-    for (int s = 128; s > 0; s >>= 1) {
+    for (int s = SOFTMAX_THREADS / 2; s > 0; s >>= 1) {
         if (threadIdx.x < s) red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + s]);
         __syncthreads();
     }
@@ -243,7 +251,7 @@ extern "C" __global__ void __launch_bounds__(256) router_softmax(const float* __
         if (moe_isfinite(x[e])) sum += moe_expf(x[e] - row_max);
     red[threadIdx.x] = sum;
     __syncthreads();
-    for (int s = 128; s > 0; s >>= 1) {
+    for (int s = SOFTMAX_THREADS / 2; s > 0; s >>= 1) {
         if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
         __syncthreads();
     }
@@ -285,6 +293,8 @@ __device__ __forceinline__ float effective_key(const float* keys, const float* l
 // value is the sum of its two best keys (its one key if groups have one expert); the
 // topk_group best groups stay, the keys of the others become NaN ("never select").
 // One thread per row; per-group work is serial, as in a plain PyTorch implementation.
+#define GROUP_LIMIT_THREADS 128  // threads per block (one per row)
+#define GROUP_LIMIT_MAX_GROUPS 64  // the kept groups live in one 64-bit mask
 extern "C" __global__ void router_group_limit(const float* __restrict__ keys,
                                               const float* __restrict__ logits,
                                               float* __restrict__ masked, int T, int E, int n_group,
@@ -293,7 +303,7 @@ extern "C" __global__ void router_group_limit(const float* __restrict__ keys,
     if (t >= T) return;
     const int per = E / n_group;
     const size_t row = (size_t)t * E;
-    unsigned long long kept = 0;  // bit g set: group g stays (n_group <= 64, checked on the host)
+    unsigned long long kept = 0;  // bit g set: group g stays (n_group <= GROUP_LIMIT_MAX_GROUPS, checked on the host)
     for (int round = 0; round < topk_group; ++round) {
         int best_g = -1;
         float best_v = 0.0f;
@@ -323,8 +333,8 @@ extern "C" __global__ void router_group_limit(const float* __restrict__ keys,
 // a shuffle tree. key_better is a total order (ties go to the lower id), so every lane ends a
 // round with the same winner, whatever order the tree combined them in. No block barrier: the
 // rows are independent, and __syncwarp orders the warp's own shared-memory writes.
-#define TOPK_ROWS_PER_BLOCK 4
-extern "C" __global__ void __launch_bounds__(128) router_topk(const float* __restrict__ keys,
+#define TOPK_ROWS_PER_BLOCK 4  // rows, one warp each, of one top-k block
+extern "C" __global__ void __launch_bounds__(32 * TOPK_ROWS_PER_BLOCK) router_topk(const float* __restrict__ keys,
                                                               const float* __restrict__ logits,
                                                               int* __restrict__ ids, int T, int E,
                                                               int k) {

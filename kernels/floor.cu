@@ -6,7 +6,8 @@
 //
 // Differences: floor_read strides over the buffer so one launch shape serves any size; the
 // result is folded into a value written only when impossible, so the compiler cannot drop the
-// loads, and nothing is written in practice.
+// loads, and nothing is written in practice. The same kernel, over a buffer four times the L2,
+// is the harness's L2 flush.
 #include "common.cuh"
 
 // ANCHOR: floor_probes
@@ -30,8 +31,10 @@ extern "C" __global__ void __launch_bounds__(512) floor_read(const uint4* __rest
 }
 // ANCHOR_END: floor_probes
 
-// Writes n16 16-byte words: the L2 flush between cold samples (a buffer several times the L2).
-extern "C" __global__ void __launch_bounds__(512) floor_flush(uint4* __restrict__ data,
+// Writes n16 16-byte words. The harness flushes the L2 between cold samples by *reading* a
+// buffer several times the L2 with floor_read; this writing flush is kept to measure, once, what
+// a flush that leaves dirty lines would add to a cold time (their write-back).
+extern "C" __global__ void __launch_bounds__(512) floor_flush_write(uint4* __restrict__ data,
                                                               unsigned long long n16,
                                                               unsigned salt) {
     const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;

@@ -4,6 +4,7 @@
 //
 // Upstream: none; this is the book's own check of its two backends.
 #include "common.cuh"
+#include "mma.cuh"
 
 // Built-in indices in 3-D grids and blocks. out[g*4 + 0..3] for the global linear thread g:
 // block index, thread index, block size and grid size, each packed as x + 10 y + 100 z.
@@ -105,6 +106,34 @@ extern "C" __global__ void selftest_math(const float* __restrict__ x, float* __r
     o[5] = fmaf(v, v, -1.0f);
 }
 
+// Operations the emulator implements itself, at their edges, where a host C cast would differ
+// from the GPU: float -> integer conversions (saturating; NaN -> 0, or LLONG_MIN for 64-bit
+// results) into out[i*10 + j] as
+// __float2int_rn/rz/rd/ru, __float2uint_rn/rz, then the low and high words of __float2ll_rz and
+// __float2ll_rn; and a float atomicAdd of add[i] into cells[i] (the GPU flushes subnormal inputs
+// and results of atom.add.f32 to zero).
+extern "C" __global__ void selftest_convert(const float* __restrict__ x, unsigned* __restrict__ out,
+                                            float* __restrict__ cells, const float* __restrict__ add,
+                                            int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float v = x[i];
+    unsigned* o = out + (size_t)i * 10;
+    o[0] = (unsigned)__float2int_rn(v);
+    o[1] = (unsigned)__float2int_rz(v);
+    o[2] = (unsigned)__float2int_rd(v);
+    o[3] = (unsigned)__float2int_ru(v);
+    o[4] = __float2uint_rn(v);
+    o[5] = __float2uint_rz(v);
+    const unsigned long long lz = (unsigned long long)__float2ll_rz(v);
+    const unsigned long long ln = (unsigned long long)__float2ll_rn(v);
+    o[6] = (unsigned)(lz & 0xffffffffull);
+    o[7] = (unsigned)(lz >> 32);
+    o[8] = (unsigned)(ln & 0xffffffffull);
+    o[9] = (unsigned)(ln >> 32);
+    atomicAdd(&cells[i], add[i]);
+}
+
 // Emulator-only: threads 16.. return before the barrier that threads 0..15 wait at. On a GPU
 // this is undefined behaviour (compute-sanitizer's synccheck reports it); the emulator must stop
 // the launch with a message instead of hanging. Never launched on the GPU.
@@ -115,3 +144,49 @@ extern "C" __global__ void selftest_bad_barrier(int* __restrict__ out) {
     out[threadIdx.x] = 1;
 }
 // ANCHOR_END: bad_barrier
+
+// Tensor cores: one m16n8k16 mma per tile, one warp per tile. a: [tiles][16][16] bf16 bits
+// (m, k); b: [tiles][8][16] (n, k), the columns of B; c and d: [tiles][16][8] (m, n). The lanes
+// gather their fragments in the documented layout (kernels/mma.cuh).
+// ANCHOR: selftest_mma
+extern "C" __global__ void selftest_mma(const unsigned short* __restrict__ a, const unsigned short* __restrict__ b,
+                                        const float* __restrict__ c, float* __restrict__ d, int tiles) {
+    const int tile = blockIdx.x;
+    if (tile >= tiles) return;
+    const int lane = threadIdx.x, g = lane >> 2, t = lane & 3;
+    const unsigned short* A = a + (size_t)tile * 256;
+    const unsigned short* B = b + (size_t)tile * 128;
+    const float* C = c + (size_t)tile * 128;
+    float* D = d + (size_t)tile * 128;
+    auto pair = [](const unsigned short* p) { return (unsigned)p[0] | ((unsigned)p[1] << 16); };
+    const unsigned ra[4] = {pair(A + g * 16 + 2 * t), pair(A + (g + 8) * 16 + 2 * t), pair(A + g * 16 + 2 * t + 8),
+                            pair(A + (g + 8) * 16 + 2 * t + 8)};
+    const unsigned rb[2] = {pair(B + g * 16 + 2 * t), pair(B + g * 16 + 2 * t + 8)};
+    const float rc[4] = {C[g * 8 + 2 * t], C[g * 8 + 2 * t + 1], C[(g + 8) * 8 + 2 * t], C[(g + 8) * 8 + 2 * t + 1]};
+    float rd[4];
+    moe_mma_m16n8k16_bf16(rd, ra, rb, rc);
+    D[g * 8 + 2 * t] = rd[0];
+    D[g * 8 + 2 * t + 1] = rd[1];
+    D[(g + 8) * 8 + 2 * t] = rd[2];
+    D[(g + 8) * 8 + 2 * t + 1] = rd[3];
+}
+// ANCHOR_END: selftest_mma
+
+// ldmatrix: src is four 8 x 8 bf16 matrices ([4][8][8] bits), staged in shared memory; lane l
+// gives the address of row l % 8 of matrix l / 8. out[l * 14 + ...] = the registers of x4 (4),
+// x4.trans (4), x2 (2), x2.trans (2), x1 (1), x1.trans (1).
+extern "C" __global__ void selftest_ldmatrix(const unsigned short* __restrict__ src, unsigned* __restrict__ out) {
+    __shared__ __align__(16) unsigned short tile[4][8][8];
+    const int lane = threadIdx.x;
+    for (int i = lane; i < 256; i += 32) (&tile[0][0][0])[i] = src[i];
+    __syncwarp();
+    const void* row = &tile[lane / 8][lane % 8][0];
+    unsigned r[14];
+    moe_ldmatrix_x4(r, row);
+    moe_ldmatrix_x4_trans(r + 4, row);
+    moe_ldmatrix_x2(r + 8, row);
+    moe_ldmatrix_x2_trans(r + 10, row);
+    moe_ldmatrix_x1(r + 12, row);
+    moe_ldmatrix_x1_trans(r + 13, row);
+    for (int i = 0; i < 14; ++i) out[lane * 14 + i] = r[i];
+}

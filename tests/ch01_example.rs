@@ -1,17 +1,31 @@
 //! Chapter 1's example, as the book shows it: its stdout is a snapshot (the same on the GPU and
-//! on the emulator), and `--input`/`--output` route a reader's own file.
+//! on the emulator), and `--input`/`--output` route a reader's own file; its command line
+//! refuses what it cannot use.
 
-use ch01_router::example::{run, Args};
+#[path = "../examples/ch01/cli.rs"]
+mod cli;
+
+use ch01_router::example::run;
 use ch01_router::literal::LiteralRouter;
 use ch01_router::regimes::regime;
 use clap::Parser;
+use cli::Args;
 use moe_kernels::testing::device;
 
-fn run_to_string(argv: &[&str]) -> String {
-    let args = Args::try_parse_from(argv).unwrap();
+fn try_run(argv: &[&str]) -> Result<String, String> {
+    let args = Args::try_parse_from(argv).map_err(|e| e.to_string())?;
+    let file = args.file_options();
     let mut out = Vec::new();
-    run(&args, device(), &mut out).unwrap_or_else(|e| panic!("{e}"));
-    String::from_utf8(out).unwrap()
+    run(
+        file.as_ref().map(|(p, o)| (p.as_path(), o)),
+        device(),
+        &mut out,
+    )?;
+    Ok(String::from_utf8(out).unwrap())
+}
+
+fn run_to_string(argv: &[&str]) -> String {
+    try_run(argv).unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]
@@ -115,13 +129,57 @@ fn routes_a_readers_file_and_writes_the_result() {
         v
     };
     let changed = a.iter().zip(&b).filter(|(x, y)| set(x) != set(y)).count();
+    let verb = if changed == 1 { "selects" } else { "select" };
     assert!(
-        text.contains(&format!("{changed} of 6 rows select a different set")),
+        text.contains(&format!("{changed} of 6 rows {verb} a different set")),
         "{changed}: {text}"
     );
-    // A bad k names the problem.
-    let args =
-        Args::try_parse_from(["ch01", "--input", input.to_str().unwrap(), "--k", "0"]).unwrap();
-    let err = run(&args, device(), &mut Vec::new()).unwrap_err();
-    assert!(err.contains("k"), "{err}");
+    // A bad k, a bad scale: typed errors that name the problem.
+    let inp = input.to_str().unwrap();
+    let err = try_run(&["ch01", "--input", inp, "--k", "0"]).unwrap_err();
+    assert!(err.contains("k = 0"), "{err}");
+    for bad in ["nan", "inf", "-1", "0"] {
+        let err = try_run(&["ch01", "--input", inp, "--scale", bad]).unwrap_err();
+        assert!(
+            err.starts_with("the routed scaling factor must be a finite number above 0"),
+            "--scale {bad}: {err}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn router_options_without_an_input_are_refused() {
+    // The tour routes fixed regimes: an option that would change nothing is an error, not ignored.
+    for argv in [
+        &["ch01", "--k", "4"][..],
+        &["ch01", "--scale", "2"],
+        &["ch01", "--scoring", "softmax"],
+        &["ch01", "--bias-bf16"],
+        &["ch01", "--output", "out.safetensors"],
+    ] {
+        let err = Args::try_parse_from(argv).unwrap_err();
+        assert_eq!(
+            err.kind(),
+            clap::error::ErrorKind::MissingRequiredArgument,
+            "{argv:?}"
+        );
+        assert!(err.to_string().contains("--input"), "{argv:?}: {err}");
+    }
+    // Defaults alone do not count as given.
+    assert!(Args::try_parse_from(["ch01"])
+        .unwrap()
+        .file_options()
+        .is_none());
+}
+
+#[test]
+fn a_file_that_is_not_safetensors_says_so() {
+    let dir = std::env::temp_dir().join(format!("ch01-example-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("notes.txt");
+    std::fs::write(&path, "these are notes, not tensors").unwrap();
+    let err = try_run(&["ch01", "--input", path.to_str().unwrap()]).unwrap_err();
+    assert!(err.contains("notes.txt is not a safetensors file"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
 }

@@ -127,7 +127,10 @@ static inline void* emu_dynamic_shared() { return emu_tls_dyn_shared; }
 // Runtime entry points (emu_runtime.cpp). They park the calling fiber where CUDA would wait.
 // ------------------------------------------------------------------------------------------------
 enum emu_coll_op : int { EMU_OP_SHFL_IDX = 0, EMU_OP_SHFL_UP, EMU_OP_SHFL_DOWN, EMU_OP_SHFL_XOR,
-                         EMU_OP_BALLOT, EMU_OP_ANY, EMU_OP_ALL, EMU_OP_SYNCWARP, EMU_OP_ACTIVEMASK };
+                         EMU_OP_BALLOT, EMU_OP_ANY, EMU_OP_ALL, EMU_OP_SYNCWARP, EMU_OP_ACTIVEMASK,
+                         EMU_OP_MMA = 32, EMU_OP_LDMATRIX = 33 };
+// Why a thread yields (emu_yield): an atomic, a fence, __nanosleep.
+enum emu_yield_reason : int { EMU_YIELD_ATOMIC = 1, EMU_YIELD_FENCE = 2, EMU_YIELD_SLEEP = 3 };
 
 void emu_syncthreads(int line, const char* file);
 int emu_syncthreads_count(int pred, int line, const char* file);   // __syncthreads_count/and/or
@@ -137,6 +140,15 @@ unsigned long long emu_warp_collective(int op, unsigned mask, unsigned long long
                                        int arg, int width, int line, const char* file);
 unsigned emu_activemask(int line, const char* file);
 [[noreturn]] void emu_kernel_fail(const char* what, int line, const char* file);
+// Lets the other threads of the block run (a thread polling a flag must not starve its setter).
+void emu_yield(int reason);
+// Tensor-core fragments (mma.h): a full-warp collective whose operands travel by pointer.
+void emu_tensor_collective(int op, void* payload, int line, const char* file);
+// Counts atomics on this worker thread; every 32nd yields.
+extern __thread unsigned emu_tls_polls;
+static inline void emu_atomic_poll() {
+    if (__builtin_expect((++emu_tls_polls & 31u) == 0, 0)) emu_yield(EMU_YIELD_ATOMIC);
+}
 
 #define __syncthreads() emu_syncthreads(__LINE__, __FILE__)
 #define __syncthreads_count(p) emu_syncthreads_count((p) ? 1 : 0, __LINE__, __FILE__)
@@ -192,23 +204,28 @@ struct syncwarp_at {   // __syncwarp() and __syncwarp(mask) without GNU comma el
 // ------------------------------------------------------------------------------------------------
 // Memory fences and atomics (real atomics: blocks run concurrently on several OS threads).
 // ------------------------------------------------------------------------------------------------
-static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
-static inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
-static inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+// A fence is where a waiting thread re-reads a flag: it also lets the other threads run.
+static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); emu_yield(EMU_YIELD_FENCE); }
+static inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); emu_yield(EMU_YIELD_FENCE); }
+static inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); emu_yield(EMU_YIELD_FENCE); }
+static inline void __nanosleep(unsigned) { emu_yield(EMU_YIELD_SLEEP); }
 
 // Overload sets follow CUDA's (sm_70+): add/and/or/xor/exch/CAS/max/min for int, unsigned and
 // unsigned long long; sub/inc/dec for 32-bit; max/min for long long; add for float and double.
+// Every atomic is a polling point (emu_atomic_poll): a thread that spins on one lets the others run.
 #define EMU_ATOMIC_RMW_(T, name, builtin) \
-    static inline T name(T* p, T v) { return builtin(p, v, __ATOMIC_SEQ_CST); }
+    static inline T name(T* p, T v) { T r = builtin(p, v, __ATOMIC_SEQ_CST); emu_atomic_poll(); return r; }
 #define EMU_ATOMIC_MINMAX_(T)                                                                     \
     static inline T atomicMax(T* p, T v) {                                                        \
         T old = __atomic_load_n(p, __ATOMIC_SEQ_CST);                                             \
         while (old < v && !__atomic_compare_exchange_n(p, &old, v, true, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {} \
+        emu_atomic_poll();                                                                        \
         return old;                                                                               \
     }                                                                                             \
     static inline T atomicMin(T* p, T v) {                                                        \
         T old = __atomic_load_n(p, __ATOMIC_SEQ_CST);                                             \
         while (old > v && !__atomic_compare_exchange_n(p, &old, v, true, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {} \
+        emu_atomic_poll();                                                                        \
         return old;                                                                               \
     }
 #define EMU_ATOMIC_INT_OPS_(T)                                                                     \
@@ -219,6 +236,7 @@ static inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_C
     EMU_ATOMIC_RMW_(T, atomicExch, __atomic_exchange_n)                                           \
     static inline T atomicCAS(T* p, T cmp, T v) {                                                 \
         __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);       \
+        emu_atomic_poll();                                                                        \
         return cmp;                                                                               \
     }                                                                                             \
     EMU_ATOMIC_MINMAX_(T)
@@ -244,12 +262,24 @@ inline F atomic_float_rmw(F* p, Op op) {
         F nf = op(of);
         U nu;
         std::memcpy(&nu, &nf, sizeof(F));
-        if (__atomic_compare_exchange_n(up, &old, nu, true, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) return of;
+        if (__atomic_compare_exchange_n(up, &old, nu, true, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+            emu_atomic_poll();
+            return of;
+        }
     }
+}
+// atom.add.f32 flushes subnormal inputs and results to sign-preserving zero (PTX ISA); so does
+// the emulator, where the host would keep them.
+static inline float ftz(float x) {
+    unsigned u;
+    std::memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) == 0) u &= 0x80000000u;
+    std::memcpy(&x, &u, 4);
+    return x;
 }
 }  // namespace emu
 static inline float atomicAdd(float* p, float v) {
-    return emu::atomic_float_rmw<float, unsigned int>(p, [v](float o) { return o + v; });
+    return emu::atomic_float_rmw<float, unsigned int>(p, [v](float o) { return emu::ftz(emu::ftz(o) + emu::ftz(v)); });
 }
 static inline double atomicAdd(double* p, double v) {
     return emu::atomic_float_rmw<double, unsigned long long>(p, [v](double o) { return o + v; });
@@ -258,6 +288,7 @@ static inline float atomicExch(float* p, float v) {
     unsigned int u;
     std::memcpy(&u, &v, 4);
     u = __atomic_exchange_n(reinterpret_cast<unsigned int*>(p), u, __ATOMIC_SEQ_CST);
+    emu_atomic_poll();
     float r;
     std::memcpy(&r, &u, 4);
     return r;
@@ -265,11 +296,13 @@ static inline float atomicExch(float* p, float v) {
 static inline unsigned int atomicInc(unsigned int* p, unsigned int v) {
     unsigned int old = __atomic_load_n(p, __ATOMIC_SEQ_CST);
     while (!__atomic_compare_exchange_n(p, &old, (old >= v) ? 0u : old + 1u, true, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
+    emu_atomic_poll();
     return old;
 }
 static inline unsigned int atomicDec(unsigned int* p, unsigned int v) {
     unsigned int old = __atomic_load_n(p, __ATOMIC_SEQ_CST);
     while (!__atomic_compare_exchange_n(p, &old, (old == 0u || old > v) ? v : old - 1u, true, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
+    emu_atomic_poll();
     return old;
 }
 
@@ -309,6 +342,28 @@ static inline int __float2int_rz(float f) {
     if (f < -2147483648.0f) return INT_MIN;
     return (int)f;
 }
+// The other conversions a kernel may meet, with the GPU's rules (saturate; NaN -> 0, but
+// LLONG_MIN for the 64-bit ones). A plain C
+// cast `(int)f` is the host's instead: x86 gives INT_MIN for NaN and out-of-range values, where
+// the GPU saturates; kernels that may convert such values use these intrinsics.
+static inline int __float2int_rd(float f) { return __float2int_rz(std::floor(f)); }
+static inline int __float2int_ru(float f) { return __float2int_rz(std::ceil(f)); }
+static inline unsigned int __float2uint_rz(float f) {
+    if (f != f || f <= 0.0f) return 0u;
+    if (f >= 4294967296.0f) return 0xffffffffu;
+    return (unsigned int)f;
+}
+static inline unsigned int __float2uint_rn(float f) { return __float2uint_rz(std::nearbyint(f)); }
+static inline long long __float2ll_rz(float f) {
+    // Measured on the H200: a NaN converts to 0 for 32-bit results but to LLONG_MIN
+    // (0x8000000000000000) for 64-bit ones (kernels/tests/selftest.rs, selftest_convert).
+    if (f != f) return LLONG_MIN;
+    if (f >= 9223372036854775808.0f) return LLONG_MAX;
+    if (f < -9223372036854775808.0f) return LLONG_MIN;
+    return (long long)f;
+}
+static inline long long __float2ll_rn(float f) { return __float2ll_rz(std::nearbyint(f)); }
+static inline float __saturatef(float x) { return x != x ? 0.0f : (x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x)); }
 #define CUDART_INF_F __builtin_huge_valf()
 #define CUDART_NAN_F __builtin_nanf("")
 #ifndef INFINITY
@@ -419,6 +474,7 @@ static inline __nv_bfloat16 __low2bfloat16(__nv_bfloat162 h) { return h.x; }
 static inline __nv_bfloat16 __high2bfloat16(__nv_bfloat162 h) { return h.y; }
 static inline float2 __bfloat1622float2(__nv_bfloat162 h) { return float2{__low2float(h), __high2float(h)}; }
 
-// Tensor-core fragments: see mma.h (included explicitly by kernels that need it).
+// Tensor-core fragments (mma.sync m16n8k16 bf16, ldmatrix) as warp collectives.
+#include "mma.h"
 
 #endif  // MOE_CUDA_EMU_H

@@ -1,33 +1,30 @@
-// emu_runtime.cpp -- runtime of the CPU emulator of CUDA (see README.md).
+// emu_runtime.cpp -- the CPU emulator of CUDA: fibers, the scheduler, barriers, warp collectives
+// and the launch entry point (see README.md; the other parts are emu_memory.cpp, emu_signals.cpp
+// and emu_tensor.cpp, sharing emu_internal.h).
 //
-// Compiled once and linked into every binary that contains emulated kernels:
-//   g++ -std=c++17 -O2 -ffp-contract=off -pthread -c emu_runtime.cpp
+// Compiled once and linked into every binary that contains emulated kernels.
 //
 // Model: one CUDA thread = one fiber with its own stack. A block runs to completion on one worker
 // OS thread. The worker's own stack is the scheduler context: it runs the runnable lanes of one
-// warp in lane order; each lane runs until it reaches a warp collective, __syncthreads or returns.
-// When a warp has no runnable lane, collectives whose whole mask has arrived complete and their
-// lanes become runnable again; a warp whose lanes all wait at __syncthreads (or have exited) hands
+// warp in lane order; each lane runs until it reaches a warp collective, __syncthreads, a yield
+// point (an atomic, a fence, __nanosleep, or the preemption timer) or returns. When a warp has no
+// runnable lane, collectives whose whole mask has arrived complete and their lanes become
+// runnable again; a warp whose lanes all wait at __syncthreads, have yielded or have exited hands
 // over to the next warp. When every warp is at the barrier, it is released (or an error is
-// reported). Workers pull block indices from an atomic counter.
-#include <atomic>
+// reported); lanes that yielded run again in the next pass. Workers pull block indices from an
+// atomic counter.
 #include <cerrno>
 #include <cstdarg>
-#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
-#include <string>
 #include <thread>
-#include <vector>
+#include <time.h>
 
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "cuda_emu.h"
-
-typedef void (*emu_kernel_fn)(void** params);
+#include "emu_internal.h"
 
 // Built-in variables (declared in cuda_emu.h).
 __thread uint3 emu_tls_threadIdx;
@@ -36,23 +33,19 @@ __thread uint3 emu_tls_blockDim;
 __thread uint3 emu_tls_gridDim;
 __thread void* emu_tls_dyn_shared;
 
+namespace emu_rt {
+__thread Worker* tls_worker = nullptr;
+__thread Fiber* tls_fiber = nullptr;
+__thread volatile int tls_preemptible = 0;
+__thread unsigned long tls_switches = 0;
+}  // namespace emu_rt
+__thread unsigned emu_tls_polls = 0;
+
+using namespace emu_rt;
+
 // ------------------------------------------------------------------------------------------------
 // Context switch
 // ------------------------------------------------------------------------------------------------
-#if defined(MOE_EMU_FORCE_UCONTEXT)
-#define EMU_CTX_UCONTEXT 1
-#include <ucontext.h>
-#elif defined(__x86_64__) && (defined(__linux__) || defined(__APPLE__))
-#define EMU_CTX_ASM 1
-#define EMU_CTX_X86_64 1
-#elif defined(__aarch64__) && (defined(__linux__) || defined(__APPLE__))
-#define EMU_CTX_ASM 1
-#define EMU_CTX_AARCH64 1
-#else
-#define EMU_CTX_UCONTEXT 1
-#include <ucontext.h>
-#endif
-
 #if defined(__APPLE__)
 #define EMU_SYM(x) "_" #x
 #define EMU_FUNC_BEGIN(x) ".globl _" #x "\n.p2align 4\n_" #x ":\n"
@@ -64,16 +57,22 @@ __thread void* emu_tls_dyn_shared;
 #endif
 
 #if EMU_CTX_ASM
-// void emu_ctx_switch(void** save_sp, void* new_sp): saves the callee-saved registers and the
-// floating-point control state on the current stack, stores the stack pointer to *save_sp,
-// switches to new_sp and restores the same frame from there. No system call.
+// void emu_ctx_switch(void** save_sp, void* new_sp): saves the callee-saved registers on the
+// current stack, stores the stack pointer to *save_sp, switches to new_sp and restores the same
+// frame from there. No system call.
+//
+// The floating-point control state (MXCSR and the x87 control word; FPCR on aarch64) is not part
+// of a fiber's context: CUDA has no instruction that changes a thread's rounding mode, and a
+// kernel that also compiles under NVRTC cannot call fesetround, so every fiber of a worker
+// shares one state, which worker_main sets to IEEE defaults (round to nearest, no flush to zero)
+// for the launch and restores afterwards. Saving and restoring it on every switch (fnstcw/fldcw
+// serialise) used to cost three quarters of a switch.
 // emu_fiber_entry: first "return" target of a fresh fiber; calls fn(arg) (fn/arg in callee-saved
 // registers of the initial frame). fn never returns.
 extern "C" void emu_ctx_switch(void** save_sp, void* new_sp);
 extern "C" void emu_fiber_entry(void);
 #if EMU_CTX_X86_64
-// Frame (from sp): [0] mxcsr (4 bytes) + x87 control word (2), [8] pad, [16] r12, [24] r13,
-// [32] r14, [40] r15, [48] rbx, [56] rbp, [64] return address.
+// Frame (from sp): [0] r12, [8] r13, [16] r14, [24] r15, [32] rbx, [40] rbp, [48] return address.
 asm(".text\n"
     EMU_FUNC_BEGIN(emu_ctx_switch)
     "    pushq %rbp\n"
@@ -82,14 +81,8 @@ asm(".text\n"
     "    pushq %r14\n"
     "    pushq %r13\n"
     "    pushq %r12\n"
-    "    subq $16, %rsp\n"
-    "    stmxcsr (%rsp)\n"
-    "    fnstcw 4(%rsp)\n"
     "    movq %rsp, (%rdi)\n"
     "    movq %rsi, %rsp\n"
-    "    ldmxcsr (%rsp)\n"
-    "    fldcw 4(%rsp)\n"
-    "    addq $16, %rsp\n"
     "    popq %r12\n"
     "    popq %r13\n"
     "    popq %r14\n"
@@ -103,12 +96,12 @@ asm(".text\n"
     "    callq *%rbx\n"
     "    ud2\n"
     EMU_FUNC_END(emu_fiber_entry));
-static const size_t kFrameWords = 9;
+static const size_t kFrameWords = 7;
 #elif EMU_CTX_AARCH64
-// Frame (176 bytes from sp): x19..x30 at [0..96), d8..d15 at [96..160), fpcr at [160].
+// Frame (160 bytes from sp): x19..x30 at [0..96), d8..d15 at [96..160).
 asm(".text\n"
     EMU_FUNC_BEGIN(emu_ctx_switch)
-    "    sub sp, sp, #176\n"
+    "    sub sp, sp, #160\n"
     "    stp x19, x20, [sp, #0]\n"
     "    stp x21, x22, [sp, #16]\n"
     "    stp x23, x24, [sp, #32]\n"
@@ -119,8 +112,6 @@ asm(".text\n"
     "    stp d10, d11, [sp, #112]\n"
     "    stp d12, d13, [sp, #128]\n"
     "    stp d14, d15, [sp, #144]\n"
-    "    mrs x9, fpcr\n"
-    "    str x9, [sp, #160]\n"
     "    mov x9, sp\n"
     "    str x9, [x0]\n"
     "    mov sp, x1\n"
@@ -134,9 +125,7 @@ asm(".text\n"
     "    ldp d10, d11, [sp, #112]\n"
     "    ldp d12, d13, [sp, #128]\n"
     "    ldp d14, d15, [sp, #144]\n"
-    "    ldr x9, [sp, #160]\n"
-    "    msr fpcr, x9\n"
-    "    add sp, sp, #176\n"
+    "    add sp, sp, #160\n"
     "    ret\n"
     EMU_FUNC_END(emu_ctx_switch)
     EMU_FUNC_BEGIN(emu_fiber_entry)
@@ -144,24 +133,14 @@ asm(".text\n"
     "    blr x20\n"
     "    brk #0\n"
     EMU_FUNC_END(emu_fiber_entry));
-static const size_t kFrameWords = 22;
+static const size_t kFrameWords = 20;
 #endif
 #endif  // EMU_CTX_ASM
 
-namespace {
-
-enum FiberState : uint8_t { ST_RUNNABLE, ST_AT_WARP, ST_AT_BAR, ST_DONE };
-
-// A saved execution context: a stack pointer for the assembly switch, a ucontext otherwise.
-struct Ctx {
-    void* sp = nullptr;
-#if EMU_CTX_UCONTEXT
-    ucontext_t uc;
-#endif
-};
+namespace emu_rt {
 
 // Saves the running context into `save` and continues in `to`.
-inline void switch_ctx(Ctx& save, Ctx& to) {
+static inline void switch_ctx(Ctx& save, Ctx& to) {
 #if EMU_CTX_ASM
     emu_ctx_switch(&save.sp, to.sp);
 #else
@@ -169,55 +148,23 @@ inline void switch_ctx(Ctx& save, Ctx& to) {
 #endif
 }
 
-struct Fiber {
-    Ctx ctx;
-    uint3 tid{0, 0, 0};
-    unsigned linear = 0, lane = 0, warp = 0;
-    uint8_t state = ST_RUNNABLE;
-    // pending warp collective / barrier
-    int op = 0;
-    unsigned mask = 0;
-    int arg = 0;
-    int width = 32;
-    unsigned size = 4;
-    unsigned long long value = 0, result = 0;
-    int line = 0;
-    const char* file = "";
-    int bar_kind = 0, bar_pred = 0, bar_result = 0;
-    char* stack_lo = nullptr;
-    size_t stack_bytes = 0;
-};
+// ---------------------------------------------------------------------------- fiber stacks
+// One mapping per set, a PROT_NONE guard region below each stack. Sets are pooled and reused by
+// later workers / launches.
+static std::mutex g_stack_mu;
+static std::vector<StackSet*> g_stack_pool;
 
-struct Warp {
-    unsigned first = 0;     // linear id of lane 0
-    unsigned exist = 0;     // lanes that exist (partial last warp)
-    unsigned runnable = 0;  // lanes to resume
-    unsigned parked = 0;    // lanes waiting at a warp collective
-    unsigned at_bar = 0;    // lanes waiting at __syncthreads
-    unsigned exited = 0;    // lanes whose kernel returned
-};
-
-// Fiber stacks: one mapping per set, a PROT_NONE guard region below each stack. Sets are pooled and
-// reused by later workers / launches.
-struct StackSet {
-    char* base = nullptr;
-    size_t map_len = 0, stride = 0, stack_bytes = 0;
-    unsigned count = 0;
-};
-std::mutex g_stack_mu;
-std::vector<StackSet*> g_stack_pool;
-
-size_t page_size() {
+static size_t page_size() {
     static size_t ps = (size_t)sysconf(_SC_PAGESIZE);
     return ps;
 }
 // Guard below each stack: at least 64 KiB (address space only), so that a frame of a few KiB
 // cannot jump over it.
-size_t guard_size() {
+size_t stack_guard_size() {
     static size_t g = std::max<size_t>(page_size(), 64 * 1024) / page_size() * page_size();
     return g;
 }
-size_t stack_bytes_setting() {
+static size_t stack_bytes_setting() {
     static size_t v = [] {
         size_t kb = 256;
         if (const char* s = getenv("MOE_EMU_STACK_KB")) {
@@ -230,7 +177,7 @@ size_t stack_bytes_setting() {
     return v;
 }
 
-StackSet* acquire_stacks(unsigned n) {
+static StackSet* acquire_stacks(unsigned n) {
     size_t want = stack_bytes_setting();
     {
         std::lock_guard<std::mutex> g(g_stack_mu);
@@ -249,7 +196,7 @@ StackSet* acquire_stacks(unsigned n) {
     while (count < n) count *= 2;
     StackSet* s = new StackSet;
     s->stack_bytes = want;
-    s->stride = want + guard_size();
+    s->stride = want + stack_guard_size();
     s->count = count;
     s->map_len = s->stride * count;
     int flags = MAP_PRIVATE | MAP_ANON;
@@ -262,55 +209,25 @@ StackSet* acquire_stacks(unsigned n) {
         return nullptr;
     }
     s->base = static_cast<char*>(p);
-    for (unsigned i = 0; i < count; ++i) mprotect(s->base + i * s->stride, guard_size(), PROT_NONE);
+    for (unsigned i = 0; i < count; ++i) mprotect(s->base + i * s->stride, stack_guard_size(), PROT_NONE);
     return s;
 }
-void release_stacks(StackSet* s) {
+static void release_stacks(StackSet* s) {
     if (!s) return;
     std::lock_guard<std::mutex> g(g_stack_mu);
     g_stack_pool.push_back(s);
 }
 
-struct Launch {
-    emu_kernel_fn fn;
-    void** params;
-    unsigned gx, gy, gz, bx, by, bz;
-    unsigned nthreads, nwarps;
-    unsigned long long nblocks;
-    size_t dyn_bytes;
-    std::atomic<unsigned long long> next{0};
-    std::atomic<bool> failed{false};
-    std::mutex mu;
-    std::string err;
-};
-
-struct Worker {
-    Ctx sched;
-    Launch* L = nullptr;
-    std::vector<Fiber> fibers;
-    std::vector<Warp> warps;
-    StackSet* stacks = nullptr;
-    unsigned char* dyn = nullptr;
-    bool failed = false;  // error raised in the current block
-    unsigned done = 0;    // exited threads of the current block
-    uint3 bidx{0, 0, 0};
-    unsigned mxcsr_fpcw[2] = {0, 0};
-};
-
-__thread Worker* tls_worker = nullptr;
-__thread Fiber* tls_fiber = nullptr;
-
 // ---------------------------------------------------------------------------- error formatting
-std::string fmt(const char* f, ...) __attribute__((format(printf, 1, 2)));
 std::string fmt(const char* f, ...) {
-    char buf[1024];
+    char buf[2048];
     va_list ap;
     va_start(ap, f);
     vsnprintf(buf, sizeof buf, f, ap);
     va_end(ap);
     return buf;
 }
-const char* base_name(const char* p) {
+static const char* base_name(const char* p) {
     if (!p) return "?";
     const char* s = strrchr(p, '/');
     return s ? s + 1 : p;
@@ -347,7 +264,7 @@ std::vector<unsigned> lanes_to_ids(const Warp& W, unsigned m) {
     }
     return v;
 }
-const char* op_name(int op) {
+static const char* op_name(int op) {
     switch (op) {
         case EMU_OP_SHFL_IDX: return "__shfl_sync";
         case EMU_OP_SHFL_UP: return "__shfl_up_sync";
@@ -358,10 +275,12 @@ const char* op_name(int op) {
         case EMU_OP_ALL: return "__all_sync";
         case EMU_OP_SYNCWARP: return "__syncwarp";
         case EMU_OP_ACTIVEMASK: return "__activemask";
+        case EMU_OP_MMA: return "moe_mma_m16n8k16_bf16";
+        case EMU_OP_LDMATRIX: return "moe_ldmatrix";
     }
     return "?";
 }
-const char* bar_name(int k) {
+static const char* bar_name(int k) {
     switch (k) {
         case 1: return "__syncthreads_count";
         case 2: return "__syncthreads_and";
@@ -370,20 +289,30 @@ const char* bar_name(int k) {
     return "__syncthreads";
 }
 
-std::string block_prefix(const Worker& w) {
+static std::string block_prefix(const Worker& w) {
     const Launch& L = *w.L;
-    return fmt("emu: kernel error in block (%u,%u,%u) [grid (%u,%u,%u), block (%u,%u,%u)]: ", w.bidx.x, w.bidx.y,
-               w.bidx.z, L.gx, L.gy, L.gz, L.bx, L.by, L.bz);
+    return fmt("block (%u,%u,%u) [grid (%u,%u,%u), block (%u,%u,%u)]: ", w.bidx.x, w.bidx.y, w.bidx.z, L.gx, L.gy,
+               L.gz, L.bx, L.by, L.bz);
 }
 
-void set_launch_error(Launch& L, const std::string& msg) {
+static void copy_message(EmuReport* r, const std::string& msg) {
+    size_t n = std::min(msg.size(), sizeof r->message - 1);
+    memcpy(r->message, msg.data(), n);
+    r->message[n] = 0;
+}
+
+// The first error of a launch wins; later ones (other workers stopping) are dropped.
+void set_report(Launch& L, int kind, const std::string& msg) {
     std::lock_guard<std::mutex> g(L.mu);
-    if (L.err.empty()) L.err = msg;
+    if (L.report->kind == 0) {
+        L.report->kind = kind;
+        copy_message(L.report, msg);
+    }
     L.failed.store(true);
 }
 void block_error(Worker& w, const std::string& msg) {
     w.failed = true;
-    set_launch_error(*w.L, block_prefix(w) + msg);
+    set_report(*w.L, 2, block_prefix(w) + msg);
 }
 
 // ---------------------------------------------------------------------------- fibers
@@ -392,23 +321,19 @@ extern "C" void emu_fiber_main(Fiber* f);
 extern "C" void emu_fiber_trampoline_uc(unsigned lo, unsigned hi);
 #endif
 
-void fiber_init(Worker& w, Fiber& f) {
+static void fiber_init(Worker& w, Fiber& f) {
 #if EMU_CTX_ASM
     uintptr_t top = (uintptr_t)(f.stack_lo + f.stack_bytes) & ~(uintptr_t)15;
     void** sp = (void**)(top - kFrameWords * sizeof(void*));
     memset(sp, 0, kFrameWords * sizeof(void*));
 #if EMU_CTX_X86_64
-    memcpy(&sp[0], w.mxcsr_fpcw, 8);       // mxcsr, x87 control word of the worker
-    sp[2] = (void*)&f;                      // r12: argument
-    sp[6] = (void*)&emu_fiber_main;         // rbx: function
-    sp[8] = (void*)&emu_fiber_entry;        // return address
+    sp[0] = (void*)&f;                      // r12: argument
+    sp[4] = (void*)&emu_fiber_main;         // rbx: function
+    sp[6] = (void*)&emu_fiber_entry;        // return address
 #else
     sp[0] = (void*)&f;                      // x19: argument
     sp[1] = (void*)&emu_fiber_main;         // x20: function
     sp[11] = (void*)&emu_fiber_entry;       // x30: return address
-    uint64_t fpcr;
-    asm volatile("mrs %0, fpcr" : "=r"(fpcr));
-    sp[20] = (void*)(uintptr_t)fpcr;
 #endif
     f.ctx.sp = sp;
 #else
@@ -428,7 +353,8 @@ extern "C" void emu_fiber_trampoline_uc(unsigned lo, unsigned hi) {
 }
 #endif
 
-inline void resume(Worker& w, Fiber& f) {
+static inline void resume(Worker& w, Fiber& f) {
+    ++tls_switches;
     emu_tls_threadIdx = f.tid;
     tls_fiber = &f;
     switch_ctx(w.sched, f.ctx);
@@ -436,12 +362,12 @@ inline void resume(Worker& w, Fiber& f) {
 }
 
 // Called on the fiber: back to the scheduler. Returns when the scheduler resumes this fiber.
-inline void yield_to_scheduler(Worker& w, Fiber& f) { switch_ctx(f.ctx, w.sched); }
+static inline void yield_to_scheduler(Worker& w, Fiber& f) { switch_ctx(f.ctx, w.sched); }
 
-// Called on a fiber that parks (collective, barrier, exit): switches straight to the next runnable
-// lane of the same warp (one switch instead of two through the scheduler), or to the scheduler
-// when no lane of the warp is left to run in this pass.
-inline void park_and_switch(Worker& w, Fiber& f) {
+// Called on a fiber that parks (collective, barrier, yield, exit): switches straight to the next
+// runnable lane of the same warp (one switch instead of two through the scheduler), or to the
+// scheduler when no lane of the warp is left to run in this pass.
+void park_and_switch(Worker& w, Fiber& f) {
     Warp& W = w.warps[f.warp];
     unsigned r = W.runnable;
     if (!r) {
@@ -451,13 +377,48 @@ inline void park_and_switch(Worker& w, Fiber& f) {
     unsigned l = (unsigned)__builtin_ctz(r);
     W.runnable = r & (r - 1);
     Fiber& n = w.fibers[W.first + l];
+    ++tls_switches;
     emu_tls_threadIdx = n.tid;
     tls_fiber = &n;
     switch_ctx(f.ctx, n.ctx);
 }
 
 [[noreturn]] void fiber_fail(Worker& w, Fiber& f, const std::string& msg) {
+    tls_preemptible = 0;
     block_error(w, msg);
+    f.state = ST_DONE;
+    yield_to_scheduler(w, f);  // never resumed
+    abort();
+}
+
+void yield_fiber(Worker& w, Fiber& f, uint8_t reason) {
+    f.state = ST_YIELD;
+    f.yield_reason = reason;
+    w.warps[f.warp].yielded |= 1u << f.lane;
+    park_and_switch(w, f);
+    f.state = ST_RUNNABLE;
+}
+
+[[noreturn]] void fiber_fault(Worker& w, Fiber& f, int fault, unsigned long long addr, bool has_addr,
+                              const std::string& detail) {
+    tls_preemptible = 0;
+    Launch& L = *w.L;
+    {
+        std::lock_guard<std::mutex> g(L.mu);
+        if (L.report->kind == 0) {
+            EmuReport* r = L.report;
+            r->kind = 3;
+            r->fault = fault;
+            r->has_thread = 1;
+            r->block[0] = w.bidx.x, r->block[1] = w.bidx.y, r->block[2] = w.bidx.z;
+            r->thread[0] = f.tid.x, r->thread[1] = f.tid.y, r->thread[2] = f.tid.z;
+            r->has_address = has_addr;
+            r->address = addr;
+            copy_message(r, detail);
+        }
+        L.failed.store(true);
+    }
+    w.failed = true;
     f.state = ST_DONE;
     yield_to_scheduler(w, f);  // never resumed
     abort();
@@ -466,7 +427,7 @@ inline void park_and_switch(Worker& w, Fiber& f) {
 // ---------------------------------------------------------------------------- warp collectives
 // PTX shfl.sync semantics. c = ((32 - width) << 8) | clamp with clamp = 0 for up, 0x1f otherwise.
 // Returns the source lane (own lane when the source is outside the sub-section).
-unsigned shfl_src(int op, unsigned lane, unsigned b, int width) {
+static unsigned shfl_src(int op, unsigned lane, unsigned b, int width) {
     unsigned segmask = (unsigned)(32 - width) & 31u;
     unsigned cval = op == EMU_OP_SHFL_UP ? 0u : 31u;
     int maxLane = (int)((lane & segmask) | (cval & ~segmask));
@@ -484,9 +445,10 @@ unsigned shfl_src(int op, unsigned lane, unsigned b, int width) {
 }
 
 // Completes the collective of the lanes in M (all parked with the same op and mask).
-bool execute_collective(Worker& w, Warp& W, unsigned M) {
+static bool execute_collective(Worker& w, Warp& W, unsigned M) {
     Fiber* F = &w.fibers[W.first];
     int op = F[__builtin_ctz(M)].op;
+    ++w.progress;
     if (op <= EMU_OP_SHFL_XOR) {
         for (unsigned m = M; m; m &= m - 1) {
             unsigned l = (unsigned)__builtin_ctz(m);
@@ -501,6 +463,8 @@ bool execute_collective(Worker& w, Warp& W, unsigned M) {
         }
     } else if (op == EMU_OP_SYNCWARP) {
         // nothing to exchange
+    } else if (op == EMU_OP_MMA || op == EMU_OP_LDMATRIX) {
+        execute_tensor_collective(w, W, M);
     } else {
         unsigned bits = 0;
         for (unsigned m = M; m; m &= m - 1) {
@@ -513,8 +477,15 @@ bool execute_collective(Worker& w, Warp& W, unsigned M) {
     return true;
 }
 
+// The lanes a collective with mask M waits for: for __syncwarp, lanes that have exited count as
+// arrived (CUDA allows __syncwarp after some lanes of its mask returned); for every exchange
+// they do not.
+static inline unsigned waits_for(int op, unsigned M, const Warp& W) {
+    return op == EMU_OP_SYNCWARP ? (M & ~W.exited) : M;
+}
+
 // Completes every collective whose whole mask has arrived. Returns true if any completed.
-bool complete_collectives(Worker& w, Warp& W) {
+static bool complete_collectives(Worker& w, Warp& W) {
     Fiber* F = &w.fibers[W.first];
     unsigned pending = W.parked;
     bool progress = false;
@@ -534,10 +505,12 @@ bool complete_collectives(Worker& w, Warp& W) {
             W.runnable |= G;
             pending &= ~G;
             progress = true;
+            ++w.progress;
             continue;
         }
-        bool ok = (M & ~W.parked) == 0;
-        for (unsigned m = M; ok && m; m &= m - 1) {
+        unsigned need = waits_for(op, M, W);
+        bool ok = (need & ~W.parked) == 0;
+        for (unsigned m = need; ok && m; m &= m - 1) {
             const Fiber& g = F[__builtin_ctz(m)];
             ok = g.op == op && g.mask == M;
         }
@@ -545,17 +518,17 @@ bool complete_collectives(Worker& w, Warp& W) {
             pending &= ~(1u << l);
             continue;
         }
-        if (!execute_collective(w, W, M)) return false;
-        W.parked &= ~M;
-        W.runnable |= M;
-        pending &= ~M;
+        if (!execute_collective(w, W, need)) return false;
+        W.parked &= ~need;
+        W.runnable |= need;
+        pending &= ~need;
         progress = true;
     }
     return progress;
 }
 
 // The warp cannot make progress: explain why its first parked collective can never complete.
-void report_stuck_warp(Worker& w, unsigned wi) {
+static void report_stuck_warp(Worker& w, unsigned wi) {
     Warp& W = w.warps[wi];
     const Launch& L = *w.L;
     Fiber* F = &w.fibers[W.first];
@@ -570,7 +543,7 @@ void report_stuck_warp(Worker& w, unsigned wi) {
     std::string msg = fmt("warp %u: %s(mask=0x%08x) at %s can never complete: %s wait there, but ", wi, op_name(op), M,
                           where(F[l].file, F[l].line).c_str(), thread_list(L, lanes_to_ids(W, same)).c_str());
     std::vector<std::string> why;
-    unsigned ex = M & W.exited;
+    unsigned ex = waits_for(op, M, W) & W.exited;
     if (ex) why.push_back(thread_list(L, lanes_to_ids(W, ex)) + " named in the mask exited");
     unsigned bar = M & W.at_bar;
     if (bar) {
@@ -596,8 +569,8 @@ void report_stuck_warp(Worker& w, unsigned wi) {
     block_error(w, msg);
 }
 
-// Runs one warp until all its lanes wait at __syncthreads or have exited.
-void run_warp(Worker& w, unsigned wi) {
+// Runs one warp until all its lanes wait at __syncthreads, have yielded or have exited.
+static void run_warp(Worker& w, unsigned wi) {
     Warp& W = w.warps[wi];
     Fiber* F = &w.fibers[W.first];
     for (;;) {
@@ -605,6 +578,8 @@ void run_warp(Worker& w, unsigned wi) {
         if (!r) {
             if (!W.parked) return;
             if (complete_collectives(w, W)) continue;
+            // A collective may wait for a lane that yielded: try again next pass.
+            if (W.yielded) return;
             if (!w.failed) report_stuck_warp(w, wi);
             return;
         }
@@ -617,71 +592,168 @@ void run_warp(Worker& w, unsigned wi) {
     }
 }
 
-void run_block(Worker& w, unsigned long long b) {
+static unsigned long long now_ns() {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+}
+
+static const char* yield_reason(uint8_t r) {
+    switch (r) {
+        case Y_ATOMIC: return "polling with an atomic";
+        case Y_FENCE: return "at a memory fence";
+        case Y_SLEEP: return "in __nanosleep";
+        case Y_PREEMPT: return "in a loop without atomics or barriers, a volatile load perhaps";
+    }
+    return "?";
+}
+
+// No thread of the block made progress for the deadlock timeout while some spin: say who does
+// what.
+static void report_deadlock(Worker& w, unsigned long long ms) {
+    const Launch& L = *w.L;
+    std::string msg = fmt("deadlock: no thread made progress for %llu ms", ms);
+    std::vector<std::string> parts;
+    for (int reason = Y_ATOMIC; reason <= Y_PREEMPT; ++reason) {
+        std::vector<unsigned> ids;
+        for (unsigned t = 0; t < L.nthreads; ++t)
+            if (w.fibers[t].state == ST_YIELD && w.fibers[t].yield_reason == reason) ids.push_back(t);
+        if (!ids.empty())
+            parts.push_back(thread_list(L, ids) + (ids.size() == 1 ? " keeps" : " keep") + " spinning (" +
+                            yield_reason((uint8_t)reason) + ")");
+    }
+    std::vector<unsigned> bar, coll, done;
+    for (unsigned t = 0; t < L.nthreads; ++t) {
+        uint8_t s = w.fibers[t].state;
+        if (s == ST_AT_BAR) bar.push_back(t);
+        else if (s == ST_AT_WARP) coll.push_back(t);
+        else if (s == ST_DONE) done.push_back(t);
+    }
+    auto verb = [](const std::vector<unsigned>& ids, const char* one, const char* many) { return ids.size() == 1 ? one : many; };
+    if (!bar.empty()) {
+        const Fiber& f = w.fibers[bar[0]];
+        parts.push_back(thread_list(L, bar) + verb(bar, " waits at ", " wait at ") + bar_name(f.bar_kind) + "() at " +
+                        where(f.file, f.line));
+    }
+    if (!coll.empty()) {
+        const Fiber& f = w.fibers[coll[0]];
+        parts.push_back(thread_list(L, coll) + verb(coll, " waits at ", " wait at ") + op_name(f.op) + " at " +
+                        where(f.file, f.line));
+    }
+    if (!done.empty()) parts.push_back(thread_list(L, done) + verb(done, " has exited", " have exited"));
+    for (size_t i = 0; i < parts.size(); ++i) msg += (i ? "; " : ": ") + parts[i];
+    msg += fmt(". A spin-wait whose flag no thread will set never ends on a GPU either; if this is a long "
+               "computation instead, raise the limit (MOE_EMU_DEADLOCK_SECS, or the device's setting).");
+    w.failed = true;
+    set_report(*w.L, 4, block_prefix(w) + msg);
+}
+
+static void run_block(Worker& w, unsigned long long b) {
     Launch& L = *w.L;
     w.bidx = uint3{(unsigned)(b % L.gx), (unsigned)((b / L.gx) % L.gy), (unsigned)(b / ((unsigned long long)L.gx * L.gy))};
     emu_tls_blockIdx = w.bidx;
     if (L.dyn_bytes) memset(w.dyn, 0xFF, L.dyn_bytes);
     w.done = 0;
+    w.stall_progress = ~0ull;
     for (unsigned t = 0; t < L.nthreads; ++t) {
         Fiber& f = w.fibers[t];
         f.state = ST_RUNNABLE;
+        f.yield_reason = Y_NONE;
         fiber_init(w, f);
     }
     for (unsigned wi = 0; wi < L.nwarps; ++wi) {
         Warp& W = w.warps[wi];
         W.runnable = W.exist;
-        W.parked = W.at_bar = W.exited = 0;
+        W.parked = W.at_bar = W.yielded = W.exited = 0;
     }
     for (;;) {
+        unsigned yielded = 0;
         for (unsigned wi = 0; wi < L.nwarps; ++wi) {
             run_warp(w, wi);
             if (w.failed) return;
+            yielded |= w.warps[wi].yielded;
         }
         if (w.done == L.nthreads) return;
-        // Every live thread waits at a barrier: check it can be released.
-        std::vector<unsigned> waiting, exited;
-        int line0 = -1, kind0 = -1;
-        const char* file0 = "";
-        bool mixed = false;
+        if (L.failed.load(std::memory_order_relaxed)) {
+            w.failed = true;
+            return;
+        }
+        if (yielded) {
+            // Some threads spin or were preempted: run them again, unless nothing has moved for
+            // the deadlock timeout.
+            if (w.progress != w.stall_progress) {
+                w.stall_progress = w.progress;
+                w.stall_since_ns = now_ns();
+            } else if (now_ns() - w.stall_since_ns >= L.deadlock_ms * 1000000ull) {
+                report_deadlock(w, L.deadlock_ms);
+                return;
+            }
+            for (unsigned wi = 0; wi < L.nwarps; ++wi) {
+                Warp& W = w.warps[wi];
+                W.runnable |= W.yielded;
+                W.yielded = 0;
+            }
+            continue;
+        }
+        // Every live thread waits at a barrier: check it can be released (without allocating:
+        // this runs at every barrier; the lists are built only for an error message).
+        const Fiber* first = nullptr;
+        bool mixed = false, paths = false, any_exited = false;
         for (unsigned t = 0; t < L.nthreads; ++t) {
             const Fiber& f = w.fibers[t];
             if (f.state == ST_AT_BAR) {
-                waiting.push_back(t);
-                if (line0 < 0) {
-                    line0 = f.line;
-                    file0 = f.file;
-                    kind0 = f.bar_kind;
-                } else if (f.line != line0 || f.bar_kind != kind0 || (f.file != file0 && strcmp(f.file, file0) != 0)) {
+                if (!first) {
+                    first = &f;
+                } else if (f.line != first->line || f.bar_kind != first->bar_kind ||
+                           (f.file != first->file && strcmp(f.file, first->file) != 0)) {
                     mixed = true;
+                } else if (f.bar_path != first->bar_path) {
+                    paths = true;
                 }
             } else if (f.state == ST_DONE) {
-                exited.push_back(t);
+                any_exited = true;
             }
+        }
+        std::vector<unsigned> waiting, exited;
+        if (first && (any_exited || mixed || paths)) {
+            for (unsigned t = 0; t < L.nthreads; ++t) {
+                if (w.fibers[t].state == ST_AT_BAR) waiting.push_back(t);
+                else if (w.fibers[t].state == ST_DONE) exited.push_back(t);
+            }
+        }
+        if (!first) {
+            // Nothing waits at a barrier and nothing can run: every warp reported or exited.
+            return;
         }
         if (!exited.empty()) {
             block_error(w, fmt("%s() at %s can never complete: %s wait there, but %s exited without reaching it.",
-                               bar_name(kind0), where(file0, line0).c_str(), thread_list(L, waiting).c_str(),
-                               thread_list(L, exited).c_str()));
+                               bar_name(first->bar_kind), where(first->file, first->line).c_str(),
+                               thread_list(L, waiting).c_str(), thread_list(L, exited).c_str()));
             return;
         }
-        if (mixed) {
-            // group by call site
-            std::string msg = "threads of the block wait at different barriers (divergent __syncthreads): ";
+        if (mixed || paths) {
+            // Group by call site (and by call path, for one site reached through different calls).
+            std::string msg = mixed ? "threads of the block wait at different barriers (divergent __syncthreads): "
+                                    : "threads of the block wait at the same __syncthreads() reached through different "
+                                      "calls (a barrier inside a helper function called from divergent branches): ";
             std::vector<bool> used(L.nthreads, false);
-            bool first = true;
+            bool firstg = true;
+            int group = 0;
             for (unsigned t : waiting) {
                 if (used[t]) continue;
                 const Fiber& f = w.fibers[t];
                 std::vector<unsigned> g;
-                for (unsigned u : waiting)
-                    if (!used[u] && w.fibers[u].line == f.line && !strcmp(w.fibers[u].file, f.file) &&
-                        w.fibers[u].bar_kind == f.bar_kind) {
+                for (unsigned u : waiting) {
+                    const Fiber& o = w.fibers[u];
+                    if (!used[u] && o.line == f.line && !strcmp(o.file, f.file) && o.bar_kind == f.bar_kind &&
+                        o.bar_path == f.bar_path) {
                         used[u] = true;
                         g.push_back(u);
                     }
-                msg += (first ? "" : "; ") + thread_list(L, g) + " at " + bar_name(f.bar_kind) + "() " + where(f.file, f.line);
-                first = false;
+                }
+                msg += (firstg ? "" : "; ") + thread_list(L, g) + " at " + bar_name(f.bar_kind) + "() " +
+                       where(f.file, f.line) + (mixed ? "" : fmt(" via call path %d", ++group));
+                firstg = false;
             }
             block_error(w, msg + ".");
             return;
@@ -689,6 +761,7 @@ void run_block(Worker& w, unsigned long long b) {
         // Release.
         int count = 0;
         for (unsigned t = 0; t < L.nthreads; ++t) count += w.fibers[t].bar_pred;
+        int kind0 = first->bar_kind;
         int res = kind0 == 1 ? count : kind0 == 2 ? (count == (int)L.nthreads) : kind0 == 3 ? (count != 0) : 0;
         for (unsigned t = 0; t < L.nthreads; ++t) {
             w.fibers[t].state = ST_RUNNABLE;
@@ -699,26 +772,66 @@ void run_block(Worker& w, unsigned long long b) {
             W.runnable = W.at_bar;
             W.at_bar = 0;
         }
-        if (L.failed.load(std::memory_order_relaxed)) {
-            w.failed = true;
-            return;
-        }
+        ++w.progress;
     }
 }
 
-void worker_main(Launch* L) {
+static unsigned worker_setting() {
+    static unsigned v = [] {
+        unsigned n = std::thread::hardware_concurrency();
+        if (n == 0) n = 1;
+        if (const char* s = getenv("MOE_EMU_THREADS")) {
+            long x = strtol(s, nullptr, 10);
+            if (x >= 1) n = (unsigned)std::min(x, 1024L);
+        }
+        return n;
+    }();
+    return v;
+}
+
+// The floating-point control state of a worker thread (see the context switch).
+struct FpEnv {
+    unsigned mxcsr = 0;
+    unsigned short x87 = 0;
+    unsigned long long fpcr = 0;
+};
+static FpEnv set_ieee_fp_env() {
+    FpEnv e;
+#if defined(__x86_64__)
+    asm volatile("stmxcsr %0" : "=m"(e.mxcsr));
+    asm volatile("fnstcw %0" : "=m"(e.x87));
+    unsigned mx = 0x1F80;           // all exceptions masked, round to nearest, no FTZ, no DAZ
+    unsigned short cw = 0x037F;     // the x87 default
+    asm volatile("ldmxcsr %0" : : "m"(mx));
+    asm volatile("fldcw %0" : : "m"(cw));
+#elif defined(__aarch64__)
+    asm volatile("mrs %0, fpcr" : "=r"(e.fpcr));
+    unsigned long long z = 0;       // round to nearest, no flush to zero, no default NaN
+    asm volatile("msr fpcr, %0" : : "r"(z));
+#endif
+    return e;
+}
+static void restore_fp_env(const FpEnv& e) {
+#if defined(__x86_64__)
+    asm volatile("ldmxcsr %0" : : "m"(e.mxcsr));
+    asm volatile("fldcw %0" : : "m"(e.x87));
+#elif defined(__aarch64__)
+    asm volatile("msr fpcr, %0" : : "r"(e.fpcr));
+#else
+    (void)e;
+#endif
+}
+
+static void worker_main(Launch* L) {
     Worker w;
     w.L = L;
-#if EMU_CTX_X86_64
-    asm volatile("stmxcsr %0" : "=m"(w.mxcsr_fpcw[0]));
-    unsigned short cw;
-    asm volatile("fnstcw %0" : "=m"(cw));
-    w.mxcsr_fpcw[1] = cw;
-#endif
+    // Kernels run with IEEE defaults (round to nearest, no flush to zero, exceptions masked),
+    // whatever the calling thread set; its own state comes back afterwards.
+    FpEnv saved_fp = set_ieee_fp_env();
     w.stacks = acquire_stacks(L->nthreads);
     if (!w.stacks) {
-        set_launch_error(*L, fmt("emu: could not map fiber stacks (%u threads x %zu KiB): %s", L->nthreads,
-                                 stack_bytes_setting() / 1024, strerror(errno)));
+        set_report(*L, 1, fmt("could not map fiber stacks (%u threads x %zu KiB): %s", L->nthreads,
+                              stack_bytes_setting() / 1024, strerror(errno)));
         return;
     }
     w.fibers.resize(L->nthreads);
@@ -729,7 +842,7 @@ void worker_main(Launch* L) {
         f.tid = uint3{t % L->bx, (t / L->bx) % L->by, t / (L->bx * L->by)};
         f.lane = t % 32;
         f.warp = t / 32;
-        f.stack_lo = w.stacks->base + (size_t)t * w.stacks->stride + guard_size();
+        f.stack_lo = w.stacks->base + (size_t)t * w.stacks->stride + stack_guard_size();
         f.stack_bytes = w.stacks->stack_bytes;
     }
     for (unsigned wi = 0; wi < L->nwarps; ++wi) {
@@ -751,12 +864,15 @@ void worker_main(Launch* L) {
     emu_tls_blockDim = uint3{L->bx, L->by, L->bz};
     emu_tls_gridDim = uint3{L->gx, L->gy, L->gz};
     emu_tls_dyn_shared = w.dyn;
+    WorkerSignals sig;
+    worker_signals_begin(sig);
     while (!L->failed.load(std::memory_order_relaxed)) {
         unsigned long long b = L->next.fetch_add(1);
         if (b >= L->nblocks) break;
         run_block(w, b);
         if (w.failed) break;
     }
+    worker_signals_end(sig);
     tls_worker = saved_worker;
     emu_tls_threadIdx = saved[0];
     emu_tls_blockIdx = saved[1];
@@ -765,40 +881,41 @@ void worker_main(Launch* L) {
     emu_tls_dyn_shared = saved_dyn;
     free(dyn_mem);
     release_stacks(w.stacks);
+    restore_fp_env(saved_fp);
 }
 
-unsigned worker_setting() {
-    static unsigned v = [] {
-        unsigned n = std::thread::hardware_concurrency();
-        if (n == 0) n = 1;
-        if (const char* s = getenv("MOE_EMU_THREADS")) {
-            long x = strtol(s, nullptr, 10);
-            if (x >= 1) n = (unsigned)std::min(x, 1024L);
-        }
-        return n;
+// The emulator's kernels may be built for this CPU's vector and FMA instructions (the build
+// decides, see moe-kernels-build); refuse to run them on a CPU that lacks them.
+static const char* cpu_problem() {
+#if defined(__x86_64__) && defined(MOE_EMU_KERNELS_FMA)
+    static const char* p = [] () -> const char* {
+        __builtin_cpu_init();
+        if (!__builtin_cpu_supports("fma") || !__builtin_cpu_supports("avx2"))
+            return "this build of the emulator's kernels uses FMA and AVX2 instructions, which this CPU lacks: "
+                   "rebuild on this machine (or set MOE_EMU_ARCH=generic when building)";
+        return nullptr;
     }();
-    return v;
+    return p;
+#else
+    return nullptr;
+#endif
 }
 
-void write_err(char* err, size_t err_len, const std::string& msg) {
-    if (!err || err_len == 0) return;
-    size_t n = std::min(msg.size(), err_len - 1);
-    memcpy(err, msg.data(), n);
-    err[n] = 0;
-}
-
-}  // namespace
+}  // namespace emu_rt
 
 // ------------------------------------------------------------------------------------------------
 // Fiber body and the device-side entry points declared in cuda_emu.h
 // ------------------------------------------------------------------------------------------------
 extern "C" void emu_fiber_main(Fiber* f) {
     Worker& w = *tls_worker;
+    tls_preemptible = 1;
     w.L->fn(w.L->params);
+    tls_preemptible = 0;
     Warp& W = w.warps[f->warp];
     f->state = ST_DONE;
     W.exited |= 1u << f->lane;
     ++w.done;
+    ++w.progress;
     park_and_switch(w, *f);  // never resumed
     abort();
 }
@@ -813,29 +930,59 @@ static inline Fiber& current_fiber(const char* what) {
     return *f;
 }
 
-static void bar_wait(int kind, int pred, int line, const char* file) {
+// A hash of the return addresses from the function that holds the barrier up to the fiber's
+// entry, through the frame pointer chain (the emulator builds with -fno-omit-frame-pointer):
+// two threads at the same source line reached through different calls of a helper function get
+// different hashes. The innermost return address (into the function that holds the barrier) is
+// left out: compilers duplicate a barrier call into both arms of a preceding branch, which would
+// make one barrier look like two. So a helper that the compiler inlined is not told apart from
+// its caller.
+static uint64_t call_path(const Fiber& f, void** fp) {
+    uint64_t h = 1469598103934665603ull;
+    const char* lo = f.stack_lo;
+    const char* hi = f.stack_lo + f.stack_bytes;
+    // `fp`: the frame of the function that holds the barrier; fp[1] returns into its caller.
+    for (int depth = 0; depth < 24; ++depth) {
+        if ((const char*)fp < lo || (const char*)fp + 2 * sizeof(void*) > hi || ((uintptr_t)fp & 7)) break;
+        h = (h ^ (uint64_t)(uintptr_t)fp[1]) * 1099511628211ull;
+        void** next = (void**)fp[0];
+        if (next <= fp) break;
+        fp = next;
+    }
+    return h;
+}
+
+// The frame of the function that called the runtime entry point this expands in (its saved frame
+// pointer).
+#define EMU_CALLER_FRAME() ((void**)((void**)__builtin_frame_address(0))[0])
+
+static void bar_wait(int kind, int pred, int line, const char* file, void** caller) {
     Fiber& f = current_fiber("__syncthreads()");
     Worker& w = *tls_worker;
+    tls_preemptible = 0;
     f.state = ST_AT_BAR;
     f.bar_kind = kind;
     f.bar_pred = pred;
     f.line = line;
     f.file = file;
+    f.bar_path = call_path(f, caller);
     w.warps[f.warp].at_bar |= 1u << f.lane;
+    ++w.progress;
     park_and_switch(w, f);
+    tls_preemptible = 1;
 }
 
-void emu_syncthreads(int line, const char* file) { bar_wait(0, 0, line, file); }
+void emu_syncthreads(int line, const char* file) { bar_wait(0, 0, line, file, EMU_CALLER_FRAME()); }
 int emu_syncthreads_count(int pred, int line, const char* file) {
-    bar_wait(1, pred, line, file);
+    bar_wait(1, pred, line, file, EMU_CALLER_FRAME());
     return tls_fiber->bar_result;
 }
 int emu_syncthreads_and(int pred, int line, const char* file) {
-    bar_wait(2, pred, line, file);
+    bar_wait(2, pred, line, file, EMU_CALLER_FRAME());
     return tls_fiber->bar_result;
 }
 int emu_syncthreads_or(int pred, int line, const char* file) {
-    bar_wait(3, pred, line, file);
+    bar_wait(3, pred, line, file, EMU_CALLER_FRAME());
     return tls_fiber->bar_result;
 }
 
@@ -852,19 +999,17 @@ static void collective_checks(Worker& w, Warp& W, Fiber& f, int op, unsigned mas
     if (op <= EMU_OP_SHFL_XOR && (width < 1 || width > 32 || (width & (width - 1))))
         fiber_fail(w, f, fmt("%s at %s (thread %u): width %d is not a power of two in [1, 32].", op_name(op),
                              where(file, line).c_str(), f.linear, width));
-    if (mask & W.exited)
+    if ((mask & W.exited) && op != EMU_OP_SYNCWARP)
         fiber_fail(w, f, fmt("warp %u: %s(mask=0x%08x) at %s (thread %u) can never complete: %s named in the mask "
                              "exited.",
                              f.warp, op_name(op), mask, where(file, line).c_str(), f.linear,
                              thread_list(*w.L, lanes_to_ids(W, mask & W.exited)).c_str()));
 }
 
-unsigned long long emu_warp_collective(int op, unsigned mask, unsigned long long value, unsigned size, int arg,
-                                       int width, int line, const char* file) {
-    Fiber* fp = tls_fiber;
-    if (__builtin_expect(!fp, 0)) outside_kernel(op_name(op));
-    Fiber& f = *fp;
-    Worker& w = *tls_worker;
+// Parks the calling lane at collective `op`; returns when the collective completed.
+static unsigned long long park_at_collective(Fiber& f, Worker& w, int op, unsigned mask, unsigned long long value,
+                                             unsigned size, int arg, int width, void* payload, int line,
+                                             const char* file) {
     Warp& W = w.warps[f.warp];
     unsigned bit = 1u << f.lane;
     if (__builtin_expect(!(mask & bit) || (mask & ~W.exist) || (mask & W.exited) || width != 32, 0))
@@ -875,6 +1020,7 @@ unsigned long long emu_warp_collective(int op, unsigned mask, unsigned long long
     f.size = size;
     f.arg = arg;
     f.width = width;
+    f.payload = payload;
     f.line = line;
     f.file = file;
     f.state = ST_AT_WARP;
@@ -884,12 +1030,37 @@ unsigned long long emu_warp_collective(int op, unsigned mask, unsigned long long
     return f.result;
 }
 
+unsigned long long emu_warp_collective(int op, unsigned mask, unsigned long long value, unsigned size, int arg,
+                                       int width, int line, const char* file) {
+    Fiber* fp = tls_fiber;
+    if (__builtin_expect(!fp, 0)) outside_kernel(op_name(op));
+    tls_preemptible = 0;
+    unsigned long long r = park_at_collective(*fp, *tls_worker, op, mask, value, size, arg, width, nullptr, line, file);
+    tls_preemptible = 1;
+    return r;
+}
+
+// Tensor-core fragments (emu/mma.h): a collective of the full warp whose operands travel by
+// pointer to each lane's stack.
+void emu_tensor_collective(int op, void* payload, int line, const char* file) {
+    Fiber& f = current_fiber(op == EMU_OP_MMA ? "moe_mma_m16n8k16_bf16" : "moe_ldmatrix");
+    Worker& w = *tls_worker;
+    tls_preemptible = 0;
+    if (w.warps[f.warp].exist != 0xffffffffu)
+        fiber_fail(w, f, fmt("%s at %s (thread %u): tensor-core instructions need a full warp of 32 threads, but "
+                             "the block has %u threads.",
+                             op_name(op), where(file, line).c_str(), f.linear, w.L->nthreads));
+    park_at_collective(f, w, op, 0xffffffffu, 0, 0, 0, 32, payload, line, file);
+    tls_preemptible = 1;
+}
+
 // __activemask(): a scheduling point. The lane parks; when no lane of the warp can run, every lane
 // parked at the same __activemask() call receives the mask of those lanes (the lanes that would
 // execute it converged on the hardware).
 unsigned emu_activemask(int line, const char* file) {
     Fiber& f = current_fiber("__activemask()");
     Worker& w = *tls_worker;
+    tls_preemptible = 0;
     f.op = EMU_OP_ACTIVEMASK;
     f.mask = 1u << f.lane;
     f.line = line;
@@ -898,7 +1069,18 @@ unsigned emu_activemask(int line, const char* file) {
     w.warps[f.warp].parked |= 1u << f.lane;
     park_and_switch(w, f);
     f.state = ST_RUNNABLE;
+    tls_preemptible = 1;
     return (unsigned)f.result;
+}
+
+// A polling point (an atomic every 32 calls, a fence, __nanosleep): let the other threads run, so
+// a thread that waits for another's flag sees it.
+void emu_yield(int reason) {
+    Fiber* f = tls_fiber;
+    if (!f) return;
+    tls_preemptible = 0;
+    yield_fiber(*tls_worker, *f, (uint8_t)reason);
+    tls_preemptible = 1;
 }
 
 void emu_kernel_fail(const char* what, int line, const char* file) {
@@ -914,14 +1096,19 @@ void emu_kernel_fail(const char* what, int line, const char* file) {
 extern "C" unsigned emu_worker_count(void) { return worker_setting(); }
 
 extern "C" int emu_launch(emu_kernel_fn fn, void** params, unsigned grid_x, unsigned grid_y, unsigned grid_z,
-                          unsigned block_x, unsigned block_y, unsigned block_z, size_t dynamic_shared_bytes, char* err,
-                          size_t err_len) {
-    if (err && err_len) err[0] = 0;
+                          unsigned block_x, unsigned block_y, unsigned block_z, size_t dynamic_shared_bytes,
+                          unsigned device, unsigned long long deadlock_ms, EmuReport* report) {
+    memset(report, 0, sizeof *report);
     unsigned long long nthreads = (unsigned long long)block_x * block_y * block_z;
     unsigned long long nblocks = (unsigned long long)grid_x * grid_y * grid_z;
     std::string cfg = fmt("grid (%u,%u,%u), block (%u,%u,%u), %zu bytes of dynamic shared memory", grid_x, grid_y,
                           grid_z, block_x, block_y, block_z, dynamic_shared_bytes);
     std::string bad;
+    if (const char* p = cpu_problem()) {
+        report->kind = 5;
+        copy_message(report, p);
+        return 5;
+    }
     if (!fn)
         bad = "no kernel function";
     else if (nthreads == 0 || nthreads > 1024)
@@ -935,9 +1122,11 @@ extern "C" int emu_launch(emu_kernel_fn fn, void** params, unsigned grid_x, unsi
     else if (dynamic_shared_bytes > 232448)
         bad = "more dynamic shared memory than any current GPU allows per block (227 KiB)";
     if (!bad.empty()) {
-        write_err(err, err_len, "emu: invalid launch configuration (" + cfg + "): " + bad + ".");
+        report->kind = 1;
+        copy_message(report, "invalid launch configuration (" + cfg + "): " + bad + ".");
         return 1;
     }
+    install_signal_handlers();
     Launch L;
     L.fn = fn;
     L.params = params;
@@ -951,6 +1140,9 @@ extern "C" int emu_launch(emu_kernel_fn fn, void** params, unsigned grid_x, unsi
     L.nwarps = (L.nthreads + 31) / 32;
     L.nblocks = nblocks;
     L.dyn_bytes = dynamic_shared_bytes;
+    L.device = device;
+    L.deadlock_ms = deadlock_ms;
+    L.report = report;
     unsigned nw = (unsigned)std::min<unsigned long long>(worker_setting(), nblocks);
     std::vector<std::thread> extra;
     try {
@@ -960,9 +1152,13 @@ extern "C" int emu_launch(emu_kernel_fn fn, void** params, unsigned grid_x, unsi
     }
     worker_main(&L);
     for (auto& t : extra) t.join();
-    if (L.failed.load()) {
-        write_err(err, err_len, L.err);
-        return 2;
+    if (report->kind == 0) {
+        std::string msg;
+        if (!check_padding(device, msg)) {
+            report->kind = 3;
+            report->fault = 2;
+            copy_message(report, msg);
+        }
     }
-    return 0;
+    return report->kind;
 }

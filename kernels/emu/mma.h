@@ -1,22 +1,58 @@
-// mma.h -- tensor-core (WMMA) fragment emulation for the emu backend. EMPTY FOR NOW: a later
-// chapter fills it. A kernel that includes it under MOE_EMU fails to compile with a clear message.
-//
-// Planned outline (namespace nvcuda::wmma, mirroring <mma.h>):
-//   struct matrix_a; struct matrix_b; struct accumulator; struct row_major; struct col_major;
-//   enum layout_t { mem_row_major, mem_col_major };
-//   template <class Use, int M, int N, int K, class T, class Layout = void> struct fragment {
-//       // per-lane storage: num_elements values; element-to-lane mapping is unspecified in CUDA,
-//       // so the emulator may keep the whole tile in each lane (x[] = this lane's share).
-//       T x[...]; static constexpr int num_elements = ...;
-//   };
-//   fill_fragment(frag, v); load_matrix_sync(frag, ptr, ldm[, layout]);
-//   mma_sync(d, a, b, c);   // warp collective: all 32 lanes rendez-vous (emu_warp_collective
-//                           // with a full mask), products accumulated in fp32 with the
-//                           // hardware's rounding for bf16/fp16 inputs;
-//   store_matrix_sync(ptr, frag, ldm, layout);
+// mma.h -- tensor-core fragments on the emulator: the emulated side of kernels/mma.cuh, included
+// by cuda_emu.h. On the GPU the same names are one PTX instruction each (mma.sync.aligned.
+// m16n8k16.row.col.f32.bf16.bf16.f32, ldmatrix.sync.aligned.m8n8.x{1,2,4}[.trans].shared.b16);
+// here each is a collective of the whole warp: every lane hands over its fragment registers,
+// the runtime assembles the tiles in the PTX ISA's documented layout, computes, and hands each
+// lane its part (emu_tensor.cpp). The mma's arithmetic follows tc_model.h, the H100/H200 tensor
+// core's, bit for bit.
 #ifndef MOE_EMU_MMA_H
 #define MOE_EMU_MMA_H
-#if defined(MOE_EMU)
-#error "kernels/emu/mma.h: WMMA / tensor-core fragments (nvcuda::wmma) are not emulated yet; this kernel cannot run on the CPU emulator until mma.h is implemented."
-#endif
-#endif
+
+// One lane's operands of an mma: pointers to its registers (on its stack while it waits).
+struct emu_mma_operands {
+    const unsigned* a;  // [4]: 8 bf16 of A
+    const unsigned* b;  // [2]: 4 bf16 of B
+    const float* c;     // [4]
+    float* d;           // [4] (may be c)
+};
+
+// One lane's part of an ldmatrix: the 16-byte row its address points to (read by the lane itself,
+// so a bad address faults in that thread), and where its registers go.
+struct emu_ldmatrix_operands {
+    int num;    // matrices: 1, 2 or 4
+    int trans;  // .trans
+    unsigned short row[8];
+    unsigned* out;  // [num]
+};
+
+static inline void emu_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigned* b, const float* c, int line,
+                                         const char* file) {
+    emu_mma_operands o{a, b, c, d};
+    emu_tensor_collective(EMU_OP_MMA, &o, line, file);
+}
+
+static inline void emu_ldmatrix(int num, int trans, unsigned* out, const void* row, int line, const char* file) {
+    emu_ldmatrix_operands o;
+    o.num = num;
+    o.trans = trans;
+    o.out = out;
+    // Lanes 0..8*num-1 give one row address each (the others' are ignored, as on the GPU).
+    if ((int)(threadIdx.x & 31) < 8 * num) {
+        if ((uintptr_t)row & 15) emu_kernel_fail("moe_ldmatrix: a row address that is not 16-byte aligned", line, file);
+        std::memcpy(o.row, row, 16);
+    } else {
+        std::memset(o.row, 0, 16);
+    }
+    emu_tensor_collective(EMU_OP_LDMATRIX, &o, line, file);
+}
+
+// The names kernels call (kernels/mma.cuh documents them); macros so that errors name the line.
+#define moe_mma_m16n8k16_bf16(d, a, b, c) emu_mma_m16n8k16_bf16((d), (a), (b), (c), __LINE__, __FILE__)
+#define moe_ldmatrix_x1(r, row) emu_ldmatrix(1, 0, (r), (row), __LINE__, __FILE__)
+#define moe_ldmatrix_x2(r, row) emu_ldmatrix(2, 0, (r), (row), __LINE__, __FILE__)
+#define moe_ldmatrix_x4(r, row) emu_ldmatrix(4, 0, (r), (row), __LINE__, __FILE__)
+#define moe_ldmatrix_x1_trans(r, row) emu_ldmatrix(1, 1, (r), (row), __LINE__, __FILE__)
+#define moe_ldmatrix_x2_trans(r, row) emu_ldmatrix(2, 1, (r), (row), __LINE__, __FILE__)
+#define moe_ldmatrix_x4_trans(r, row) emu_ldmatrix(4, 1, (r), (row), __LINE__, __FILE__)
+
+#endif  // MOE_EMU_MMA_H

@@ -1,49 +1,30 @@
-//! Choosing a backend and talking to it: memory, copies, compiled modules, launches.
+//! Choosing a backend and using it: memory, copies, compiled modules, library GEMMs.
 //!
-//! `MOE_BACKEND=cuda` or `emu` forces a backend; unset, the GPU is used when a driver, a device
-//! and NVRTC are present, else the emulator. [`Device::auto`] prints one line to stderr saying
-//! which backend runs and why.
+//! `MOE_BACKEND=cuda` or `emu` (any case) forces a backend; unset or empty, the GPU is used when
+//! a driver, a device and NVRTC are present, else the emulator. [`Device::auto`] prints one line
+//! to stderr saying which backend runs and why.
 
-use crate::buffer::{DeviceBuffer, DeviceRepr};
+use crate::backend::{Backend, BackendKind};
+use crate::blas::call::GemmCall;
+use crate::buffer::{as_bytes, DeviceBuffer, DeviceRepr};
 use crate::cuda::Gpu;
 use crate::emu::Emu;
 use crate::error::{KernelError, Result};
-use crate::launch::{KernelArg, LaunchConfig, ParamArray, ParamKind};
-use crate::source::{EmuEntry, KernelSource};
+use crate::module::Module;
+use crate::source::KernelSource;
 use std::collections::HashMap;
-use std::fmt;
+use std::io::Write;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
-/// Which backend a [`Device`] is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BackendKind {
-    /// An NVIDIA GPU through cudarc and NVRTC.
-    Cuda,
-    /// The CPU emulator running the same CUDA C source.
-    Emu,
-}
-
-impl fmt::Display for BackendKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            BackendKind::Cuda => "cuda",
-            BackendKind::Emu => "emu",
-        })
-    }
-}
-
-pub(crate) enum Backend {
-    Cuda(Gpu),
-    Emu(Emu),
-}
-
-/// A place where kernels run. There is one `Device` of each kind per process, so they are
-/// handed out as `&'static Device`.
+/// A place where kernels run. Devices live for the whole process, so they are handed out as
+/// `&'static Device`: one GPU, one shared emulator, and fresh emulators on request.
 pub struct Device {
-    pub(crate) backend: Backend,
-    launches: AtomicU64,
+    backend: &'static dyn Backend,
+    emu: Option<&'static Emu>,
+    launches: &'static AtomicU64,
     modules: Mutex<HashMap<&'static str, Arc<Module>>>,
 }
 
@@ -52,286 +33,242 @@ static CUDA: OnceLock<std::result::Result<Device, KernelError>> = OnceLock::new(
 static AUTO: OnceLock<std::result::Result<(&'static Device, String), KernelError>> =
     OnceLock::new();
 
+/// What `MOE_BACKEND` asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BackendRequest {
+    /// `cuda` (in any case).
+    Cuda,
+    /// `emu` (in any case).
+    Emu,
+    /// Unset, or set to nothing but spaces (`empty` says which, for the message).
+    Auto { empty: bool },
+}
+
+/// Reads a `MOE_BACKEND` value: `cuda` or `emu` in any case, surrounding spaces ignored; an empty
+/// value counts as unset; anything else is an error that names it.
+pub fn parse_backend(var: Option<&str>) -> Result<BackendRequest> {
+    let Some(v) = var else {
+        return Ok(BackendRequest::Auto { empty: false });
+    };
+    match v.trim().to_ascii_lowercase().as_str() {
+        "cuda" => Ok(BackendRequest::Cuda),
+        "emu" => Ok(BackendRequest::Emu),
+        "" => Ok(BackendRequest::Auto { empty: true }),
+        _ => Err(KernelError::UnknownBackend(v.to_string())),
+    }
+}
+
 impl Device {
-    fn new(backend: Backend) -> Device {
+    fn leak(backend: &'static dyn Backend, emu: Option<&'static Emu>) -> Device {
         Device {
             backend,
-            launches: AtomicU64::new(0),
+            emu,
+            launches: Box::leak(Box::new(AtomicU64::new(0))),
             modules: Mutex::new(HashMap::new()),
         }
     }
 
-    /// The CPU emulator (always available).
+    fn new_emu() -> Device {
+        let emu: &'static Emu = Box::leak(Box::new(Emu::new()));
+        Device::leak(emu, Some(emu))
+    }
+
+    /// The shared CPU emulator (always available).
     pub fn emu() -> &'static Device {
-        EMU.get_or_init(|| Device::new(Backend::Emu(Emu::new())))
+        EMU.get_or_init(Device::new_emu)
+    }
+
+    /// A new emulator device of its own: a fault on it (which leaves it unusable, as on a GPU)
+    /// does not touch the shared one. For tests that make kernels fail on purpose.
+    pub fn emu_isolated() -> &'static Device {
+        Box::leak(Box::new(Device::new_emu()))
     }
 
     /// The GPU, or an error that says why there is none.
     pub fn cuda() -> Result<&'static Device> {
-        match CUDA.get_or_init(|| Gpu::open().map(|g| Device::new(Backend::Cuda(g)))) {
+        let d = CUDA.get_or_init(|| {
+            Gpu::open().map(|g| {
+                let g: &'static Gpu = Box::leak(Box::new(g));
+                Device::leak(g, None)
+            })
+        });
+        match d {
             Ok(d) => Ok(d),
             Err(e) => Err(e.clone()),
         }
     }
 
-    /// The backend `MOE_BACKEND` asks for (auto when unset), with the reason it was chosen.
-    /// Forcing `cuda` where it cannot run is an error, never a silent fallback.
+    /// The backend `MOE_BACKEND` asks for (auto when unset or empty), with the reason it was
+    /// chosen. Forcing `cuda` where it cannot run is an error, never a silent fallback.
     pub fn select() -> Result<(&'static Device, String)> {
         AUTO.get_or_init(|| {
-            let var = std::env::var("MOE_BACKEND").unwrap_or_default();
-            match var.trim() {
-                "cuda" => Device::cuda().map(|d| (d, "MOE_BACKEND=cuda".to_string())),
-                "emu" => Ok((Device::emu(), "MOE_BACKEND=emu".to_string())),
-                "" => match Device::cuda() {
-                    Ok(d) => Ok((
-                        d,
-                        "MOE_BACKEND is unset and a CUDA device is present".to_string(),
-                    )),
-                    Err(KernelError::NoGpu { why }) => {
-                        Ok((Device::emu(), format!("MOE_BACKEND is unset and {why}")))
+            let var = std::env::var("MOE_BACKEND").ok();
+            match parse_backend(var.as_deref())? {
+                BackendRequest::Cuda => {
+                    Device::cuda().map(|d| (d, format!("MOE_BACKEND={}", var.unwrap_or_default())))
+                }
+                BackendRequest::Emu => Ok((
+                    Device::emu(),
+                    format!("MOE_BACKEND={}", var.unwrap_or_default()),
+                )),
+                BackendRequest::Auto { empty } => {
+                    let unset = if empty {
+                        "MOE_BACKEND is empty (read as unset)"
+                    } else {
+                        "MOE_BACKEND is unset"
+                    };
+                    match Device::cuda() {
+                        Ok(d) => Ok((d, format!("{unset} and a CUDA device is present"))),
+                        Err(KernelError::NoGpu { why }) => {
+                            Ok((Device::emu(), format!("{unset} and {why}")))
+                        }
+                        Err(e) => Err(e),
                     }
-                    Err(e) => Err(e),
-                },
-                other => Err(KernelError::UnknownBackend(other.to_string())),
+                }
             }
         })
         .clone()
     }
 
     /// [`Device::select`], printing once per process to stderr which backend runs and why, e.g.
-    /// `backend: emu (CPU emulator, 2 worker threads) — MOE_BACKEND is unset and no CUDA driver
-    /// library (libcuda.so.1) was found`.
+    /// `backend: emu (CPU emulator, 2 worker threads, 11.7 GiB of device memory) — MOE_BACKEND
+    /// is unset and no CUDA driver library (libcuda.so.1) was found`. The line goes straight to
+    /// the process's stderr, so a test binary shows it even when the test harness captures
+    /// output.
     pub fn auto() -> Result<&'static Device> {
         static SAID: std::sync::Once = std::sync::Once::new();
         let (d, why) = Device::select()?;
-        SAID.call_once(|| eprintln!("backend: {} ({}) — {why}", d.kind(), d.describe()));
+        SAID.call_once(|| {
+            let _ = writeln!(
+                std::io::stderr(),
+                "backend: {} ({}) — {why}",
+                d.kind(),
+                d.describe()
+            );
+        });
         Ok(d)
     }
 
     /// Which backend this is.
     pub fn kind(&self) -> BackendKind {
-        match self.backend {
-            Backend::Cuda(_) => BackendKind::Cuda,
-            Backend::Emu(_) => BackendKind::Emu,
-        }
+        self.backend.kind()
     }
 
-    /// A short description: `NVIDIA H200, sm_90, 132 SMs` or `CPU emulator, 2 worker threads`.
+    /// A short description: `NVIDIA H200, sm_90, 132 SMs` or `CPU emulator, 2 worker threads, …`.
     pub fn describe(&self) -> String {
-        match &self.backend {
-            Backend::Cuda(g) => format!("{}, {}, {} SMs", g.name, g.arch, g.sms),
-            Backend::Emu(e) => format!("CPU emulator, {} worker threads", e.workers),
-        }
+        self.backend.describe()
     }
 
-    pub(crate) fn gpu(&self) -> Option<&Gpu> {
-        match &self.backend {
-            Backend::Cuda(g) => Some(g),
-            Backend::Emu(_) => None,
-        }
-    }
-
-    /// How many kernels this device has launched so far (the benchmark's launch count).
+    /// How many kernels this device has launched so far, from every thread.
     pub fn launches(&self) -> u64 {
         self.launches.load(Ordering::Relaxed)
     }
 
-    fn alloc_raw(&'static self, bytes: usize) -> Result<u64> {
-        match &self.backend {
-            Backend::Cuda(g) => g.alloc(bytes),
-            Backend::Emu(e) => Ok(e.alloc(bytes)),
+    /// On the emulator: how long a block may make no progress while threads spin before the
+    /// launch fails as a deadlock (default 20 s, or `MOE_EMU_DEADLOCK_SECS`). No effect on a GPU,
+    /// where such a kernel simply never ends.
+    pub fn set_deadlock_timeout(&self, t: Duration) {
+        if let Some(e) = self.emu {
+            e.set_deadlock_timeout(t);
         }
     }
 
-    pub(crate) fn free_raw(&self, ptr: u64, bytes: usize) {
-        match &self.backend {
-            Backend::Cuda(g) => g.free(ptr),
-            Backend::Emu(e) => e.free(ptr, bytes),
-        }
+    pub(crate) fn gpu(&self) -> Option<&Gpu> {
+        self.backend.gpu()
     }
 
-    fn fill(&self, ptr: u64, byte: u8, bytes: usize) -> Result<()> {
-        match &self.backend {
-            Backend::Cuda(g) => g.memset(ptr, byte, bytes),
-            Backend::Emu(_) => {
-                unsafe { std::ptr::write_bytes(ptr as *mut u8, byte, bytes) };
-                Ok(())
-            }
-        }
+    pub(crate) fn gemm(&self, call: &GemmCall) -> Result<()> {
+        self.backend.gemm(call)
+    }
+
+    fn alloc_uninit<T: DeviceRepr>(&self, len: usize) -> Result<DeviceBuffer<T>> {
+        let what = format!("DeviceBuffer<{}>[{len}]", short_type::<T>());
+        let bytes = len
+            .checked_mul(std::mem::size_of::<T>())
+            .filter(|b| *b <= isize::MAX as usize)
+            .ok_or_else(|| KernelError::TooLarge {
+                what: what.clone(),
+                elements: len,
+                element_bytes: std::mem::size_of::<T>(),
+            })?;
+        let ptr = self.backend.alloc(bytes, &what)?;
+        Ok(DeviceBuffer {
+            ptr,
+            len,
+            backend: self.backend,
+            _t: PhantomData,
+        })
     }
 
     /// `len` elements of uninitialised memory, poisoned with 0xFF bytes on both backends
     /// (NaN for floats, -1 for integers), so an output a kernel forgot to write shows up.
-    pub fn alloc<T: DeviceRepr>(&'static self, len: usize) -> Result<DeviceBuffer<T>> {
-        let bytes = len * std::mem::size_of::<T>();
-        let ptr = self.alloc_raw(bytes)?;
-        let buf = DeviceBuffer {
-            ptr,
-            len,
-            device: self,
-            _t: PhantomData,
-        };
-        self.fill(ptr, 0xff, bytes)?;
+    pub fn alloc<T: DeviceRepr>(&self, len: usize) -> Result<DeviceBuffer<T>> {
+        let buf = self.alloc_uninit::<T>(len)?;
+        self.backend.fill(buf.ptr, 0xff, buf.bytes())?;
         Ok(buf)
     }
 
     /// `len` zeroed elements.
-    pub fn zeros<T: DeviceRepr>(&'static self, len: usize) -> Result<DeviceBuffer<T>> {
-        let buf = self.alloc::<T>(len)?;
-        self.fill(buf.ptr, 0, buf.bytes())?;
+    pub fn zeros<T: DeviceRepr>(&self, len: usize) -> Result<DeviceBuffer<T>> {
+        let buf = self.alloc_uninit::<T>(len)?;
+        self.backend.fill(buf.ptr, 0, buf.bytes())?;
         Ok(buf)
     }
 
     /// A device copy of `data`.
-    pub fn upload<T: DeviceRepr>(&'static self, data: &[T]) -> Result<DeviceBuffer<T>> {
-        let bytes = std::mem::size_of_val(data);
-        let ptr = self.alloc_raw(bytes)?;
-        let mut buf = DeviceBuffer {
-            ptr,
-            len: data.len(),
-            device: self,
-            _t: PhantomData,
-        };
-        self.copy_to_device(&mut buf, data)?;
+    pub fn upload<T: DeviceRepr>(&self, data: &[T]) -> Result<DeviceBuffer<T>> {
+        let buf = self.alloc_uninit::<T>(data.len())?;
+        self.backend.write(buf.ptr, as_bytes(data))?;
         Ok(buf)
     }
 
-    pub(crate) fn copy_to_device<T: DeviceRepr>(
-        &self,
-        buf: &mut DeviceBuffer<T>,
-        data: &[T],
-    ) -> Result<()> {
-        if data.len() != buf.len {
-            return Err(KernelError::Length {
-                what: "copy to device".into(),
-                expected: buf.len,
-                got: data.len(),
-            });
-        }
-        let bytes = unsafe {
-            std::slice::from_raw_parts(data.as_ptr() as *const u8, std::mem::size_of_val(data))
-        };
-        match &self.backend {
-            Backend::Cuda(g) => g.htod(buf.ptr, bytes),
-            Backend::Emu(_) => {
-                unsafe {
-                    std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.ptr as *mut u8, bytes.len())
-                };
-                Ok(())
-            }
-        }
-    }
-
-    /// Copies a buffer back to the host, after all queued work.
-    pub fn download<T: DeviceRepr>(&self, buf: &DeviceBuffer<T>) -> Result<Vec<T>> {
-        let mut out: Vec<T> = Vec::with_capacity(buf.len);
-        let bytes = buf.bytes();
-        match &self.backend {
-            Backend::Cuda(g) => {
-                let dst =
-                    unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut u8, bytes) };
-                g.dtoh(dst, buf.ptr)?;
-            }
-            Backend::Emu(_) => unsafe {
-                std::ptr::copy_nonoverlapping(
-                    buf.ptr as *const u8,
-                    out.as_mut_ptr() as *mut u8,
-                    bytes,
-                )
-            },
-        }
-        unsafe { out.set_len(buf.len) };
-        Ok(out)
-    }
-
-    /// Waits for all queued work (a no-op on the emulator, whose launches are synchronous).
+    /// Waits for all queued work (on the emulator, launches are synchronous already).
     pub fn synchronize(&self) -> Result<()> {
-        match &self.backend {
-            Backend::Cuda(g) => g.sync("Device::synchronize"),
-            Backend::Emu(_) => Ok(()),
-        }
+        self.backend.synchronize()
     }
 
     /// The family compiled for this device: NVRTC for the GPU (once per process), the linked
     /// emulator entry points otherwise.
-    pub fn load(&'static self, src: &'static KernelSource) -> Result<Arc<Module>> {
+    pub fn load(&self, src: &'static KernelSource) -> Result<Arc<Module>> {
         let mut modules = self.modules.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(m) = modules.get(src.family) {
             return Ok(m.clone());
         }
-        let kernels = match &self.backend {
-            Backend::Cuda(g) => g
-                .compile(src)?
-                .into_iter()
-                .map(|(n, f)| (n, Handle::Cuda(f)))
-                .collect(),
-            Backend::Emu(_) => src
-                .emu
-                .iter()
-                .map(|k| (k.name, Handle::Emu(k.entry)))
-                .collect(),
-        };
-        let params = src.emu.iter().map(|k| (k.name, k.params)).collect();
-        let m = Arc::new(Module {
-            device: self,
-            family: src.family,
-            kernels,
-            params,
-        });
+        let m = Arc::new(Module::new(self.backend, self.launches, src)?);
         modules.insert(src.family, m.clone());
         Ok(m)
     }
 }
 
-#[derive(Clone, Copy)]
-enum Handle {
-    Cuda(usize),
-    Emu(EmuEntry),
+/// `f32`, `half::bf16` → `bf16`: type names as a reader writes them.
+fn short_type<T>() -> &'static str {
+    let full = std::any::type_name::<T>();
+    full.rsplit("::").next().unwrap_or(full)
 }
 
-/// A compiled kernel family on one device.
-pub struct Module {
-    device: &'static Device,
-    family: &'static str,
-    kernels: HashMap<&'static str, Handle>,
-    params: HashMap<&'static str, &'static [ParamKind]>,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl Module {
-    /// The device this module runs on.
-    pub fn device(&self) -> &'static Device {
-        self.device
-    }
-
-    /// Launches kernel `name` of this family. On the GPU the launch is queued on the device's
-    /// stream; on the emulator it runs to completion before this returns.
-    pub fn launch(&self, name: &str, cfg: LaunchConfig, args: &[KernelArg]) -> Result<()> {
-        let handle = *self
-            .kernels
-            .get(name)
-            .ok_or_else(|| KernelError::UnknownKernel {
-                family: self.family.into(),
-                name: name.into(),
-            })?;
-        if let Some(want) = self.params.get(name) {
-            if want.len() != args.len() || want.iter().zip(args).any(|(p, a)| *p != a.kind()) {
-                let show = |v: &mut dyn Iterator<Item = ParamKind>| {
-                    v.map(|k| format!("{k:?}")).collect::<Vec<_>>().join(", ")
-                };
-                return Err(KernelError::Arguments {
-                    kernel: format!("{}::{name}", self.family),
-                    expected: show(&mut want.iter().copied()),
-                    got: show(&mut args.iter().map(|a| a.kind())),
-                });
-            }
-        }
-        let mut params = ParamArray::new(args);
-        self.device.launches.fetch_add(1, Ordering::Relaxed);
-        let label = format!("{}::{name}", self.family);
-        match (&self.device.backend, handle) {
-            (Backend::Cuda(g), Handle::Cuda(f)) => g.launch(&label, f, cfg, &mut params),
-            (Backend::Emu(e), Handle::Emu(entry)) => e.launch(&label, entry, cfg, &mut params),
-            _ => unreachable!("a module holds handles of its own device's kind"),
-        }
+    #[test]
+    fn moe_backend_values() {
+        assert_eq!(
+            parse_backend(None),
+            Ok(BackendRequest::Auto { empty: false })
+        );
+        assert_eq!(
+            parse_backend(Some("")),
+            Ok(BackendRequest::Auto { empty: true })
+        );
+        assert_eq!(
+            parse_backend(Some("  ")),
+            Ok(BackendRequest::Auto { empty: true })
+        );
+        assert_eq!(parse_backend(Some("EMU")), Ok(BackendRequest::Emu));
+        assert_eq!(parse_backend(Some(" Cuda ")), Ok(BackendRequest::Cuda));
+        assert_eq!(
+            parse_backend(Some("gpu")),
+            Err(KernelError::UnknownBackend("gpu".into()))
+        );
     }
 }

@@ -2,9 +2,13 @@
 
 use crate::source::KernelSource;
 
-/// `kernels/floor.cu`: the empty kernel, the read probe and the L2 flush of the harness.
+/// `kernels/floor.cu`: the empty kernel, the read probe and the L2 flushes of the harness.
 pub static FLOOR: KernelSource = crate::kernel_family!("floor");
 
-/// `kernels/selftest.cu`: one kernel per emulated CUDA feature, run on both backends by the
-/// runtime's tests.
+/// `kernels/selftest.cu`: one kernel per emulated CUDA feature (tensor-core fragments
+/// included), run on both backends by the runtime's tests.
 pub static SELFTEST: KernelSource = crate::kernel_family!("selftest");
+
+/// `kernels/adversarial.cu`: kernels that break the rules on purpose (faults, spin-waits,
+/// deadlocks, divergent barriers), for the emulator's own tests.
+pub static ADVERSARIAL: KernelSource = crate::kernel_family!("adversarial");

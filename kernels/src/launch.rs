@@ -1,8 +1,7 @@
 //! How a launch is described: the grid, the block, the dynamic shared memory, and the
 //! arguments in the parameter-array style of `cuLaunchKernel` (one pointer per argument, each
-//! pointing at the argument's value). Both backends receive exactly this.
-
-use crate::buffer::{DeviceBuffer, DeviceRepr};
+//! pointing at the argument's value). Both backends receive exactly this. (Buffers become
+//! arguments in `buffer.rs`, which knows this module; this module knows no buffer.)
 
 /// Grid and block shape and dynamic shared memory of one launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,16 +87,6 @@ impl KernelArg {
     }
 }
 
-impl<T: DeviceRepr> From<&DeviceBuffer<T>> for KernelArg {
-    fn from(b: &DeviceBuffer<T>) -> Self {
-        KernelArg::Ptr(b.device_ptr())
-    }
-}
-impl<T: DeviceRepr> From<&mut DeviceBuffer<T>> for KernelArg {
-    fn from(b: &mut DeviceBuffer<T>) -> Self {
-        KernelArg::Ptr(b.device_ptr())
-    }
-}
 impl From<i32> for KernelArg {
     fn from(v: i32) -> Self {
         KernelArg::I32(v)

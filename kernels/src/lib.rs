@@ -8,9 +8,16 @@
 //! - on the CPU ([`BackendKind::Emu`]): the same file, compiled by the host C++ compiler
 //!   against `kernels/emu/cuda_emu.h` with `-ffp-contract=off`, one fiber per CUDA thread.
 //!
-//! Kernels without tensor cores give the same bits on both. Host code launches a kernel the
-//! same way on both ([`Module::launch`] with a [`LaunchConfig`] and [`KernelArg`]s), and device
-//! memory is a [`DeviceBuffer`] on both.
+//! Kernels without tensor cores give the same bits on both, and so do the tensor-core fragments
+//! of `kernels/mma.cuh` (the emulator models the H100/H200 tensor core bit for bit). Host code
+//! launches a kernel the same way on both ([`Module::launch`] with a [`LaunchConfig`] and
+//! [`KernelArg`]s), device memory is a [`DeviceBuffer`] on both, and [`blas::linear`] is a
+//! library GEMM on both (cuBLAS, or a reference GEMM on the emulator).
+//!
+//! Modules, bottom up: [`error`], [`launch`], [`source`], `blas::call` (plain types);
+//! `backend` (the trait both backends implement); [`cuda`] and `emu` (the two
+//! implementations); [`buffer`]; [`module`] (the kernel table); [`device`]; [`blas`],
+//! [`measure`], [`testing`].
 //!
 //! ```no_run
 //! use moe_kernels::{args, Device, LaunchConfig};
@@ -24,6 +31,8 @@
 //! # Ok::<(), moe_kernels::KernelError>(())
 //! ```
 
+mod backend;
+pub mod blas;
 pub mod buffer;
 pub mod cuda;
 pub mod device;
@@ -32,11 +41,15 @@ pub mod error;
 pub mod families;
 pub mod launch;
 pub mod measure;
+pub mod module;
 pub mod source;
 pub mod testing;
 
-pub use buffer::{DeviceBuffer, DeviceRepr};
-pub use device::{BackendKind, Device, Module};
-pub use error::{KernelError, Result};
+pub use backend::BackendKind;
+pub use buffer::{DeviceBuffer, DeviceRepr, DeviceView};
+pub use device::Device;
+pub use emu::memory_in_use as emu_memory_in_use;
+pub use error::{EmuErrorKind, Fault, FaultKind, KernelError, Result};
 pub use launch::{KernelArg, LaunchConfig, ParamKind};
+pub use module::{record_launches, with_launch_budget, Module};
 pub use source::{EmuKernel, KernelSource};

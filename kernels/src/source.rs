@@ -42,3 +42,13 @@ macro_rules! kernel_family {
         include!(concat!(env!("OUT_DIR"), "/", $family, ".rs"))
     };
 }
+
+/// Includes the launch-geometry constants of a family (every `#define NAME 123` of its .cu with
+/// an upper-case name) as `pub const NAME: usize`, so each is named once, in the kernel file:
+/// `pub mod geometry { moe_kernels::kernel_constants!("ch01_router"); }`.
+#[macro_export]
+macro_rules! kernel_constants {
+    ($family:literal) => {
+        include!(concat!(env!("OUT_DIR"), "/", $family, "_consts.rs"));
+    };
+}

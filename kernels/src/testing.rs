@@ -1,32 +1,102 @@
 //! Helpers for tests that run on every backend.
 //!
-//! A test asks [`device`] for the backend under test (`MOE_BACKEND`, auto when unset). When that
-//! is the GPU, [`emu_too`] also hands out the emulator, and the test checks that both gave the
-//! same bits. Without a GPU, GPU-only tests call [`cuda_or_skip`], which prints that they were
-//! skipped.
+//! One test body, every backend (the model is candle's `test_device!`): write the body as a
+//! function of a `&'static Device` and list it in [`backend_tests!`]. The macro makes two tests
+//! of each body: `emu::<body>` on the CPU emulator, which runs everywhere, and `cuda::<body>` on
+//! the GPU, marked `#[ignore = "needs a GPU"]` so that a machine without one counts it as
+//! ignored, never as passed. On a GPU machine, `cargo test -- --include-ignored` (what
+//! `tools/gpu/run` does) runs both.
+//!
+//! ```ignore
+//! fn chain_matches_the_oracle(dev: &'static Device) { /* ... */ }
+//! moe_kernels::backend_tests!(chain_matches_the_oracle);
+//! ```
+//!
+//! Each test binary says once, on stderr (past the test harness's capture), which backends its
+//! tests ran on.
 
-use crate::device::{BackendKind, Device};
+use crate::device::Device;
+use std::io::Write;
+use std::sync::Mutex;
 
-/// The backend under test; panics with the selection error (e.g. `MOE_BACKEND=cuda` without a
-/// GPU), which is the right outcome for a test run.
-pub fn device() -> &'static Device {
-    Device::auto().unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// The emulator, when the backend under test is the GPU (so the two can be compared).
-pub fn emu_too() -> Option<&'static Device> {
-    (device().kind() == BackendKind::Cuda).then(Device::emu)
-}
-
-/// The GPU, or `None` after printing `skipped: <test> needs a CUDA device (<why>)`.
-pub fn cuda_or_skip(test: &str) -> Option<&'static Device> {
-    match Device::cuda() {
-        Ok(d) => Some(d),
-        Err(e) => {
-            eprintln!("skipped: {test} needs a CUDA device ({e})");
-            None
-        }
+/// Says once per backend and process which device the tests of this binary run on.
+fn announce(dev: &'static Device, why: &str) {
+    static SAID: Mutex<Vec<crate::BackendKind>> = Mutex::new(Vec::new());
+    let mut said = SAID.lock().unwrap_or_else(|p| p.into_inner());
+    if !said.contains(&dev.kind()) {
+        said.push(dev.kind());
+        let exe = std::env::args()
+            .next()
+            .and_then(|a| {
+                std::path::Path::new(&a)
+                    .file_name()
+                    .map(|f| f.to_string_lossy().into_owned())
+            })
+            .unwrap_or_default();
+        // Strip cargo's hash: `chain-5244e9194ab39990` → `chain`.
+        let name = exe.rsplit_once('-').map_or(exe.as_str(), |(n, _)| n);
+        let _ = writeln!(
+            std::io::stderr(),
+            "tests of {name} on {}: {} ({why})",
+            dev.kind(),
+            dev.describe()
+        );
     }
+}
+
+/// The CPU emulator, for the `emu::` half of [`backend_tests!`].
+pub fn emu() -> &'static Device {
+    let d = Device::emu();
+    announce(d, "always");
+    d
+}
+
+/// The GPU, for the `cuda::` half of [`backend_tests!`]; a test that asks for it on a machine
+/// without one fails with the reason (those tests are ignored unless asked for).
+pub fn cuda() -> &'static Device {
+    match Device::cuda() {
+        Ok(d) => {
+            announce(d, "--include-ignored on a GPU machine");
+            d
+        }
+        Err(e) => panic!("needs a GPU: {e}"),
+    }
+}
+
+/// The backend `MOE_BACKEND` selects (auto when unset), as an example runs: for the tests that
+/// check what a reader's `cargo run --example` prints. Panics with the selection error (e.g.
+/// `MOE_BACKEND=cuda` without a GPU), which is the right outcome for a test run.
+pub fn device() -> &'static Device {
+    let d = Device::auto().unwrap_or_else(|e| panic!("{e}"));
+    announce(d, "MOE_BACKEND");
+    d
+}
+
+/// Makes each listed body a test on every backend: `emu::<body>` and `cuda::<body>` (ignored
+/// without a GPU). Each body is a function `fn(&'static Device)` in the same module.
+#[macro_export]
+macro_rules! backend_tests {
+    ($($body:ident),+ $(,)?) => {
+        /// The test bodies on the CPU emulator.
+        mod emu {
+            $(
+                #[test]
+                fn $body() {
+                    super::$body($crate::testing::emu())
+                }
+            )+
+        }
+        /// The same bodies on the GPU.
+        mod cuda {
+            $(
+                #[test]
+                #[ignore = "needs a GPU"]
+                fn $body() {
+                    super::$body($crate::testing::cuda())
+                }
+            )+
+        }
+    };
 }
 
 /// Asserts that two slices hold the same bits (so NaN payloads and signed zeros count), and
@@ -38,12 +108,9 @@ pub fn assert_same_bits<T: Copy + std::fmt::Debug>(what: &str, a: &[T], b: &[T])
         unsafe { std::slice::from_raw_parts(a.as_ptr() as *const u8, std::mem::size_of_val(a)) };
     let bb =
         unsafe { std::slice::from_raw_parts(b.as_ptr() as *const u8, std::mem::size_of_val(b)) };
-    if let Some(i) =
-        (0..a.len()).find(|&i| ab[i * size..(i + 1) * size] != bb[i * size..(i + 1) * size])
-    {
-        let count = (0..a.len())
-            .filter(|&i| ab[i * size..(i + 1) * size] != bb[i * size..(i + 1) * size])
-            .count();
+    let differs = |i: usize| ab[i * size..(i + 1) * size] != bb[i * size..(i + 1) * size];
+    if let Some(i) = (0..a.len()).find(|&i| differs(i)) {
+        let count = (0..a.len()).filter(|&i| differs(i)).count();
         panic!(
             "{what}: {count} of {} elements differ; first at {i}: {:?} vs {:?}",
             a.len(),

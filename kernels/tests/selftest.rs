@@ -1,9 +1,13 @@
-//! The runtime's proof: every emulated CUDA feature, run through `kernels/selftest.cu` on the
-//! backend under test and checked against an independent computation here; and, when the
-//! backend under test is the GPU, the same kernels on the emulator, compared bit for bit.
+//! The runtime's proof: every emulated CUDA feature, run through `kernels/selftest.cu` on every
+//! backend and checked against an independent computation here; and, on a GPU machine, the
+//! same kernels on the emulator and on the GPU, compared bit for bit.
 
-use moe_kernels::testing::{assert_same_bits, assert_same_bits_up_to_nan_payload, device, emu_too};
-use moe_kernels::{args, Device, KernelError, LaunchConfig};
+#[path = "common/tiles.rs"]
+mod tiles;
+
+use moe_kernels::testing::{assert_same_bits, assert_same_bits_up_to_nan_payload};
+use moe_kernels::{args, Device, EmuErrorKind, KernelError, LaunchConfig};
+use tiles::{exact_dot, Family, Tiles};
 
 /// Everything the self-test kernels write, for one device.
 #[derive(Debug)]
@@ -16,6 +20,8 @@ struct Outputs {
     bf16_bits: Vec<u16>,
     bf16_back: Vec<f32>,
     math: Vec<f32>,
+    convert: Vec<u32>,
+    atomic_cells: Vec<f32>,
 }
 
 const GRID: (u32, u32, u32) = (3, 2, 2);
@@ -133,7 +139,21 @@ fn run_all(dev: &'static Device) -> Result<Outputs, KernelError> {
         &args![&mx, &math, mn as i32],
     )?;
 
+    let (cx, cells, add) = convert_inputs();
+    let cn = cx.len();
+    let cx = dev.upload(&cx)?;
+    let convert = dev.alloc::<u32>(cn * 10)?;
+    let atomic_cells = dev.upload(&cells)?;
+    let add = dev.upload(&add)?;
+    m.launch(
+        "selftest_convert",
+        LaunchConfig::for_elements(cn, 128),
+        &args![&cx, &convert, &atomic_cells, &add, cn as i32],
+    )?;
+
     Ok(Outputs {
+        convert: convert.to_vec()?,
+        atomic_cells: atomic_cells.to_vec()?,
         indices: indices.to_vec()?,
         block_sum: block_sum.to_vec()?,
         warp: warp.to_vec()?,
@@ -143,6 +163,131 @@ fn run_all(dev: &'static Device) -> Result<Outputs, KernelError> {
         bf16_back: back.to_vec()?,
         math: math.to_vec()?,
     })
+}
+
+/// Conversion inputs: the edges of every integer range, halves (ties), signed zeros, infinities,
+/// NaNs, then random bit patterns (every exponent). Atomic pairs (cell, addend): subnormal and
+/// normal values whose sums land on both sides of the smallest normal, then ordinary ones.
+fn convert_inputs() -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let mut x: Vec<f32> = vec![
+        0.0,
+        -0.0,
+        0.5,
+        1.5,
+        2.5,
+        -0.5,
+        -1.5,
+        -2.5,
+        0.499_999_97,
+        -0.6,
+        1e-45,
+        -1e-45,
+        2_147_483_520.0,
+        2_147_483_648.0,
+        -2_147_483_648.0,
+        -2_147_483_904.0,
+        3e9,
+        -3e9,
+        4_294_967_040.0,
+        4_294_967_296.0,
+        9.223_371_5e18,
+        9.223_372e18,
+        -9.223_372e18,
+        1e19,
+        -1e19,
+        f32::MAX,
+        f32::MIN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        -f32::NAN,
+        f32::from_bits(0x7f80_0001),
+        f32::from_bits(0xffc1_2345),
+    ];
+    x.extend((0..4000u64).map(|i| f32::from_bits(hash(i, 17) as u32)));
+    let tiny = f32::MIN_POSITIVE; // 2^-126, the smallest normal
+    let mut pairs: Vec<(f32, f32)> = vec![
+        (1e-40, 1e-40),
+        (1e-40, -1e-40),
+        (-1e-40, 0.0),
+        (0.0, 1e-40),
+        (tiny, 1e-40),
+        (1.5 * tiny, -tiny),
+        (tiny, -0.5 * tiny),
+        (2.0 * tiny, -tiny),
+        (1.0, 1e-40),
+        (-0.0, -1e-40),
+    ];
+    pairs.extend((0..(x.len() - pairs.len()) as u64).map(|i| {
+        let a = f32::from_bits(
+            (hash(i, 19) as u32 & 0x807f_ffff) | (0x0080_0000 * (hash(i, 23) % 4) as u32),
+        );
+        let b = f32::from_bits(
+            (hash(i, 29) as u32 & 0x807f_ffff) | (0x0080_0000 * (hash(i, 31) % 4) as u32),
+        );
+        (a, b)
+    }));
+    let (cells, add) = pairs.into_iter().unzip();
+    (x, cells, add)
+}
+
+/// What the GPU computes for each conversion of `v` (PTX cvt: round, then saturate; NaN gives
+/// 0). Rust's `as` from float to integer has exactly these rules, so it is the reference, with
+/// one exception the H200 showed us: a NaN converted to a 64-bit integer gives `i64::MIN`, not 0.
+fn convert_reference(v: f32) -> [u32; 10] {
+    let rn = v.round_ties_even();
+    let to_i64 = |x: f32| if x.is_nan() { i64::MIN } else { x as i64 };
+    let lz = to_i64(v) as u64;
+    let ln = to_i64(rn) as u64;
+    [
+        rn as i32 as u32,
+        v as i32 as u32,
+        v.floor() as i32 as u32,
+        v.ceil() as i32 as u32,
+        rn as u32,
+        v as u32,
+        lz as u32,
+        (lz >> 32) as u32,
+        ln as u32,
+        (ln >> 32) as u32,
+    ]
+}
+
+/// atom.add.f32: round to nearest even, subnormal inputs and result flushed to (signed) zero.
+fn atomic_add_reference(cell: f32, add: f32) -> f32 {
+    let ftz = |x: f32| {
+        if x.is_subnormal() {
+            0.0f32.copysign(x)
+        } else {
+            x
+        }
+    };
+    ftz(ftz(cell) + ftz(add))
+}
+
+fn conversions_saturate_and_atomics_flush_like_the_gpu(dev: &'static Device) {
+    let out = run_all(dev).unwrap();
+    let (x, cells, add) = convert_inputs();
+    for (i, &v) in x.iter().enumerate() {
+        let got = &out.convert[i * 10..i * 10 + 10];
+        assert_eq!(
+            got,
+            convert_reference(v),
+            "conversions of {v:e} ({:#010x})",
+            v.to_bits()
+        );
+    }
+    for i in 0..x.len() {
+        let want = atomic_add_reference(cells[i], add[i]);
+        assert_eq!(
+            out.atomic_cells[i].to_bits(),
+            want.to_bits(),
+            "atomicAdd({:e}, {:e}) gave {:e}, want {want:e}",
+            cells[i],
+            add[i],
+            out.atomic_cells[i]
+        );
+    }
 }
 
 fn math_inputs() -> Vec<f32> {
@@ -155,9 +300,8 @@ fn math_inputs() -> Vec<f32> {
     v
 }
 
-#[test]
-fn indices_in_3d_grids_and_blocks() {
-    let out = run_all(device()).unwrap();
+fn indices_in_3d_grids_and_blocks(dev: &'static Device) {
+    let out = run_all(dev).unwrap();
     let (bx, by, bz) = BLOCK;
     let (gx, gy, gz) = GRID;
     let per_block = (bx * by * bz) as usize;
@@ -184,9 +328,8 @@ fn indices_in_3d_grids_and_blocks() {
     }
 }
 
-#[test]
-fn shared_memory_and_barriers_reduce_in_a_fixed_order() {
-    let out = run_all(device()).unwrap();
+fn shared_memory_and_barriers_reduce_in_a_fixed_order(dev: &'static Device) {
+    let out = run_all(dev).unwrap();
     let x = floats(4 * 256, 1, 3.0);
     for b in 0..4 {
         // The kernel's tree, replayed in f32 in the same order.
@@ -208,9 +351,8 @@ fn shared_memory_and_barriers_reduce_in_a_fixed_order() {
     }
 }
 
-#[test]
-fn warp_intrinsics_follow_cuda_semantics() {
-    let out = run_all(device()).unwrap();
+fn warp_intrinsics_follow_cuda_semantics(dev: &'static Device) {
+    let out = run_all(dev).unwrap();
     let x: Vec<i32> = (0..64).map(|i| (hash(i, 3) % 100) as i32).collect();
     for tid in 0..64usize {
         let (warp, lane) = (tid / 32, tid % 32);
@@ -278,9 +420,8 @@ fn warp_intrinsics_follow_cuda_semantics() {
     }
 }
 
-#[test]
-fn atomics_count_exactly_under_contention() {
-    let out = run_all(device()).unwrap();
+fn atomics_count_exactly_under_contention(dev: &'static Device) {
+    let out = run_all(dev).unwrap();
     let x: Vec<i32> = (0..10_000).map(|i| (hash(i, 5) % 1000) as i32).collect();
     let mut hist = vec![0; 16];
     for v in &x {
@@ -291,9 +432,8 @@ fn atomics_count_exactly_under_contention() {
     assert_eq!(out.max_or.1, x.iter().fold(0u32, |a, v| a | 1 << (v & 31)));
 }
 
-#[test]
-fn bf16_rounds_to_nearest_even() {
-    let out = run_all(device()).unwrap();
+fn bf16_rounds_to_nearest_even(dev: &'static Device) {
+    let out = run_all(dev).unwrap();
     for (i, &v) in bf16_inputs().iter().enumerate() {
         let got = out.bf16_bits[i];
         if v.is_nan() {
@@ -309,9 +449,8 @@ fn bf16_rounds_to_nearest_even() {
     }
 }
 
-#[test]
-fn project_math_is_accurate_and_fma_rounds_once() {
-    let out = run_all(device()).unwrap();
+fn project_math_is_accurate_and_fma_rounds_once(dev: &'static Device) {
+    let out = run_all(dev).unwrap();
     let ulps = |got: f32, want: f64| -> f64 {
         if want == 0.0 {
             return if got == 0.0 { 0.0 } else { f64::INFINITY };
@@ -364,15 +503,10 @@ fn project_math_is_accurate_and_fma_rounds_once() {
 
 // ANCHOR: emu_vs_gpu
 #[test]
+#[ignore = "needs a GPU"]
 fn emulator_and_gpu_agree_bit_for_bit() {
-    let Some(emu) = emu_too() else {
-        eprintln!(
-            "skipped: emulator_and_gpu_agree_bit_for_bit needs MOE_BACKEND=cuda on a GPU machine"
-        );
-        return;
-    };
-    let gpu = run_all(device()).unwrap();
-    let cpu = run_all(emu).unwrap();
+    let gpu = run_all(moe_kernels::testing::cuda()).unwrap();
+    let cpu = run_all(moe_kernels::testing::emu()).unwrap();
     assert_same_bits("indices", &gpu.indices, &cpu.indices);
     assert_same_bits("block_sum", &gpu.block_sum, &cpu.block_sum);
     assert_same_bits("warp", &gpu.warp, &cpu.warp);
@@ -382,6 +516,8 @@ fn emulator_and_gpu_agree_bit_for_bit() {
     // bf16_back holds NaN only for NaN inputs, converted through the canonical bf16 NaN on both.
     assert_same_bits("bf16 back", &gpu.bf16_back, &cpu.bf16_back);
     // The math of a NaN input is NaN on both backends, with the hardware's own payload.
+    assert_same_bits("conversions", &gpu.convert, &cpu.convert);
+    assert_same_bits("atomicAdd", &gpu.atomic_cells, &cpu.atomic_cells);
     let payloads = assert_same_bits_up_to_nan_payload("math", &gpu.math, &cpu.math);
     assert!(
         payloads <= 6,
@@ -403,7 +539,16 @@ fn emulator_reports_a_barrier_that_not_every_thread_reaches() {
         )
         .unwrap_err();
     let text = err.to_string();
-    assert!(matches!(err, KernelError::Emu { .. }), "{text}");
+    assert!(
+        matches!(
+            err,
+            KernelError::Emu {
+                kind: EmuErrorKind::Misuse,
+                ..
+            }
+        ),
+        "{text}"
+    );
     assert!(
         text.contains("selftest_bad_barrier") && text.contains("__syncthreads"),
         "{text}"
@@ -470,9 +615,7 @@ fn unknown_kernels_and_bad_lengths_are_typed_errors() {
     assert!(matches!(err, KernelError::Arguments { .. }), "{err}");
 }
 
-#[test]
-fn fresh_allocations_are_poisoned() {
-    let dev = device();
+fn fresh_allocations_are_poisoned(dev: &'static Device) {
     let b = dev.alloc::<f32>(5).unwrap();
     assert!(b
         .to_vec()
@@ -482,3 +625,134 @@ fn fresh_allocations_are_poisoned() {
     let z = dev.zeros::<i32>(5).unwrap();
     assert_eq!(z.to_vec().unwrap(), vec![0; 5]);
 }
+
+// ---------------------------------------------------------------- tensor cores
+
+/// Runs `selftest_mma` over `tiles` on `dev`: one warp per 16 x 8 x 16 tile.
+fn mma(dev: &'static Device, t: &Tiles) -> Vec<f32> {
+    let m = dev.load(&moe_kernels::families::SELFTEST).unwrap();
+    let a = dev.upload(&t.a).unwrap();
+    let b = dev.upload(&t.b).unwrap();
+    let c = dev.upload(&t.c).unwrap();
+    let d = dev.alloc::<f32>(t.c.len()).unwrap();
+    m.launch(
+        "selftest_mma",
+        LaunchConfig::blocks(t.n as u32, 32),
+        &args![&a, &b, &c, &d, t.n as i32],
+    )
+    .unwrap();
+    d.to_vec().unwrap()
+}
+
+// ANCHOR: mma_layout
+/// Small integers: every product and sum is exact, so the tensor core must return the exact dot
+/// product; any mistake in the fragment layout (a row or column from the wrong lane) shows.
+fn mma_fragments_follow_the_documented_layout(dev: &'static Device) {
+    let t = Tiles::make(Family::Exact, 64, 1);
+    let d = mma(dev, &t);
+    for tile in 0..t.n {
+        for m in 0..16 {
+            for n in 0..8 {
+                let want = exact_dot(&t, tile, m, n);
+                assert_eq!(
+                    d[tile * 128 + m * 8 + n] as f64,
+                    want,
+                    "tile {tile} row {m} column {n}"
+                );
+            }
+        }
+    }
+}
+// ANCHOR_END: mma_layout
+
+/// Random tiles: within what fp32 accumulation allows of the exact dot product (each of the 17
+/// terms truncated below 2^-25 of the largest, then one rounding).
+fn mma_is_close_to_the_exact_dot(dev: &'static Device) {
+    for fam in [Family::Uniform, Family::Wide, Family::Cancel] {
+        let t = Tiles::make(fam, 64, 2);
+        let d = mma(dev, &t);
+        for tile in 0..t.n {
+            for m in 0..16 {
+                for n in 0..8 {
+                    let want = exact_dot(&t, tile, m, n);
+                    let scale = t.largest_term(tile, m, n);
+                    let got = d[tile * 128 + m * 8 + n] as f64;
+                    let err = (got - want).abs();
+                    assert!(
+                        err <= scale * 17.0 * 2f64.powi(-25) + want.abs() * 2f64.powi(-23),
+                        "{fam:?} tile {tile} ({m}, {n}): {got} vs exact {want} (largest term {scale})"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// `selftest_ldmatrix` against the layout the PTX ISA documents, computed here.
+fn ldmatrix_follows_the_documented_layout(dev: &'static Device) {
+    let src: Vec<u16> = (0..256u32).map(|i| (i * 37 + 11) as u16).collect();
+    let m = dev.load(&moe_kernels::families::SELFTEST).unwrap();
+    let s = dev.upload(&src).unwrap();
+    let out = dev.alloc::<u32>(32 * 14).unwrap();
+    m.launch(
+        "selftest_ldmatrix",
+        LaunchConfig::blocks(1, 32),
+        &args![&s, &out],
+    )
+    .unwrap();
+    let out = out.to_vec().unwrap();
+    let at = |mat: usize, r: usize, c: usize| src[mat * 64 + r * 8 + c] as u32;
+    for lane in 0..32 {
+        let (r, c) = (lane / 4, 2 * (lane % 4));
+        let plain = |mat: usize| at(mat, r, c) | at(mat, r, c + 1) << 16;
+        let trans = |mat: usize| at(mat, c, r) | at(mat, c + 1, r) << 16;
+        let want = [
+            plain(0),
+            plain(1),
+            plain(2),
+            plain(3),
+            trans(0),
+            trans(1),
+            trans(2),
+            trans(3),
+            plain(0),
+            plain(1),
+            trans(0),
+            trans(1),
+            plain(0),
+            trans(0),
+        ];
+        assert_eq!(out[lane * 14..lane * 14 + 14], want, "lane {lane}");
+    }
+}
+
+// ANCHOR: mma_emu_vs_gpu
+/// The emulator's tensor core against the H200's, bit for bit, on every family of tiles:
+/// random, wide exponent ranges, cancellation, a dominant accumulator, and the special values
+/// (zeros, subnormals, infinities, NaN, overflow).
+#[test]
+#[ignore = "needs a GPU"]
+fn mma_emulator_and_gpu_agree_bit_for_bit() {
+    let (gpu, cpu) = (moe_kernels::testing::cuda(), moe_kernels::testing::emu());
+    for (i, fam) in Family::ALL.iter().enumerate() {
+        let t = Tiles::make(*fam, 2000, 100 + i as u64);
+        let (g, c) = (mma(gpu, &t), mma(cpu, &t));
+        let n = assert_same_bits_up_to_nan_payload(&format!("mma {fam:?}"), &g, &c);
+        assert_eq!(n, 0, "{fam:?}: NaN payloads differ ({n})");
+    }
+}
+// ANCHOR_END: mma_emu_vs_gpu
+
+moe_kernels::backend_tests!(
+    indices_in_3d_grids_and_blocks,
+    shared_memory_and_barriers_reduce_in_a_fixed_order,
+    warp_intrinsics_follow_cuda_semantics,
+    atomics_count_exactly_under_contention,
+    bf16_rounds_to_nearest_even,
+    project_math_is_accurate_and_fma_rounds_once,
+    fresh_allocations_are_poisoned,
+    mma_fragments_follow_the_documented_layout,
+    mma_is_close_to_the_exact_dot,
+    ldmatrix_follows_the_documented_layout,
+    conversions_saturate_and_atomics_flush_like_the_gpu,
+);

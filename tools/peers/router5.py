@@ -1,27 +1,28 @@
 """The PyTorch peer of chapter 1: the five-line router, measured exactly as tools/bench measures
-our chain (kernels/ch01_router.cu), in the same GPU session, and the ceilings of this GPU.
+our chain (kernels/ch01_router.cu), in the same GPU session.
 
 Method (the same as moe_kernels::measure): the five lines are captured once in a CUDA graph.
-Cold: before each sample, a buffer four times the L2 is written (outside the timed events), then
-events are recorded around one replay. Warm: a second graph holds N copies; time / N. Median,
-10th and 90th percentile of many samples. The launch count comes from the profiler on one eager
-call.
+Cold: before each sample, a buffer four times the L2 is read (outside the timed events; a read,
+not a write, so the timed work pays no write-back of dirty lines), then events are recorded
+around one replay. Warm: a second graph holds N copies; time / N. The launch count comes from
+the profiler on one eager call.
 
-    python3 tools/peers/router5.py --out RESULTS/ch01_torch.csv --ceilings RESULTS/ceilings.csv
+    python3 tools/peers/router5.py --samples RESULTS/ch01_torch.csv [--quick]
 
-Writes rows with the columns of bench/results/<gpu>/ch01.csv (floor_us left empty: tools/bench
-fills it from its own floor for the same shape and rows) and one row of ceilings:
-bf16_tflops (an 8192^3 bf16 matmul on random data) and copy_gbs (device-to-device copy, bytes
-read plus written).
+Writes the raw samples, not statistics: tools/bench summarises them with the same code as its
+own measurements (one definition of a median), and gives them the floor of its own case at the
+same shape and rows. The identifying columns are named as in tools/bench/columns.txt, the
+column list of every benchmark CSV, read from that file.
 """
 
 import argparse
-import statistics
+import os
 
 import torch
 
-HEADER = ("chapter,shape,impl,rows,launches,cold_median_us,cold_p10_us,cold_p90_us,"
-          "warm_median_us,warm_p10_us,warm_p90_us,floor_us,samples,device")
+COLUMNS = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "columns.txt")).read().strip().split(",")
+IDENTITY = [c for c in COLUMNS if c in ("chapter", "shape", "impl", "rows", "launches", "device")]
+assert IDENTITY == ["chapter", "shape", "impl", "rows", "launches", "device"], IDENTITY
 ROWS = [1, 6, 16, 96, 8192]
 SHAPES = [
     # name, hidden, experts, k, scoring
@@ -40,18 +41,13 @@ def five_lines(hidden, weight, bias, k, scoring):
     return ids, weights
 
 
-def pct(xs, q):
-    xs = sorted(xs)
-    return xs[round((len(xs) - 1) * q)]
-
-
 def timed_replays(graph, samples, flush=None, divide=1):
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(samples)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(samples)]
     graph.replay()
     for s, e in zip(starts, ends):
         if flush is not None:
-            flush.fill_(1)  # writes 4x the L2: the weights and inputs are cold again
+            flush.max()  # reads 4x the L2: the weights and inputs are cold again
         s.record()
         graph.replay()
         e.record()
@@ -89,48 +85,17 @@ def launches(fn):
                and "memcpy" not in e.name.lower() and "memset" not in e.name.lower())
 
 
-def ceilings():
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    for _ in range(3):
-        a @ b
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(10):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        a @ b
-        e.record()
-        torch.cuda.synchronize()
-        times.append(s.elapsed_time(e) / 1000.0)
-    tflops = 2 * 8192 ** 3 / statistics.median(times) / 1e12
-    n = 1 << 30
-    src = torch.empty(n, dtype=torch.uint8, device="cuda")
-    dst = torch.empty(n, dtype=torch.uint8, device="cuda")
-    times = []
-    for _ in range(11):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        dst.copy_(src)
-        e.record()
-        torch.cuda.synchronize()
-        times.append(s.elapsed_time(e) / 1000.0)
-    copy_gbs = 2 * n / statistics.median(times[1:]) / 1e9
-    return tflops, copy_gbs
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--ceilings", required=True)
+    ap.add_argument("--samples", required=True, help="where the raw samples go (CSV)")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     cold_n, warm_n, copies = (20, 5, 5) if args.quick else (200, 50, 20)
     torch.manual_seed(0)
     device = torch.cuda.get_device_name(0).replace(" ", "_")
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    flush = torch.empty(max(4 * l2, 64 << 20), dtype=torch.uint8, device="cuda")
-    lines = [HEADER]
+    flush = torch.empty(max(4 * l2, 64 << 20), dtype=torch.uint8, device="cuda").fill_(1)
+    lines = [",".join(IDENTITY + ["cold_us", "warm_us"])]
     for name, hidden_size, experts, k, scoring in SHAPES:
         weight = torch.randn(experts, hidden_size, device="cuda") * 0.02
         bias = (8.0 + 0.05 * torch.randn(experts, device="cuda")) if scoring == "sigmoid" else None
@@ -139,20 +104,16 @@ def main():
             fn = lambda: five_lines(hidden, weight, bias, k, scoring)  # noqa: E731
             n = launches(fn)
             cold, warm = measure(fn, flush, cold_n, warm_n, copies)
-            lines.append(",".join(str(v) for v in [
-                "ch01", name, "torch_5line", rows, n,
-                f"{statistics.median(cold):.3f}", f"{pct(cold, 0.1):.3f}", f"{pct(cold, 0.9):.3f}",
-                f"{statistics.median(warm):.3f}", f"{pct(warm, 0.1):.3f}", f"{pct(warm, 0.9):.3f}",
-                "", len(cold), device]))
-            print(f"{name:22} {rows:5} torch_5line cold {statistics.median(cold):9.2f} us "
-                  f"warm {statistics.median(warm):9.2f} us  launches {n}", flush=True)
-    with open(args.out, "w") as f:
+            record = {"chapter": "ch01", "shape": name, "impl": "torch_5line", "rows": rows,
+                      "launches": n, "device": device}
+            lines.append(",".join(str(record[c]) for c in IDENTITY)
+                         + "," + " ".join(f"{x:.3f}" for x in cold)
+                         + "," + " ".join(f"{x:.3f}" for x in warm))
+            cold_sorted = sorted(cold)
+            print(f"{name:22} {rows:5} torch_5line cold ~{cold_sorted[len(cold) // 2]:9.2f} us  "
+                  f"launches {n}", flush=True)
+    with open(args.samples, "w") as f:
         f.write("\n".join(lines) + "\n")
-    tflops, copy_gbs = ceilings()
-    with open(args.ceilings, "w") as f:
-        f.write("bf16_tflops,copy_gbs,device\n")
-        f.write(f"{tflops:.1f},{copy_gbs:.1f},{device}\n")
-    print(f"ceilings: bf16 matmul {tflops:.0f} TFLOP/s, device copy {copy_gbs:.0f} GB/s")
 
 
 if __name__ == "__main__":

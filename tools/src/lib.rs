@@ -1,11 +1,14 @@
-//! The book's tools: `steps` (check the chapters, print the tree of files) and `plot` (turn a
-//! benchmark CSV into an SVG figure and a Markdown table). The binaries are thin: the logic lives
+//! The book's tools: `steps` (check the chapters, print the tree of files), `plot` (generate
+//! the book's figures, tables and quoted numbers from the committed CSVs) and the benchmark
+//! CSV's row type they share with `tools/bench`. The binaries are thin: the logic lives
 //! in these modules so that it can be unit-tested.
 
+pub mod bench_row;
+pub mod bookcheck;
 pub mod deps;
 pub mod diff;
+pub mod figures;
 pub mod includes;
-pub mod plot;
 pub mod snap;
 pub mod tree;
 

@@ -3,6 +3,39 @@
 
 use crate::chapter_number;
 use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+/// The repository's files: tracked, plus untracked ones git does not ignore.
+pub fn git_files(root: &Path) -> Result<Vec<String>, String> {
+    let mut files = Vec::new();
+    for args in [
+        &["ls-files", "-z"][..],
+        &["ls-files", "-z", "--others", "--exclude-standard"][..],
+    ] {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(root)
+            .output()
+            .map_err(|e| format!("cannot run git: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "`git {}` failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        files.extend(
+            String::from_utf8_lossy(&out.stdout)
+                .split('\0')
+                .filter(|p| !p.is_empty() && root.join(p).is_file())
+                .map(str::to_string),
+        );
+    }
+    files.sort();
+    files.dedup();
+    Ok(files)
+}
 
 /// The chapter a file belongs to: the highest `chNN` that starts any component of its path
 /// (a directory, or the file's name): `chapters/ch01-router/src/lib.rs`, `examples/ch01.rs`,

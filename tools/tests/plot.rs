@@ -1,7 +1,9 @@
-//! `plot ch01` on a small CSV made here: one polyline per impl and panel, the table's ratios,
-//! and clear errors on a malformed file.
+//! The book's generated files on a small CSV made here: one polyline per impl and panel, the
+//! table's ratios, clear errors on a malformed file; and the `plot` binary, which must never
+//! write into the source tree unless asked to (it writes into a temporary folder here).
 
-use moe_tools::plot::{self, COLUMNS};
+use moe_tools::bench_row::{header, parse_csv};
+use moe_tools::figures::{svg, tables};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -22,7 +24,7 @@ fn cold(shape: usize, imp: &str, rows: u64) -> f64 {
 }
 
 fn test_csv() -> String {
-    let mut s = COLUMNS.join(",") + "\n";
+    let mut s = header() + "\n";
     for (si, shape) in SHAPES.iter().enumerate() {
         for imp in ["chain", "torch_5line", "floor_probe"] {
             for rows in ROWS {
@@ -33,7 +35,7 @@ fn test_csv() -> String {
                     _ => 1,
                 };
                 s += &format!(
-                    "ch01,{shape},{imp},{rows},{launches},{c},{},{},{},{},{},{},200,H200\n",
+                    "ch01,{shape},{imp},{rows},{launches},{c},{},{},{},{},{},{},1000,100,1.0,0.1,200,H200\n",
                     c * 0.9,
                     c * 1.2,
                     c / 2.0,
@@ -48,6 +50,7 @@ fn test_csv() -> String {
 }
 
 fn temp_dir(name: &str) -> PathBuf {
+    // A fresh folder under the system's temporary directory: tests never write into the tree.
     let d = std::env::temp_dir().join(format!("moe-tools-plot-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d
@@ -55,9 +58,9 @@ fn temp_dir(name: &str) -> PathBuf {
 
 #[test]
 fn one_polyline_per_impl_and_panel() {
-    let rows = plot::parse_csv(&test_csv(), "test.csv").unwrap();
+    let rows = parse_csv(&test_csv(), "test.csv").unwrap();
     assert_eq!(rows.len(), 2 * 3 * 5);
-    let svg = plot::render_svg(&rows);
+    let svg = svg::render_svg(&rows);
     assert!(svg.starts_with("<svg ") && svg.trim_end().ends_with("</svg>"));
     assert!(
         svg.contains(r##"fill="#ffffff""##),
@@ -98,44 +101,32 @@ fn one_polyline_per_impl_and_panel() {
 
 #[test]
 fn table_ratios_come_from_the_numbers() {
-    let rows = plot::parse_csv(&test_csv(), "test.csv").unwrap();
-    let table = plot::table_rows(&rows);
-    assert_eq!(table.len(), 30);
-    for t in &table {
-        match t.imp.as_str() {
-            "chain" => {
-                let si = SHAPES.iter().position(|s| *s == t.shape).unwrap();
-                let expected = cold(si, "chain", t.rows) / cold(si, "torch_5line", t.rows);
-                let got = t.chain_over_torch.expect("chain rows carry the ratio");
-                assert!(
-                    (got - expected).abs() < 1e-12,
-                    "{} rows {}: {got} vs {expected}",
-                    t.shape,
-                    t.rows
-                );
-            }
-            _ => assert_eq!(t.chain_over_torch, None),
+    let rows = parse_csv(&test_csv(), "test.csv").unwrap();
+    for (si, shape) in SHAPES.iter().enumerate() {
+        for n in ROWS {
+            let expected = cold(si, "chain", n) / cold(si, "torch_5line", n);
+            let got = tables::ratio(&rows, shape, n, "chain", "torch_5line").unwrap();
+            assert!(
+                (got - expected).abs() < 1e-12,
+                "{shape} rows {n}: {got} vs {expected}"
+            );
         }
     }
-    let md = plot::markdown_table(&rows);
-    assert_eq!(md.lines().count(), 2 + 30);
+    let md = tables::measurements(&rows);
+    // One block per shape: a title, a header, a rule, one line per impl and the floor.
+    assert_eq!(md.matches("| chain (5 launches) |").count(), 2, "{md}");
+    assert_eq!(md.matches("| floor |").count(), 2, "{md}");
     // GLM at 16 rows: torch 10.16 µs, chain 25.4 µs → 2.50×; at 96: 10.96 and 16.44 → 1.50×.
+    assert!(md.contains("| 25.4 / 12.7 (2.50×) |"), "{md}");
+    assert!(md.contains("| 16.4 / 8.22 (1.50×) |"), "{md}");
     assert!(
-        md.contains("| glm_h4096_e288_k8 | 16 | chain | 25.4 | 12.7 | 5 | 2.29 | 2.50× |"),
+        md.contains("| torch_5line (7 launches) | 10.0 / 5.00 |"),
         "{md}"
     );
-    assert!(
-        md.contains("| glm_h4096_e288_k8 | 96 | chain | 16.4 | 8.22 | 5 | 2.47 | 1.50× |"),
-        "{md}"
-    );
-    assert!(
-        md.contains("| qwen3_h2048_e128_k8 | 1 | chain | 8.81 | 4.40 | 5 | 2.48 | 0.80× |"),
-        "{md}"
-    );
-    assert!(
-        md.contains("| qwen3_h2048_e128_k8 | 1 | torch_5line | 11.0 | 5.50 | 7 | 2.48 |  |"),
-        "{md}"
-    );
+    // Every line fits one screen: 6 columns.
+    for line in md.lines().filter(|l| l.starts_with('|')) {
+        assert_eq!(line.matches('|').count(), 7, "{line}");
+    }
 }
 
 #[test]
@@ -145,13 +136,24 @@ fn a_missing_peer_gives_no_ratio() {
         .filter(|l| !(l.contains(",torch_5line,16,") && l.contains("glm")))
         .map(|l| format!("{l}\n"))
         .collect();
-    let rows = plot::parse_csv(&csv, "test.csv").unwrap();
-    let t = plot::table_rows(&rows);
-    let chain16 = t
-        .iter()
-        .find(|t| t.shape == SHAPES[0] && t.rows == 16 && t.imp == "chain")
-        .unwrap();
-    assert_eq!(chain16.chain_over_torch, None);
+    let rows = parse_csv(&csv, "test.csv").unwrap();
+    assert_eq!(
+        tables::ratio(&rows, SHAPES[0], 16, "chain", "torch_5line"),
+        None
+    );
+    assert!(tables::measurements(&rows).contains("| 25.4 / 12.7 |"));
+}
+
+#[test]
+fn steps_show_noise_below_zero_as_about_zero() {
+    let text = format!(
+        "{}\nch01,glm_h4096_e288_k8,1,1,router_gemm_f32,10.0,4.0,10.0,4.0\nch01,glm_h4096_e288_k8,1,2,router_divide,9.5,4.2,-0.5,0.2\n",
+        moe_tools::bench_row::STEP_COLUMNS
+    );
+    let steps = tables::parse_steps(&text, "s.csv").unwrap();
+    let md = tables::steps(&steps);
+    assert!(md.contains("| 2. `router_divide` | ≈0 / 0.20 |"), "{md}");
+    assert!(md.contains("| the whole chain | 9.50 / 4.20 |"), "{md}");
 }
 
 #[test]
@@ -159,7 +161,7 @@ fn malformed_csv_names_line_and_column() {
     let good = test_csv();
     let mut lines: Vec<String> = good.lines().map(str::to_string).collect();
     lines[3] = lines[3].replacen(",5,", ",5,abc_", 1); // cold_median_us of line 4
-    let e = plot::parse_csv(&lines.join("\n"), "x.csv").unwrap_err();
+    let e = parse_csv(&lines.join("\n"), "x.csv").unwrap_err();
     assert!(
         e.starts_with("x.csv:4, column 6 (`cold_median_us`)") && e.contains("not a number"),
         "{e}"
@@ -167,32 +169,29 @@ fn malformed_csv_names_line_and_column() {
 
     let short: String =
         good.lines().take(2).collect::<Vec<_>>().join("\n") + "\nch01,glm,chain,1\n";
-    let e = plot::parse_csv(&short, "x.csv").unwrap_err();
-    assert_eq!(e, "x.csv:3: expected 14 fields, found 4");
+    let e = parse_csv(&short, "x.csv").unwrap_err();
+    assert_eq!(e, "x.csv:3: expected 18 fields, found 4");
 
-    let e = plot::parse_csv("chapter,shape\nch01,glm\n", "x.csv").unwrap_err();
+    let e = parse_csv("chapter,shape\nch01,glm\n", "x.csv").unwrap_err();
     assert!(e.starts_with("x.csv:1: header has no column `impl`"), "{e}");
 
     let zero = good.replacen(",chain,1,", ",chain,0,", 1);
-    let e = plot::parse_csv(&zero, "x.csv").unwrap_err();
+    let e = parse_csv(&zero, "x.csv").unwrap_err();
     assert!(e.contains("`rows`") && e.contains("at least 1"), "{e}");
 
-    let e = plot::parse_csv("", "x.csv").unwrap_err();
+    let e = parse_csv("", "x.csv").unwrap_err();
     assert!(e.contains("empty file"), "{e}");
 }
 
 #[test]
-fn the_binary_writes_the_figure_and_prints_the_table() {
+fn the_binary_writes_only_where_it_is_told() {
+    // Regenerates chapter 1's files from the repository's committed inputs into a temporary
+    // folder: the source tree must stay untouched (compare with --check afterwards).
     let dir = temp_dir("bin");
-    let csv = dir.join("ch01.csv");
-    let out = dir.join("fig/ch01-router.svg");
-    std::fs::write(&csv, test_csv()).unwrap();
     let run = Command::new(env!("CARGO_BIN_EXE_plot"))
         .arg("ch01")
-        .arg("--csv")
-        .arg(&csv)
-        .arg("--out")
-        .arg(&out)
+        .arg("--out-dir")
+        .arg(&dir)
         .output()
         .unwrap();
     assert!(
@@ -200,24 +199,10 @@ fn the_binary_writes_the_figure_and_prints_the_table() {
         "{}",
         String::from_utf8_lossy(&run.stderr)
     );
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    assert!(stdout.starts_with("| shape | rows | impl |"), "{stdout}");
-    assert_eq!(stdout.lines().count(), 32);
-    assert!(std::fs::read_to_string(&out)
-        .unwrap()
-        .contains("<polyline class=\"cold\""));
-
-    std::fs::write(&csv, "chapter,shape\n").unwrap();
-    let bad = Command::new(env!("CARGO_BIN_EXE_plot"))
-        .arg("ch01")
-        .arg("--csv")
-        .arg(&csv)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert_eq!(bad.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("header has no column `impl`"));
+    let svg = std::fs::read_to_string(dir.join("book/src/figures/ch01-router.svg")).unwrap();
+    assert!(svg.contains("<polyline class=\"cold\""));
+    let facts = std::fs::read_to_string(dir.join("book/src/figures/ch01-facts.md")).unwrap();
+    assert!(facts.contains("ANCHOR: glm_1_chain_cold"), "{facts}");
 
     let usage = Command::new(env!("CARGO_BIN_EXE_plot"))
         .arg("ch99")

@@ -98,8 +98,8 @@ impl RouterConfig {
 
     /// Checks k, grouping and bias against the number of experts.
     ///
-    /// Order: no experts, k, groups, bias length, bias values, so the first message names the
-    /// most basic thing that is wrong.
+    /// Order: no experts, k, groups, scaling, bias length, bias values, so the first message
+    /// names the most basic thing that is wrong.
     pub fn validate(&self, n_experts: usize, bias: Option<&[f32]>) -> Result<(), RouterError> {
         if n_experts == 0 {
             return Err(RouterError::NoExperts);
@@ -137,6 +137,11 @@ impl RouterConfig {
                     k: self.k,
                 });
             }
+        }
+        if !(self.routed_scaling.is_finite() && self.routed_scaling > 0.0) {
+            return Err(RouterError::BadScale {
+                value: self.routed_scaling,
+            });
         }
         if let Some(b) = bias {
             if b.len() != n_experts {

@@ -19,6 +19,12 @@ pub enum RouterError {
     BiasLength { len: usize, experts: usize },
     /// A NaN or infinite bias would decide every selection by itself.
     BiasNotFinite { expert: usize, value: f32 },
+    /// The selection bias is one value per expert: a `[E]` vector, not `[1, E]` or `[E, 1]`.
+    BiasShape { dims: Vec<usize> },
+    /// The routed scaling factor multiplies every weight: it must be finite and positive.
+    BadScale { value: f32 },
+    /// The file given is not a safetensors file.
+    NotSafetensors { path: String, why: String },
     /// Grouped selection splits the experts into equal contiguous groups.
     GroupsDoNotDivide { n_group: usize, experts: usize },
     /// Cannot keep more groups than there are.
@@ -55,6 +61,17 @@ impl fmt::Display for RouterError {
             ),
             RouterError::BiasNotFinite { expert, value } => {
                 write!(f, "bias of expert {expert} is {value}, not a finite number")
+            }
+            RouterError::BiasShape { dims } => write!(
+                f,
+                "bias must be a [E] vector (one value per expert), got shape {dims:?}"
+            ),
+            RouterError::BadScale { value } => write!(
+                f,
+                "the routed scaling factor must be a finite number above 0, got {value}"
+            ),
+            RouterError::NotSafetensors { path, why } => {
+                write!(f, "{path} is not a safetensors file: {why}")
             }
             RouterError::GroupsDoNotDivide { n_group, experts } => write!(
                 f,

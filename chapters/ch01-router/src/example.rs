@@ -1,101 +1,36 @@
-//! `cargo run --example ch01`: the chapter's main.
+//! The chapter's main, as a library: `examples/ch01/` parses the command line and calls [`run`].
 //!
-//! Without arguments it walks through the router article's toy example on the CPU routers,
+//! Without an input file it walks through the router article's toy example on the CPU routers,
 //! repeats it on the chain of plain kernels (on the GPU, or on the emulator without one), and
-//! runs every named regime through the chain against the f64 oracle. With `--input FILE` it
+//! runs every named regime through the chain against the f64 oracle. With an input file it
 //! routes the reader's own logits instead.
 //!
 //! Everything printed to stdout is the same on both backends (it is snapshotted and quoted in
 //! the book); the line saying which backend ran goes to stderr.
 
-use crate::chain::{route_logits_on_device, route_on_device, FiveLineChain, GateShape};
+use crate::chain::{route_logits_on_device, DeviceRouter, FiveLineChain, GateDtype, GateShape};
 use crate::compare::{check_routing, Tolerance};
-use crate::config::{Grouping, RouterConfig, Scoring};
+use crate::config::RouterConfig;
+use crate::conformance::check_every_regime;
 use crate::literal::{LiteralRouter, RowDetail};
 use crate::reference::ReferenceRouter;
-use crate::regimes::{regime, REGIMES};
+use crate::regimes::RegimeInput;
 use crate::routing::{Router, Routing};
 use crate::{io, toy};
-use clap::{Parser, ValueEnum};
 use moe_kernels::Device;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-/// Chapter 1: the reference router, on the CPU and as a chain of plain kernels.
-#[derive(Parser, Debug)]
-#[command(name = "ch01", about)]
-pub struct Args {
-    /// Route your own logits: a safetensors file with `logits` [T, E] f32 and optionally
-    /// `bias` [E] f32.
-    #[arg(long, value_name = "FILE.safetensors")]
-    pub input: Option<PathBuf>,
-    /// Write `ids` [T, k] i32 and `weights` [T, k] f32 here (needs --input).
-    #[arg(long, value_name = "FILE.safetensors", requires = "input")]
-    pub output: Option<PathBuf>,
-    /// Experts per token.
-    #[arg(long, default_value_t = 8)]
-    pub k: usize,
-    /// How logits become scores.
-    #[arg(long, value_enum, default_value_t = ScoringArg::Sigmoid)]
-    pub scoring: ScoringArg,
-    /// Do not renormalise the k selected weights to sum to 1.
-    #[arg(long)]
-    pub no_renormalize: bool,
-    /// Grouped selection (DeepSeek-V3): `N_GROUP:TOPK_GROUP`, e.g. `8:4`.
-    #[arg(long, value_name = "N:TOPK", value_parser = parse_groups)]
-    pub groups: Option<Grouping>,
-    /// Routed scaling factor applied to the weights.
-    #[arg(long, default_value_t = 1.0)]
-    pub scale: f32,
-    /// Round the bias to bf16 before routing, and count the rows that then select a different
-    /// set of experts than with the bias as stored.
-    #[arg(long)]
+/// How to route a reader's file (the options of `--input`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct FileOptions {
+    pub config: RouterConfig,
+    /// Round the bias to bf16 first, and count the rows that then pick another set of experts.
     pub bias_bf16: bool,
     /// How many rows to print.
-    #[arg(long, default_value_t = 4)]
     pub show: usize,
-}
-
-/// `--scoring` values.
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum ScoringArg {
-    Softmax,
-    Sigmoid,
-    SqrtSoftplus,
-}
-
-fn parse_groups(s: &str) -> Result<Grouping, String> {
-    let (a, b) = s
-        .split_once(':')
-        .ok_or_else(|| format!("expected N_GROUP:TOPK_GROUP, got {s:?}"))?;
-    let n_group = a
-        .trim()
-        .parse()
-        .map_err(|_| format!("N_GROUP {a:?} is not a number"))?;
-    let topk_group = b
-        .trim()
-        .parse()
-        .map_err(|_| format!("TOPK_GROUP {b:?} is not a number"))?;
-    Ok(Grouping {
-        n_group,
-        topk_group,
-    })
-}
-
-impl Args {
-    fn config(&self) -> RouterConfig {
-        RouterConfig {
-            k: self.k,
-            scoring: match self.scoring {
-                ScoringArg::Softmax => Scoring::Softmax,
-                ScoringArg::Sigmoid => Scoring::Sigmoid,
-                ScoringArg::SqrtSoftplus => Scoring::SqrtSoftplus,
-            },
-            renormalize: !self.no_renormalize,
-            grouping: self.groups,
-            routed_scaling: self.scale,
-        }
-    }
+    /// Where to write `ids` and `weights`.
+    pub output: Option<PathBuf>,
 }
 
 type Out<'a> = &'a mut dyn Write;
@@ -120,10 +55,15 @@ fn weights_of(r: &Routing, row: usize) -> String {
     list(r.row_weights(row).iter().map(|w| format!("{w:.3}")))
 }
 
-/// Runs the example with parsed arguments, writing what it shows to `out`.
-pub fn run(args: &Args, device: &'static Device, out: Out) -> Result<(), String> {
-    match &args.input {
-        Some(path) => route_file(args, path, device, out),
+/// Runs the example: the tour, or (with `input`) a reader's file, writing what it shows to
+/// `out`.
+pub fn run(
+    input: Option<(&Path, &FileOptions)>,
+    device: &'static Device,
+    out: Out,
+) -> Result<(), String> {
+    match input {
+        Some((path, opts)) => route_file(opts, path, device, out),
         None => tour(device, out),
     }
 }
@@ -253,31 +193,16 @@ fn tour(device: &'static Device, out: Out) -> Result<(), String> {
         "launches",
         "clear cuts"
     );
-    for name in REGIMES {
-        let r = regime(name).ok_or_else(|| format!("unknown regime {name}"))?;
+    // One check for every device router (conformance.rs); the chain's launch count is noted as
+    // each regime's router is built.
+    let built = std::cell::RefCell::new(Vec::new());
+    let make = |dev: &'static Device, r: &RegimeInput| {
         let shape = GateShape {
             rows: r.rows,
             hidden: r.hidden,
             experts: r.experts,
         };
-        let launches = FiveLineChain::new(device, &r.config, shape, r.bias.as_deref())
-            .map_err(|e| e.to_string())?
-            .launches_per_call();
-        let got = route_on_device(
-            device,
-            &r.config,
-            shape,
-            &r.hidden_states,
-            &r.gate_weight,
-            r.bias.as_deref(),
-        )
-        .map_err(|e| format!("regime {name}: {e}"))?;
-        let oracle = LiteralRouter {
-            config: r.config.clone(),
-        }
-        .route_rows(&r.logits_f32(), r.rows, r.experts, r.bias.as_deref())
-        .map_err(|e| e.to_string())?;
-        let exact = check_routing(name, &oracle, &got, Tolerance::OWN_LOGITS)?;
+        let chain = FiveLineChain::new(dev, &r.config, shape, r.bias.as_deref())?;
         let scoring = format!(
             "{:?}{}{}",
             r.config.scoring,
@@ -288,17 +213,24 @@ fn tour(device: &'static Device, out: Out) -> Result<(), String> {
                 ""
             }
         );
+        built
+            .borrow_mut()
+            .push((r.experts, r.config.k, scoring, chain.launches_per_call()));
+        Ok(Box::new(chain) as Box<dyn DeviceRouter>)
+    };
+    let results = check_every_regime(device, GateDtype::F32, &make, Tolerance::OWN_LOGITS)?;
+    for (res, (experts, k, scoring, launches)) in results.iter().zip(built.borrow().iter()) {
         say!(
             out,
             "  {:<30} {:>5} {:>7} {:>3}  {:<19} {:>8}  {:>4} of {:<4} ok",
-            name,
-            r.rows,
-            r.experts,
-            r.config.k,
+            res.name,
+            res.rows,
+            experts,
+            k,
             scoring,
             launches,
-            exact,
-            r.rows
+            res.exact_rows,
+            res.rows
         );
     }
     say!(out, "");
@@ -308,8 +240,8 @@ fn tour(device: &'static Device, out: Out) -> Result<(), String> {
 
 // ANCHOR: route_file
 fn route_file(
-    args: &Args,
-    path: &std::path::Path,
+    args: &FileOptions,
+    path: &Path,
     device: &'static Device,
     out: Out,
 ) -> Result<(), String> {
@@ -322,7 +254,7 @@ fn route_file(
         ),
         (b, _) => b.clone(),
     };
-    let config = args.config();
+    let config = args.config.clone();
     let routing = ReferenceRouter {
         config: config.clone(),
     }
@@ -362,7 +294,8 @@ fn route_file(
                 a != b
             })
             .count();
-        say!(out, "with the bias rounded to bf16, {changed} of {rows} rows select a different set of experts than with the fp32 bias");
+        let verb = if changed == 1 { "selects" } else { "select" };
+        say!(out, "with the bias rounded to bf16, {changed} of {rows} rows {verb} a different set of experts than with the fp32 bias");
     }
 
     // The same logits through the kernel chain, checked against the f64 oracle.
@@ -414,23 +347,3 @@ fn route_file(
     Ok(())
 }
 // ANCHOR_END: route_file
-
-/// The example's `main`: parses the arguments, picks the backend (saying which on stderr), runs.
-pub fn main() -> std::process::ExitCode {
-    let args = Args::parse();
-    let device = match Device::auto() {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
-    };
-    let mut stdout = std::io::stdout().lock();
-    match run(&args, device, &mut stdout) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
-}

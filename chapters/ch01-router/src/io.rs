@@ -15,6 +15,10 @@ pub fn read_router_input(path: &Path) -> Result<(Tensor, Option<Tensor>), Router
     // A missing or unreadable file is an Io error; bytes that are not safetensors are Candle's.
     let bytes =
         std::fs::read(path).map_err(|e| RouterError::Io(format!("{}: {e}", path.display())))?;
+    check_safetensors(&bytes).map_err(|why| RouterError::NotSafetensors {
+        path: path.display().to_string(),
+        why,
+    })?;
     let mut tensors = candle_core::safetensors::load_buffer(&bytes, &Device::Cpu)?;
     let Some(logits) = tensors.remove("logits") else {
         let mut found: Vec<&String> = tensors.keys().collect();
@@ -45,6 +49,29 @@ pub fn read_router_input(path: &Path) -> Result<(Tensor, Option<Tensor>), Router
         }
     }
     Ok((logits, bias))
+}
+
+/// The format's frame, checked before the parser sees the bytes, so that a file of another
+/// kind gets a message that says so (candle's own would be "header too large"): 8 bytes of
+/// little-endian header length, then a JSON object of that length.
+pub fn check_safetensors(bytes: &[u8]) -> Result<(), String> {
+    if bytes.len() < 8 {
+        return Err(format!(
+            "{} bytes, shorter than the 8-byte header length",
+            bytes.len()
+        ));
+    }
+    let n = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
+    if n > (bytes.len() - 8) as u64 {
+        return Err(format!(
+            "its first 8 bytes give a header of {n} bytes, but the file has {} more",
+            bytes.len() - 8
+        ));
+    }
+    if bytes.get(8) != Some(&b'{') {
+        return Err("the header is not a JSON object".to_string());
+    }
+    Ok(())
 }
 
 /// Writes a routing as `ids` (`[T, k]` i32, the type PyTorch indexes with) and `weights`

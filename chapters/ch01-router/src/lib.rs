@@ -16,9 +16,13 @@
 pub mod chain;
 pub mod compare;
 pub mod config;
+pub mod conformance;
 pub mod cut;
+pub mod device_router;
 pub mod error;
 pub mod example;
+#[cfg_attr(feature = "answers", path = "../answers/exercises.rs")]
+pub mod exercises;
 pub mod inputs;
 pub mod io;
 pub mod literal;

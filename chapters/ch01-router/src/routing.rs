@@ -82,8 +82,12 @@ pub fn check_inputs(
                     dtype: format!("{:?}", b.dtype()),
                 });
             }
-            // [E] f32; any shape with E values is read as the flat vector.
-            Some(b.flatten_all()?.to_vec1::<f32>()?)
+            if b.rank() != 1 {
+                return Err(RouterError::BiasShape {
+                    dims: b.dims().to_vec(),
+                });
+            }
+            Some(b.to_vec1::<f32>()?)
         }
     };
     config.validate(experts, bias.as_deref())?;

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use candle_core::{DType, Device, Tensor};
 use ch01_router::compare::{check_routing, Tolerance};
 use ch01_router::config::{Grouping, RouterConfig};
+use ch01_router::conformance::{regime_title, routing_text};
 use ch01_router::cut::cut_of;
 use ch01_router::inputs::patterned;
 use ch01_router::io::{read_router_input, write_routing};
@@ -56,28 +57,6 @@ fn check_against_literal(
         .unwrap();
     assert_eq!(got.k, config.k, "regime {name}: k");
     check_routing(name, &details, &got, Tolerance::SAME_LOGITS).unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn routing_text(title: &str, routing: &Routing, first_rows: usize) -> String {
-    let mut out = format!("{title}\n");
-    for r in 0..routing.rows.min(first_rows) {
-        let ids: Vec<String> = routing
-            .row_ids(r)
-            .iter()
-            .map(|e| format!("{e:3}"))
-            .collect();
-        let ws: Vec<String> = routing
-            .row_weights(r)
-            .iter()
-            .map(|w| format!("{w:.4}"))
-            .collect();
-        out += &format!(
-            "row {r:3}: ids {} | weights {}\n",
-            ids.join(" "),
-            ws.join(" ")
-        );
-    }
-    out
 }
 
 fn regime_logits(r: &RegimeInput) -> Tensor {
@@ -270,7 +249,15 @@ fn snapshot_toy() {
         );
         text += &routing_text(&title, &routing, 1);
     }
-    insta::assert_snapshot!("ch01_toy", text);
+    snapshot("ch01_toy", &text);
+}
+
+/// The regime snapshots are shared with the device routers' test (`tests/chain.rs`), which
+/// must print exactly the same text: so the names carry no module prefix.
+fn snapshot(name: &str, text: &str) {
+    insta::with_settings!({ prepend_module_to_snapshot => false }, {
+        insta::assert_snapshot!(name.to_string(), text);
+    });
 }
 
 #[test]
@@ -281,24 +268,16 @@ fn snapshot_every_regime() {
         let routing = reference(r.config.clone())
             .route(&regime_logits(&r), bias.as_ref())
             .unwrap();
-        let c = &r.config;
-        let title = format!(
-            "{name}: {} rows x {} experts, k = {}, {:?}, renormalize {}, groups {:?}, scaling {}, bias {}",
-            r.rows,
-            r.experts,
-            c.k,
-            c.scoring,
-            c.renormalize,
-            c.grouping.map(|g| (g.n_group, g.topk_group)),
-            c.routed_scaling,
-            r.bias.is_some()
-        );
-        let text = routing_text(&title, &routing, 8);
+        let text = routing_text(&regime_title(&r), &routing, 8);
         let oracle = literal(r.config.clone())
             .route(&regime_logits(&r), bias.as_ref())
             .unwrap();
-        assert_eq!(text, routing_text(&title, &oracle, 8), "regime {name}");
-        insta::assert_snapshot!(format!("ch01_{name}"), text);
+        assert_eq!(
+            text,
+            routing_text(&regime_title(&r), &oracle, 8),
+            "regime {name}"
+        );
+        snapshot(&format!("ch01_{name}"), &text);
     }
 }
 
@@ -354,6 +333,33 @@ fn error_k_zero_and_too_large() {
     // k is checked before the bias: a wrong bias with k = 0 reports k.
     let (e, _) = route_err(RouterConfig::glm5(0), &logits, Some(&t1(&[0.0; 3])));
     assert_eq!(e, RouterError::KZero);
+}
+
+#[test]
+fn error_bias_shape_and_scale() {
+    let logits = t2(&[0.0; 16], 2, 8);
+    // A [1, E] bias: the right number of values, the wrong shape.
+    let b = Tensor::from_slice(&[8.0f32; 8], (1, 8), &Device::Cpu).unwrap();
+    let (e, _) = route_err(RouterConfig::glm5(2), &logits, Some(&b));
+    assert_eq!(e, RouterError::BiasShape { dims: vec![1, 8] });
+    assert_eq!(
+        e.to_string(),
+        "bias must be a [E] vector (one value per expert), got shape [1, 8]"
+    );
+    // The routed scaling factor: finite and positive.
+    for bad in [f32::NAN, f32::INFINITY, -1.0, 0.0] {
+        let config = RouterConfig {
+            routed_scaling: bad,
+            ..RouterConfig::glm5(2)
+        };
+        let (e, _) = route_err(config, &logits, None);
+        assert!(matches!(e, RouterError::BadScale { .. }), "{bad}: {e:?}");
+        assert!(
+            e.to_string()
+                .starts_with("the routed scaling factor must be a finite number above 0"),
+            "{e}"
+        );
+    }
 }
 
 #[test]
@@ -1022,11 +1028,31 @@ fn io_errors() {
     candle_core::safetensors::save(&tensors, &path).unwrap();
     let e = read_router_input(&path).unwrap_err();
     assert_eq!(e, RouterError::LogitsNot2d { dims: vec![8] });
-    // Bytes that are not safetensors: candle's parser refuses them.
+    // Bytes that are not safetensors: said so, with why, before candle's parser sees them.
     std::fs::write(&path, b"not a safetensors file").unwrap();
     let e = read_router_input(&path).unwrap_err();
-    assert!(matches!(e, RouterError::Candle(_)), "{e:?}");
-    assert!(e.to_string().starts_with("candle: "), "{e}");
+    assert!(matches!(e, RouterError::NotSafetensors { .. }), "{e:?}");
+    assert!(
+        e.to_string().contains(
+            "bad.safetensors is not a safetensors file: its first 8 bytes give a header of"
+        ),
+        "{e}"
+    );
+    std::fs::write(&path, b"tiny").unwrap();
+    let e = read_router_input(&path).unwrap_err();
+    assert!(
+        e.to_string()
+            .ends_with("4 bytes, shorter than the 8-byte header length"),
+        "{e}"
+    );
+    let mut not_json = 4u64.to_le_bytes().to_vec();
+    not_json.extend_from_slice(b"abcd");
+    std::fs::write(&path, &not_json).unwrap();
+    let e = read_router_input(&path).unwrap_err();
+    assert!(
+        e.to_string().ends_with("the header is not a JSON object"),
+        "{e}"
+    );
     std::fs::remove_file(&path).ok();
     // A missing file.
     let e = read_router_input(&path).unwrap_err();
@@ -1039,4 +1065,41 @@ fn io_errors() {
     )
     .unwrap_err();
     assert!(matches!(e, RouterError::Io(_)), "{e:?}");
+}
+
+/// The count the book gives as exercise 1's answer comes from `bench/results/cpu/ch01_exercise1.csv`
+/// (through the generated facts); here it is recomputed from the input `tools/make-input`
+/// writes, through the f64 oracle, both ways.
+#[test]
+fn exercise_1_count_in_the_book_matches_its_csv() {
+    let csv = include_str!("../../../bench/results/cpu/ch01_exercise1.csv");
+    let row: Vec<&str> = csv.lines().nth(1).unwrap().split(',').collect();
+    let (rows, experts, k, changed): (usize, usize, usize, usize) = (
+        row[1].parse().unwrap(),
+        row[2].parse().unwrap(),
+        row[3].parse().unwrap(),
+        row[4].parse().unwrap(),
+    );
+    let (logits, bias) = ch01_router::inputs::router_input(rows, experts, 0);
+    let b16: Vec<f32> = bias
+        .iter()
+        .map(|&b| half::bf16::from_f32(b).to_f32())
+        .collect();
+    let router = literal(RouterConfig::glm5(k));
+    let a = router
+        .route_rows(&logits, rows, experts, Some(&bias))
+        .unwrap();
+    let b = router
+        .route_rows(&logits, rows, experts, Some(&b16))
+        .unwrap();
+    let set = |d: &RowDetail| {
+        let mut v = d.ids.clone();
+        v.sort_unstable();
+        v
+    };
+    let count = a.iter().zip(&b).filter(|(x, y)| set(x) != set(y)).count();
+    assert_eq!(
+        count, changed,
+        "bench/results/cpu/ch01_exercise1.csv says {changed}; update it (and run tools/plot)"
+    );
 }

@@ -222,6 +222,34 @@ impl CratePath {
     }
 }
 
+/// Whether the emulator's kernels are built for this CPU's FMA and AVX2 instructions: `fmaf`
+/// then compiles to one instruction (the same correctly rounded result as the library call) and
+/// the compiler may use vector registers. `MOE_EMU_ARCH=generic` turns it off, `native` forces
+/// it; by default it is on when the build machine's CPU has both and builds for itself. The
+/// runtime refuses, with a message, to run such kernels on a CPU without them.
+pub fn emu_kernels_use_fma() -> bool {
+    println!("cargo:rerun-if-env-changed=MOE_EMU_ARCH");
+    let target = std::env::var("TARGET").unwrap_or_default();
+    let host = std::env::var("HOST").unwrap_or_default();
+    match std::env::var("MOE_EMU_ARCH").ok().as_deref().map(str::trim) {
+        Some("generic") => return false,
+        Some("native") => return target.starts_with("x86_64"),
+        _ => {}
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        target == host
+            && target.starts_with("x86_64")
+            && std::is_x86_feature_detected!("fma")
+            && std::is_x86_feature_detected!("avx2")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (target, host);
+        false
+    }
+}
+
 fn emu_build(kernels: &Path) -> cc::Build {
     let mut b = cc::Build::new();
     b.cpp(true)
@@ -235,17 +263,30 @@ fn emu_build(kernels: &Path) -> cc::Build {
         .flag("-ffp-contract=off")
         .flag_if_supported("-fno-fast-math")
         .flag_if_supported("-fno-strict-aliasing")
+        // Frame pointers, and no tail calls: the runtime walks the frames to tell apart two calls
+        // of a helper function that holds a __syncthreads, and a tail call would remove the
+        // frame of the function that holds it on one path but not on another.
+        .flag("-fno-omit-frame-pointer")
+        .flag("-fno-optimize-sibling-calls")
+        // `__shared__` is a thread_local: the initial-exec model makes each access one load
+        // from the thread pointer instead of a call (the code is linked into executables,
+        // never loaded by dlopen).
+        .flag_if_supported("-ftls-model=initial-exec")
         // CUDA code compares unsigned threadIdx with int everywhere; -Wall would drown the
         // build log. NVRTC still reports real problems when the same file is built for the GPU.
         .warnings(false)
         .define("MOE_EMU", "1")
         .include(kernels.join("emu"))
         .include(kernels);
+    if emu_kernels_use_fma() {
+        b.define("MOE_EMU_KERNELS_FMA", "1");
+    }
     b
 }
 
-/// Compiles the emulator's runtime (scheduler, fibers, barriers). Called by the runtime crate
-/// only, so the binary holds one copy.
+/// Compiles the emulator's runtime (scheduler, fibers, barriers, memory, signals, tensor-core
+/// fragments). Called by the runtime crate only, so the binary holds one copy. The runtime
+/// itself is built for the generic CPU (it checks the CPU before running kernels that are not).
 pub fn compile_emu_runtime() {
     let kernels = kernels_dir();
     let emu = kernels.join("emu");
@@ -255,23 +296,68 @@ pub fn compile_emu_runtime() {
             println!("cargo:rerun-if-changed={}", p.display());
         }
     }
-    emu_build(&kernels)
-        .file(emu.join("emu_runtime.cpp"))
-        .compile("moe_emu_runtime");
+    let mut b = emu_build(&kernels);
+    for f in [
+        "emu_runtime.cpp",
+        "emu_memory.cpp",
+        "emu_signals.cpp",
+        "emu_tensor.cpp",
+    ] {
+        b.file(emu.join(f));
+    }
+    b.compile("moe_emu_runtime");
+}
+
+/// `#define NAME 123` lines of a kernel file (its own text, not its includes) whose NAME is
+/// upper case: the launch geometry the host needs (rows per block, tile sizes), named once in
+/// the .cu and handed to Rust as constants. Returns (name, value, the line's trailing comment).
+pub fn kernel_constants(source: &str) -> Vec<(String, i64, String)> {
+    let mut out = Vec::new();
+    for line in source.lines() {
+        let Some(rest) = line.trim_start().strip_prefix("#define ") else {
+            continue;
+        };
+        let mut parts = rest.splitn(2, char::is_whitespace);
+        let name = parts.next().unwrap_or("");
+        let tail = parts.next().unwrap_or("").trim();
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+            || name.contains('(')
+        {
+            continue;
+        }
+        let (value, comment) = match tail.split_once("//") {
+            Some((v, c)) => (v.trim(), c.trim()),
+            None => (tail, ""),
+        };
+        if let Ok(v) = value.parse::<i64>() {
+            out.push((name.to_string(), v, comment.to_string()));
+        }
+    }
+    out
 }
 
 /// Compiles `kernels/<family>.cu` for the emulator and writes the embedded GPU source and the
 /// Rust `KernelSource` expression into `$OUT_DIR` (see the crate docs).
 pub fn compile_family(family: &str, crate_path: CratePath) {
+    let cu = kernels_dir().join(format!("{family}.cu"));
+    compile_family_from(family, &cu, crate_path);
+}
+
+/// [`compile_family`] from another file than `kernels/<family>.cu` (an exercise's answer, say):
+/// the family keeps its name.
+pub fn compile_family_from(family: &str, cu: &Path, crate_path: CratePath) {
     let kernels = kernels_dir();
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
-    let cu = kernels.join(format!("{family}.cu"));
+    let cu = cu.to_path_buf();
     let (inlined, read) = inline_includes(&cu, std::slice::from_ref(&kernels))
         .unwrap_or_else(|e| panic!("reading {}: {e}", cu.display()));
     for p in &read {
         println!("cargo:rerun-if-changed={}", p.display());
     }
-    for f in ["cuda_emu.h", "emu_trampoline.h", "mma.h"] {
+    for f in ["cuda_emu.h", "emu_trampoline.h", "mma.h", "tc_model.h"] {
         println!(
             "cargo:rerun-if-changed={}",
             kernels.join("emu").join(f).display()
@@ -305,9 +391,37 @@ pub fn compile_family(family: &str, crate_path: CratePath) {
     }
     let wrapper_path = out.join(format!("emu_{family}.cpp"));
     fs::write(&wrapper_path, wrapper).unwrap();
-    emu_build(&kernels)
+    let mut build = emu_build(&kernels);
+    // Kernels write `#pragma unroll`, which GCC does not read; -funroll-loops unrolls the small
+    // constant loops of register tiles instead (the tiled GEMM of chapter 1 runs a third faster).
+    build.flag("-funroll-loops");
+    if emu_kernels_use_fma() {
+        build.flag("-mfma").flag("-mavx2");
+    }
+    build
         .file(&wrapper_path)
         .compile(&format!("moe_emu_{family}"));
+
+    // The family's launch geometry, for `moe_kernels::kernel_constants!`.
+    let own = fs::read_to_string(&cu).unwrap_or_default();
+    let mut consts = String::new();
+    writeln!(
+        consts,
+        "// Generated by moe-kernels-build from kernels/{family}.cu"
+    )
+    .unwrap();
+    for (name, value, comment) in kernel_constants(&own) {
+        if !comment.is_empty() {
+            writeln!(consts, "/// {comment}").unwrap();
+        }
+        writeln!(
+            consts,
+            "/// (`#define {name} {value}` in kernels/{family}.cu)"
+        )
+        .unwrap();
+        writeln!(consts, "pub const {name}: usize = {value};").unwrap();
+    }
+    fs::write(out.join(format!("{family}_consts.rs")), consts).unwrap();
 
     let krate = crate_path.as_str();
     let mut rs = String::new();
@@ -368,6 +482,22 @@ __global__ void not_extern_c(int) {}
 extern "C" __device__ int helper() { return 0; }
 "#;
         assert_eq!(kernel_names(src), vec!["plain", "bounded"]);
+    }
+
+    #[test]
+    fn reads_launch_geometry_constants() {
+        let src = "#define ROWS_PER_BLOCK 8  // rows of one block\n#define TILE 64\n#define lower 3\n#define F(x) x\n  #define NOT_A_NUMBER abc\n";
+        assert_eq!(
+            kernel_constants(src),
+            vec![
+                (
+                    "ROWS_PER_BLOCK".to_string(),
+                    8,
+                    "rows of one block".to_string()
+                ),
+                ("TILE".to_string(), 64, String::new())
+            ]
+        );
     }
 
     #[test]

@@ -4,6 +4,7 @@
 #include "cuda_emu.h"
 #include "test_kernels.cu"
 #include "emu_trampoline.h"
+#include "launch_shim.h"
 
 #include <chrono>
 #include <functional>
@@ -12,8 +13,6 @@
 #include <vector>
 
 typedef void (*emu_kernel_fn)(void** params);
-extern "C" int emu_launch(emu_kernel_fn fn, void** params, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                          unsigned by, unsigned bz, size_t dyn, char* err, size_t err_len);
 extern "C" unsigned emu_worker_count(void);
 extern "C" void emu_tramp__test2__k2_scale(void** p);
 
@@ -43,7 +42,7 @@ struct Res { int rc; std::string err; };
 static Res launch(emu_kernel_fn fn, std::vector<void*> params, dim3 g, dim3 b, size_t dyn = 0) {
     char err[2048];
     memset(err, 'x', sizeof err);
-    int rc = emu_launch(fn, params.data(), g.x, g.y, g.z, b.x, b.y, b.z, dyn, err, sizeof err);
+    int rc = emu_launch_msg(fn, params.data(), g.x, g.y, g.z, b.x, b.y, b.z, dyn, err, sizeof err);
     return Res{rc, rc ? std::string(err) : std::string()};
 }
 static bool contains(const std::string& s, const char* sub) { return s.find(sub) != std::string::npos; }
@@ -470,7 +469,7 @@ static void test_concurrent_launches() {
             int* po = out.data();
             char err[256];
             void* params[] = {&po};
-            if (emu_launch(tramp_k_ok, params, 8, 1, 1, 64, 1, 1, 0, err, sizeof err) != 0) ++bad;
+            if (emu_launch_msg(tramp_k_ok, params, 8, 1, 1, 64, 1, 1, 0, err, sizeof err) != 0) ++bad;
             for (int b = 0; b < 8; ++b)
                 for (int t = 0; t < 64; ++t)
                     if (out[b * 64 + t] != b * 100 + t) ++bad;

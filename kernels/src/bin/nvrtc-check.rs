@@ -27,16 +27,21 @@ fn main() -> ExitCode {
         }
     }
     let arch: &'static str = Box::leak(arch.into_boxed_str());
-    let mut files: Vec<PathBuf> = match std::fs::read_dir(&dir) {
-        Ok(rd) => rd
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "cu"))
-            .collect(),
-        Err(e) => {
-            eprintln!("nvrtc-check: cannot read {}: {e}", dir.display());
-            return ExitCode::from(2);
+    // kernels/*.cu, and the exercises' answers in kernels/answers/*.cu.
+    let mut files: Vec<PathBuf> = Vec::new();
+    for d in [dir.clone(), dir.join("answers")] {
+        match std::fs::read_dir(&d) {
+            Ok(rd) => files.extend(
+                rd.filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| p.extension().is_some_and(|x| x == "cu")),
+            ),
+            Err(e) if d == dir => {
+                eprintln!("nvrtc-check: cannot read {}: {e}", d.display());
+                return ExitCode::from(2);
+            }
+            Err(_) => {}
         }
-    };
+    }
     files.sort();
     let mut failed = 0;
     for path in &files {
@@ -69,7 +74,8 @@ fn main() -> ExitCode {
                     .collect();
                 if missing.is_empty() {
                     println!(
-                        "ok   {family}.cu  {arch}  {} kernels, {} bytes of PTX",
+                        "ok   {}  {arch}  {} kernels, {} bytes of PTX",
+                        path.strip_prefix(&dir).unwrap_or(path).display(),
                         names.len(),
                         ptx.len()
                     );

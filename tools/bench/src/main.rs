@@ -1,145 +1,120 @@
-//! `tools/bench` — measures a chapter's kernels on the GPU with the harness of
-//! `moe_kernels::measure` and writes `bench/results/<gpu>/<chapter>.csv`, one row per
-//! (shape, implementation, rows), with the floor of that shape and rows beside every time and
-//! the PyTorch peer rows (measured in the same GPU session by `tools/peers/*.py`) merged in.
+//! `tools/bench` — measures a chapter's cases on the GPU with the harness of
+//! `moe_kernels::measure` and writes `bench/results/<gpu>/<chapter>.csv` (one typed row per
+//! case, `moe_tools::bench_row`), the per-kernel breakdown (`<chapter>_steps.csv`), the
+//! ceilings the floors come from (`ceilings.csv`), and what a writing L2 flush would have added
+//! (`flush.csv`); the PyTorch peers' samples (`tools/peers/*.py --samples`) are summarised by the
+//! same statistics and merged in. `bench emu` measures the emulator's GEMM rate on the CPU.
 //!
-//!     tools/bench ch01 --out bench/results/h200/ch01.csv \
-//!         [--peers RESULTS/ch01_torch.csv] [--ceilings RESULTS/ceilings.csv] [--quick]
+//!     tools/bench/run ch01 --out-dir bench/results/h200 [--peers RESULTS/ch01_torch.csv] [--quick]
+//!     tools/bench/run emu --build after [--out bench/results/cpu/emu_gemm.csv]
 
-use ch01_router::chain::{FiveLineChain, GateShape};
-use ch01_router::config::RouterConfig;
-use ch01_router::inputs::patterned;
+mod cases;
+mod ch01;
+mod emu;
+mod peers;
+
+use cases::{row, run_case, BenchError, Case, Ceilings};
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use moe_kernels::measure::{Harness, Measurement, Plan};
-use moe_kernels::{Device, KernelError};
-use std::fmt::Write as _;
+use moe_kernels::blas::{linear, Linear};
+use moe_kernels::measure::{Harness, Plan};
+use moe_kernels::Device;
+use moe_tools::bench_row::{header, BenchRow, StepRow, STEP_COLUMNS};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Parser)]
 #[command(
     name = "bench",
-    about = "Measures the book's kernels on the GPU (cold and warm, in CUDA graphs)"
+    about = "Measures the book's kernels on the GPU (cold and warm, in CUDA graphs), or the emulator's speed on the CPU"
 )]
 struct Cli {
     #[command(subcommand)]
-    chapter: Chapter,
+    cmd: Cmd,
 }
 
 #[derive(Subcommand)]
-enum Chapter {
-    /// Chapter 1: the five-line router as a chain of plain kernels.
-    Ch01(Ch01Args),
+enum Cmd {
+    /// Chapter 1: the five-line router as a chain of plain kernels (GPU).
+    Ch01(GpuArgs),
+    /// The emulator's GEMM rate on this CPU (no GPU needed).
+    Emu(EmuArgs),
 }
 
 #[derive(clap::Args)]
-struct Ch01Args {
-    /// Where to write the CSV.
-    #[arg(long, default_value = "bench/results/h200/ch01.csv")]
-    out: PathBuf,
-    /// PyTorch peer rows to merge (same columns), from tools/peers/router5.py.
+struct GpuArgs {
+    /// Where the CSVs go.
+    #[arg(long, default_value = "bench/results/h200")]
+    out_dir: PathBuf,
+    /// The PyTorch peer's samples to merge (from `tools/peers/router5.py --samples`).
     #[arg(long)]
     peers: Option<PathBuf>,
-    /// Ceilings measured by the peer script (`bf16_tflops,copy_gbs`); without it the floor uses
-    /// our own copy bandwidth and DESIGN.md's 680 TFLOP/s.
-    #[arg(long)]
-    ceilings: Option<PathBuf>,
-    /// Fewer samples (a smoke test).
+    /// Fewer samples: a smoke test of the pipeline, not numbers to publish.
     #[arg(long)]
     quick: bool,
 }
 
-/// The CSV columns, shared with tools/peers/router5.py and tools/plot.
-/// The per-kernel breakdown: the chain's first `step` launches timed alone (prefix), and the
-/// difference to the previous prefix (the kernel's share).
-const STEPS_HEADER: &str =
-    "chapter,shape,rows,step,kernel,prefix_cold_us,prefix_warm_us,cold_us,warm_us";
-
-const HEADER: &str = "chapter,shape,impl,rows,launches,cold_median_us,cold_p10_us,cold_p90_us,warm_median_us,warm_p10_us,warm_p90_us,floor_us,samples,device";
-
-/// One benchmarked router shape.
-struct Shape {
-    name: &'static str,
-    hidden: usize,
-    experts: usize,
-    config: RouterConfig,
-    bias: bool,
+#[derive(clap::Args)]
+struct EmuArgs {
+    /// The label of this build in the CSV (`before`, `after`).
+    #[arg(long)]
+    build: String,
+    /// Append the rows here (the file gets a header when new).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Runs per kernel; the fastest counts.
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
 }
 
-fn shapes() -> Vec<Shape> {
-    vec![
-        // GLM-5.3-Flash's router (the router article): sigmoid + selection bias, 288 experts, k = 8.
-        Shape {
-            name: "glm_h4096_e288_k8",
-            hidden: 4096,
-            experts: 288,
-            config: RouterConfig::glm5(8),
-            bias: true,
-        },
-        // Qwen3-30B-A3B's router: softmax over 128 experts, k = 8, renormalised.
-        Shape {
-            name: "qwen3_h2048_e128_k8",
-            hidden: 2048,
-            experts: 128,
-            config: RouterConfig::qwen3(8),
-            bias: false,
-        },
-    ]
+fn bar(len: usize, prefix: &str) -> ProgressBar {
+    let b = ProgressBar::new(len as u64).with_style(
+        ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg}")
+            .expect("a valid template")
+            .progress_chars("=> "),
+    );
+    b.set_prefix(prefix.to_string());
+    b
 }
 
-const ROWS: [usize; 5] = [1, 6, 16, 96, 8192];
-
-/// The floor of one router call: one launch plus the larger of moving its bytes at the copy
-/// bandwidth and doing its FLOPs at the bf16 matrix rate.
-fn floor_us(launch_us: f64, bytes: f64, flops: f64, copy_gbs: f64, bf16_tflops: f64) -> f64 {
-    launch_us + (bytes / (copy_gbs * 1e3)).max(flops / (bf16_tflops * 1e6))
-}
-
-fn row(shape: &str, imp: &str, rows: usize, m: &Measurement, floor: f64, device: &str) -> String {
-    format!(
-        "ch01,{shape},{imp},{rows},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{device}",
-        m.launches,
-        m.cold.median_us,
-        m.cold.p10_us,
-        m.cold.p90_us,
-        m.warm.median_us,
-        m.warm.p10_us,
-        m.warm.p90_us,
-        floor,
-        m.cold.samples
-    )
-}
-
-fn read_ceilings(path: &Path) -> Result<(f64, f64), String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut lines = text.lines();
-    let head: Vec<&str> = lines.next().unwrap_or_default().split(',').collect();
-    let vals: Vec<&str> = lines
-        .next()
-        .ok_or(format!("{}: no data row", path.display()))?
-        .split(',')
-        .collect();
-    let get = |name: &str| -> Result<f64, String> {
-        let i = head
-            .iter()
-            .position(|h| h.trim() == name)
-            .ok_or(format!("{}: no column {name}", path.display()))?;
-        vals.get(i)
-            .and_then(|v| v.trim().parse().ok())
-            .ok_or(format!("{}: bad {name}", path.display()))
+/// The bf16 matrix rate of cuBLAS on this GPU (an 8192³ GEMM, median of 10 after warm-up), in
+/// TFLOP/s: the FLOP side of every floor.
+fn bf16_rate(h: &Harness, dev: &'static Device) -> Result<f64, String> {
+    let n = 8192;
+    let e = |e: moe_kernels::KernelError| e.to_string();
+    let v = |salt: u64| -> Vec<half::bf16> {
+        ch01_router::inputs::patterned(n * n, salt, 1.0)
+            .into_iter()
+            .map(half::bf16::from_f32)
+            .collect()
     };
-    Ok((get("bf16_tflops")?, get("copy_gbs")?))
+    let (a, b) = (
+        dev.upload(&v(11)).map_err(e)?,
+        dev.upload(&v(12)).map_err(e)?,
+    );
+    let c = dev.alloc::<half::bf16>(n * n).map_err(e)?;
+    let shape = Linear {
+        rows: n,
+        in_features: n,
+        out_features: n,
+    };
+    let m = h
+        .measure(|| linear(dev, shape, &a.as_view(), &b.as_view(), &c.as_view(), false))
+        .map_err(e)?;
+    Ok(2.0 * (n as f64).powi(3) / (m.warm.median_us * 1e6))
 }
 
-fn ch01(args: &Ch01Args) -> Result<(), String> {
+fn write(path: &Path, text: &str) -> Result<(), String> {
+    if let Some(d) = path.parent() {
+        std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+    }
+    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn gpu_chapter(chapter: &str, cases: Vec<Case>, args: &GpuArgs) -> Result<(), String> {
     let dev = Device::cuda().map_err(|e| format!("bench needs the GPU: {e}"))?;
     let plan = if args.quick {
-        Plan {
-            cold_samples: 20,
-            warm_samples: 5,
-            warm_copies: 5,
-        }
+        Plan::quick()
     } else {
         Plan::default()
     };
@@ -151,171 +126,194 @@ fn ch01(args: &Ch01Args) -> Result<(), String> {
         .unwrap_or("gpu")
         .trim()
         .replace(' ', "_");
-    let ke = |e: KernelError| e.to_string();
-
-    let own_copy = h.copy_bandwidth(1 << 30).map_err(ke)?;
-    let (bf16_tflops, copy_gbs) = match &args.ceilings {
-        Some(p) => read_ceilings(p)?,
-        None => (680.0, own_copy),
+    let empty = h.empty_kernel().map_err(|e| e.to_string())?;
+    let ceilings = Ceilings {
+        launch_us: empty.cold.median_us,
+        copy_gbs: h.copy_bandwidth(1 << 30).map_err(|e| e.to_string())?,
+        bf16_tflops: bf16_rate(&h, dev)?,
     };
-    let empty = h.empty_kernel().map_err(ke)?;
     let (l2, flush) = h.l2_and_flush_bytes();
     eprintln!(
-        "{}: L2 {} MiB, flush {} MiB; copy {own_copy:.0} GB/s (ours), ceilings used: copy {copy_gbs:.0} GB/s, bf16 {bf16_tflops:.0} TFLOP/s; empty kernel cold {:.2} µs, warm {:.2} µs",
+        "{}: L2 {} MiB, flush {} MiB (read); copy {:.0} GB/s, bf16 cuBLAS {:.0} TFLOP/s; empty kernel cold {:.2} µs, warm {:.2} µs",
         dev.describe(),
         l2 >> 20,
         flush >> 20,
+        ceilings.copy_gbs,
+        ceilings.bf16_tflops,
         empty.cold.median_us,
         empty.warm.median_us
     );
 
-    let mut csv = String::from(HEADER);
-    csv.push('\n');
-    let mut steps = String::from(STEPS_HEADER);
-    steps.push('\n');
-    writeln!(
-        csv,
-        "{}",
-        row(
-            "none",
-            "empty_kernel",
-            0,
-            &empty,
-            empty.cold.median_us,
-            &device
-        )
-    )
-    .unwrap();
-
-    let total = (shapes().len() * ROWS.len()) as u64;
-    let bar = ProgressBar::new(total).with_style(
-        ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg}")
-            .unwrap()
-            .progress_chars("=> "),
-    );
-    bar.set_prefix("ch01");
-    for s in shapes() {
-        let weight = patterned(s.experts * s.hidden, 1, 0.02);
-        let bias: Vec<f32> = patterned(s.experts, 2, 0.05)
-            .iter()
-            .map(|b| 8.0 + b)
-            .collect();
-        let weight_d = dev.upload(&weight).map_err(ke)?;
-        let bias_d = if s.bias {
-            Some(dev.upload(&bias).map_err(ke)?)
-        } else {
-            None
-        };
-        for rows in ROWS {
-            bar.set_message(format!("{} rows {rows}", s.name));
-            let shape = GateShape {
-                rows,
-                hidden: s.hidden,
-                experts: s.experts,
-            };
-            let hidden = dev
-                .upload(&patterned(rows * s.hidden, 3 + rows as u64, 1.0))
-                .map_err(ke)?;
-            let chain = FiveLineChain::new(dev, &s.config, shape, s.bias.then_some(&bias[..]))
-                .map_err(|e| e.to_string())?;
-            let ids = dev.alloc::<i32>(rows * s.config.k).map_err(ke)?;
-            let ws = dev.alloc::<f32>(rows * s.config.k).map_err(ke)?;
-            let m = h
-                .measure(|| chain.enqueue(&hidden, &weight_d, bias_d.as_ref(), &ids, &ws))
-                .map_err(|e| e.to_string())?;
-            // What the five-line fp32 router must move: hidden and gate weight in, bias in,
-            // ids and weights out.
-            let read = 4.0 * (rows * s.hidden + s.experts * s.hidden + s.experts) as f64;
-            let bytes = read + 8.0 * (rows * s.config.k) as f64;
-            let flops = 2.0 * (rows * s.hidden * s.experts) as f64;
-            let floor = floor_us(empty.cold.median_us, bytes, flops, copy_gbs, bf16_tflops);
-            writeln!(csv, "{}", row(s.name, "chain", rows, &m, floor, &device)).unwrap();
-            // Where the time goes: time each prefix of the chain (its first 1, 2, ... launches)
-            // and take differences of the medians.
-            let names = chain.launch_names();
-            let (mut prev_cold, mut prev_warm) = (0.0, 0.0);
-            for (i, name) in names.iter().enumerate() {
-                let p = if i + 1 == names.len() {
-                    m
-                } else {
-                    h.measure(|| {
-                        chain.enqueue_first(i + 1, &hidden, &weight_d, bias_d.as_ref(), &ids, &ws)
-                    })
-                    .map_err(|e| e.to_string())?
-                };
-                writeln!(
-                    steps,
-                    "ch01,{},{rows},{},{name},{:.3},{:.3},{:.3},{:.3}",
-                    s.name,
-                    i + 1,
-                    p.cold.median_us,
-                    p.warm.median_us,
-                    p.cold.median_us - prev_cold,
-                    p.warm.median_us - prev_warm
-                )
-                .unwrap();
-                (prev_cold, prev_warm) = (p.cold.median_us, p.warm.median_us);
-            }
-            let probe = h.read_probe(read as usize).map_err(ke)?;
-            writeln!(
-                csv,
-                "{}",
-                row(s.name, "floor_probe", rows, &probe, floor, &device)
-            )
-            .unwrap();
-            bar.inc(1);
-        }
+    let mut rows: Vec<BenchRow> = vec![row(
+        chapter,
+        "none",
+        "empty_kernel",
+        0,
+        &empty,
+        empty.cold.median_us,
+        0.0,
+        0.0,
+        &device,
+    )];
+    // Settle first: the 8192³ cuBLAS GEMM above leaves the GPU busy-hot, and the first case
+    // measured right after it came out 17% slow in one run (31.8 µs cold against 27.2 µs for the
+    // same work measured later in that run). One discarded measurement of the first case.
+    if let Some(first) = cases.first() {
+        let work = (first.build)(dev)?;
+        h.measure(|| work.enqueue().map_err(BenchError))
+            .map_err(|e| e.0)?;
     }
-    bar.finish_and_clear();
+    let mut steps: Vec<StepRow> = Vec::new();
+    let b = bar(cases.len(), chapter);
+    for case in &cases {
+        b.set_message(format!("{} {} rows {}", case.shape, case.imp, case.rows));
+        let (r, s) = run_case(&h, dev, case, &ceilings, &device)
+            .map_err(|e| format!("{} {} rows {}: {e}", case.shape, case.imp, case.rows))?;
+        rows.extend(r);
+        steps.extend(s);
+        b.inc(1);
+    }
+    b.finish_and_clear();
+
+    // What flushing the L2 by writing would have added, at the smallest and largest case.
+    let mut flush_csv =
+        String::from("shape,rows,cold_read_flush_us,cold_write_flush_us,write_minus_read_us\n");
+    for case in cases
+        .iter()
+        .filter(|c| c.rows == 1 || c.rows == 8192)
+        .take(2)
+    {
+        let work = (case.build)(dev)?;
+        let (write, read) = h
+            .flush_cost_of_writing(|| work.enqueue().map_err(BenchError))
+            .map_err(|e| e.0)?;
+        // The same work was measured in the main loop: two measurements of one thing in one
+        // run must agree, or the run was disturbed.
+        if let Some(main) = rows
+            .iter()
+            .find(|r| r.shape == case.shape && r.rows == case.rows as u64 && r.imp == case.imp)
+        {
+            let drift = (read.median_us / main.cold_median_us - 1.0) * 100.0;
+            if drift.abs() > 5.0 {
+                eprintln!(
+                    "bench: WARNING {} {} rows {}: cold {:.3} µs in the main loop but {:.3} µs when measured again ({drift:+.1}%): the run was disturbed",
+                    case.shape, case.imp, case.rows, main.cold_median_us, read.median_us
+                );
+            }
+        }
+        flush_csv += &format!(
+            "{},{},{:.3},{:.3},{:.3}\n",
+            case.shape,
+            case.rows,
+            read.median_us,
+            write.median_us,
+            write.median_us - read.median_us
+        );
+    }
 
     if let Some(p) = &args.peers {
         let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
-        for line in text.lines().skip(1).filter(|l| !l.trim().is_empty()) {
-            // The peer script leaves floor_us empty: fill it from this run's floor of the same
-            // shape and rows, so the two share one floor.
-            let cols: Vec<&str> = line.split(',').collect();
-            let floor = csv
-                .lines()
-                .find(|l| {
-                    let c: Vec<&str> = l.split(',').collect();
-                    c.len() > 11 && c[1] == cols[1] && c[2] == "chain" && c[3] == cols[3]
-                })
-                .map(|l| l.split(',').nth(11).unwrap().to_string())
-                .unwrap_or_default();
-            let mut cols: Vec<String> = cols.iter().map(|c| c.to_string()).collect();
-            if cols.len() == 14 {
-                cols[11] = floor;
-            }
-            writeln!(csv, "{}", cols.join(",")).unwrap();
+        for peer in peers::parse(&text, &p.display().to_string())? {
+            // The peer shares the floor (and its bytes and FLOPs) of our case at its shape and rows.
+            let mine = cases
+                .iter()
+                .find(|c| c.shape == peer.shape && c.rows == peer.rows)
+                .ok_or(format!(
+                    "peer row {} {} has no matching case",
+                    peer.shape, peer.rows
+                ))?;
+            rows.push(row(
+                &peer.chapter,
+                &peer.shape,
+                &peer.imp,
+                peer.rows,
+                &peer.m,
+                ceilings.floor_us(mine.bytes, mine.flops),
+                mine.bytes,
+                mine.flops,
+                &peer.device,
+            ));
         }
     }
-    if let Some(dir) = args.out.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    }
-    std::fs::write(&args.out, &csv).map_err(|e| format!("{}: {e}", args.out.display()))?;
-    let steps_path = args.out.with_file_name("ch01_steps.csv");
-    std::fs::write(&steps_path, &steps).map_err(|e| format!("{}: {e}", steps_path.display()))?;
 
-    // The summary a reader reads first: cold medians beside the floor.
+    let csv: String = std::iter::once(header())
+        .chain(rows.iter().map(BenchRow::to_csv))
+        .map(|l| l + "\n")
+        .collect();
+    let steps_csv: String = std::iter::once(STEP_COLUMNS.to_string())
+        .chain(steps.iter().map(StepRow::to_csv))
+        .map(|l| l + "\n")
+        .collect();
+    let out = &args.out_dir;
+    write(&out.join(format!("{chapter}.csv")), &csv)?;
+    write(&out.join(format!("{chapter}_steps.csv")), &steps_csv)?;
+    write(
+        &out.join("ceilings.csv"),
+        &format!(
+            "bf16_tflops,copy_gbs,empty_cold_us,empty_warm_us,device\n{:.1},{:.1},{:.3},{:.3},{device}\n",
+            ceilings.bf16_tflops, ceilings.copy_gbs, empty.cold.median_us, empty.warm.median_us
+        ),
+    )?;
+    write(&out.join("flush.csv"), &flush_csv)?;
+
+    // The summary a reader reads first: each time beside its floor and its rate.
     println!(
-        "{:<22} {:>5} {:<12} {:>9} {:>9} {:>9} {:>8}",
-        "shape", "rows", "impl", "cold µs", "warm µs", "floor µs", "launches"
+        "{:<22} {:>5} {:<13} {:>9} {:>9} {:>9} {:>8} {:>9} {:>8}",
+        "shape", "rows", "impl", "cold µs", "warm µs", "floor µs", "launches", "GB/s", "TFLOP/s"
     );
-    for l in csv.lines().skip(1) {
-        let c: Vec<&str> = l.split(',').collect();
+    for r in &rows {
         println!(
-            "{:<22} {:>5} {:<12} {:>9} {:>9} {:>9} {:>8}",
-            c[1], c[3], c[2], c[5], c[8], c[11], c[4]
+            "{:<22} {:>5} {:<13} {:>9.2} {:>9.2} {:>9.2} {:>8} {:>9.1} {:>8.3}",
+            r.shape,
+            r.rows,
+            r.imp,
+            r.cold_median_us,
+            r.warm_median_us,
+            r.floor_us,
+            r.launches,
+            r.cold_gbs,
+            r.cold_tflops
         );
     }
-    println!("wrote {} and {}", args.out.display(), steps_path.display());
+    println!("flush by writing vs by reading:\n{flush_csv}");
+    println!(
+        "wrote {chapter}.csv, {chapter}_steps.csv, ceilings.csv and flush.csv in {}",
+        out.display()
+    );
+    Ok(())
+}
+
+fn emu(args: &EmuArgs) -> Result<(), String> {
+    eprintln!(
+        "bench emu: the GEMMs of chapter 1's chain on the emulator ({})",
+        Device::emu().describe()
+    );
+    let rates = emu::measure(args.repeats.max(1))?;
+    let lines = emu::csv_lines(&args.build, &rates);
+    println!("{}", emu::HEADER);
+    for l in &lines {
+        println!("{l}");
+    }
+    if let Some(p) = &args.out {
+        let mut text = std::fs::read_to_string(p).unwrap_or_default();
+        if text.trim().is_empty() {
+            text = format!("{}\n", emu::HEADER);
+        }
+        for l in &lines {
+            text += l;
+            text.push('\n');
+        }
+        write(p, &text)?;
+        println!("appended to {}", p.display());
+    }
     Ok(())
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match &cli.chapter {
-        Chapter::Ch01(a) => ch01(a),
+    let result = match &cli.cmd {
+        Cmd::Ch01(a) => gpu_chapter("ch01", ch01::cases(), a),
+        Cmd::Emu(a) => emu(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

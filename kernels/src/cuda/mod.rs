@@ -1,14 +1,25 @@
-//! The CUDA backend, through cudarc's thin driver and NVRTC bindings, both loaded at run time
-//! (the binary builds and starts with no CUDA installed). Every call checks its result and turns
-//! a failure into a [`KernelError`] that names the call.
+//! The CUDA backend, through cudarc's thin driver, NVRTC and cuBLAS bindings, all loaded at run
+//! time (the binary builds and starts with no CUDA installed). Every call checks its result and
+//! turns a failure into a [`KernelError`] that names the call.
+//!
+//! - this file: the device, its one stream, memory, copies, module loading, launches;
+//! - [`nvrtc`]: compiling a family for the device's architecture;
+//! - [`graph`]: CUDA graphs and events, for the measuring harness;
+//! - [`blas`]: cuBLAS GEMMs on the same stream.
 
+pub(crate) mod blas;
+pub(crate) mod graph;
+pub mod nvrtc;
+
+pub use nvrtc::{compile_ptx, cuda_include_dir, nvrtc_options};
+
+use crate::backend::{Backend, BackendKind, KernelHandle};
+use crate::blas::call::GemmCall;
 use crate::error::{KernelError, Result};
 use crate::launch::{LaunchConfig, ParamArray};
 use crate::source::KernelSource;
 use cudarc::driver::{result as cu, sys};
-use std::collections::HashMap;
 use std::ffi::CString;
-use std::path::PathBuf;
 
 pub(crate) fn check<T>(
     r: std::result::Result<T, cu::DriverError>,
@@ -38,13 +49,14 @@ fn describe(e: &cu::DriverError) -> String {
 
 /// One GPU: its primary context, one stream on which everything of this process runs in order,
 /// and what the harness needs to know about it.
-pub(crate) struct Gpu {
+pub struct Gpu {
     ctx: sys::CUcontext,
     pub(crate) stream: sys::CUstream,
     pub(crate) name: String,
     pub(crate) arch: &'static str,
     pub(crate) sms: u32,
     pub(crate) l2_bytes: usize,
+    blas: std::sync::OnceLock<std::result::Result<blas::Blas, KernelError>>,
 }
 
 // The context and stream handles are usable from any thread once the context is made current
@@ -105,6 +117,7 @@ impl Gpu {
             arch,
             sms,
             l2_bytes,
+            blas: std::sync::OnceLock::new(),
         })
     }
 
@@ -115,14 +128,32 @@ impl Gpu {
         })
     }
 
-    pub(crate) fn alloc(&self, bytes: usize) -> Result<u64> {
+    pub(crate) fn sync(&self, when: &str) -> Result<()> {
         self.bind()?;
-        check(unsafe { cu::malloc_sync(bytes.max(1)) }, || {
-            format!("cuMemAlloc({bytes} bytes)")
+        check(unsafe { cu::stream::synchronize(self.stream) }, || {
+            format!("cuStreamSynchronize ({when})")
+        })
+    }
+}
+
+impl Backend for Gpu {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Cuda
+    }
+
+    fn describe(&self) -> String {
+        format!("{}, {}, {} SMs", self.name, self.arch, self.sms)
+    }
+
+    fn alloc(&self, bytes: usize, what: &str) -> Result<u64> {
+        self.bind()?;
+        unsafe { cu::malloc_sync(bytes.max(1)) }.map_err(|e| KernelError::OutOfMemory {
+            bytes,
+            why: format!("cuMemAlloc for {what}: {}", describe(&e)),
         })
     }
 
-    pub(crate) fn free(&self, ptr: u64) {
+    fn free(&self, ptr: u64, _bytes: usize) {
         // Freeing happens in Drop, where an error cannot be returned; a failure here means the
         // context is already broken and an earlier call has reported it.
         if self.bind().is_ok() {
@@ -130,7 +161,7 @@ impl Gpu {
         }
     }
 
-    pub(crate) fn memset(&self, ptr: u64, byte: u8, bytes: usize) -> Result<()> {
+    fn fill(&self, ptr: u64, byte: u8, bytes: usize) -> Result<()> {
         self.bind()?;
         check(
             unsafe { cu::memset_d8_async(ptr, byte, bytes, self.stream) },
@@ -138,7 +169,7 @@ impl Gpu {
         )
     }
 
-    pub(crate) fn htod(&self, ptr: u64, data: &[u8]) -> Result<()> {
+    fn write(&self, ptr: u64, data: &[u8]) -> Result<()> {
         self.bind()?;
         check(
             unsafe { cu::memcpy_htod_async(ptr, data, self.stream) },
@@ -147,7 +178,7 @@ impl Gpu {
         self.sync("after a host-to-device copy")
     }
 
-    pub(crate) fn dtoh(&self, data: &mut [u8], ptr: u64) -> Result<()> {
+    fn read(&self, data: &mut [u8], ptr: u64) -> Result<()> {
         self.bind()?;
         check(
             unsafe { cu::memcpy_dtoh_async(data, ptr, self.stream) },
@@ -156,15 +187,12 @@ impl Gpu {
         self.sync("after a device-to-host copy")
     }
 
-    pub(crate) fn sync(&self, when: &str) -> Result<()> {
-        self.bind()?;
-        check(unsafe { cu::stream::synchronize(self.stream) }, || {
-            format!("cuStreamSynchronize ({when})")
-        })
+    fn synchronize(&self) -> Result<()> {
+        self.sync("Device::synchronize")
     }
 
     /// Compiles a family with NVRTC for this GPU's architecture and loads it.
-    pub(crate) fn compile(&self, src: &KernelSource) -> Result<HashMap<&'static str, usize>> {
+    fn load(&self, src: &KernelSource) -> Result<Vec<(&'static str, KernelHandle)>> {
         let (ptx, _options) = compile_ptx(src, self.arch)?;
         self.bind()?;
         let image = CString::new(ptx).expect("PTX has no NUL");
@@ -172,26 +200,26 @@ impl Gpu {
             unsafe { cu::module::load_data(image.as_ptr() as *const _) },
             || format!("cuModuleLoadData(kernels/{}.cu)", src.family),
         )?;
-        let mut functions = HashMap::new();
+        let mut functions = Vec::new();
         for name in src.kernel_names() {
             let cname = CString::new(name).unwrap();
             let f = check(unsafe { cu::module::get_function(module, cname) }, || {
                 format!("cuModuleGetFunction({}::{name})", src.family)
             })?;
-            functions.insert(name, f as usize);
+            functions.push((name, KernelHandle(f as usize)));
         }
         Ok(functions)
     }
 
-    pub(crate) fn launch(
+    fn launch(
         &self,
         label: &str,
-        f: usize,
+        kernel: KernelHandle,
         cfg: LaunchConfig,
         params: &mut ParamArray,
     ) -> Result<()> {
         self.bind()?;
-        let f = f as sys::CUfunction;
+        let f = kernel.0 as sys::CUfunction;
         if cfg.shared_bytes > 48 * 1024 {
             check(
                 unsafe {
@@ -228,78 +256,18 @@ impl Gpu {
             },
         )
     }
-}
 
-/// Where `<cuda_bf16.h>` and friends are: `CUDA_INCLUDE_DIR`, `/usr/local/cuda/include`, or the
-/// pip wheel's `nvidia/cu13/include` (found through `python3`).
-pub fn cuda_include_dir() -> Option<PathBuf> {
-    let has_headers = |p: &PathBuf| p.join("cuda_bf16.h").is_file();
-    if let Some(dir) = std::env::var_os("CUDA_INCLUDE_DIR").map(PathBuf::from) {
-        if has_headers(&dir) {
-            return Some(dir);
-        }
+    fn gemm(&self, call: &GemmCall) -> Result<()> {
+        self.bind()?;
+        let blas = self
+            .blas
+            .get_or_init(|| blas::Blas::new(self.stream))
+            .as_ref()
+            .map_err(|e| e.clone())?;
+        blas.gemm(call)
     }
-    let usual = PathBuf::from("/usr/local/cuda/include");
-    if has_headers(&usual) {
-        return Some(usual);
-    }
-    let out = std::process::Command::new("python3")
-        .args([
-            "-c",
-            "import site,os;print('\\n'.join(site.getsitepackages()+[site.getusersitepackages()]))",
-        ])
-        .output()
-        .ok()?;
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| PathBuf::from(l.trim()).join("nvidia/cu13/include"))
-        .find(has_headers)
-}
 
-/// The NVRTC options every kernel is compiled with. `--fmad=false`: no contraction of a*b+c
-/// into one rounding, so the GPU rounds exactly as the emulator (built with -ffp-contract=off).
-pub fn nvrtc_options(arch: &'static str) -> Result<cudarc::nvrtc::CompileOptions> {
-    let include = cuda_include_dir().ok_or_else(|| KernelError::NoGpu {
-        why: "the CUDA headers (cuda_bf16.h) were not found: set CUDA_INCLUDE_DIR, or install them in \
-              /usr/local/cuda/include or with pip (nvidia-cuda-runtime==13.0.96)"
-            .into(),
-    })?;
-    Ok(cudarc::nvrtc::CompileOptions {
-        arch: Some(arch),
-        fmad: Some(false),
-        include_paths: vec![include.display().to_string()],
-        options: vec!["--std=c++17".into()],
-        ..Default::default()
-    })
-}
-
-/// Compiles one family to PTX; returns the PTX and the options used. Needs only NVRTC (no GPU),
-/// which is how CI checks every kernel for sm_90.
-pub fn compile_ptx(src: &KernelSource, arch: &'static str) -> Result<(String, Vec<String>)> {
-    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        return Err(KernelError::NoGpu {
-            why: "NVRTC 13 (libnvrtc.so.13) is not on the library path".into(),
-        });
-    }
-    let opts = nvrtc_options(arch)?;
-    let shown: Vec<String> = std::iter::once(format!("--gpu-architecture={arch}"))
-        .chain(std::iter::once("--fmad=false".to_string()))
-        .chain(opts.include_paths.iter().map(|p| format!("-I{p}")))
-        .chain(opts.options.iter().cloned())
-        .collect();
-    let mut opts = opts;
-    opts.name = Some(format!("{}.cu", src.family));
-    match cudarc::nvrtc::compile_ptx_with_opts(src.cuda_source, opts) {
-        Ok(ptx) => Ok((ptx.to_src(), shown)),
-        Err(cudarc::nvrtc::CompileError::CompileError { log, .. }) => Err(KernelError::Compile {
-            family: src.family.into(),
-            options: shown,
-            log: log.to_string_lossy().into_owned(),
-        }),
-        Err(e) => Err(KernelError::Compile {
-            family: src.family.into(),
-            options: shown,
-            log: format!("{e:?}"),
-        }),
+    fn gpu(&self) -> Option<&Gpu> {
+        Some(self)
     }
 }

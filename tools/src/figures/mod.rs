@@ -1,0 +1,432 @@
+//! Every generated file of the book, made from what is committed: figures and tables from the
+//! CSVs under `bench/results/`, the numbers the prose quotes ([`facts`]), an example's output
+//! from its snapshot, and the tree of files. `tools/plot` writes them into `book/src/figures/`;
+//! `tools/steps check` writes them into a temporary folder and fails when any committed one
+//! differs, so a page can never quote a number its CSV does not hold.
+
+pub mod facts;
+pub mod svg;
+pub mod tables;
+
+use crate::bench_row::{parse_csv, BenchRow};
+use facts::{thousands, Facts};
+use std::path::{Path, PathBuf};
+
+/// One generated file: where it goes (relative to the repository root) and what it holds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Generated {
+    pub path: String,
+    pub content: String,
+}
+
+/// The groups of generated files, by the page that uses them.
+pub const GROUPS: [&str; 2] = ["runtime", "ch01"];
+
+fn read(root: &Path, rel: &str) -> Result<String, String> {
+    std::fs::read_to_string(root.join(rel)).map_err(|e| format!("cannot read {rel}: {e}"))
+}
+
+/// A small CSV as a list of records keyed by header name.
+pub struct Table {
+    name: String,
+    header: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    pub fn parse(text: &str, name: &str) -> Result<Table, String> {
+        let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+        let header: Vec<String> = lines
+            .next()
+            .ok_or(format!("{name}: empty"))?
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .collect();
+        let rows: Vec<Vec<String>> = lines
+            .map(|l| l.split(',').map(|s| s.trim().to_string()).collect())
+            .collect();
+        for (i, r) in rows.iter().enumerate() {
+            if r.len() != header.len() {
+                return Err(format!(
+                    "{name}:{}: expected {} fields, found {}",
+                    i + 2,
+                    header.len(),
+                    r.len()
+                ));
+            }
+        }
+        Ok(Table {
+            name: name.to_string(),
+            header,
+            rows,
+        })
+    }
+
+    fn col(&self, c: &str) -> Result<usize, String> {
+        self.header
+            .iter()
+            .position(|h| h == c)
+            .ok_or(format!("{}: no column `{c}`", self.name))
+    }
+
+    /// The value in column `c` of the first row whose columns match every `(column, value)`.
+    pub fn get(&self, matches: &[(&str, &str)], c: &str) -> Result<String, String> {
+        let ci = self.col(c)?;
+        let idx: Vec<(usize, &str)> = matches
+            .iter()
+            .map(|(k, v)| self.col(k).map(|i| (i, *v)))
+            .collect::<Result<_, _>>()?;
+        self.rows
+            .iter()
+            .find(|r| idx.iter().all(|(i, v)| r[*i] == *v))
+            .map(|r| r[ci].clone())
+            .ok_or(format!("{}: no row with {matches:?}", self.name))
+    }
+
+    /// [`Table::get`] as a number.
+    pub fn num(&self, matches: &[(&str, &str)], c: &str) -> Result<f64, String> {
+        let v = self.get(matches, c)?;
+        v.parse()
+            .map_err(|_| format!("{}: `{v}` in column `{c}` is not a number", self.name))
+    }
+
+    /// Every row, as `(column → value)` lookups.
+    pub fn records(&self) -> impl Iterator<Item = impl Fn(&str) -> String + '_> + '_ {
+        self.rows.iter().map(move |r| {
+            move |c: &str| {
+                self.header
+                    .iter()
+                    .position(|h| h == c)
+                    .map(|i| r[i].clone())
+                    .unwrap_or_default()
+            }
+        })
+    }
+}
+
+/// The short name of a shape: `glm_h4096_e288_k8` → `glm`.
+fn short(shape: &str) -> &str {
+    shape.split('_').next().unwrap_or(shape)
+}
+
+/// The files of one group (`ch01`, `runtime`), generated from the repository at `root`.
+pub fn generate(root: &Path, group: &str) -> Result<Vec<Generated>, String> {
+    match group {
+        "ch01" => ch01(root),
+        "runtime" => runtime(root),
+        other => Err(format!(
+            "no generated files for `{other}` (groups: {})",
+            GROUPS.join(", ")
+        )),
+    }
+}
+
+/// Every generated file of the book.
+pub fn generate_all(root: &Path) -> Result<Vec<Generated>, String> {
+    let mut all = Vec::new();
+    for g in GROUPS {
+        all.extend(generate(root, g)?);
+    }
+    Ok(all)
+}
+
+const H200: &str = "bench/results/h200";
+const CPU: &str = "bench/results/cpu";
+
+fn ch01(root: &Path) -> Result<Vec<Generated>, String> {
+    let csv_rel = format!("{H200}/ch01.csv");
+    let rows = parse_csv(&read(root, &csv_rel)?, &csv_rel)?;
+    let plotted: Vec<BenchRow> = rows.iter().filter(|r| r.rows > 0).cloned().collect();
+    let steps_rel = format!("{H200}/ch01_steps.csv");
+    let steps = tables::parse_steps(&read(root, &steps_rel)?, &steps_rel)?;
+    let mut out = vec![
+        Generated {
+            path: "book/src/figures/ch01-router.svg".into(),
+            content: svg::render_svg(&plotted),
+        },
+        Generated {
+            path: "book/src/figures/ch01-router-table.md".into(),
+            content: tables::measurements(&rows),
+        },
+        Generated {
+            path: "book/src/figures/ch01-router-steps.md".into(),
+            content: tables::steps(&steps),
+        },
+    ];
+
+    // The numbers chapter 1's prose quotes.
+    let mut f = Facts::default();
+    let src = csv_rel.as_str();
+    for r in &rows {
+        if r.imp == "empty_kernel" {
+            f.add("empty_cold", tables::fmt_us(r.cold_median_us), src);
+            f.add("empty_warm", tables::fmt_us(r.warm_median_us), src);
+        }
+    }
+    for shape in svg::shapes(&plotted) {
+        let s = short(&shape).to_string();
+        let here: Vec<&BenchRow> = plotted.iter().filter(|r| r.shape == shape).collect();
+        let launches = |imp: &str| {
+            let v: Vec<u32> = here
+                .iter()
+                .filter(|r| r.imp == imp)
+                .map(|r| r.launches)
+                .collect();
+            let (lo, hi) = (
+                v.iter().min().copied().unwrap_or(0),
+                v.iter().max().copied().unwrap_or(0),
+            );
+            if lo == hi {
+                lo.to_string()
+            } else {
+                format!("{lo}–{hi}")
+            }
+        };
+        f.add(format!("{s}_chain_launches"), launches("chain"), src);
+        f.add(format!("{s}_torch_launches"), launches("torch_5line"), src);
+        let mut small: Vec<f64> = Vec::new();
+        for r in &here {
+            let n = r.rows;
+            let imp = match r.imp.as_str() {
+                "torch_5line" => "torch",
+                "floor_probe" => "probe",
+                other => other,
+            };
+            f.add(
+                format!("{s}_{n}_{imp}_cold"),
+                tables::fmt_us(r.cold_median_us),
+                src,
+            );
+            f.add(
+                format!("{s}_{n}_{imp}_warm"),
+                tables::fmt_us(r.warm_median_us),
+                src,
+            );
+            if r.imp == "chain" {
+                f.add(format!("{s}_{n}_floor"), tables::fmt_us(r.floor_us), src);
+                f.add(
+                    format!("{s}_{n}_over_floor"),
+                    format!("{:.1}", r.cold_median_us / r.floor_us),
+                    src,
+                );
+                if let Some(x) = tables::ratio(&plotted, &shape, n, "chain", "torch_5line") {
+                    f.add(format!("{s}_{n}_ratio"), format!("{x:.2}"), src);
+                    if n <= 96 {
+                        small.push(x);
+                    }
+                }
+            }
+        }
+        if !small.is_empty() {
+            let lo = small.iter().cloned().fold(f64::INFINITY, f64::min);
+            let hi = small.iter().cloned().fold(0.0, f64::max);
+            f.add(format!("{s}_ratio_small_min"), format!("{lo:.2}"), src);
+            f.add(format!("{s}_ratio_small_max"), format!("{hi:.2}"), src);
+        }
+    }
+    let steps_src = steps_rel.as_str();
+    for st in &steps {
+        if st.rows == 1 || st.rows == 96 || st.rows == 8192 {
+            let kernel = st.kernel.trim_start_matches("router_");
+            f.add(
+                format!("{}_{}_{}_cold", short(&st.shape), st.rows, kernel),
+                format!("{:.1}", st.cold_us.max(0.0)),
+                steps_src,
+            );
+        }
+    }
+    let ceil_rel = format!("{H200}/ceilings.csv");
+    let ceilings = Table::parse(&read(root, &ceil_rel)?, &ceil_rel)?;
+    let tflops: f64 = ceilings.num(&[], "bf16_tflops")?;
+    let gbs: f64 = ceilings.num(&[], "copy_gbs")?;
+    f.add("bf16_tflops", format!("{tflops:.0}"), &ceil_rel);
+    f.add("copy_gbs", format!("{gbs:.0}"), &ceil_rel);
+    let ex_rel = format!("{CPU}/ch01_exercise1.csv");
+    let ex = Table::parse(&read(root, &ex_rel)?, &ex_rel)?;
+    f.add(
+        "ex1_changed",
+        thousands(ex.num(&[], "changed")? as u64),
+        &ex_rel,
+    );
+    f.add("ex1_rows", thousands(ex.num(&[], "rows")? as u64), &ex_rel);
+    f.add("ex1_experts", ex.get(&[], "experts")?, &ex_rel);
+    out.push(Generated {
+        path: "book/src/figures/ch01-facts.md".into(),
+        content: f.render("Chapter 1's numbers"),
+    });
+
+    // The example's output, from its snapshot (the book shows exactly what the test checks).
+    let snap_rel = "tests/snapshots/ch01_example__ch01_example.snap";
+    let body = crate::snap::strip_header(&read(root, snap_rel)?)
+        .map_err(|e| format!("{snap_rel}: {e}"))?;
+    out.push(Generated {
+        path: "book/src/figures/ch01-example.txt".into(),
+        content: body,
+    });
+
+    // The files chapter 1 adds, as the chapter's page shows them.
+    let files = crate::tree::git_files(root)?;
+    out.push(Generated {
+        path: "book/src/figures/ch01-tree.txt".into(),
+        content: crate::tree::render(&files, 1, "moe-from-scratch"),
+    });
+    Ok(out)
+}
+
+fn runtime(root: &Path) -> Result<Vec<Generated>, String> {
+    let mut f = Facts::default();
+    let libm_rel = format!("{H200}/libm.csv");
+    let libm = Table::parse(&read(root, &libm_rel)?, &libm_rel)?;
+    for func in ["expf", "sigmoid_expf", "logf"] {
+        let key = func.trim_end_matches("_expf");
+        let inputs = libm.num(&[("function", func)], "inputs")?;
+        let differ = libm.num(&[("function", func)], "differ")?;
+        f.add(format!("{key}_inputs"), thousands(inputs as u64), &libm_rel);
+        f.add(format!("{key}_differ"), thousands(differ as u64), &libm_rel);
+        f.add(
+            format!("{key}_differ_pct"),
+            format!("{:.0}", 100.0 * differ / inputs),
+            &libm_rel,
+        );
+        f.add(
+            format!("{key}_max_ulps"),
+            libm.get(&[("function", func)], "max_ulps")?,
+            &libm_rel,
+        );
+        f.add(
+            format!("{key}_lo"),
+            libm.get(&[("function", func)], "lo")?,
+            &libm_rel,
+        );
+        f.add(
+            format!("{key}_hi"),
+            libm.get(&[("function", func)], "hi")?,
+            &libm_rel,
+        );
+    }
+
+    let tc_rel = format!("{H200}/tensor_core_model.csv");
+    let tc = Table::parse(&read(root, &tc_rel)?, &tc_rel)?;
+    let (mut outputs, mut differ, mut families) = (0u64, 0u64, 0);
+    let mut worst_alternative = (String::new(), 0u64, 0u64);
+    for rec in tc.records() {
+        let n: u64 = rec("outputs").parse().unwrap_or(0);
+        let d: u64 = rec("differ").parse().unwrap_or(0);
+        if rec("model") == "extra=2 RZ block=16" {
+            outputs += n;
+            differ += d;
+            families += 1;
+        }
+        // The closest other model on random tiles: what a plausible guess would get wrong.
+        if rec("family") == "uniform" && rec("model") != "extra=2 RZ block=16" {
+            let better = worst_alternative.0.is_empty() || d < worst_alternative.1;
+            if better {
+                worst_alternative = (rec("model"), d, n);
+            }
+        }
+    }
+    f.add("mma_families", families.to_string(), &tc_rel);
+    f.add("mma_outputs", thousands(outputs), &tc_rel);
+    f.add("mma_differ", thousands(differ), &tc_rel);
+    f.add("mma_next_model", worst_alternative.0.clone(), &tc_rel);
+    f.add("mma_next_differ", thousands(worst_alternative.1), &tc_rel);
+    f.add("mma_next_outputs", thousands(worst_alternative.2), &tc_rel);
+    f.add(
+        "mma_next_differ_pct",
+        format!(
+            "{:.0}",
+            100.0 * worst_alternative.1 as f64 / worst_alternative.2.max(1) as f64
+        ),
+        &tc_rel,
+    );
+    let rne = tc.num(
+        &[("family", "uniform"), ("model", "extra=2 RNE block=16")],
+        "differ",
+    )?;
+    f.add("mma_rne_uniform_differ", thousands(rne as u64), &tc_rel);
+
+    let emu_rel = format!("{CPU}/emu_gemm.csv");
+    let emu = Table::parse(&read(root, &emu_rel)?, &emu_rel)?;
+    for rec in emu.records() {
+        let name = format!(
+            "emu_{}_{}",
+            rec("build"),
+            rec("kernel").trim_start_matches("router_")
+        );
+        f.add(format!("{name}_gflops"), rec("gflops"), &emu_rel);
+    }
+    // The speed-up of each kernel, after over before (the same machine, one table).
+    for rec in emu.records().filter(|r| r("build") == "after") {
+        let kernel = rec("kernel");
+        let after = emu.num(&[("build", "after"), ("kernel", &kernel)], "gflops")?;
+        let before = emu.num(&[("build", "before"), ("kernel", &kernel)], "gflops")?;
+        f.add(
+            format!("emu_speedup_{}", kernel.trim_start_matches("router_")),
+            format!("{:.1}", after / before),
+            &emu_rel,
+        );
+    }
+    let flush_rel = format!("{H200}/flush.csv");
+    let flush = Table::parse(&read(root, &flush_rel)?, &flush_rel)?;
+    for rec in flush.records() {
+        let name = format!("flush_{}_{}", short(&rec("shape")), rec("rows"));
+        f.add(
+            format!("{name}_read"),
+            rec("cold_read_flush_us"),
+            &flush_rel,
+        );
+        f.add(
+            format!("{name}_write"),
+            rec("cold_write_flush_us"),
+            &flush_rel,
+        );
+        f.add(
+            format!("{name}_extra"),
+            rec("write_minus_read_us"),
+            &flush_rel,
+        );
+    }
+    Ok(vec![Generated {
+        path: "book/src/figures/runtime-facts.md".into(),
+        content: f.render("The runtime page's numbers"),
+    }])
+}
+
+/// Writes `files` under `dir` (the repository root, or a temporary folder), creating folders.
+pub fn write_all(dir: &Path, files: &[Generated]) -> Result<Vec<PathBuf>, String> {
+    let mut written = Vec::new();
+    for g in files {
+        let p = dir.join(&g.path);
+        if let Some(d) = p.parent() {
+            std::fs::create_dir_all(d)
+                .map_err(|e| format!("cannot create {}: {e}", d.display()))?;
+        }
+        std::fs::write(&p, &g.content).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
+        written.push(p);
+    }
+    Ok(written)
+}
+
+/// The generated files whose committed copy under `root` differs from `files` (or is missing).
+pub fn stale(root: &Path, files: &[Generated]) -> Vec<(String, String)> {
+    files
+        .iter()
+        .filter_map(|g| {
+            let committed = std::fs::read_to_string(root.join(&g.path)).ok();
+            match committed {
+                Some(c) if c == g.content => None,
+                Some(c) => Some((
+                    g.path.clone(),
+                    crate::diff::unified(
+                        &c,
+                        &g.content,
+                        &format!("{} (committed)", g.path),
+                        "regenerated",
+                        20,
+                    ),
+                )),
+                None => Some((g.path.clone(), "missing: run tools/plot".to_string())),
+            }
+        })
+        .collect()
+}
