@@ -42,6 +42,12 @@ pub(crate) trait Backend: Send + Sync {
     fn kind(&self) -> BackendKind;
     /// `NVIDIA H200, sm_90, 132 SMs` or `CPU emulator, 2 worker threads, 11.7 GiB`.
     fn describe(&self) -> String;
+    /// The device's own name: `NVIDIA H200`, or `CPU emulator`.
+    fn name(&self) -> String;
+    /// How many OS threads run blocks (the emulator's workers); `None` on a GPU.
+    fn worker_threads(&self) -> Option<usize> {
+        None
+    }
     /// `bytes` of device memory; `what` names the buffer in error messages and fault reports.
     fn alloc(&self, bytes: usize, what: &str) -> Result<u64>;
     /// Frees an allocation (called from `Drop`, so it cannot fail loudly).

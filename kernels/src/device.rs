@@ -159,6 +159,16 @@ impl Device {
         self.backend.describe()
     }
 
+    /// The device's own name (`NVIDIA H200`, `CPU emulator`): what a CSV row's `device` says.
+    pub fn name(&self) -> String {
+        self.backend.name()
+    }
+
+    /// How many OS threads run blocks: the emulator's workers; `None` on a GPU.
+    pub fn worker_threads(&self) -> Option<usize> {
+        self.backend.worker_threads()
+    }
+
     /// How many kernels this device has launched so far, from every thread.
     pub fn launches(&self) -> u64 {
         self.launches.load(Ordering::Relaxed)

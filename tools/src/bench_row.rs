@@ -97,37 +97,23 @@ pub fn header() -> String {
 /// Parses a whole CSV of [`BenchRow`]s; every error names the file, the line and the column.
 pub fn parse_csv(text: &str, name: &str) -> Result<Vec<BenchRow>, String> {
     let cols = columns();
-    let mut lines = text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty());
-    let (hline, head) = lines
-        .next()
-        .ok_or_else(|| format!("{name}: empty file (expected a header line)"))?;
-    let head: Vec<&str> = head.split(',').map(str::trim).collect();
+    let table = crate::csv::Table::parse(text, name)?;
+    let (hline, head) = table.header();
     let mut index = Vec::with_capacity(cols.len());
     for col in &cols {
         index.push(head.iter().position(|h| h == col).ok_or_else(|| {
             format!(
-                "{name}:{}: header has no column `{col}` (expected: {})",
-                hline + 1,
+                "{name}:{hline}: header has no column `{col}` (expected: {})",
                 cols.join(",")
             )
         })?);
     }
     let mut out = Vec::new();
-    for (i, line) in lines {
-        let ln = i + 1;
-        let fields: Vec<&str> = line.split(',').map(str::trim).collect();
-        if fields.len() != head.len() {
-            return Err(format!(
-                "{name}:{ln}: expected {} fields, found {}",
-                head.len(),
-                fields.len()
-            ));
-        }
+    for row in table.rows() {
+        let ln = row.line;
+        let fields = &row.fields;
         let at = |k: usize| format!("{name}:{ln}, column {} (`{}`)", index[k] + 1, cols[k]);
-        let field = |k: usize| fields[index[k]];
+        let field = |k: usize| fields[index[k]].as_str();
         let text_field = |k: usize| -> Result<String, String> {
             let v = field(k);
             if v.is_empty() {

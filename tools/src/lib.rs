@@ -5,6 +5,7 @@
 
 pub mod bench_row;
 pub mod bookcheck;
+pub mod csv;
 pub mod deps;
 pub mod diff;
 pub mod figures;

@@ -58,15 +58,9 @@ pub fn softmax_router_from_logits(
     }
     let (t, e, k) = (rows as i32, experts as i32, config.k as i32);
     let m = device.load(&chain::KERNELS)?;
-    let rows_per_block = chain::geometry::TOPK_ROWS_PER_BLOCK;
-    let shared = (rows_per_block * (experts * 4 + experts)).next_multiple_of(16) as u32;
     m.launch(
         "router_topk",
-        LaunchConfig::blocks(
-            rows.div_ceil(rows_per_block) as u32,
-            32 * rows_per_block as u32,
-        )
-        .with_shared(shared),
+        chain::topk_launch(rows, experts),
         &args![logits, logits, outputs.ids, t, e, k],
     )?;
     device.load(&KERNELS)?.launch(

@@ -18,8 +18,8 @@
 
 use crate::config::{RouterConfig, Scoring};
 pub use crate::device_router::{
-    expect_len, route_on_device, DeviceMatrix, DeviceRouter, DeviceRouterError, GateDtype,
-    GateInputs, GateShape, RouterOutputs,
+    download, expect_len, route_on_device, DeviceMatrix, DeviceRouter, DeviceRouterError,
+    GateDtype, GateInputs, GateShape, RouterOutputs,
 };
 use crate::error::RouterError;
 use crate::routing::Routing;
@@ -65,6 +65,17 @@ pub struct FiveLineChain {
 
 fn elementwise(n: usize) -> LaunchConfig {
     LaunchConfig::for_elements(n, ELEMENTWISE_THREADS as u32)
+}
+
+/// The launch of `router_topk` for `rows` rows of `experts` keys: one warp per row, each warp's
+/// keys and "used" flags in dynamic shared memory.
+pub fn topk_launch(rows: usize, experts: usize) -> LaunchConfig {
+    let shared = (TOPK_ROWS_PER_BLOCK * (experts * 4 + experts)).next_multiple_of(16) as u32;
+    LaunchConfig::blocks(
+        rows.div_ceil(TOPK_ROWS_PER_BLOCK) as u32,
+        32 * TOPK_ROWS_PER_BLOCK as u32,
+    )
+    .with_shared(shared)
 }
 
 impl FiveLineChain {
@@ -293,15 +304,9 @@ impl FiveLineChain {
             )?;
             keys = &self.masked;
         }
-        // One warp per row; each warp's keys and "used" flags in dynamic shared memory.
-        let topk_shared = (TOPK_ROWS_PER_BLOCK * (e * 4 + e)).next_multiple_of(16) as u32;
         m.launch(
             "router_topk",
-            LaunchConfig::blocks(
-                rows.div_ceil(TOPK_ROWS_PER_BLOCK) as u32,
-                32 * TOPK_ROWS_PER_BLOCK as u32,
-            )
-            .with_shared(topk_shared),
+            topk_launch(rows, e),
             &args![keys, logits, ids, t, ei, ki],
         )?;
         m.launch(
@@ -427,5 +432,5 @@ pub fn route_logits_on_device(
             weights: &weights,
         },
     )?;
-    crate::device_router::download(rows, k, &ids, &weights)
+    download(rows, k, &ids, &weights)
 }

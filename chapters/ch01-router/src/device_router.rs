@@ -219,7 +219,7 @@ pub fn route_on_device(
 }
 
 /// Brings a routing's ids and weights back to the host: how every `route_*` helper ends.
-pub(crate) fn download(
+pub fn download(
     rows: usize,
     k: usize,
     ids: &DeviceBuffer<i32>,

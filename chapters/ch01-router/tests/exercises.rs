@@ -4,7 +4,7 @@
 //! `tools/steps exercises 1`, which is `cargo test -p ch01-router --test exercises -- --ignored`.
 //! The kernels run on the backend `MOE_BACKEND` selects (the GPU when there is one).
 
-use ch01_router::chain::{route_logits_on_device, RouterOutputs};
+use ch01_router::chain::{download, route_logits_on_device, RouterOutputs};
 use ch01_router::compare::{check_routing, Tolerance};
 use ch01_router::exercises;
 use ch01_router::literal::LiteralRouter;
@@ -78,17 +78,7 @@ fn exercise_2_routes_softmax_with_two_launches_after_the_gemm() {
         });
         res.unwrap_or_else(|e| panic!("regime {name}: {e}"));
         assert_eq!(launched.len(), 2, "regime {name}: launched {launched:?}");
-        let got = ch01_router::Routing {
-            rows: r.rows,
-            k: r.config.k,
-            ids: ids
-                .to_vec()
-                .unwrap()
-                .into_iter()
-                .map(|i| i as u32)
-                .collect(),
-            weights: ws.to_vec().unwrap(),
-        };
+        let got = download(r.rows, r.config.k, &ids, &ws).unwrap();
         let oracle = LiteralRouter {
             config: r.config.clone(),
         }
@@ -130,17 +120,7 @@ fn exercise_3_routes_glm_in_one_launch() {
         });
         res.unwrap_or_else(|e| panic!("regime {name}: {e}"));
         assert_eq!(launched.len(), 1, "regime {name}: launched {launched:?}");
-        let got = ch01_router::Routing {
-            rows: r.rows,
-            k: r.config.k,
-            ids: ids
-                .to_vec()
-                .unwrap()
-                .into_iter()
-                .map(|i| i as u32)
-                .collect(),
-            weights: ws.to_vec().unwrap(),
-        };
+        let got = download(r.rows, r.config.k, &ids, &ws).unwrap();
         let oracle = LiteralRouter {
             config: r.config.clone(),
         }

@@ -145,6 +145,10 @@ impl Backend for Gpu {
         format!("{}, {}, {} SMs", self.name, self.arch, self.sms)
     }
 
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
     fn alloc(&self, bytes: usize, what: &str) -> Result<u64> {
         self.bind()?;
         unsafe { cu::malloc_sync(bytes.max(1)) }.map_err(|e| KernelError::OutOfMemory {

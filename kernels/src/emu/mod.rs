@@ -92,6 +92,14 @@ impl Backend for Emu {
         )
     }
 
+    fn name(&self) -> String {
+        "CPU emulator".to_string()
+    }
+
+    fn worker_threads(&self) -> Option<usize> {
+        Some(self.workers as usize)
+    }
+
     fn alloc(&self, bytes: usize, what: &str) -> Result<u64> {
         let label = CString::new(what.replace('\0', " ")).expect("no NUL");
         let mut err = vec![0 as c_char; 512];

@@ -129,27 +129,20 @@ impl Harness {
     }
 
     fn flush_l2(&self, how: Flush) -> Result<()> {
-        let n16 = (self.flush.len() / 16) as u64;
         let cfg = LaunchConfig::blocks(self.gpu().sms * 8, 512);
         match how {
-            // The flush buffer is poisoned with 0xFF: the xor of its words is 0, never 1.
-            Flush::Read => self.floor.launch(
-                "floor_read",
-                cfg,
-                &[
-                    KernelArg::from(&self.flush),
-                    n16.into(),
-                    1u32.into(),
-                    KernelArg::from(&self.sink),
-                ],
-            ),
+            Flush::Read => launch_read(&self.floor, cfg, &self.flush, &self.sink),
             Flush::Write => {
                 let round = self.flush_round.get().wrapping_add(1);
                 self.flush_round.set(round);
                 self.floor.launch(
                     "floor_flush_write",
                     cfg,
-                    &[KernelArg::from(&self.flush), n16.into(), round.into()],
+                    &[
+                        KernelArg::from(&self.flush),
+                        ((self.flush.len() / 16) as u64).into(),
+                        round.into(),
+                    ],
                 )
             }
         }
@@ -294,19 +287,7 @@ impl Harness {
         let sink = self.device.zeros::<u32>(1)?;
         let blocks = (n16.div_ceil(512) as u32).clamp(1, self.gpu().sms * 16);
         let floor = self.floor.clone();
-        self.measure(move || {
-            floor.launch(
-                "floor_read",
-                LaunchConfig::blocks(blocks, 512),
-                // 0xFFFFFFFF words xor to 0 in fours; `never` = 1 is never the result.
-                &[
-                    KernelArg::from(&data),
-                    (n16 as u64).into(),
-                    1u32.into(),
-                    KernelArg::from(&sink),
-                ],
-            )
-        })
+        self.measure(move || launch_read(&floor, LaunchConfig::blocks(blocks, 512), &data, &sink))
     }
 
     /// Device-to-device copy bandwidth in GB/s (bytes read plus bytes written), median of 10.
@@ -328,4 +309,24 @@ impl Harness {
         let t = stats(us)?.median_us;
         Ok(2.0 * bytes as f64 / (t * 1e-6) / 1e9)
     }
+}
+
+/// One `floor_read` of all of `data` (a multiple of 16 bytes, poisoned with 0xFF: its words xor
+/// to 0, so the `never` value 1 never matches and `sink` is never written).
+fn launch_read(
+    floor: &Module,
+    cfg: LaunchConfig,
+    data: &DeviceBuffer<u8>,
+    sink: &DeviceBuffer<u32>,
+) -> Result<()> {
+    floor.launch(
+        "floor_read",
+        cfg,
+        &[
+            KernelArg::from(data),
+            ((data.len() / 16) as u64).into(),
+            1u32.into(),
+            KernelArg::from(sink),
+        ],
+    )
 }

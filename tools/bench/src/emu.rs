@@ -23,6 +23,7 @@ const EXPERTS: usize = 288;
 pub struct EmuRate {
     pub kernel: &'static str,
     pub rows: usize,
+    pub gflop: f64,
     pub seconds: f64,
     pub gflops: f64,
 }
@@ -74,6 +75,7 @@ pub fn measure(repeats: usize) -> Result<Vec<EmuRate>, String> {
         out.push(EmuRate {
             kernel,
             rows,
+            gflop,
             seconds: best,
             gflops: gflop / best,
         });
@@ -92,23 +94,13 @@ pub fn csv_lines(build: &str, rates: &[EmuRate]) -> Vec<String> {
                 .map(|m| m.trim().replace(',', " "))
         })
         .unwrap_or_else(|| std::env::consts::ARCH.to_string());
-    let threads = Device::emu().describe();
-    let threads = threads
-        .split(", ")
-        .find(|p| p.ends_with("worker threads"))
-        .and_then(|p| p.split(' ').next())
-        .unwrap_or("?")
-        .to_string();
+    let threads = Device::emu().worker_threads().unwrap_or(1);
     rates
         .iter()
         .map(|r| {
             format!(
                 "{build},{},{},{HIDDEN},{EXPERTS},{:.3},{:.3},{:.2},{threads},{host}",
-                r.kernel,
-                r.rows,
-                2.0 * (r.rows * HIDDEN * EXPERTS) as f64 / 1e9,
-                r.seconds,
-                r.gflops
+                r.kernel, r.rows, r.gflop, r.seconds, r.gflops
             )
         })
         .collect()

@@ -119,13 +119,7 @@ fn gpu_chapter(chapter: &str, cases: Vec<Case>, args: &GpuArgs) -> Result<(), St
         Plan::default()
     };
     let h = Harness::new(dev, plan).map_err(|e| e.to_string())?;
-    let device = dev
-        .describe()
-        .split(',')
-        .next()
-        .unwrap_or("gpu")
-        .trim()
-        .replace(' ', "_");
+    let device = dev.name().replace(' ', "_");
     let empty = h.empty_kernel().map_err(|e| e.to_string())?;
     let ceilings = Ceilings {
         launch_us: empty.cold.median_us,

@@ -20,41 +20,24 @@ pub struct PeerSamples {
 }
 
 pub fn parse(text: &str, name: &str) -> Result<Vec<PeerSamples>, String> {
-    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
-    let header: Vec<&str> = lines
-        .next()
-        .ok_or(format!("{name}: empty"))?
-        .split(',')
-        .map(str::trim)
-        .collect();
-    let col = |c: &str| {
-        header
-            .iter()
-            .position(|h| *h == c)
-            .ok_or(format!("{name}: no column `{c}`"))
-    };
+    let table = moe_tools::csv::Table::parse(text, name)?;
+    let header = table.header().1;
     let (ch, sh, im, ro, la, de, co, wa) = (
-        col("chapter")?,
-        col("shape")?,
-        col("impl")?,
-        col("rows")?,
-        col("launches")?,
-        col("device")?,
-        col("cold_us")?,
-        col("warm_us")?,
+        table.col("chapter")?,
+        table.col("shape")?,
+        table.col("impl")?,
+        table.col("rows")?,
+        table.col("launches")?,
+        table.col("device")?,
+        table.col("cold_us")?,
+        table.col("warm_us")?,
     );
-    lines
-        .enumerate()
-        .map(|(i, l)| {
-            let f: Vec<&str> = l.split(',').map(str::trim).collect();
-            let at = format!("{name}:{}", i + 2);
-            if f.len() != header.len() {
-                return Err(format!(
-                    "{at}: expected {} fields, found {}",
-                    header.len(),
-                    f.len()
-                ));
-            }
+    table
+        .rows()
+        .iter()
+        .map(|row| {
+            let f = &row.fields;
+            let at = format!("{name}:{}", row.line);
             let samples = |c: usize| -> Result<Stats, String> {
                 let v: Vec<f64> = f[c]
                     .split_whitespace()
@@ -66,11 +49,11 @@ pub fn parse(text: &str, name: &str) -> Result<Vec<PeerSamples>, String> {
                 Stats::of(v).ok_or(format!("{at}: no samples in `{}`", header[c]))
             };
             Ok(PeerSamples {
-                chapter: f[ch].to_string(),
-                shape: f[sh].to_string(),
-                imp: f[im].to_string(),
+                chapter: f[ch].clone(),
+                shape: f[sh].clone(),
+                imp: f[im].clone(),
                 rows: f[ro].parse().map_err(|_| format!("{at}: bad rows"))?,
-                device: f[de].to_string(),
+                device: f[de].clone(),
                 m: Measurement {
                     cold: samples(co)?,
                     warm: samples(wa)?,

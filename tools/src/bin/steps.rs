@@ -98,17 +98,10 @@ fn run_exercises(root: &Path, n: u32) -> Result<bool, String> {
         "steps exercises {n}: building and running {}'s exercise tests on your code",
         ch.name
     );
+    let mut args = exercise_test_args(&ch.name, false);
+    args.insert(1, "-q");
     let status = Command::new(cargo())
-        .args([
-            "test",
-            "-q",
-            "-p",
-            &ch.name,
-            "--test",
-            "exercises",
-            "--",
-            "--ignored",
-        ])
+        .args(args)
         .current_dir(root)
         .status()
         .map_err(|e| format!("cannot run cargo: {e}"))?;
@@ -669,6 +662,17 @@ fn test_counts(log: &str) -> (usize, usize) {
     (passed, failed)
 }
 
+/// `cargo test` of a chapter's exercise tests (ignored in a plain run), on its stubs or, with
+/// `answers`, on the answers built in their place.
+fn exercise_test_args(package: &str, answers: bool) -> Vec<&str> {
+    let mut a = vec!["test", "-p", package];
+    if answers {
+        a.extend(["--features", "answers"]);
+    }
+    a.extend(["--test", "exercises", "--", "--ignored"]);
+    a
+}
+
 /// The chapter's exercises checked both ways (rustlings' rule): every test fails on the stubs,
 /// and every test passes with `--features answers`.
 fn check_exercises(root: &Path, ch: &Chapter) -> Outcome {
@@ -676,15 +680,7 @@ fn check_exercises(root: &Path, ch: &Chapter) -> Outcome {
         return Outcome::Fail(format!("{} has no tests/exercises.rs", ch.name), vec![]);
     }
     let label = format!("ch{:02} exercises", ch.n);
-    let stub_args = [
-        "test",
-        "-p",
-        &ch.name,
-        "--test",
-        "exercises",
-        "--",
-        "--ignored",
-    ];
+    let stub_args = exercise_test_args(&ch.name, false);
     let (ok, log, _) = match run_combined(root, &stub_args, &[], &label) {
         Ok(r) => r,
         Err(e) => return Outcome::Fail(e, vec![]),
@@ -696,17 +692,7 @@ fn check_exercises(root: &Path, ch: &Chapter) -> Outcome {
             tail(&log, 20),
         );
     }
-    let answer_args = [
-        "test",
-        "-p",
-        &ch.name,
-        "--features",
-        "answers",
-        "--test",
-        "exercises",
-        "--",
-        "--ignored",
-    ];
+    let answer_args = exercise_test_args(&ch.name, true);
     match run_combined(root, &answer_args, &[], &label) {
         Ok((true, log, _)) => {
             let (p, _) = test_counts(&log);

@@ -9,6 +9,7 @@ pub mod svg;
 pub mod tables;
 
 use crate::bench_row::{parse_csv, BenchRow};
+use crate::csv::Table;
 use facts::{thousands, Facts};
 use std::path::{Path, PathBuf};
 
@@ -24,84 +25,6 @@ pub const GROUPS: [&str; 2] = ["runtime", "ch01"];
 
 fn read(root: &Path, rel: &str) -> Result<String, String> {
     std::fs::read_to_string(root.join(rel)).map_err(|e| format!("cannot read {rel}: {e}"))
-}
-
-/// A small CSV as a list of records keyed by header name.
-pub struct Table {
-    name: String,
-    header: Vec<String>,
-    rows: Vec<Vec<String>>,
-}
-
-impl Table {
-    pub fn parse(text: &str, name: &str) -> Result<Table, String> {
-        let mut lines = text.lines().filter(|l| !l.trim().is_empty());
-        let header: Vec<String> = lines
-            .next()
-            .ok_or(format!("{name}: empty"))?
-            .split(',')
-            .map(|s| s.trim().to_string())
-            .collect();
-        let rows: Vec<Vec<String>> = lines
-            .map(|l| l.split(',').map(|s| s.trim().to_string()).collect())
-            .collect();
-        for (i, r) in rows.iter().enumerate() {
-            if r.len() != header.len() {
-                return Err(format!(
-                    "{name}:{}: expected {} fields, found {}",
-                    i + 2,
-                    header.len(),
-                    r.len()
-                ));
-            }
-        }
-        Ok(Table {
-            name: name.to_string(),
-            header,
-            rows,
-        })
-    }
-
-    fn col(&self, c: &str) -> Result<usize, String> {
-        self.header
-            .iter()
-            .position(|h| h == c)
-            .ok_or(format!("{}: no column `{c}`", self.name))
-    }
-
-    /// The value in column `c` of the first row whose columns match every `(column, value)`.
-    pub fn get(&self, matches: &[(&str, &str)], c: &str) -> Result<String, String> {
-        let ci = self.col(c)?;
-        let idx: Vec<(usize, &str)> = matches
-            .iter()
-            .map(|(k, v)| self.col(k).map(|i| (i, *v)))
-            .collect::<Result<_, _>>()?;
-        self.rows
-            .iter()
-            .find(|r| idx.iter().all(|(i, v)| r[*i] == *v))
-            .map(|r| r[ci].clone())
-            .ok_or(format!("{}: no row with {matches:?}", self.name))
-    }
-
-    /// [`Table::get`] as a number.
-    pub fn num(&self, matches: &[(&str, &str)], c: &str) -> Result<f64, String> {
-        let v = self.get(matches, c)?;
-        v.parse()
-            .map_err(|_| format!("{}: `{v}` in column `{c}` is not a number", self.name))
-    }
-
-    /// Every row, as `(column → value)` lookups.
-    pub fn records(&self) -> impl Iterator<Item = impl Fn(&str) -> String + '_> + '_ {
-        self.rows.iter().map(move |r| {
-            move |c: &str| {
-                self.header
-                    .iter()
-                    .position(|h| h == c)
-                    .map(|i| r[i].clone())
-                    .unwrap_or_default()
-            }
-        })
-    }
 }
 
 /// The short name of a shape: `glm_h4096_e288_k8` → `glm`.

@@ -138,46 +138,34 @@ pub fn measurements(rows: &[BenchRow]) -> String {
 
 /// Parses the steps CSV (`tools/bench` writes it beside the chapter's CSV).
 pub fn parse_steps(text: &str, name: &str) -> Result<Vec<StepRow>, String> {
-    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
-    let header: Vec<&str> = lines
-        .next()
-        .ok_or(format!("{name}: empty"))?
-        .split(',')
-        .collect();
+    let table = crate::csv::Table::parse(text, name)?;
     let want: Vec<&str> = crate::bench_row::STEP_COLUMNS.split(',').collect();
-    if header != want {
+    if table.header().1 != want {
         return Err(format!(
             "{name}: header is not `{}`",
             crate::bench_row::STEP_COLUMNS
         ));
     }
-    lines
-        .enumerate()
-        .map(|(i, l)| {
-            let f: Vec<&str> = l.split(',').map(str::trim).collect();
+    table
+        .rows()
+        .iter()
+        .map(|row| {
+            let f = &row.fields;
             let bad = |c: usize| {
                 format!(
                     "{name}:{}: column {} (`{}`) is not valid",
-                    i + 2,
+                    row.line,
                     c + 1,
                     want[c]
                 )
             };
-            if f.len() != want.len() {
-                return Err(format!(
-                    "{name}:{}: expected {} fields, found {}",
-                    i + 2,
-                    want.len(),
-                    f.len()
-                ));
-            }
             let num = |c: usize| f[c].parse::<f64>().map_err(|_| bad(c));
             Ok(StepRow {
-                chapter: f[0].to_string(),
-                shape: f[1].to_string(),
+                chapter: f[0].clone(),
+                shape: f[1].clone(),
                 rows: f[2].parse().map_err(|_| bad(2))?,
                 step: f[3].parse().map_err(|_| bad(3))?,
-                kernel: f[4].to_string(),
+                kernel: f[4].clone(),
                 prefix_cold_us: num(5)?,
                 prefix_warm_us: num(6)?,
                 cold_us: num(7)?,
