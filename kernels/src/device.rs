@@ -187,7 +187,13 @@ impl Device {
         self.backend.gpu()
     }
 
+    /// One library GEMM, counted, recorded and budgeted as a launch named `blas::linear` (on
+    /// the GPU cuBLAS may launch more than one kernel for it; the book counts calls).
     pub(crate) fn gemm(&self, call: &GemmCall) -> Result<()> {
+        if !crate::module::take_launch("blas::linear") {
+            return Ok(());
+        }
+        self.launches.fetch_add(1, Ordering::Relaxed);
         self.backend.gemm(call)
     }
 

@@ -51,6 +51,28 @@ pub fn record_launches<R>(f: impl FnOnce() -> R) -> (R, Vec<String>) {
     (out, names)
 }
 
+/// Takes one launch from this thread's budget and records its label: `false` when the budget
+/// is spent (the launch is skipped). Kernels and library GEMMs go through here alike, so a
+/// launch count is the same whichever of the two did the work.
+pub(crate) fn take_launch(label: &str) -> bool {
+    let allowed = BUDGET.with(|b| match b.get() {
+        None => true,
+        Some(0) => false,
+        Some(n) => {
+            b.set(Some(n - 1));
+            true
+        }
+    });
+    if allowed {
+        RECORDED.with(|r| {
+            if let Some(v) = r.borrow_mut().as_mut() {
+                v.push(label.to_string());
+            }
+        });
+    }
+    allowed
+}
+
 /// Runs `f` with at most `n` launches on this thread; the launches past the budget return `Ok`
 /// without running, so a piece of work stopped after its `n`-th kernel can be timed (the
 /// harness's per-kernel breakdown, and the emulator's GEMM rate in `tools/bench`).
@@ -111,23 +133,10 @@ impl Module {
                 got: show(&mut args.iter().map(|a| a.kind())),
             });
         }
-        let allowed = BUDGET.with(|b| match b.get() {
-            None => true,
-            Some(0) => false,
-            Some(n) => {
-                b.set(Some(n - 1));
-                true
-            }
-        });
-        if !allowed {
+        let label = format!("{}::{name}", self.family);
+        if !take_launch(&label) {
             return Ok(());
         }
-        let label = format!("{}::{name}", self.family);
-        RECORDED.with(|r| {
-            if let Some(v) = r.borrow_mut().as_mut() {
-                v.push(label.clone());
-            }
-        });
         self.launches.fetch_add(1, Ordering::Relaxed);
         let mut params = ParamArray::new(args);
         self.backend.launch(&label, entry.handle, cfg, &mut params)

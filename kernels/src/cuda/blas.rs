@@ -3,12 +3,17 @@
 use crate::blas::call::{Dtype, GemmCall};
 use crate::error::{KernelError, Result};
 use cudarc::cublas::{result as blas, sys as bsys};
-use cudarc::driver::sys;
+use cudarc::driver::{result as cu, sys};
 use std::ffi::c_void;
 
-/// One cuBLAS handle, bound to the GPU's stream.
+/// The workspace cuBLAS gets from us: NVIDIA's recommended size for Hopper and Blackwell
+/// (32 MiB; 4 MiB suffices on older GPUs).
+const WORKSPACE_BYTES: usize = 32 << 20;
+
+/// One cuBLAS handle, bound to the GPU's stream, with a workspace of its own.
 pub(crate) struct Blas {
     handle: bsys::cublasHandle_t,
+    workspace: sys::CUdeviceptr,
 }
 
 // The handle is used from any thread under the GPU's current context; cuBLAS handles may be
@@ -35,7 +40,29 @@ impl Blas {
         let handle = blas::create_handle().map_err(|e| err("cublasCreate", e))?;
         unsafe { blas::set_stream(handle, stream as bsys::cudaStream_t) }
             .map_err(|e| err("cublasSetStream", e))?;
-        Ok(Blas { handle })
+        // A workspace of our own, set after the stream (cublasSetStream resets it to cuBLAS's
+        // pool). Without one, a GEMM captured into a CUDA graph may take its workspace with
+        // cudaMallocAsync during the capture: memory nodes in the graph, which every replay the
+        // harness times would run, and which a graph used as a child graph cannot hold (cuBLAS
+        // documentation, "CUDA Graphs support"). With it, a captured GEMM is its kernels only.
+        let workspace = match unsafe { cu::malloc_sync(WORKSPACE_BYTES) } {
+            Ok(w) => w,
+            Err(e) => {
+                let _ = unsafe { blas::destroy_handle(handle) };
+                return Err(KernelError::OutOfMemory {
+                    bytes: WORKSPACE_BYTES,
+                    why: format!(
+                        "cuMemAlloc for the cuBLAS workspace: {}",
+                        super::describe(&e)
+                    ),
+                });
+            }
+        };
+        let blas = Blas { handle, workspace };
+        unsafe { bsys::cublasSetWorkspace_v2(handle, workspace as *mut c_void, WORKSPACE_BYTES) }
+            .result()
+            .map_err(|e| err("cublasSetWorkspace", e))?;
+        Ok(blas)
     }
 
     /// `y = x · wᵀ` row-major, as cuBLAS's column-major `yᵀ = w · xᵀ`: A = w (transposed),
@@ -92,5 +119,6 @@ impl Blas {
 impl Drop for Blas {
     fn drop(&mut self) {
         let _ = unsafe { blas::destroy_handle(self.handle) };
+        let _ = unsafe { cu::free_sync(self.workspace) };
     }
 }
