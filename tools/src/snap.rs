@@ -30,13 +30,41 @@ pub fn strip_header(text: &str) -> Result<String, String> {
 }
 
 /// Compares an example's stdout with a snapshot body, ignoring trailing newlines (insta trims
-/// them when it writes a snapshot, and so does its own comparison).
+/// them when it writes a snapshot, and so does its own comparison) and what stands between `⟨`
+/// and `⟩`: a number measured on the machine that ran the example (an error against an
+/// oracle, which differs between cuBLAS and the emulator's GEMM), checked by the tests against
+/// a tolerance instead. Snapshots store such a number as `⟨…⟩` ([`mask_measured`]).
 pub fn same_output(stdout: &str, body: &str) -> bool {
     normalize(stdout) == normalize(body)
 }
 
+/// `text` with every `⟨…⟩` span emptied to `⟨…⟩`. (tools/gpu/run does the same with
+/// `sed 's/⟨[^⟩]*⟩/⟨…⟩/g'`.)
+pub fn mask_measured(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(open) = rest.find('⟨') {
+        let after = &rest[open + '⟨'.len_utf8()..];
+        match after.find('⟩') {
+            Some(close) if !after[..close].contains('\n') => {
+                out.push_str(&rest[..open]);
+                out.push_str("⟨…⟩");
+                rest = &after[close + '⟩'.len_utf8()..];
+            }
+            _ => {
+                out.push_str(&rest[..open + '⟨'.len_utf8()]);
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 fn normalize(s: &str) -> String {
-    s.replace("\r\n", "\n").trim_end_matches('\n').to_string()
+    mask_measured(&s.replace("\r\n", "\n"))
+        .trim_end_matches('\n')
+        .to_string()
 }
 
 #[cfg(test)]
@@ -50,6 +78,18 @@ mod tests {
         assert_eq!(body_start_line(SNAP), Some(5));
         // A `---` inside the body (a third one) stays in the body.
         assert_eq!(strip_header(SNAP).unwrap(), "backend: emu\n---\nids: 3 1\n");
+    }
+
+    #[test]
+    fn measured_numbers_are_masked() {
+        assert_eq!(
+            mask_measured("err ⟨2.1e-6⟩ and ⟨3⟩ tol 1e-5"),
+            "err ⟨…⟩ and ⟨…⟩ tol 1e-5"
+        );
+        assert!(same_output("a ⟨1.0e-6⟩\n", "a ⟨…⟩"));
+        assert!(!same_output("a ⟨1.0e-6⟩ b", "a ⟨…⟩ c"));
+        // An unclosed bracket, or one closed on another line, is text like any other.
+        assert_eq!(mask_measured("⟨open\nx⟩"), "⟨open\nx⟩");
     }
 
     #[test]

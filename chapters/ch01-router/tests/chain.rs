@@ -119,7 +119,7 @@ fn launch_counts_match_the_table(dev: &'static Device) {
         let chain = FiveLineChain::new(dev, &config, shape, bias.as_deref()).unwrap();
         assert_eq!(chain.launches_per_call(), want, "{config:?}");
         // ... and the chain really launches those kernels, in that order.
-        let h = dev.upload(&vec![0.5f32; 3 * 16]).unwrap();
+        let h = dev.upload(&[0.5f32; 3 * 16]).unwrap();
         let w = dev.upload(&vec![0.25f32; 64 * 16]).unwrap();
         let b = bias.as_deref().map(|b| dev.upload(b).unwrap());
         let ids = dev.alloc::<i32>(3 * config.k).unwrap();
@@ -268,7 +268,7 @@ fn bad_inputs_are_typed_errors(dev: &'static Device) {
     assert_eq!(e, DeviceRouterError::Router(RouterError::NoExperts));
     // The chain takes fp32 only: bf16 inputs are a typed error, not garbage.
     let chain = FiveLineChain::new(dev, &RouterConfig::qwen3(4), shape, None).unwrap();
-    let hb = dev.upload(&vec![half::bf16::ZERO; 16]).unwrap();
+    let hb = dev.upload(&[half::bf16::ZERO; 16]).unwrap();
     let wd = dev.upload(&w).unwrap();
     let ids = dev.alloc::<i32>(8).unwrap();
     let ws = dev.alloc::<f32>(8).unwrap();

@@ -3,9 +3,10 @@
 //! with the per-kernel breakdown and a floor probe beside each, into typed rows
 //! ([`moe_tools::bench_row`]). Chapter code carries no benchmark code.
 
-use moe_kernels::measure::{Harness, Measurement};
+use moe_kernels::measure::{Harness, Measurement, Plan};
 use moe_kernels::Device;
-use moe_tools::bench_row::{BenchRow, StepRow};
+use moe_tools::bench_row::{header, BenchRow, StepRow};
+use std::path::Path;
 
 /// A piece of work built for one case: queues one call (launches only, so a graph can capture
 /// it).
@@ -150,6 +151,183 @@ pub fn run_case(
         ],
         steps,
     ))
+}
+
+/// What a chapter's GPU run measures before its cases, with the harness that measures them:
+/// the empty kernel and the ceilings every floor comes from.
+pub struct Session {
+    pub dev: &'static Device,
+    pub h: Harness,
+    /// The GPU's name as the CSVs spell it (spaces as `_`).
+    pub device: String,
+    /// One empty launch.
+    pub empty: Measurement,
+    pub ceilings: Ceilings,
+}
+
+impl Session {
+    /// A harness on `dev` (fewer samples when `quick`: a smoke test, not numbers to publish),
+    /// then the empty kernel, the copy bandwidth and cuBLAS's bf16 rate.
+    pub fn start(dev: &'static Device, quick: bool) -> Result<Session, String> {
+        let plan = if quick {
+            Plan::quick()
+        } else {
+            Plan::default()
+        };
+        let h = Harness::new(dev, plan).map_err(|e| e.to_string())?;
+        let device = dev.name().replace(' ', "_");
+        let empty = h.empty_kernel().map_err(|e| e.to_string())?;
+        let ceilings = Ceilings {
+            launch_us: empty.cold.median_us,
+            copy_gbs: h.copy_bandwidth(1 << 30).map_err(|e| e.to_string())?,
+            bf16_tflops: crate::bf16_rate(&h, dev)?,
+        };
+        Ok(Session {
+            dev,
+            h,
+            device,
+            empty,
+            ceilings,
+        })
+    }
+
+    /// The empty kernel's row of `chapter`'s CSV (its floor is itself).
+    pub fn empty_row(&self, chapter: &str) -> BenchRow {
+        row(
+            chapter,
+            "none",
+            "empty_kernel",
+            0,
+            &self.empty,
+            self.empty.cold.median_us,
+            0.0,
+            0.0,
+            &self.device,
+        )
+    }
+
+    /// Settles the GPU before the cases: the 8192³ cuBLAS GEMM of the bf16 rate leaves it
+    /// busy-hot, and the first case measured right after it came out 17% slow in one run
+    /// (31.8 µs cold against 27.2 µs for the same work measured later in that run). One
+    /// discarded measurement of the first case.
+    pub fn settle(&self, cases: &[Case]) -> Result<(), String> {
+        if let Some(first) = cases.first() {
+            let work = (first.build)(self.dev)?;
+            self.h
+                .measure(|| work.enqueue().map_err(BenchError))
+                .map_err(|e| e.0)?;
+        }
+        Ok(())
+    }
+
+    /// Measures one case ([`run_case`]).
+    pub fn run(&self, case: &Case) -> Result<(Vec<BenchRow>, Vec<StepRow>), String> {
+        run_case(&self.h, self.dev, case, &self.ceilings, &self.device)
+    }
+
+    /// The ceilings as a CSV (`ceilings.csv`, `ch02_ceilings.csv`): what the run's floors
+    /// were computed from.
+    pub fn ceilings_csv(&self) -> String {
+        format!(
+            "bf16_tflops,copy_gbs,empty_cold_us,empty_warm_us,device\n{:.1},{:.1},{:.3},{:.3},{}\n",
+            self.ceilings.bf16_tflops,
+            self.ceilings.copy_gbs,
+            self.empty.cold.median_us,
+            self.empty.warm.median_us,
+            self.device
+        )
+    }
+}
+
+/// The rows as a CSV, header first.
+pub fn csv(rows: &[BenchRow]) -> String {
+    std::iter::once(header())
+        .chain(rows.iter().map(BenchRow::to_csv))
+        .map(|l| l + "\n")
+        .collect()
+}
+
+/// How a chapter's summary lays out its columns: the widths of the shape, rows and impl
+/// columns, the rows column's name, the digits of TFLOP/s.
+pub struct SummaryLayout {
+    pub shape_w: usize,
+    pub rows_name: &'static str,
+    pub rows_w: usize,
+    pub imp_w: usize,
+    pub tflops_digits: usize,
+}
+
+/// The summary a reader reads first: each time beside its floor and its rate, a line a row.
+pub fn summary(rows: &[BenchRow], layout: &SummaryLayout) -> String {
+    let SummaryLayout {
+        shape_w,
+        rows_name,
+        rows_w,
+        imp_w,
+        tflops_digits: td,
+    } = *layout;
+    let mut s = format!(
+        "{:<shape_w$} {:>rows_w$} {:<imp_w$} {:>9} {:>9} {:>9} {:>8} {:>9} {:>8}\n",
+        "shape", rows_name, "impl", "cold µs", "warm µs", "floor µs", "launches", "GB/s", "TFLOP/s"
+    );
+    for r in rows {
+        s += &format!(
+            "{:<shape_w$} {:>rows_w$} {:<imp_w$} {:>9.2} {:>9.2} {:>9.2} {:>8} {:>9.1} {:>8.td$}\n",
+            r.shape,
+            r.rows,
+            r.imp,
+            r.cold_median_us,
+            r.warm_median_us,
+            r.floor_us,
+            r.launches,
+            r.cold_gbs,
+            r.cold_tflops
+        );
+    }
+    s
+}
+
+/// The PyTorch peers' rows from their samples file at `path` ([`peer_rows`]).
+pub fn peers_file(
+    path: &Path,
+    cases: &[Case],
+    ceilings: &Ceilings,
+) -> Result<Vec<BenchRow>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    peer_rows(&text, &path.display().to_string(), cases, ceilings)
+}
+
+/// The peers' rows from their samples file (`text`, read from `name`): each summarised by our
+/// statistics and given the floor (bytes and FLOPs) of our case at its shape and rows.
+pub fn peer_rows(
+    text: &str,
+    name: &str,
+    cases: &[Case],
+    ceilings: &Ceilings,
+) -> Result<Vec<BenchRow>, String> {
+    crate::peers::parse(text, name)?
+        .iter()
+        .map(|peer| {
+            let mine = cases
+                .iter()
+                .find(|c| c.shape == peer.shape && c.rows == peer.rows)
+                .ok_or(format!(
+                    "{name}: peer row {} {} {} has no matching case",
+                    peer.imp, peer.shape, peer.rows
+                ))?;
+            Ok(row(
+                &peer.chapter,
+                &peer.shape,
+                &peer.imp,
+                peer.rows,
+                &peer.m,
+                ceilings.floor_us(mine.bytes, mine.flops),
+                mine.bytes,
+                mine.flops,
+                &peer.device,
+            ))
+        })
+        .collect()
 }
 
 /// A work's error as the harness carries it (the harness's own errors convert into it).

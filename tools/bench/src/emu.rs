@@ -85,15 +85,7 @@ pub fn measure(repeats: usize) -> Result<Vec<EmuRate>, String> {
 
 /// CSV lines for `rates`, labelled `build` (`before` / `after` a change).
 pub fn csv_lines(build: &str, rates: &[EmuRate]) -> Vec<String> {
-    let host = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|c| {
-            c.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().replace(',', " "))
-        })
-        .unwrap_or_else(|| std::env::consts::ARCH.to_string());
+    let host = crate::host();
     let threads = Device::emu().worker_threads().unwrap_or(1);
     rates
         .iter()

@@ -7,19 +7,21 @@
 //!
 //!     tools/bench/run ch01 --out-dir bench/results/h200 [--peers RESULTS/ch01_torch.csv] [--quick]
 //!     tools/bench/run emu --build after [--out bench/results/cpu/emu_gemm.csv]
+//!     tools/bench/run ch02 [--routing R --peers S --out-dir D | --export-routing R | --cpu] [--quick]
 
 mod cases;
 mod ch01;
+mod ch02;
 mod emu;
 mod peers;
 
-use cases::{row, run_case, BenchError, Case, Ceilings};
+use cases::{BenchError, Case, Session};
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use moe_kernels::blas::{linear, Linear};
-use moe_kernels::measure::{Harness, Plan};
+use moe_kernels::measure::Harness;
 use moe_kernels::Device;
-use moe_tools::bench_row::{header, BenchRow, StepRow, STEP_COLUMNS};
+use moe_tools::bench_row::{BenchRow, StepRow, STEP_COLUMNS};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -37,6 +39,8 @@ struct Cli {
 enum Cmd {
     /// Chapter 1: the five-line router as a chain of plain kernels (GPU).
     Ch01(GpuArgs),
+    /// Chapter 2: the loop grouped by expert, cuBLAS per expert (GPU); `--cpu`: the CPU loops.
+    Ch02(ch02::Ch02Args),
     /// The emulator's GEMM rate on this CPU (no GPU needed).
     Emu(EmuArgs),
 }
@@ -111,21 +115,25 @@ fn write(path: &Path, text: &str) -> Result<(), String> {
     std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
+/// The first CPU model name (commas dropped, for the CSVs), or the architecture.
+fn host() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().replace(',', " "))
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
+}
+
 fn gpu_chapter(chapter: &str, cases: Vec<Case>, args: &GpuArgs) -> Result<(), String> {
     let dev = Device::cuda().map_err(|e| format!("bench needs the GPU: {e}"))?;
-    let plan = if args.quick {
-        Plan::quick()
-    } else {
-        Plan::default()
-    };
-    let h = Harness::new(dev, plan).map_err(|e| e.to_string())?;
-    let device = dev.name().replace(' ', "_");
-    let empty = h.empty_kernel().map_err(|e| e.to_string())?;
-    let ceilings = Ceilings {
-        launch_us: empty.cold.median_us,
-        copy_gbs: h.copy_bandwidth(1 << 30).map_err(|e| e.to_string())?,
-        bf16_tflops: bf16_rate(&h, dev)?,
-    };
+    let session = Session::start(dev, args.quick)?;
+    let Session {
+        h, empty, ceilings, ..
+    } = &session;
     let (l2, flush) = h.l2_and_flush_bytes();
     eprintln!(
         "{}: L2 {} MiB, flush {} MiB (read); copy {:.0} GB/s, bf16 cuBLAS {:.0} TFLOP/s; empty kernel cold {:.2} µs, warm {:.2} µs",
@@ -138,30 +146,14 @@ fn gpu_chapter(chapter: &str, cases: Vec<Case>, args: &GpuArgs) -> Result<(), St
         empty.warm.median_us
     );
 
-    let mut rows: Vec<BenchRow> = vec![row(
-        chapter,
-        "none",
-        "empty_kernel",
-        0,
-        &empty,
-        empty.cold.median_us,
-        0.0,
-        0.0,
-        &device,
-    )];
-    // Settle first: the 8192³ cuBLAS GEMM above leaves the GPU busy-hot, and the first case
-    // measured right after it came out 17% slow in one run (31.8 µs cold against 27.2 µs for the
-    // same work measured later in that run). One discarded measurement of the first case.
-    if let Some(first) = cases.first() {
-        let work = (first.build)(dev)?;
-        h.measure(|| work.enqueue().map_err(BenchError))
-            .map_err(|e| e.0)?;
-    }
+    let mut rows: Vec<BenchRow> = vec![session.empty_row(chapter)];
+    session.settle(&cases)?;
     let mut steps: Vec<StepRow> = Vec::new();
     let b = bar(cases.len(), chapter);
     for case in &cases {
         b.set_message(format!("{} {} rows {}", case.shape, case.imp, case.rows));
-        let (r, s) = run_case(&h, dev, case, &ceilings, &device)
+        let (r, s) = session
+            .run(case)
             .map_err(|e| format!("{} {} rows {}: {e}", case.shape, case.imp, case.rows))?;
         rows.extend(r);
         steps.extend(s);
@@ -206,69 +198,33 @@ fn gpu_chapter(chapter: &str, cases: Vec<Case>, args: &GpuArgs) -> Result<(), St
     }
 
     if let Some(p) = &args.peers {
-        let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
-        for peer in peers::parse(&text, &p.display().to_string())? {
-            // The peer shares the floor (and its bytes and FLOPs) of our case at its shape and rows.
-            let mine = cases
-                .iter()
-                .find(|c| c.shape == peer.shape && c.rows == peer.rows)
-                .ok_or(format!(
-                    "peer row {} {} has no matching case",
-                    peer.shape, peer.rows
-                ))?;
-            rows.push(row(
-                &peer.chapter,
-                &peer.shape,
-                &peer.imp,
-                peer.rows,
-                &peer.m,
-                ceilings.floor_us(mine.bytes, mine.flops),
-                mine.bytes,
-                mine.flops,
-                &peer.device,
-            ));
-        }
+        // The peer shares the floor (and its bytes and FLOPs) of our case at its shape and rows.
+        rows.extend(cases::peers_file(p, &cases, ceilings)?);
     }
 
-    let csv: String = std::iter::once(header())
-        .chain(rows.iter().map(BenchRow::to_csv))
-        .map(|l| l + "\n")
-        .collect();
     let steps_csv: String = std::iter::once(STEP_COLUMNS.to_string())
         .chain(steps.iter().map(StepRow::to_csv))
         .map(|l| l + "\n")
         .collect();
     let out = &args.out_dir;
-    write(&out.join(format!("{chapter}.csv")), &csv)?;
+    write(&out.join(format!("{chapter}.csv")), &cases::csv(&rows))?;
     write(&out.join(format!("{chapter}_steps.csv")), &steps_csv)?;
-    write(
-        &out.join("ceilings.csv"),
-        &format!(
-            "bf16_tflops,copy_gbs,empty_cold_us,empty_warm_us,device\n{:.1},{:.1},{:.3},{:.3},{device}\n",
-            ceilings.bf16_tflops, ceilings.copy_gbs, empty.cold.median_us, empty.warm.median_us
-        ),
-    )?;
+    write(&out.join("ceilings.csv"), &session.ceilings_csv())?;
     write(&out.join("flush.csv"), &flush_csv)?;
 
-    // The summary a reader reads first: each time beside its floor and its rate.
-    println!(
-        "{:<22} {:>5} {:<13} {:>9} {:>9} {:>9} {:>8} {:>9} {:>8}",
-        "shape", "rows", "impl", "cold µs", "warm µs", "floor µs", "launches", "GB/s", "TFLOP/s"
+    print!(
+        "{}",
+        cases::summary(
+            &rows,
+            &cases::SummaryLayout {
+                shape_w: 22,
+                rows_name: "rows",
+                rows_w: 5,
+                imp_w: 13,
+                tflops_digits: 3,
+            }
+        )
     );
-    for r in &rows {
-        println!(
-            "{:<22} {:>5} {:<13} {:>9.2} {:>9.2} {:>9.2} {:>8} {:>9.1} {:>8.3}",
-            r.shape,
-            r.rows,
-            r.imp,
-            r.cold_median_us,
-            r.warm_median_us,
-            r.floor_us,
-            r.launches,
-            r.cold_gbs,
-            r.cold_tflops
-        );
-    }
     println!("flush by writing vs by reading:\n{flush_csv}");
     println!(
         "wrote {chapter}.csv, {chapter}_steps.csv, ceilings.csv and flush.csv in {}",
@@ -307,6 +263,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.cmd {
         Cmd::Ch01(a) => gpu_chapter("ch01", ch01::cases(), a),
+        Cmd::Ch02(a) => ch02::run(a),
         Cmd::Emu(a) => emu(a),
     };
     match result {

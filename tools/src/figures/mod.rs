@@ -4,6 +4,7 @@
 //! `tools/steps check` writes them into a temporary folder and fails when any committed one
 //! differs, so a page can never quote a number its CSV does not hold.
 
+pub mod ch02;
 pub mod facts;
 pub mod svg;
 pub mod tables;
@@ -21,7 +22,7 @@ pub struct Generated {
 }
 
 /// The groups of generated files, by the page that uses them.
-pub const GROUPS: [&str; 2] = ["runtime", "ch01"];
+pub const GROUPS: [&str; 3] = ["runtime", "ch01", "ch02"];
 
 fn read(root: &Path, rel: &str) -> Result<String, String> {
     std::fs::read_to_string(root.join(rel)).map_err(|e| format!("cannot read {rel}: {e}"))
@@ -36,6 +37,11 @@ fn short(shape: &str) -> &str {
 pub fn generate(root: &Path, group: &str) -> Result<Vec<Generated>, String> {
     match group {
         "ch01" => ch01(root),
+        "ch02" => {
+            let mut v = ch02::generate(root)?;
+            v.extend(example_and_tree(root, 2)?);
+            Ok(v)
+        }
         "runtime" => runtime(root),
         other => Err(format!(
             "no generated files for `{other}` (groups: {})",
@@ -178,22 +184,27 @@ fn ch01(root: &Path) -> Result<Vec<Generated>, String> {
         content: f.render("Chapter 1's numbers"),
     });
 
-    // The example's output, from its snapshot (the book shows exactly what the test checks).
-    let snap_rel = "tests/snapshots/ch01_example__ch01_example.snap";
-    let body = crate::snap::strip_header(&read(root, snap_rel)?)
-        .map_err(|e| format!("{snap_rel}: {e}"))?;
-    out.push(Generated {
-        path: "book/src/figures/ch01-example.txt".into(),
-        content: body,
-    });
-
-    // The files chapter 1 adds, as the chapter's page shows them.
-    let files = crate::tree::git_files(root)?;
-    out.push(Generated {
-        path: "book/src/figures/ch01-tree.txt".into(),
-        content: crate::tree::render(&files, 1, "moe-from-scratch"),
-    });
+    out.extend(example_and_tree(root, 1)?);
     Ok(out)
+}
+
+/// Chapter `n`'s page shows its example's output, from the example's snapshot (exactly what
+/// the test checks), and the files it adds.
+pub fn example_and_tree(root: &Path, n: u32) -> Result<Vec<Generated>, String> {
+    let snap_rel = format!("tests/snapshots/ch{n:02}_example__ch{n:02}_example.snap");
+    let body = crate::snap::strip_header(&read(root, &snap_rel)?)
+        .map_err(|e| format!("{snap_rel}: {e}"))?;
+    let files = crate::tree::git_files(root)?;
+    Ok(vec![
+        Generated {
+            path: format!("book/src/figures/ch{n:02}-example.txt"),
+            content: body,
+        },
+        Generated {
+            path: format!("book/src/figures/ch{n:02}-tree.txt"),
+            content: crate::tree::render(&files, n, "moe-from-scratch"),
+        },
+    ])
 }
 
 fn runtime(root: &Path) -> Result<Vec<Generated>, String> {

@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 pub const IMPL_ORDER: [&str; 3] = ["chain", "torch_5line", "floor_probe"];
 
 /// Shapes in the order they first appear.
-pub fn shapes(rows: &[Row]) -> Vec<String> {
+pub fn shapes<'a>(rows: impl IntoIterator<Item = &'a Row>) -> Vec<String> {
     let mut v: Vec<String> = Vec::new();
     for r in rows {
         if !v.contains(&r.shape) {
@@ -80,9 +80,6 @@ pub fn describe_shape(shape: &str) -> String {
 // ---------------------------------------------------------------------------------------------
 // SVG
 
-const PANEL_W: f64 = 400.0;
-const PANEL_H: f64 = 300.0;
-const LEFT: f64 = 62.0; // room for the y tick labels of each panel
 const GAP: f64 = 34.0;
 const RIGHT: f64 = 24.0;
 const BOTTOM: f64 = 58.0;
@@ -94,8 +91,8 @@ const FONT: &str = "system-ui, -apple-system, 'Segoe UI', Helvetica, Arial, sans
 
 /// Color, marker and legend label of an implementation (Okabe–Ito colors: distinct for the
 /// common color-vision deficiencies).
-fn style(imp: &str, k: usize) -> (&'static str, Marker, String) {
-    match imp {
+fn style(imp: &str, k: usize) -> Series {
+    let (color, marker, label) = match imp {
         "chain" => (
             "#0072b2",
             Marker::Circle,
@@ -115,11 +112,17 @@ fn style(imp: &str, k: usize) -> (&'static str, Marker, String) {
             let extra = ["#cc79a7", "#e69f00", "#56b4e9", "#000000"];
             (extra[k % extra.len()], Marker::Triangle, other.to_string())
         }
+    };
+    Series {
+        imp: imp.to_string(),
+        color,
+        marker,
+        label,
     }
 }
 
 #[derive(Clone, Copy)]
-enum Marker {
+pub(crate) enum Marker {
     Circle,
     Square,
     Diamond,
@@ -215,119 +218,156 @@ impl Axis {
     }
 }
 
-/// Draws the figure. Every polyline carries `class` (`cold`, `warm`, `floor`), `data-shape` and,
-/// for the timings, `data-impl`, so tests and readers of the source can find each series.
-pub fn render_svg(rows: &[Row]) -> String {
-    let shapes = shapes(rows);
-    let impls = impls(rows);
-    let n = shapes.len() as f64;
-    let width = n * (LEFT + PANEL_W) + (n - 1.0) * GAP + RIGHT;
+/// One implementation as a figure draws it in every panel: the cold median (solid, markers,
+/// p10–p90 whiskers) and the warm median (dashed), in one color.
+pub(crate) struct Series {
+    pub imp: String,
+    pub color: &'static str,
+    pub marker: Marker,
+    /// Its line in the legend.
+    pub label: String,
+}
 
-    // One y range for all panels, so the shapes compare by eye.
-    let all = rows
-        .iter()
-        .flat_map(|r| [r.cold_p10_us, r.cold_p90_us, r.warm_median_us, r.floor_us]);
-    let (ymin, ymax) = all.fold((f64::MAX, f64::MIN), |(a, b), v| (a.min(v), b.max(v)));
-    let (ylo, yhi) = (ymin / 1.25, ymax * 1.25);
-    let yticks = log_ticks(ylo, yhi);
+/// A figure of log-log panels side by side, one per shape: µs per call against rows, each
+/// [`Series`] with the floor beside it, one y range for all panels so the shapes compare by eye,
+/// under a title, a few lines of notes and a legend (two columns when the figure is wide
+/// enough). Chapter 1's figure ([`render_svg`]) and chapter 2's are drawn by it.
+pub(crate) struct Figure<'a> {
+    pub panel_w: f64,
+    pub panel_h: f64,
+    /// Room left of each panel for its y tick labels and axis label.
+    pub left: f64,
+    /// The title, before ` (chapter, device)`.
+    pub title: &'a str,
+    /// Lines under the title, in the muted color.
+    pub notes: &'a [&'a str],
+    /// A panel's title from its shape.
+    pub panel_title: fn(&str) -> String,
+    pub x_label: &'a str,
+    /// In the order they are drawn and listed; the index sets each one's small x offset.
+    pub series: Vec<Series>,
+    /// The floor's line in the legend.
+    pub floor_label: &'a str,
+    /// The implementation whose row gives the floor at a row count (else the first row there).
+    pub floor_from: &'a str,
+}
 
-    // Legend entries: one per implementation, then the line styles. Two columns when the figure
-    // is wide enough, else one.
-    enum Key {
-        Impl(&'static str, Marker),
-        Warm,
-        Floor,
-    }
-    let mut keys: Vec<(Key, String)> = impls
-        .iter()
-        .enumerate()
-        .map(|(k, imp)| {
-            let (color, m, label) = style(imp, k);
-            (Key::Impl(color, m), label)
-        })
-        .collect();
-    keys.push((Key::Warm, "warm median (dashed, same color)".to_string()));
-    keys.push((
-        Key::Floor,
-        "floor: one launch + bytes at copy bw (or FLOPs at bf16 rate)".to_string(),
-    ));
-    let columns = if width >= 900.0 { 2 } else { 1 };
-    let per_column = keys.len().div_ceil(columns);
-    const LEGEND_Y: f64 = 96.0;
-    const LEGEND_ROW: f64 = 21.0;
-    let top = LEGEND_Y + per_column as f64 * LEGEND_ROW + 34.0; // legend, then the panel titles
-    let height = top + PANEL_H + BOTTOM;
+impl Figure<'_> {
+    /// Draws `rows`. Every polyline carries `class` (`cold`, `warm`, `floor`), `data-shape` and,
+    /// for the timings, `data-impl`, so tests and readers of the source can find each series.
+    pub fn render(&self, rows: &[&Row]) -> String {
+        let shapes = shapes(rows.iter().copied());
+        let n = shapes.len().max(1) as f64;
+        let width = n * (self.left + self.panel_w) + (n - 1.0) * GAP + RIGHT;
 
-    let device = rows[0].device.clone();
-    let chapter = rows[0].chapter.clone();
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0}" height="{height:.0}" viewBox="0 0 {width:.0} {height:.0}" font-family="{FONT}" font-size="13" fill="{INK}">"#
-    );
-    let _ = writeln!(
-        s,
-        r##"<rect x="0" y="0" width="{width:.0}" height="{height:.0}" fill="#ffffff"/>"##
-    );
-    let _ = writeln!(
-        s,
-        r#"<text x="16" y="26" font-size="17" font-weight="600">The five-line router: time per call against rows ({}, {})</text>"#,
-        esc(&chapter),
-        esc(&device)
-    );
-    let _ = writeln!(
-        s,
-        r#"<text x="16" y="48" fill="{MUTED}">Cold: the L2 cache flushed before each graph replay; marker = median, whisker = p10–p90.</text>"#
-    );
-    let _ = writeln!(
-        s,
-        r#"<text x="16" y="66" fill="{MUTED}">Warm: back-to-back copies in one graph. Both axes logarithmic.</text>"#
-    );
-    for (i, (key, label)) in keys.iter().enumerate() {
-        let lx = 16.0 + (i / per_column) as f64 * (width / 2.0);
-        let ly = LEGEND_Y + (i % per_column) as f64 * LEGEND_ROW;
-        match key {
-            Key::Impl(color, m) => {
-                let _ = writeln!(
-                    s,
-                    r#"<line x1="{lx}" y1="{ly}" x2="{}" y2="{ly}" stroke="{color}" stroke-width="2"/>"#,
-                    lx + 28.0
-                );
-                marker(&mut s, *m, lx + 14.0, ly, color);
-            }
-            Key::Warm => {
-                let _ = writeln!(
-                    s,
-                    r#"<line x1="{lx}" y1="{ly}" x2="{}" y2="{ly}" stroke="{MUTED}" stroke-width="1.2" stroke-dasharray="5 3"/>"#,
-                    lx + 28.0
-                );
-            }
-            Key::Floor => {
-                let _ = writeln!(
-                    s,
-                    r#"<line x1="{lx}" y1="{ly}" x2="{}" y2="{ly}" stroke="{FLOOR}" stroke-width="2" stroke-dasharray="2 3"/>"#,
-                    lx + 28.0
-                );
-            }
+        // One y range for all panels, so the shapes compare by eye.
+        let all = rows
+            .iter()
+            .flat_map(|r| [r.cold_p10_us, r.cold_p90_us, r.warm_median_us, r.floor_us]);
+        let (ymin, ymax) = all.fold((f64::MAX, f64::MIN), |(a, b), v| (a.min(v), b.max(v)));
+        let (ylo, yhi) = (ymin / 1.25, ymax * 1.25);
+        let yticks = log_ticks(ylo, yhi);
+
+        // Legend entries: one per series, then the line styles. Two columns when the figure is
+        // wide enough, else one.
+        enum Key<'k> {
+            Series(&'k Series),
+            Warm,
+            Floor,
         }
-        let fill = if matches!(key, Key::Impl(..)) {
-            INK
-        } else {
-            MUTED
-        };
+        let mut keys: Vec<(Key, &str)> = self
+            .series
+            .iter()
+            .map(|se| (Key::Series(se), se.label.as_str()))
+            .collect();
+        keys.push((Key::Warm, "warm median (dashed, same color)"));
+        keys.push((Key::Floor, self.floor_label));
+        let columns = if width >= 900.0 { 2 } else { 1 };
+        let per_column = keys.len().div_ceil(columns);
+        let legend_y = 60.0 + 18.0 * self.notes.len() as f64;
+        const LEGEND_ROW: f64 = 21.0;
+        let top = legend_y + per_column as f64 * LEGEND_ROW + 34.0; // legend, then the panel titles
+        let height = top + self.panel_h + BOTTOM;
+
+        let (chapter, device) = rows
+            .first()
+            .map(|r| (r.chapter.clone(), r.device.clone()))
+            .unwrap_or_default();
+        let mut s = String::new();
         let _ = writeln!(
             s,
-            r#"<text x="{}" y="{}" fill="{fill}">{}</text>"#,
-            lx + 36.0,
-            ly + 4.5,
-            esc(label)
+            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0}" height="{height:.0}" viewBox="0 0 {width:.0} {height:.0}" font-family="{FONT}" font-size="13" fill="{INK}">"#
         );
+        let _ = writeln!(
+            s,
+            r##"<rect x="0" y="0" width="{width:.0}" height="{height:.0}" fill="#ffffff"/>"##
+        );
+        let _ = writeln!(
+            s,
+            r#"<text x="16" y="26" font-size="17" font-weight="600">{} ({}, {})</text>"#,
+            esc(self.title),
+            esc(&chapter),
+            esc(&device)
+        );
+        for (i, line) in self.notes.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                r#"<text x="16" y="{}" fill="{MUTED}">{}</text>"#,
+                48 + 18 * i,
+                esc(line)
+            );
+        }
+        for (i, (key, label)) in keys.iter().enumerate() {
+            let lx = 16.0 + (i / per_column) as f64 * (width / 2.0);
+            let ly = legend_y + (i % per_column) as f64 * LEGEND_ROW;
+            let (stroke, rest) = match key {
+                Key::Series(se) => (se.color, r#"stroke-width="2""#),
+                Key::Warm => (MUTED, r#"stroke-width="1.2" stroke-dasharray="5 3""#),
+                Key::Floor => (FLOOR, r#"stroke-width="2" stroke-dasharray="2 3""#),
+            };
+            let _ = writeln!(
+                s,
+                r#"<line x1="{lx}" y1="{ly}" x2="{}" y2="{ly}" stroke="{stroke}" {rest}/>"#,
+                lx + 28.0
+            );
+            if let Key::Series(se) = key {
+                marker(&mut s, se.marker, lx + 14.0, ly, se.color);
+            }
+            let fill = if matches!(key, Key::Series(..)) {
+                INK
+            } else {
+                MUTED
+            };
+            let _ = writeln!(
+                s,
+                r#"<text x="{}" y="{}" fill="{fill}">{}</text>"#,
+                lx + 36.0,
+                ly + 4.5,
+                esc(label)
+            );
+        }
+
+        for (p, shape) in shapes.iter().enumerate() {
+            let px = p as f64 * (self.left + self.panel_w + GAP) + self.left;
+            let here: Vec<&Row> = rows.iter().copied().filter(|r| &r.shape == shape).collect();
+            self.panel(&mut s, shape, &here, (px, top), (ylo, yhi), &yticks);
+        }
+        s.push_str("</svg>\n");
+        s
     }
 
-    for (p, shape) in shapes.iter().enumerate() {
-        let px = p as f64 * (LEFT + PANEL_W + GAP) + LEFT;
-        let py = top;
-        let here: Vec<&Row> = rows.iter().filter(|r| &r.shape == shape).collect();
+    /// One shape's panel, its top left corner at (`px`, `py`): title, grid, ticks, axis labels,
+    /// frame, the floor, then each series.
+    fn panel(
+        &self,
+        s: &mut String,
+        shape: &str,
+        here: &[&Row],
+        (px, py): (f64, f64),
+        (ylo, yhi): (f64, f64),
+        yticks: &[f64],
+    ) {
+        let (pw, ph) = (self.panel_w, self.panel_h);
         let xs: Vec<u64> = here
             .iter()
             .map(|r| r.rows)
@@ -339,12 +379,12 @@ pub fn render_svg(rows: &[Row]) -> String {
             lo: xmin / 1.6,
             hi: xmax * 1.6,
             from: px,
-            to: px + PANEL_W,
+            to: px + pw,
         };
         let y = Axis {
             lo: ylo,
             hi: yhi,
-            from: py + PANEL_H,
+            from: py + ph,
             to: py,
         };
 
@@ -353,15 +393,15 @@ pub fn render_svg(rows: &[Row]) -> String {
             s,
             r#"<text x="{px}" y="{}" font-size="14" font-weight="600">{}</text>"#,
             py - 12.0,
-            esc(&describe_shape(shape))
+            esc(&(self.panel_title)(shape))
         );
         // Grid and ticks.
-        for &t in &yticks {
+        for &t in yticks {
             let yy = y.map(t);
             let _ = writeln!(
                 s,
                 r#"<line x1="{px}" y1="{yy:.1}" x2="{:.1}" y2="{yy:.1}" stroke="{GRID}"/>"#,
-                px + PANEL_W
+                px + pw
             );
             let _ = writeln!(
                 s,
@@ -376,25 +416,26 @@ pub fn render_svg(rows: &[Row]) -> String {
             let _ = writeln!(
                 s,
                 r#"<line x1="{xx:.1}" y1="{py}" x2="{xx:.1}" y2="{:.1}" stroke="{GRID}"/>"#,
-                py + PANEL_H
+                py + ph
             );
             let _ = writeln!(
                 s,
                 r#"<text x="{xx:.1}" y="{:.1}" text-anchor="middle" fill="{MUTED}">{r}</text>"#,
-                py + PANEL_H + 18.0
+                py + ph + 18.0
             );
         }
         let _ = writeln!(
             s,
-            r#"<rect x="{px}" y="{py}" width="{PANEL_W}" height="{PANEL_H}" fill="none" stroke="{MUTED}" stroke-width="1"/>"#
+            r#"<rect x="{px}" y="{py}" width="{pw}" height="{ph}" fill="none" stroke="{MUTED}" stroke-width="1"/>"#
         );
         let _ = writeln!(
             s,
-            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">rows routed (tokens), log scale</text>"#,
-            px + PANEL_W / 2.0,
-            py + PANEL_H + 42.0
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
+            px + pw / 2.0,
+            py + ph + 42.0,
+            esc(self.x_label)
         );
-        let (tx, ty) = (px - 46.0, py + PANEL_H / 2.0);
+        let (tx, ty) = (px - (self.left - 16.0), py + ph / 2.0);
         let _ = writeln!(
             s,
             r#"<text x="{tx}" y="{ty}" text-anchor="middle" transform="rotate(-90 {tx} {ty})">µs per call, log scale</text>"#
@@ -405,9 +446,8 @@ pub fn render_svg(rows: &[Row]) -> String {
             .iter()
             .filter_map(|&r| {
                 let at = here.iter().filter(|q| q.rows == r);
-                let probe = at.clone().find(|q| q.imp == "floor_probe");
-                probe
-                    .or_else(|| at.clone().next())
+                let from = at.clone().find(|q| q.imp == self.floor_from);
+                from.or_else(|| at.clone().next())
                     .map(|q| (x.map(r as f64), y.map(q.floor_us)))
             })
             .collect();
@@ -418,12 +458,13 @@ pub fn render_svg(rows: &[Row]) -> String {
             points(&floor)
         );
 
-        // Each implementation: cold whiskers, cold polyline with markers, warm dashed polyline.
-        // A small horizontal offset per impl keeps whiskers at the same rows apart.
-        for (k, imp) in impls.iter().enumerate() {
-            let (color, m, _) = style(imp, k);
-            let dx = (k as f64 - (impls.len() as f64 - 1.0) / 2.0) * 5.0;
-            let mut series: Vec<&&Row> = here.iter().filter(|r| &r.imp == imp).collect();
+        // Each series: cold whiskers, cold polyline with markers, warm dashed polyline. A small
+        // horizontal offset per series keeps whiskers at the same rows apart.
+        let n = self.series.len() as f64;
+        for (k, se) in self.series.iter().enumerate() {
+            let (imp, color) = (esc(&se.imp), se.color);
+            let dx = (k as f64 - (n - 1.0) / 2.0) * 5.0;
+            let mut series: Vec<&&Row> = here.iter().filter(|r| r.imp == se.imp).collect();
             if series.is_empty() {
                 continue;
             }
@@ -434,9 +475,8 @@ pub fn render_svg(rows: &[Row]) -> String {
                 .collect();
             let _ = writeln!(
                 s,
-                r#"<polyline class="warm" data-shape="{}" data-impl="{}" points="{}" fill="none" stroke="{color}" stroke-width="1.2" stroke-dasharray="5 3" opacity="0.9"/>"#,
+                r#"<polyline class="warm" data-shape="{}" data-impl="{imp}" points="{}" fill="none" stroke="{color}" stroke-width="1.2" stroke-dasharray="5 3" opacity="0.9"/>"#,
                 esc(shape),
-                esc(imp),
                 points(&warm)
             );
             for r in &series {
@@ -455,19 +495,40 @@ pub fn render_svg(rows: &[Row]) -> String {
                 .collect();
             let _ = writeln!(
                 s,
-                r#"<polyline class="cold" data-shape="{}" data-impl="{}" points="{}" fill="none" stroke="{color}" stroke-width="2"/>"#,
+                r#"<polyline class="cold" data-shape="{}" data-impl="{imp}" points="{}" fill="none" stroke="{color}" stroke-width="2"/>"#,
                 esc(shape),
-                esc(imp),
                 points(&cold)
             );
             for &(cx, cy) in &cold {
-                marker(&mut s, m, cx, cy, color);
+                marker(s, se.marker, cx, cy, color);
             }
         }
         s.push_str("</g>\n");
     }
-    s.push_str("</svg>\n");
-    s
+}
+
+/// Draws chapter 1's figure: one panel per router shape, every implementation with the floor.
+pub fn render_svg(rows: &[Row]) -> String {
+    Figure {
+        panel_w: 400.0,
+        panel_h: 300.0,
+        left: 62.0,
+        title: "The five-line router: time per call against rows",
+        notes: &[
+            "Cold: the L2 cache flushed before each graph replay; marker = median, whisker = p10–p90.",
+            "Warm: back-to-back copies in one graph. Both axes logarithmic.",
+        ],
+        panel_title: describe_shape,
+        x_label: "rows routed (tokens), log scale",
+        series: impls(rows)
+            .iter()
+            .enumerate()
+            .map(|(k, imp)| style(imp, k))
+            .collect(),
+        floor_label: "floor: one launch + bytes at copy bw (or FLOPs at bf16 rate)",
+        floor_from: "floor_probe",
+    }
+    .render(&rows.iter().collect::<Vec<_>>())
 }
 
 fn points(p: &[(f64, f64)]) -> String {

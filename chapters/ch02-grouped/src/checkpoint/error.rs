@@ -1,0 +1,196 @@
+//! Why a checkpoint did not load. Every variant names the file, field or tensor, and what was
+//! expected beside what was found, so the message alone says what to fix.
+
+use crate::error::MoeError;
+use std::fmt;
+use std::path::PathBuf;
+
+/// Why [`super::load`], [`super::moe_layers`] or [`crate::io`] refused a file.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CheckpointError {
+    /// A file or folder could not be read or written.
+    Io { path: PathBuf, why: String },
+    /// A file the checkpoint needs is not there: `config.json`, any `.safetensors`, or a shard
+    /// that the index names for a tensor being loaded.
+    MissingFile { path: PathBuf, what: String },
+    /// `config.json` or `model.safetensors.index.json` is not the JSON expected.
+    Json { path: PathBuf, why: String },
+    /// A file that should be safetensors is not.
+    NotSafetensors { path: PathBuf, why: String },
+    /// `config.json` names no family this loader knows and has none of the fields that tell one.
+    UnknownFamily {
+        model_type: Option<String>,
+        architectures: Vec<String>,
+    },
+    /// A `config.json` field is missing, of the wrong type, or out of range.
+    Config {
+        field: String,
+        expected: String,
+        found: String,
+    },
+    /// No tensor of the checkpoint belongs to a MoE layer.
+    NoMoeLayer { layers: usize },
+    /// The layer asked for exists but is dense (no router, no experts).
+    NotMoeLayer {
+        layer: usize,
+        moe_layers: Vec<usize>,
+    },
+    /// The layer asked for has no tensor in the checkpoint.
+    NoSuchLayer {
+        layer: usize,
+        layers: usize,
+        moe_layers: Vec<usize>,
+    },
+    /// A MoE layer (it has a router) without expert weights in either storage form.
+    NoExperts {
+        layer: usize,
+        per_expert: String,
+        fused: String,
+    },
+    /// A layer holds its experts in both storage forms: which one is meant is not clear.
+    MixedStorage { layer: usize },
+    /// A tensor the layer needs is absent; `looked_in` is the file (or index) that should hold it.
+    MissingTensor { name: String, looked_in: String },
+    /// The same tensor in two files of a checkpoint without an index.
+    DuplicateTensor {
+        name: String,
+        first: PathBuf,
+        second: PathBuf,
+    },
+    /// A tensor of the wrong shape (the expected shape follows from `config.json`).
+    Shape {
+        tensor: String,
+        expected: Vec<usize>,
+        found: Vec<usize>,
+    },
+    /// A tensor of the wrong rank (a file of inputs: `hidden` must be `[T, H]`).
+    Rank {
+        tensor: String,
+        expected: usize,
+        found: Vec<usize>,
+    },
+    /// A tensor stored in a type other than F32, BF16 or F16 (`found` as safetensors spells it:
+    /// `I64`, `F8_E4M3`, ...).
+    Dtype { tensor: String, found: String },
+    /// The weights loaded but the layer refused them (e.g. a NaN in the selection bias).
+    Invalid(MoeError),
+}
+
+fn list(v: &[usize]) -> String {
+    if v.is_empty() {
+        "none".to_string()
+    } else {
+        v.iter()
+            .map(|l| l.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+impl fmt::Display for CheckpointError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use CheckpointError::*;
+        match self {
+            Io { path, why } => write!(f, "{}: {why}", path.display()),
+            MissingFile { path, what } => write!(f, "{} ({what}) does not exist", path.display()),
+            Json { path, why } => write!(f, "{}: {why}", path.display()),
+            NotSafetensors { path, why } => {
+                write!(f, "{} is not a safetensors file: {why}", path.display())
+            }
+            UnknownFamily {
+                model_type,
+                architectures,
+            } => write!(
+                f,
+                "config.json: model_type {} and architectures {architectures:?} name no family this \
+                 loader knows (qwen3_moe, qwen2_moe, deepseek_v3, glm4_moe), and it has none of \
+                 `num_experts`, `num_local_experts`, `n_routed_experts`",
+                model_type.as_deref().map_or("(none)".to_string(), |m| format!("{m:?}")),
+            ),
+            Config {
+                field,
+                expected,
+                found,
+            } => write!(f, "config.json: `{field}` is {found}, expected {expected}"),
+            NoMoeLayer { layers } => write!(
+                f,
+                "no MoE layer: none of the checkpoint's {layers} layers has a tensor named \
+                 `model.layers.N.mlp.gate.weight` or `model.layers.N.mlp.experts.*`"
+            ),
+            NotMoeLayer { layer, moe_layers } => write!(
+                f,
+                "layer {layer} is dense, not MoE; the MoE layers are {}",
+                list(moe_layers)
+            ),
+            NoSuchLayer {
+                layer,
+                layers,
+                moe_layers,
+            } => write!(
+                f,
+                "layer {layer} is not in the checkpoint ({layers} layers); the MoE layers are {}",
+                list(moe_layers)
+            ),
+            NoExperts {
+                layer,
+                per_expert,
+                fused,
+            } => write!(
+                f,
+                "layer {layer} has a router but no experts: neither `{per_expert}` nor `{fused}`"
+            ),
+            MixedStorage { layer } => write!(
+                f,
+                "layer {layer} holds its experts both one tensor per expert and fused \
+                 (`experts.gate_up_proj`); keep one form"
+            ),
+            MissingTensor { name, looked_in } => {
+                write!(f, "tensor `{name}` is missing (looked in {looked_in})")
+            }
+            DuplicateTensor {
+                name,
+                first,
+                second,
+            } => write!(
+                f,
+                "tensor `{name}` is in both {} and {}, and no index says which to use",
+                first.display(),
+                second.display()
+            ),
+            Shape {
+                tensor,
+                expected,
+                found,
+            } => write!(f, "tensor `{tensor}` has shape {found:?}, expected {expected:?}"),
+            Rank {
+                tensor,
+                expected,
+                found,
+            } => write!(
+                f,
+                "tensor `{tensor}` has shape {found:?} (rank {}), expected rank {expected}",
+                found.len()
+            ),
+            Dtype { tensor, found } => write!(
+                f,
+                "tensor `{tensor}` is {found}, expected F32, BF16 or F16"
+            ),
+            Invalid(e) => write!(f, "the loaded layer is not valid: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for CheckpointError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CheckpointError::Invalid(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<MoeError> for CheckpointError {
+    fn from(e: MoeError) -> Self {
+        CheckpointError::Invalid(e)
+    }
+}

@@ -1,0 +1,123 @@
+//! How a layer's output is checked against another's: the largest absolute difference,
+//! relative to the size of the expected output (its root mean square), so one number fits
+//! every shape and scale.
+//!
+//! The tolerances are stated here, once, and every test and the example use them:
+//! - an f32 layer against the f64 oracle differs by f32 rounding of sums of a few hundred
+//!   products: [`Tolerance::F32`];
+//! - a bf16 layer rounds the hidden states' products' inputs, each expert's `gate | up` and its
+//!   SwiGLU to bf16 (8 significant bits) on the way, where the oracle does not:
+//!   [`Tolerance::BF16_VS_ORACLE`];
+//! - two bf16 layers that round at the same places but sum in different orders (candle on the
+//!   CPU, cuBLAS or the reference GEMM on a device) differ only where an f32 difference in the
+//!   last bit flips a bf16 rounding: [`Tolerance::BF16_VS_BF16`].
+
+use crate::config::Dtype;
+
+/// The difference between two outputs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OutputError {
+    /// Largest `|got − want|`.
+    pub max_abs: f64,
+    /// Root mean square of `want`.
+    pub rms: f64,
+    /// `max_abs / rms` (0 for an empty or all-zero output that matches).
+    pub relative: f64,
+    /// Elements where `got` is NaN or infinite, or NaN where `want` is not (or the reverse).
+    pub nan: usize,
+}
+
+/// Compares `got` with `want` (same length).
+pub fn output_error(want: &[f32], got: &[f32]) -> OutputError {
+    assert_eq!(want.len(), got.len(), "outputs of different lengths");
+    let mut max_abs = 0f64;
+    let mut sq = 0f64;
+    let mut nan = 0;
+    for (&w, &g) in want.iter().zip(got) {
+        if w.is_nan() != g.is_nan() || !g.is_finite() {
+            nan += 1;
+            continue;
+        }
+        max_abs = max_abs.max((w as f64 - g as f64).abs());
+        sq += (w as f64) * (w as f64);
+    }
+    let rms = if want.is_empty() {
+        0.0
+    } else {
+        (sq / want.len() as f64).sqrt()
+    };
+    let relative = if max_abs == 0.0 { 0.0 } else { max_abs / rms };
+    OutputError {
+        max_abs,
+        rms,
+        relative,
+        nan,
+    }
+}
+
+/// The largest accepted [`OutputError::relative`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Tolerance(pub f64);
+
+// ANCHOR: tolerances
+impl Tolerance {
+    /// An f32 layer against the f64 oracle, or against another f32 layer. Worst measured over
+    /// the regimes (`tests/layer.rs` prints it): 2.1e-6.
+    pub const F32: Tolerance = Tolerance(1e-5);
+    /// A bf16 layer against the f64 oracle computed on the same bf16 inputs and weights. The
+    /// ~2I roundings of a token's `gate | up` and activation, each up to 2⁻⁹ relative, add up:
+    /// the worst measured over the regimes is 2.04e-2 of the rms (`all_to_one_expert`, on the
+    /// CPU and on the emulator alike), typical outputs 10× less.
+    pub const BF16_VS_ORACLE: Tolerance = Tolerance(4e-2);
+    /// Two bf16 layers that round at the same places but sum in different orders. Worst
+    /// measured, the CPU grouped loop against the emulator's reference GEMM: 2.1e-5.
+    pub const BF16_VS_BF16: Tolerance = Tolerance(2e-3);
+    // ANCHOR_END: tolerances
+
+    /// Against the oracle, for a layer computing in `dtype`.
+    pub fn vs_oracle(dtype: Dtype) -> Tolerance {
+        match dtype {
+            Dtype::F32 => Tolerance::F32,
+            Dtype::Bf16 => Tolerance::BF16_VS_ORACLE,
+        }
+    }
+
+    /// Between two implementations computing in `dtype`.
+    pub fn between(dtype: Dtype) -> Tolerance {
+        match dtype {
+            Dtype::F32 => Tolerance::F32,
+            Dtype::Bf16 => Tolerance::BF16_VS_BF16,
+        }
+    }
+}
+
+/// `Ok(error)` when `got` is within `tol` of `want` and has no NaN or infinity where `want` has
+/// none; otherwise a message naming `what`, the error and the tolerance.
+pub fn check_output(
+    what: &str,
+    want: &[f32],
+    got: &[f32],
+    tol: Tolerance,
+) -> Result<OutputError, String> {
+    if want.len() != got.len() {
+        return Err(format!(
+            "{what}: {} outputs, expected {}",
+            got.len(),
+            want.len()
+        ));
+    }
+    let e = output_error(want, got);
+    if e.nan > 0 {
+        return Err(format!(
+            "{what}: {} outputs are NaN or infinite where the expected are not",
+            e.nan
+        ));
+    }
+    if e.relative > tol.0 {
+        return Err(format!(
+            "{what}: max |difference| {:.3e} is {:.3e} of the output's rms {:.3e}, above the tolerance {:.1e}",
+            e.max_abs, e.relative, e.rms, tol.0
+        ));
+    }
+    Ok(e)
+}

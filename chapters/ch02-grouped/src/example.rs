@@ -1,0 +1,315 @@
+//! The chapter's main, as a library: `examples/ch02/` parses the command line and calls [`run`].
+//!
+//! Without a checkpoint it builds two small layers (Qwen3-like, and DeepSeek-V3-like with groups,
+//! a selection bias, routed scaling and a shared expert), runs each through the three
+//! implementations in bf16 and f32, and prints how the pairs were grouped, what the device
+//! launched, and each implementation's error against the literal loop. With `--checkpoint` it
+//! loads a real MoE layer instead and runs the reader's hidden states through it.
+//!
+//! stdout is the same on every backend except the measured errors, printed in `⟨ ⟩`: cuBLAS,
+//! the emulator's reference GEMM and candle sum in different orders, so those numbers depend on
+//! the machine. The snapshot test, `tools/steps check` and the GPU run compare every character
+//! outside `⟨ ⟩` (see `moe_tools::snap::same_output`); the tests check the numbers inside
+//! against the tolerances of [`crate::compare`].
+
+use crate::checkpoint::{self, LoadOptions};
+use crate::compare::{check_output, Tolerance};
+use crate::config::{Dtype, MoeConfig, SharedExpert};
+use crate::device::GroupedDevice;
+use crate::grouped::GroupedCpu;
+use crate::io;
+use crate::layer::MoeLayer;
+use crate::literal::LiteralLayer;
+use crate::plan::GroupPlan;
+use crate::weights::MoeWeights;
+use ch01_router::inputs::patterned;
+use ch01_router::{Grouping, RouterConfig};
+use moe_kernels::{record_launches, Device};
+use std::io::Write;
+use std::path::PathBuf;
+
+/// What `--checkpoint` asks for.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CheckpointOptions {
+    pub dir: PathBuf,
+    /// `hidden` [T, H] f32 or bf16; without it, 4 patterned tokens.
+    pub input: Option<PathBuf>,
+    /// Where to write `out` [T, H] f32.
+    pub output: Option<PathBuf>,
+    pub dtype: Dtype,
+    /// Which MoE layer (default: the first).
+    pub layer: Option<usize>,
+    /// Also run the f64 literal loop and print the error against it.
+    pub check: bool,
+}
+
+type Out<'a> = &'a mut dyn Write;
+
+fn w(out: Out, s: std::fmt::Arguments) -> Result<(), String> {
+    out.write_fmt(s).map_err(|e| e.to_string())
+}
+
+macro_rules! say {
+    ($out:expr, $($t:tt)*) => { w($out, format_args!("{}\n", format_args!($($t)*)))? };
+}
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// Runs the example: the tour, or (with `checkpoint`) a reader's checkpoint.
+pub fn run(
+    checkpoint: Option<&CheckpointOptions>,
+    device: &'static Device,
+    out: Out,
+) -> Result<(), String> {
+    match checkpoint {
+        Some(opts) => run_checkpoint(opts, device, out),
+        None => tour(device, out),
+    }
+}
+
+/// The tour's two layers.
+pub fn tour_layers() -> Vec<(&'static str, MoeWeights)> {
+    let qwen = MoeConfig {
+        hidden: 256,
+        intermediate: 128,
+        experts: 16,
+        router: RouterConfig::qwen3(4),
+        shared: None,
+    };
+    let deepseek = MoeConfig {
+        hidden: 256,
+        intermediate: 96,
+        experts: 32,
+        router: RouterConfig {
+            k: 4,
+            grouping: Some(Grouping {
+                n_group: 4,
+                topk_group: 2,
+            }),
+            ..RouterConfig::deepseek_v3()
+        },
+        shared: Some(SharedExpert {
+            intermediate: 96,
+            gated: false,
+        }),
+    };
+    vec![
+        (
+            "Qwen3-like: softmax, top-4 of 16",
+            MoeWeights::patterned(&qwen, 21, 0.125, false),
+        ),
+        (
+            "DeepSeek-V3-like: sigmoid + bias, 2 of 4 groups, top-4 of 32, scaling 2.5, a shared expert",
+            MoeWeights::patterned(&deepseek, 22, 0.125, true),
+        ),
+    ]
+}
+
+/// `shared expert I 96`, `gated shared expert I 96` or `no shared expert`.
+fn shared_text(s: Option<SharedExpert>) -> String {
+    match s {
+        None => "no shared expert".into(),
+        Some(s) => format!(
+            "{}shared expert I {}",
+            if s.gated { "gated " } else { "" },
+            s.intermediate
+        ),
+    }
+}
+
+/// `launched` as `1 gather + 9 GEMM + ...`, runs of the same launch counted.
+fn launch_summary(launched: &[String]) -> String {
+    let mut parts: Vec<(String, usize)> = Vec::new();
+    for l in launched {
+        let short = match l.as_str() {
+            "blas::linear" => "GEMM".to_string(),
+            s => s
+                .rsplit("::")
+                .next()
+                .unwrap_or(s)
+                .trim_start_matches("ch02_")
+                .to_string(),
+        };
+        match parts.last_mut() {
+            Some((name, n)) if *name == short => *n += 1,
+            _ => parts.push((short, 1)),
+        }
+    }
+    let list: Vec<String> = parts.iter().map(|(n, c)| format!("{c} {n}")).collect();
+    format!("{} = {} launches", list.join(" + "), launched.len())
+}
+
+// ANCHOR: tour
+fn tour(device: &'static Device, out: Out) -> Result<(), String> {
+    const TOKENS: usize = 6;
+    for (title, weights) in tour_layers() {
+        let c = &weights.config;
+        say!(out, "== {title}");
+        say!(
+            out,
+            "H {} I {} E {} k {}; w13 [E, 2I, H] and w2 [E, H, I] hold {:.1} M parameters",
+            c.hidden,
+            c.intermediate,
+            c.experts,
+            c.router.k,
+            (c.w13_len() + c.w2_len()) as f64 / 1e6
+        );
+        let hidden = patterned(TOKENS * c.hidden, 23, 1.0);
+        for dtype in [Dtype::Bf16, Dtype::F32] {
+            let literal = LiteralLayer::new(&weights, dtype).map_err(err)?;
+            let oracle = literal.forward(&hidden).map_err(err)?;
+            let plan = GroupPlan::new(&oracle.routing, c.experts).map_err(err)?;
+            if dtype == Dtype::Bf16 {
+                for t in 0..2 {
+                    let ids: Vec<String> = oracle
+                        .routing
+                        .row_ids(t)
+                        .iter()
+                        .map(|e| e.to_string())
+                        .collect();
+                    let ws: Vec<String> = oracle
+                        .routing
+                        .row_weights(t)
+                        .iter()
+                        .map(|w| format!("{w:.3}"))
+                        .collect();
+                    say!(
+                        out,
+                        "token {t}: experts {} weights {}",
+                        ids.join(" "),
+                        ws.join(" ")
+                    );
+                }
+                let runs: Vec<String> = plan
+                    .active_experts()
+                    .iter()
+                    .map(|&e| format!("{e}:{}", plan.count(e)))
+                    .collect();
+                say!(
+                    out,
+                    "{} pairs grouped by expert (expert:pairs): {}",
+                    plan.pairs(),
+                    runs.join(" ")
+                );
+            }
+            let cpu = GroupedCpu::new(&weights, dtype).map_err(err)?;
+            let dev = GroupedDevice::new(device, &weights, dtype).map_err(err)?;
+            let ws = dev.workspace(&oracle.routing).map_err(err)?;
+            let x = device.upload(&hidden).map_err(err)?;
+            let y = device.alloc::<f32>(hidden.len()).map_err(err)?;
+            let (r, launched) = record_launches(|| dev.enqueue_experts(&ws, &x, &y));
+            r.map_err(err)?;
+            let got_dev = y.to_vec().map_err(err)?;
+            let got_cpu = cpu.experts(&hidden, &oracle.routing).map_err(err)?;
+            let tol = Tolerance::vs_oracle(dtype);
+            let e_cpu = check_output("grouped on the CPU", &oracle.out, &got_cpu, tol)?;
+            let e_dev = check_output("grouped on the device", &oracle.out, &got_dev, tol)?;
+            say!(
+                out,
+                "{dtype}: device launches {}",
+                launch_summary(&launched)
+            );
+            say!(
+                out,
+                "{dtype}: error against the literal loop, max |diff| / rms: grouped CPU ⟨{:.1e}⟩, grouped device ⟨{:.1e}⟩ (tolerance {:.0e})",
+                e_cpu.relative,
+                e_dev.relative,
+                tol.0
+            );
+        }
+        say!(out, "");
+    }
+    say!(
+        out,
+        "Chapter 4 replaces the per-expert GEMMs with one kernel that serves every active expert."
+    );
+    Ok(())
+}
+// ANCHOR_END: tour
+
+fn run_checkpoint(
+    opts: &CheckpointOptions,
+    device: &'static Device,
+    out: Out,
+) -> Result<(), String> {
+    let loaded = checkpoint::load(
+        &opts.dir,
+        &LoadOptions {
+            layer: opts.layer,
+            progress: true,
+        },
+    )
+    .map_err(err)?;
+    let w = &loaded.weights;
+    let c = &w.config;
+    say!(
+        out,
+        "{}: layer {}, {:?} ({:?} storage, {} weights): H {} I {} E {} k {}, {}",
+        opts.dir.display(),
+        loaded.layer,
+        loaded.family,
+        loaded.storage,
+        loaded.file_dtype,
+        c.hidden,
+        c.intermediate,
+        c.experts,
+        c.router.k,
+        shared_text(c.shared)
+    );
+    let (hidden, rows) = match &opts.input {
+        Some(path) => {
+            let (hidden, rows, h) = io::read_hidden(path).map_err(err)?;
+            if h != c.hidden {
+                return Err(format!(
+                    "{}: `hidden` has {h} columns, but the layer's hidden size is {}",
+                    path.display(),
+                    c.hidden
+                ));
+            }
+            (hidden, rows)
+        }
+        None => (patterned(4 * c.hidden, 23, 1.0), 4),
+    };
+    let layer = GroupedDevice::new(device, w, opts.dtype).map_err(err)?;
+    let (fwd, launched) = record_launches(|| layer.forward(&hidden));
+    let fwd = fwd.map_err(err)?;
+    say!(
+        out,
+        "{rows} tokens in {}: {}",
+        opts.dtype,
+        launch_summary(&launched)
+    );
+    for t in 0..rows.min(4) {
+        let ids: Vec<String> = fwd
+            .routing
+            .row_ids(t)
+            .iter()
+            .map(|e| e.to_string())
+            .collect();
+        say!(out, "token {t}: experts {}", ids.join(" "));
+    }
+    if opts.check {
+        let lit = LiteralLayer::new(w, opts.dtype).map_err(err)?;
+        let want = lit.experts(&hidden, &fwd.routing).map_err(err)?;
+        let tol = Tolerance::vs_oracle(opts.dtype);
+        let e = check_output("the device layer", &want, &fwd.out, tol)?;
+        say!(
+            out,
+            "error against the literal loop on the same routing: ⟨{:.1e}⟩ of the output's rms (tolerance {:.0e})",
+            e.relative,
+            tol.0
+        );
+    }
+    if let Some(path) = &opts.output {
+        io::write_out(path, &fwd.out, rows, c.hidden).map_err(err)?;
+        say!(
+            out,
+            "wrote `out` [{rows}, {}] f32 to {}",
+            c.hidden,
+            path.display()
+        );
+    }
+    Ok(())
+}

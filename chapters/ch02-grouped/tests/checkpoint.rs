@@ -1,0 +1,1073 @@
+//! Loading checkpoints: both storage forms to the same weights (our own checkpoints and the
+//! Hugging Face fixtures of `tools/fixtures/ch02-hf/`), bf16 and f16 converted exactly, a sharded
+//! checkpoint read through its index; and every way a checkpoint can be wrong, tried as a user
+//! would meet it, each asserting the exact error.
+//!
+//! Checkpoints are written to a fresh folder under the system's temporary folder, never into the
+//! source tree.
+
+use ch01_router::RouterError;
+use ch02_grouped::checkpoint::{load, moe_layers, CheckpointError, Family, LoadOptions, Storage};
+use ch02_grouped::{MoeConfig, MoeError, MoeWeights, SharedExpert};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+// ---------------------------------------------------------------------------------------------
+// Writing checkpoints
+
+/// A folder under the system's temporary folder, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(what: &str) -> TempDir {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let dir =
+            std::env::temp_dir().join(format!("ch02-checkpoint-{}-{n}-{what}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// One tensor as a file holds it: safetensors' name of its type, its shape and its bytes.
+#[derive(Clone)]
+struct Entry {
+    name: String,
+    dtype: &'static str,
+    shape: Vec<usize>,
+    data: Vec<u8>,
+}
+
+/// How the test writes floats.
+#[derive(Clone, Copy, PartialEq)]
+enum Ty {
+    F32,
+    Bf16,
+    F16,
+}
+
+impl Ty {
+    fn name(self) -> &'static str {
+        match self {
+            Ty::F32 => "F32",
+            Ty::Bf16 => "BF16",
+            Ty::F16 => "F16",
+        }
+    }
+    fn round(self, x: f32) -> f32 {
+        match self {
+            Ty::F32 => x,
+            Ty::Bf16 => half::bf16::from_f32(x).to_f32(),
+            Ty::F16 => half::f16::from_f32(x).to_f32(),
+        }
+    }
+    fn bytes(self, v: &[f32]) -> Vec<u8> {
+        v.iter()
+            .flat_map(|&x| match self {
+                Ty::F32 => x.to_le_bytes().to_vec(),
+                Ty::Bf16 => half::bf16::from_f32(x).to_le_bytes().to_vec(),
+                Ty::F16 => half::f16::from_f32(x).to_le_bytes().to_vec(),
+            })
+            .collect()
+    }
+}
+
+fn entry(name: impl Into<String>, ty: Ty, shape: &[usize], v: &[f32]) -> Entry {
+    assert_eq!(shape.iter().product::<usize>(), v.len());
+    Entry {
+        name: name.into(),
+        dtype: ty.name(),
+        shape: shape.to_vec(),
+        data: ty.bytes(v),
+    }
+}
+
+/// Writes a safetensors file: 8 bytes of header length, the JSON header (padded with spaces to
+/// a multiple of 8), the data.
+fn write_safetensors(path: &Path, entries: &[Entry]) {
+    let mut header = serde_json::Map::new();
+    let mut offset = 0;
+    for e in entries {
+        header.insert(
+            e.name.clone(),
+            json!({"dtype": e.dtype, "shape": e.shape, "data_offsets": [offset, offset + e.data.len()]}),
+        );
+        offset += e.data.len();
+    }
+    header.insert("__metadata__".into(), json!({"format": "pt"}));
+    let mut text = Value::Object(header).to_string().into_bytes();
+    let pad = (8 - text.len() % 8) % 8;
+    text.extend(std::iter::repeat_n(b' ', pad));
+    let mut bytes = (text.len() as u64).to_le_bytes().to_vec();
+    bytes.extend(text);
+    for e in entries {
+        bytes.extend(&e.data);
+    }
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// The test layer's config: DeepSeek-V3-like (every feature: bias, groups, scaling, a shared
+/// expert of two) or Qwen2-MoE-like (a gated shared expert).
+fn config_json(family: Family) -> Value {
+    match family {
+        Family::DeepseekV3 => json!({
+            "architectures": ["DeepseekV3ForCausalLM"],
+            "model_type": "deepseek_v3",
+            "hidden_size": 16,
+            "moe_intermediate_size": 8,
+            "n_routed_experts": 8,
+            "num_experts_per_tok": 2,
+            "n_group": 4,
+            "topk_group": 2,
+            "routed_scaling_factor": 2.5,
+            "n_shared_experts": 2,
+            "norm_topk_prob": true,
+            "scoring_func": "sigmoid",
+            "topk_method": "noaux_tc",
+            "first_k_dense_replace": 1,
+            "num_hidden_layers": 2,
+        }),
+        Family::Qwen2Moe => json!({
+            "architectures": ["Qwen2MoeForCausalLM"],
+            "model_type": "qwen2_moe",
+            "hidden_size": 16,
+            "moe_intermediate_size": 8,
+            "shared_expert_intermediate_size": 24,
+            "num_experts": 8,
+            "num_experts_per_tok": 3,
+            "norm_topk_prob": false,
+            "num_hidden_layers": 2,
+        }),
+        _ => unreachable!("the tests write DeepSeek-V3 and Qwen2-MoE layers"),
+    }
+}
+
+/// What `config_json(family)` describes.
+fn expected_config(family: Family) -> MoeConfig {
+    match family {
+        Family::DeepseekV3 => MoeConfig {
+            hidden: 16,
+            intermediate: 8,
+            experts: 8,
+            router: ch01_router::RouterConfig {
+                k: 2,
+                grouping: Some(ch01_router::Grouping {
+                    n_group: 4,
+                    topk_group: 2,
+                }),
+                routed_scaling: 2.5,
+                ..ch01_router::RouterConfig::deepseek_v3()
+            },
+            shared: Some(SharedExpert {
+                intermediate: 16,
+                gated: false,
+            }),
+        },
+        Family::Qwen2Moe => MoeConfig {
+            hidden: 16,
+            intermediate: 8,
+            experts: 8,
+            router: ch01_router::RouterConfig {
+                renormalize: false,
+                ..ch01_router::RouterConfig::qwen3(3)
+            },
+            shared: Some(SharedExpert {
+                intermediate: 24,
+                gated: true,
+            }),
+        },
+        _ => unreachable!(),
+    }
+}
+
+fn weights(family: Family) -> MoeWeights {
+    let w = MoeWeights::patterned(
+        &expected_config(family),
+        7,
+        1.0,
+        family == Family::DeepseekV3,
+    );
+    w.validate().unwrap();
+    w
+}
+
+/// The tensors of a two-layer model: layer 0 dense, layer 1 the MoE layer `w`, in `storage`,
+/// everything of type `ty`; plus the embedding and a norm so the names look like a model's.
+fn model_tensors(family: Family, w: &MoeWeights, storage: Storage, ty: Ty) -> Vec<Entry> {
+    let c = &w.config;
+    let (h, i, e) = (c.hidden, c.intermediate, c.experts);
+    let p = "model.layers.1.mlp.";
+    let mut t = vec![
+        entry("model.embed_tokens.weight", ty, &[4, h], &vec![0.5; 4 * h]),
+        entry(
+            "model.layers.0.mlp.gate_proj.weight",
+            ty,
+            &[32, h],
+            &vec![0.25; 32 * h],
+        ),
+        entry(
+            "model.layers.0.mlp.up_proj.weight",
+            ty,
+            &[32, h],
+            &vec![0.25; 32 * h],
+        ),
+        entry(
+            "model.layers.0.mlp.down_proj.weight",
+            ty,
+            &[h, 32],
+            &vec![0.25; 32 * h],
+        ),
+        entry(
+            "model.layers.1.input_layernorm.weight",
+            ty,
+            &[h],
+            &vec![1.0; h],
+        ),
+        entry(format!("{p}gate.weight"), ty, &[e, h], &w.gate),
+    ];
+    if let Some(b) = &w.bias {
+        // DeepSeek-V3 keeps its bias in f32 whatever the weights are.
+        t.push(entry(
+            format!("{p}gate.e_score_correction_bias"),
+            Ty::F32,
+            &[e],
+            b,
+        ));
+    }
+    match storage {
+        Storage::PerExpert => {
+            for x in 0..e {
+                let w13 = w.w13_of(x);
+                t.push(entry(
+                    format!("{p}experts.{x}.gate_proj.weight"),
+                    ty,
+                    &[i, h],
+                    &w13[..i * h],
+                ));
+                t.push(entry(
+                    format!("{p}experts.{x}.up_proj.weight"),
+                    ty,
+                    &[i, h],
+                    &w13[i * h..],
+                ));
+                t.push(entry(
+                    format!("{p}experts.{x}.down_proj.weight"),
+                    ty,
+                    &[h, i],
+                    w.w2_of(x),
+                ));
+            }
+        }
+        Storage::Fused => {
+            t.push(entry(
+                format!("{p}experts.gate_up_proj"),
+                ty,
+                &[e, 2 * i, h],
+                &w.w13,
+            ));
+            t.push(entry(
+                format!("{p}experts.down_proj"),
+                ty,
+                &[e, h, i],
+                &w.w2,
+            ));
+        }
+    }
+    if let (Some(s), Some(sw)) = (c.shared, &w.shared) {
+        let is = s.intermediate;
+        let module = if family == Family::Qwen2Moe {
+            "shared_expert"
+        } else {
+            "shared_experts"
+        };
+        t.push(entry(
+            format!("{p}{module}.gate_proj.weight"),
+            ty,
+            &[is, h],
+            &sw.w13[..is * h],
+        ));
+        t.push(entry(
+            format!("{p}{module}.up_proj.weight"),
+            ty,
+            &[is, h],
+            &sw.w13[is * h..],
+        ));
+        t.push(entry(
+            format!("{p}{module}.down_proj.weight"),
+            ty,
+            &[h, is],
+            &sw.w2,
+        ));
+        if let Some(g) = &sw.gate {
+            t.push(entry(
+                format!("{p}shared_expert_gate.weight"),
+                ty,
+                &[1, h],
+                g,
+            ));
+        }
+    }
+    t
+}
+
+/// A checkpoint folder: `config.json` and `model.safetensors`.
+fn write_checkpoint(dir: &Path, config: &Value, tensors: &[Entry]) {
+    std::fs::write(
+        dir.join("config.json"),
+        serde_json::to_string_pretty(config).unwrap(),
+    )
+    .unwrap();
+    write_safetensors(&dir.join("model.safetensors"), tensors);
+}
+
+/// A whole test checkpoint of `family` in a new temporary folder.
+fn checkpoint(family: Family, storage: Storage, ty: Ty) -> (TempDir, MoeWeights) {
+    let dir = TempDir::new("ckpt");
+    let w = weights(family);
+    write_checkpoint(
+        dir.path(),
+        &config_json(family),
+        &model_tensors(family, &w, storage, ty),
+    );
+    (dir, w)
+}
+
+/// The same checkpoint with one change to its config.
+fn with_config(change: impl FnOnce(&mut serde_json::Map<String, Value>)) -> TempDir {
+    let family = Family::DeepseekV3;
+    let dir = TempDir::new("config");
+    let mut config = config_json(family);
+    change(config.as_object_mut().unwrap());
+    let w = weights(family);
+    write_checkpoint(
+        dir.path(),
+        &config,
+        &model_tensors(family, &w, Storage::PerExpert, Ty::F32),
+    );
+    dir
+}
+
+/// The same checkpoint with its tensors changed.
+fn with_tensors(change: impl FnOnce(&mut Vec<Entry>)) -> TempDir {
+    let family = Family::DeepseekV3;
+    let dir = TempDir::new("tensors");
+    let w = weights(family);
+    let mut t = model_tensors(family, &w, Storage::PerExpert, Ty::F32);
+    change(&mut t);
+    write_checkpoint(dir.path(), &config_json(family), &t);
+    dir
+}
+
+fn err(dir: &Path) -> CheckpointError {
+    err_at(dir, None)
+}
+
+fn err_at(dir: &Path, layer: Option<usize>) -> CheckpointError {
+    match load(
+        dir,
+        &LoadOptions {
+            layer,
+            progress: false,
+        },
+    ) {
+        Ok(l) => panic!(
+            "loaded layer {} of {}; expected an error",
+            l.layer,
+            dir.display()
+        ),
+        Err(e) => {
+            // Every error says something (and is an std::error::Error).
+            let boxed: Box<dyn std::error::Error> = Box::new(e.clone());
+            assert!(!boxed.to_string().is_empty());
+            e
+        }
+    }
+}
+
+fn config_error(field: &str, expected: &str, found: &str) -> CheckpointError {
+    CheckpointError::Config {
+        field: field.into(),
+        expected: expected.into(),
+        found: found.into(),
+    }
+}
+
+const P: &str = "model.layers.1.mlp.";
+
+// ---------------------------------------------------------------------------------------------
+// What loads
+
+/// Both storage forms, f32, load to exactly the weights written; layer 0 is dense, so the
+/// default is layer 1.
+#[test]
+fn both_storage_forms_load_the_weights_written() {
+    for family in [Family::DeepseekV3, Family::Qwen2Moe] {
+        for storage in [Storage::PerExpert, Storage::Fused] {
+            let (dir, w) = checkpoint(family, storage, Ty::F32);
+            let l = load(dir.path(), &LoadOptions::default()).unwrap();
+            assert_eq!((l.layer, l.family, l.storage), (1, family, storage));
+            assert_eq!(l.file_dtype, "f32");
+            assert_eq!(l.weights, w, "{family} {storage:?}");
+            assert_eq!(moe_layers(dir.path()).unwrap(), vec![1]);
+        }
+    }
+}
+
+/// bf16 and f16 files hold values that f32 holds exactly: the loaded weights are the written
+/// ones rounded to the file's type (the bias, stored in f32, unrounded).
+#[test]
+fn bf16_and_f16_files_convert_exactly() {
+    for ty in [Ty::Bf16, Ty::F16] {
+        for storage in [Storage::PerExpert, Storage::Fused] {
+            let (dir, w) = checkpoint(Family::DeepseekV3, storage, ty);
+            let l = load(dir.path(), &LoadOptions::default()).unwrap();
+            let r = |v: &[f32]| v.iter().map(|&x| ty.round(x)).collect::<Vec<_>>();
+            let s = w.shared.as_ref().unwrap();
+            let want = MoeWeights {
+                gate: r(&w.gate),
+                w13: r(&w.w13),
+                w2: r(&w.w2),
+                shared: Some(ch02_grouped::SharedWeights {
+                    w13: r(&s.w13),
+                    w2: r(&s.w2),
+                    gate: None,
+                }),
+                ..w.clone()
+            };
+            assert_eq!(l.weights, want);
+            assert_eq!(l.file_dtype, if ty == Ty::Bf16 { "bf16" } else { "f16" });
+        }
+    }
+}
+
+/// Writes each of `shards` as one file, with an index, as `save_pretrained` shards.
+fn write_sharded(dir: &Path, config: &Value, shards: &[&[Entry]]) -> Vec<PathBuf> {
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    let mut map = serde_json::Map::new();
+    let mut paths = Vec::new();
+    let n = shards.len();
+    for (s, chunk) in shards.iter().enumerate() {
+        let file = format!("model-{:05}-of-{n:05}.safetensors", s + 1);
+        write_safetensors(&dir.join(&file), chunk);
+        for t in chunk.iter() {
+            map.insert(t.name.clone(), json!(file));
+        }
+        paths.push(dir.join(file));
+    }
+    let index = json!({"metadata": {"total_size": 0}, "weight_map": map});
+    std::fs::write(dir.join("model.safetensors.index.json"), index.to_string()).unwrap();
+    paths
+}
+
+/// A sharded checkpoint loads through its index; a shard that holds nothing of the layer need
+/// not be there (a folder with only some shards downloaded loads the layers they hold), and
+/// `moe_layers` reads the index alone.
+#[test]
+fn a_sharded_checkpoint_loads_through_its_index() {
+    let family = Family::DeepseekV3;
+    let dir = TempDir::new("sharded");
+    let w = weights(family);
+    let t = model_tensors(family, &w, Storage::PerExpert, Ty::F32);
+    // The first shard holds only other layers' tensors; the layer spans the other two.
+    let (moe, other): (Vec<Entry>, Vec<Entry>) = t.into_iter().partition(|e| e.name.starts_with(P));
+    let paths = write_sharded(
+        dir.path(),
+        &config_json(family),
+        &[&other, &moe[..10], &moe[10..]],
+    );
+    let l = load(dir.path(), &LoadOptions::default()).unwrap();
+    assert_eq!(l.weights, w);
+    std::fs::remove_file(&paths[0]).unwrap();
+    assert_eq!(
+        load(dir.path(), &LoadOptions::default()).unwrap().weights,
+        w
+    );
+    assert_eq!(moe_layers(dir.path()).unwrap(), vec![1]);
+}
+
+/// The Hugging Face fixtures: every MoE layer loads to the same weights from the Hub's form
+/// (`save_pretrained`, sharded for deepseek_v3) and from transformers 5.x's fused `state_dict()`.
+#[test]
+fn hf_fixtures_load_the_same_weights_in_both_forms() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/fixtures/ch02-hf");
+    let mut seen = 0;
+    for (name, family) in [
+        ("qwen3_moe", Family::Qwen3Moe),
+        ("deepseek_v3", Family::DeepseekV3),
+        ("glm4_moe", Family::Glm4Moe),
+        ("qwen2_moe", Family::Qwen2Moe),
+    ] {
+        let dir = root.join(name);
+        let about: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("fixture.json")).unwrap())
+                .unwrap();
+        let layers: Vec<usize> = serde_json::from_value(about["moe_layers"].clone()).unwrap();
+        for form in ["per_expert", "fused"] {
+            assert_eq!(
+                moe_layers(&dir.join(form)).unwrap(),
+                layers,
+                "{name} {form}"
+            );
+        }
+        for &layer in &layers {
+            let opts = LoadOptions {
+                layer: Some(layer),
+                progress: true,
+            };
+            let a = load(&dir.join("per_expert"), &opts).unwrap();
+            let b = load(&dir.join("fused"), &opts).unwrap();
+            assert_eq!(
+                (a.family, a.storage, a.layer),
+                (family, Storage::PerExpert, layer)
+            );
+            assert_eq!(
+                (b.family, b.storage, b.layer),
+                (family, Storage::Fused, layer)
+            );
+            assert_eq!(a.weights, b.weights, "{name} layer {layer}");
+            seen += 1;
+        }
+        let first = load(&dir.join("fused"), &LoadOptions::default()).unwrap();
+        assert_eq!(first.layer, layers[0]);
+    }
+    assert_eq!(seen, 7);
+}
+
+/// transformers 5.x writes Qwen3-MoE's `num_experts` as `num_local_experts`; either is read, and
+/// both must agree.
+#[test]
+fn the_number_of_experts_under_either_name() {
+    let q3 = |dir: &Path, fields: Value| {
+        let w = weights(Family::Qwen2Moe);
+        let w = MoeWeights {
+            config: MoeConfig {
+                shared: None,
+                ..w.config.clone()
+            },
+            shared: None,
+            ..w
+        };
+        let mut config = json!({"model_type": "qwen3_moe", "hidden_size": 16, "moe_intermediate_size": 8,
+            "num_experts_per_tok": 3});
+        config
+            .as_object_mut()
+            .unwrap()
+            .extend(fields.as_object().unwrap().clone());
+        write_checkpoint(
+            dir,
+            &config,
+            &model_tensors(Family::Qwen3Moe, &w, Storage::Fused, Ty::F32),
+        );
+        w
+    };
+    for fields in [
+        json!({"num_experts": 8}),
+        json!({"num_local_experts": 8}),
+        json!({"num_experts": 8, "num_local_experts": 8}),
+    ] {
+        let dir = TempDir::new("qwen3");
+        let w = q3(dir.path(), fields);
+        let l = load(dir.path(), &LoadOptions::default()).unwrap();
+        assert_eq!((l.family, l.weights), (Family::Qwen3Moe, w));
+    }
+    let dir = TempDir::new("qwen3");
+    q3(
+        dir.path(),
+        json!({"num_experts": 8, "num_local_experts": 16}),
+    );
+    assert_eq!(
+        err(dir.path()),
+        config_error("num_local_experts", "8, as `num_experts` says", "16")
+    );
+}
+
+/// Without `model_type` or `architectures`, the fields tell the family.
+#[test]
+fn the_family_from_the_fields_alone() {
+    let dir = with_config(|c| {
+        c.remove("model_type");
+        c.remove("architectures");
+    });
+    assert_eq!(
+        load(dir.path(), &LoadOptions::default()).unwrap().family,
+        Family::DeepseekV3
+    );
+    let dir = with_config(|c| {
+        c.insert("model_type".into(), json!("mixtral"));
+        c.insert("architectures".into(), json!(["MixtralForCausalLM"]));
+        c.remove("n_routed_experts");
+    });
+    assert_eq!(
+        err(dir.path()),
+        CheckpointError::UnknownFamily {
+            model_type: Some("mixtral".into()),
+            architectures: vec!["MixtralForCausalLM".into()],
+        }
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Every way a checkpoint can be wrong
+
+#[test]
+fn not_a_folder_or_no_config() {
+    let dir = TempDir::new("empty");
+    assert_eq!(
+        err(dir.path()),
+        CheckpointError::MissingFile {
+            path: dir.path().join("config.json"),
+            what: "the model's config".into(),
+        }
+    );
+    std::fs::write(dir.path().join("config.json"), "{\"model_type\": ").unwrap();
+    assert!(
+        matches!(err(dir.path()), CheckpointError::Json { path, .. } if path == dir.path().join("config.json"))
+    );
+    // A config but no weights.
+    std::fs::write(
+        dir.path().join("config.json"),
+        config_json(Family::DeepseekV3).to_string(),
+    )
+    .unwrap();
+    assert!(
+        matches!(err(dir.path()), CheckpointError::MissingFile { path, .. } if path == dir.path().join("model.safetensors"))
+    );
+    // A file where the folder should be.
+    let file = dir.path().join("config.json");
+    assert!(matches!(moe_layers(&file), Err(CheckpointError::Io { path, .. }) if path == file));
+}
+
+#[test]
+fn a_missing_config_field() {
+    for (field, name) in [
+        ("num_experts_per_tok", "num_experts_per_tok"),
+        ("hidden_size", "hidden_size"),
+        ("moe_intermediate_size", "moe_intermediate_size"),
+        (
+            "n_routed_experts",
+            "n_routed_experts` or `num_local_experts",
+        ),
+    ] {
+        let dir = with_config(|c| {
+            c.remove(field);
+        });
+        assert_eq!(
+            err(dir.path()),
+            config_error(name, "a non-negative integer", "missing")
+        );
+    }
+    // A field of the wrong type.
+    let dir = with_config(|c| {
+        c.insert("num_experts_per_tok".into(), json!("two"));
+    });
+    assert_eq!(
+        err(dir.path()),
+        config_error("num_experts_per_tok", "a non-negative integer", "\"two\"")
+    );
+    let dir = with_config(|c| {
+        c.insert("norm_topk_prob".into(), json!(1));
+    });
+    assert_eq!(
+        err(dir.path()),
+        config_error("norm_topk_prob", "true or false", "1")
+    );
+}
+
+#[test]
+fn a_config_field_out_of_range() {
+    let cases: Vec<(&str, Value, CheckpointError)> = vec![
+        (
+            "num_experts_per_tok",
+            json!(0),
+            config_error("num_experts_per_tok", "at least 1", "0"),
+        ),
+        (
+            "num_experts_per_tok",
+            json!(9),
+            config_error(
+                "num_experts_per_tok",
+                "at most the number of experts, 8 (`n_routed_experts`)",
+                "9",
+            ),
+        ),
+        (
+            "n_routed_experts",
+            json!(0),
+            config_error("n_routed_experts", "at least 1", "0"),
+        ),
+        (
+            "hidden_size",
+            json!(0),
+            config_error("hidden_size", "at least 1", "0"),
+        ),
+        (
+            "moe_intermediate_size",
+            json!(-8),
+            config_error("moe_intermediate_size", "a non-negative integer", "-8"),
+        ),
+        (
+            "n_group",
+            json!(3),
+            config_error(
+                "n_group",
+                "a divisor of the number of experts, 8 (`n_routed_experts`)",
+                "3",
+            ),
+        ),
+        (
+            "n_group",
+            json!(0),
+            config_error(
+                "n_group",
+                "a divisor of the number of experts, 8 (`n_routed_experts`)",
+                "0",
+            ),
+        ),
+        (
+            "topk_group",
+            json!(5),
+            config_error("topk_group", "at most `n_group` = 4", "5"),
+        ),
+        (
+            "topk_group",
+            json!(0),
+            config_error(
+                "topk_group",
+                "at least 1 (the kept groups of 2 experts must hold `num_experts_per_tok` = 2)",
+                "0",
+            ),
+        ),
+        (
+            "scoring_func",
+            json!("tanh"),
+            config_error("scoring_func", "\"sigmoid\" or \"softmax\"", "\"tanh\""),
+        ),
+        (
+            "topk_method",
+            json!("group_limited_greedy"),
+            config_error(
+                "topk_method",
+                "\"noaux_tc\" (DeepSeek-V3's grouped selection)",
+                "\"group_limited_greedy\"",
+            ),
+        ),
+        (
+            "routed_scaling_factor",
+            json!(0.0),
+            config_error("routed_scaling_factor", "a finite number above 0", "0"),
+        ),
+        (
+            "routed_scaling_factor",
+            json!(-2.5),
+            config_error("routed_scaling_factor", "a finite number above 0", "-2.5"),
+        ),
+        (
+            "routed_scaling_factor",
+            json!("2.5"),
+            config_error("routed_scaling_factor", "a number", "\"2.5\""),
+        ),
+    ];
+    for (field, value, want) in cases {
+        let dir = with_config(|c| {
+            c.insert(field.into(), value.clone());
+        });
+        assert_eq!(err(dir.path()), want, "{field} = {value}");
+    }
+}
+
+#[test]
+fn a_missing_tensor() {
+    for name in [
+        format!("{P}experts.3.up_proj.weight"),
+        format!("{P}gate.e_score_correction_bias"),
+        format!("{P}shared_experts.down_proj.weight"),
+        format!("{P}gate.weight"),
+    ] {
+        let dir = with_tensors(|t| t.retain(|e| e.name != name));
+        assert_eq!(
+            err(dir.path()),
+            CheckpointError::MissingTensor {
+                name: name.clone(),
+                looked_in: dir.path().join("model.safetensors").display().to_string(),
+            }
+        );
+    }
+    // The router without any expert.
+    let dir = with_tensors(|t| t.retain(|e| !e.name.starts_with(&format!("{P}experts."))));
+    assert_eq!(
+        err(dir.path()),
+        CheckpointError::NoExperts {
+            layer: 1,
+            per_expert: format!("{P}experts.0.gate_proj.weight"),
+            fused: format!("{P}experts.gate_up_proj"),
+        }
+    );
+    // Qwen2-MoE's shared expert gate.
+    let (dir, _) = checkpoint(Family::Qwen2Moe, Storage::Fused, Ty::F32);
+    let mut t = model_tensors(
+        Family::Qwen2Moe,
+        &weights(Family::Qwen2Moe),
+        Storage::Fused,
+        Ty::F32,
+    );
+    t.retain(|e| !e.name.ends_with("shared_expert_gate.weight"));
+    write_checkpoint(dir.path(), &config_json(Family::Qwen2Moe), &t);
+    assert!(
+        matches!(err(dir.path()), CheckpointError::MissingTensor { name, .. } if name == format!("{P}shared_expert_gate.weight"))
+    );
+}
+
+#[test]
+fn a_tensor_of_the_wrong_shape() {
+    // An expert's down projection stored transposed.
+    let name = format!("{P}experts.2.down_proj.weight");
+    let dir = with_tensors(|t| {
+        let e = t.iter_mut().find(|e| e.name == name).unwrap();
+        e.shape = vec![8, 16];
+    });
+    assert_eq!(
+        err(dir.path()),
+        CheckpointError::Shape {
+            tensor: name,
+            expected: vec![16, 8],
+            found: vec![8, 16],
+        }
+    );
+    // A router of 16 experts in a config of 8.
+    let dir = with_tensors(|t| {
+        let e = t
+            .iter_mut()
+            .find(|e| e.name == format!("{P}gate.weight"))
+            .unwrap();
+        *e = entry(e.name.clone(), Ty::F32, &[16, 16], &vec![0.0; 256]);
+    });
+    assert_eq!(
+        err(dir.path()),
+        CheckpointError::Shape {
+            tensor: format!("{P}gate.weight"),
+            expected: vec![8, 16],
+            found: vec![16, 16],
+        }
+    );
+    // A fused down projection stored [E, I, H] instead of [E, H, I].
+    let (dir, w) = checkpoint(Family::DeepseekV3, Storage::Fused, Ty::F32);
+    let mut t = model_tensors(Family::DeepseekV3, &w, Storage::Fused, Ty::F32);
+    t.iter_mut()
+        .find(|e| e.name.ends_with("experts.down_proj"))
+        .unwrap()
+        .shape = vec![8, 8, 16];
+    write_checkpoint(dir.path(), &config_json(Family::DeepseekV3), &t);
+    assert_eq!(
+        err(dir.path()),
+        CheckpointError::Shape {
+            tensor: format!("{P}experts.down_proj"),
+            expected: vec![8, 16, 8],
+            found: vec![8, 8, 16],
+        }
+    );
+}
+
+#[test]
+fn a_tensor_of_an_unknown_type() {
+    let name = format!("{P}experts.0.gate_proj.weight");
+    for (dtype, size) in [("I64", 8), ("F8_E4M3", 1), ("F64", 8), ("BOOL", 1)] {
+        let dir = with_tensors(|t| {
+            let e = t.iter_mut().find(|e| e.name == name).unwrap();
+            e.dtype = dtype;
+            e.data = vec![0; 8 * 16 * size];
+        });
+        assert_eq!(
+            err(dir.path()),
+            CheckpointError::Dtype {
+                tensor: name.clone(),
+                found: dtype.into(),
+            }
+        );
+    }
+}
+
+#[test]
+fn a_shard_named_in_the_index_is_missing() {
+    let family = Family::DeepseekV3;
+    let dir = TempDir::new("shards");
+    let t = model_tensors(family, &weights(family), Storage::PerExpert, Ty::F32);
+    let paths = write_sharded(
+        dir.path(),
+        &config_json(family),
+        &[&t[..10], &t[10..20], &t[20..]],
+    );
+    std::fs::remove_file(&paths[2]).unwrap();
+    assert!(
+        matches!(err(dir.path()), CheckpointError::MissingFile { path, .. } if path == paths[2])
+    );
+    // An index without its weight map.
+    std::fs::write(
+        dir.path().join("model.safetensors.index.json"),
+        "{\"metadata\": {}}",
+    )
+    .unwrap();
+    assert!(matches!(err(dir.path()), CheckpointError::Json { .. }));
+    // A tensor the index does not name.
+    let dir2 = TempDir::new("shards");
+    let t2: Vec<Entry> = t
+        .iter()
+        .filter(|e| e.name != format!("{P}experts.5.down_proj.weight"))
+        .cloned()
+        .collect();
+    write_sharded(dir2.path(), &config_json(family), &[&t2[..15], &t2[15..]]);
+    assert_eq!(
+        err(dir2.path()),
+        CheckpointError::MissingTensor {
+            name: format!("{P}experts.5.down_proj.weight"),
+            looked_in: dir2
+                .path()
+                .join("model.safetensors.index.json")
+                .display()
+                .to_string(),
+        }
+    );
+}
+
+#[test]
+fn a_file_that_is_not_safetensors() {
+    let path_of = |d: &TempDir| d.path().join("model.safetensors");
+    let cases: [(&[u8], &str); 3] = [
+        (
+            b"not safetensors, just some text that is long enough",
+            "its first 8 bytes give a header of",
+        ),
+        (b"abc", "3 bytes, too short for a header"),
+        (
+            &[2, 0, 0, 0, 0, 0, 0, 0, b'[', b']'],
+            "the header is not a JSON object",
+        ),
+    ];
+    for (bytes, why) in cases {
+        let dir = with_tensors(|_| {});
+        std::fs::write(path_of(&dir), bytes).unwrap();
+        match err(dir.path()) {
+            CheckpointError::NotSafetensors { path, why: got } => {
+                assert_eq!(path, path_of(&dir));
+                assert!(got.starts_with(why), "{got}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    // A header that frames right but does not parse.
+    let dir = with_tensors(|_| {});
+    let mut bytes = 8u64.to_le_bytes().to_vec();
+    bytes.extend(b"{\"x\": 1}");
+    std::fs::write(path_of(&dir), bytes).unwrap();
+    assert!(matches!(
+        err(dir.path()),
+        CheckpointError::NotSafetensors { .. }
+    ));
+}
+
+#[test]
+fn a_layer_that_is_not_moe_or_not_there() {
+    let (dir, _) = checkpoint(Family::DeepseekV3, Storage::PerExpert, Ty::F32);
+    assert_eq!(
+        err_at(dir.path(), Some(0)),
+        CheckpointError::NotMoeLayer {
+            layer: 0,
+            moe_layers: vec![1],
+        }
+    );
+    assert_eq!(
+        err_at(dir.path(), Some(7)),
+        CheckpointError::NoSuchLayer {
+            layer: 7,
+            layers: 2,
+            moe_layers: vec![1],
+        }
+    );
+    assert_eq!(
+        load(
+            dir.path(),
+            &LoadOptions {
+                layer: Some(1),
+                progress: false
+            }
+        )
+        .unwrap()
+        .layer,
+        1
+    );
+    // A dense model.
+    let dir = with_tensors(|t| t.retain(|e| !e.name.starts_with(P)));
+    assert_eq!(err(dir.path()), CheckpointError::NoMoeLayer { layers: 2 });
+    assert_eq!(moe_layers(dir.path()).unwrap(), Vec::<usize>::new());
+}
+
+#[test]
+fn experts_in_both_forms_or_in_two_files() {
+    let family = Family::DeepseekV3;
+    let w = weights(family);
+    let dir = with_tensors(|t| {
+        let fused = model_tensors(family, &w, Storage::Fused, Ty::F32);
+        t.extend(
+            fused
+                .into_iter()
+                .filter(|e| e.name.ends_with("gate_up_proj")),
+        );
+    });
+    assert_eq!(err(dir.path()), CheckpointError::MixedStorage { layer: 1 });
+    // Two files without an index, both holding the router.
+    let dir = TempDir::new("two-files");
+    let t = model_tensors(family, &w, Storage::PerExpert, Ty::F32);
+    std::fs::write(
+        dir.path().join("config.json"),
+        config_json(family).to_string(),
+    )
+    .unwrap();
+    write_safetensors(&dir.path().join("a.safetensors"), &t);
+    write_safetensors(&dir.path().join("b.safetensors"), &t[5..6]);
+    assert_eq!(
+        err(dir.path()),
+        CheckpointError::DuplicateTensor {
+            name: t[5].name.clone(),
+            first: dir.path().join("a.safetensors"),
+            second: dir.path().join("b.safetensors"),
+        }
+    );
+    // Without `model.safetensors`, every .safetensors file of the folder is the checkpoint.
+    std::fs::remove_file(dir.path().join("b.safetensors")).unwrap();
+    assert_eq!(
+        load(dir.path(), &LoadOptions::default()).unwrap().weights,
+        w
+    );
+}
+
+/// A checkpoint that loads but that the layer refuses: the error of the layer's own checks.
+#[test]
+fn a_bias_that_is_not_finite() {
+    let dir = with_tensors(|t| {
+        let e = t
+            .iter_mut()
+            .find(|e| e.name.ends_with("e_score_correction_bias"))
+            .unwrap();
+        e.data[12..16].copy_from_slice(&f32::NAN.to_le_bytes());
+    });
+    match err(dir.path()) {
+        CheckpointError::Invalid(MoeError::Router(RouterError::BiasNotFinite {
+            expert,
+            value,
+        })) => {
+            assert_eq!(expert, 3);
+            assert!(value.is_nan());
+        }
+        other => panic!("{other:?}"),
+    }
+}

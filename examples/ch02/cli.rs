@@ -1,0 +1,59 @@
+//! Chapter 2's command line (`cargo run --example ch02 -- --help`). The chapter's code lives in
+//! the library (`ch02_grouped::example`); this file only turns arguments into its options.
+//! `tests/ch02_example.rs` includes this file too.
+
+use ch02_grouped::example::CheckpointOptions;
+use ch02_grouped::Dtype;
+use clap::{Parser, ValueEnum};
+use std::path::PathBuf;
+
+/// Chapter 2: the MoE layer, grouped by expert. Without options, two small built-in layers
+/// through the literal loop, the CPU grouped loop and the device grouped loop.
+#[derive(Parser, Debug)]
+#[command(name = "ch02", about)]
+pub struct Args {
+    /// A Hugging Face checkpoint directory (config.json and .safetensors files) holding a MoE
+    /// layer: Qwen3-MoE, Qwen2-MoE, DeepSeek-V3 or GLM-4-MoE.
+    #[arg(long, value_name = "DIR")]
+    pub checkpoint: Option<PathBuf>,
+    /// `hidden` [T, H] (f32 or bf16) in a safetensors file; without it, 4 patterned tokens.
+    #[arg(long, value_name = "FILE.safetensors", requires = "checkpoint")]
+    pub input: Option<PathBuf>,
+    /// Write `out` [T, H] f32 here.
+    #[arg(long, value_name = "FILE.safetensors", requires = "checkpoint")]
+    pub output: Option<PathBuf>,
+    /// The experts' compute type: bf16 (the engines' path) or f32.
+    #[arg(long, value_enum, default_value_t = DtypeArg::Bf16, requires = "checkpoint")]
+    pub dtype: DtypeArg,
+    /// Which MoE layer of the checkpoint (default: the first one).
+    #[arg(long, value_name = "N", requires = "checkpoint")]
+    pub layer: Option<usize>,
+    /// Skip the f64 literal loop that checks the device's output (it takes a while for a
+    /// large batch of a real model).
+    #[arg(long, requires = "checkpoint")]
+    pub no_check: bool,
+}
+
+/// `--dtype` values.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum DtypeArg {
+    Bf16,
+    F32,
+}
+
+impl Args {
+    /// The options of `--checkpoint`, when it was given.
+    pub fn checkpoint_options(&self) -> Option<CheckpointOptions> {
+        Some(CheckpointOptions {
+            dir: self.checkpoint.clone()?,
+            input: self.input.clone(),
+            output: self.output.clone(),
+            dtype: match self.dtype {
+                DtypeArg::Bf16 => Dtype::Bf16,
+                DtypeArg::F32 => Dtype::F32,
+            },
+            layer: self.layer,
+            check: !self.no_check,
+        })
+    }
+}

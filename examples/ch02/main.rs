@@ -1,0 +1,29 @@
+//! Chapter 2's main: `cargo run --example ch02` (add `-- --help` for the options). The tour and
+//! the `--checkpoint` path live in `chapters/ch02-grouped/src/example.rs`, where the book quotes
+//! them.
+
+mod cli;
+
+use clap::Parser;
+use moe_kernels::Device;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args = cli::Args::parse(); // a usage error exits with status 2 and clap's message
+    let device = match Device::auto() {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let opts = args.checkpoint_options();
+    let mut stdout = std::io::stdout().lock();
+    match ch02_grouped::example::run(opts.as_ref(), device, &mut stdout) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
