@@ -12,15 +12,18 @@
 //
 // The GEMMs are the runtime's library GEMM (cuBLAS on the GPU, the reference GEMM on the
 // emulator); this file holds the three kernels between them. 3 + 2 x (active experts) launches:
-// chapter 4 folds them all into one or two.
+// chapter 4 replaces the per-expert GEMMs with one kernel for every expert.
 //
-// Upstream: the per-expert loop of Hugging Face's MoE blocks (`Qwen3MoeExperts.forward`:
-// `index_select`, two `F.linear`, `index_add_`) and of mini-sglang's reference layer.
+// Upstream: the per-expert loop of Hugging Face's MoE blocks (`Qwen3MoeExperts.forward`, the
+// "eager" experts implementation: `index_select`, two `F.linear`, `index_add_`), and the
+// reference backend grouped by expert of the from-scratch MoE chapter the book is built from.
 //
 // Differences:
 // - The scatter-add is a gather: each output row sums its own k slots in slot order j = 0..k-1
 //   (one thread per output element), so no two threads add into one address and the sum has the
-//   same order, and bits, every run. `index_add_` on a GPU uses float atomics.
+//   same order, and bits, every run. The eager loop's `index_add_` on a GPU adds with float
+//   atomics in arrival order; transformers' default `grouped_mm` path sums a token's k rows with
+//   a reshape and a sum, deterministic like ours.
 // - The sigmoid of SwiGLU and of the shared-expert gate comes from common.cuh (moe_expf), so the
 //   emulator and the GPU give the same bits.
 #include "common.cuh"

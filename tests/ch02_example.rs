@@ -122,7 +122,7 @@ fn runs_a_hugging_face_checkpoint_from_the_command_line() {
     ])
     .unwrap_or_else(|e| panic!("{e}"));
     // The default layer is the first MoE layer (layer 0 of this model is dense).
-    assert!(text.contains(": layer 1, DeepseekV3"), "{text}");
+    assert!(text.contains(": layer 1, DeepSeek-V3"), "{text}");
     assert!(text.contains("13 tokens in f32"), "{text}");
     let e = measured(&text, "error against the literal loop");
     assert!(e.len() == 1 && e[0] <= 1e-5, "{text}");
@@ -155,7 +155,7 @@ fn runs_a_hugging_face_checkpoint_from_the_command_line() {
         "--no-check",
     ])
     .unwrap();
-    assert!(text.contains(": layer 2, DeepseekV3"), "{text}");
+    assert!(text.contains(": layer 2, DeepSeek-V3"), "{text}");
     for layer in ["0", "7"] {
         let err = try_run(&[
             "ch02",
@@ -189,5 +189,46 @@ fn runs_a_hugging_face_checkpoint_from_the_command_line() {
     );
     let err = try_run(&["ch02", "--checkpoint", dir.to_str().unwrap()]).unwrap_err();
     assert!(err.contains("config.json"), "{err}");
+    // An output folder that does not exist is refused before the checkpoint is read.
+    let err = try_run(&[
+        "ch02",
+        "--checkpoint",
+        ckpt.to_str().unwrap(),
+        "--output",
+        "/nonexistent-folder/out.safetensors",
+    ])
+    .unwrap_err();
+    assert_eq!(
+        err,
+        "/nonexistent-folder/out.safetensors: its folder does not exist"
+    );
+    // A NaN in the input: that row is NaN in every implementation, and the run says so (the
+    // check against the literal loop compares the finite rows).
+    let mut h = candle_core::safetensors::load(&input, &cpu).unwrap()["hidden"]
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap();
+    h[5] = f32::NAN;
+    let nan_in = dir.join("nan.safetensors");
+    let t = candle_core::Tensor::from_vec(h, (13, 32), &cpu).unwrap();
+    candle_core::safetensors::save(&[("hidden".to_string(), t)].into_iter().collect(), &nan_in)
+        .unwrap();
+    let text = try_run(&[
+        "ch02",
+        "--checkpoint",
+        ckpt.to_str().unwrap(),
+        "--input",
+        nan_in.to_str().unwrap(),
+        "--dtype",
+        "f32",
+    ])
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        text.contains(
+            "32 outputs are NaN or infinite: the input or the weights hold non-finite values"
+        ),
+        "{text}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -5,14 +5,20 @@ mod cli;
 
 use clap::Parser;
 use moe_kernels::Device;
+use std::io::Write;
 use std::process::ExitCode;
+
+/// `error: …` on stderr; a closed stderr (`2>&1 | head`) must not turn the error into a panic.
+fn say_error(e: &dyn std::fmt::Display) {
+    let _ = writeln!(std::io::stderr(), "error: {e}");
+}
 
 fn main() -> ExitCode {
     let args = cli::Args::parse(); // a usage error exits with status 2 and clap's message
     let device = match Device::auto() {
         Ok(d) => d,
         Err(e) => {
-            eprintln!("error: {e}");
+            say_error(&e);
             return ExitCode::FAILURE;
         }
     };
@@ -22,7 +28,7 @@ fn main() -> ExitCode {
     match ch01_router::example::run(input, device, &mut stdout) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            say_error(&e);
             ExitCode::FAILURE
         }
     }

@@ -16,7 +16,7 @@ pub struct Args {
     /// layer: Qwen3-MoE, Qwen2-MoE, DeepSeek-V3 or GLM-4-MoE.
     #[arg(long, value_name = "DIR")]
     pub checkpoint: Option<PathBuf>,
-    /// `hidden` [T, H] (f32 or bf16) in a safetensors file; without it, 4 patterned tokens.
+    /// `hidden` [T, H] (f32, bf16 or f16) in a safetensors file; without it, 4 patterned tokens.
     #[arg(long, value_name = "FILE.safetensors", requires = "checkpoint")]
     pub input: Option<PathBuf>,
     /// Write `out` [T, H] f32 here.
@@ -25,7 +25,8 @@ pub struct Args {
     /// The experts' compute type: bf16 (the engines' path) or f32.
     #[arg(long, value_enum, default_value_t = DtypeArg::Bf16, requires = "checkpoint")]
     pub dtype: DtypeArg,
-    /// Which MoE layer of the checkpoint (default: the first one).
+    /// The model's layer index N, as in `model.layers.N.` (default: the first MoE layer; a dense
+    /// layer is refused with the list of MoE layers).
     #[arg(long, value_name = "N", requires = "checkpoint")]
     pub layer: Option<usize>,
     /// Skip the f64 literal loop that checks the device's output (it takes a while for a

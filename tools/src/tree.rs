@@ -103,7 +103,7 @@ impl Dir {
             let (total, new) = dir.count(n);
             if new == 0 {
                 let s = if total == 1 { "" } else { "s" };
-                out.push_str(&format!("{name}/  ({total} file{s}, unchanged)\n"));
+                out.push_str(&format!("{name}/  ({total} file{s}, none new)\n"));
             } else {
                 out.push_str(&format!("{name}/\n"));
                 dir.render(n, &child_prefix, out);
@@ -190,16 +190,16 @@ Files so far: 9 (2 new in chapter 2)
 moe/
 ├── Cargo.toml
 ├── chapters/
-│   ├── ch01-router/  (2 files, unchanged)
+│   ├── ch01-router/  (2 files, none new)
 │   └── ch02-grouped/
 │       └── src/
 │           └── lib.rs  ← new in chapter 2
 ├── kernels/
 │   ├── ch01_router.cu
 │   ├── ch02_grouped.cu  ← new in chapter 2
-│   ├── emu/  (1 file, unchanged)
-│   └── src/  (1 file, unchanged)
-└── tools/  (1 file, unchanged)
+│   ├── emu/  (1 file, none new)
+│   └── src/  (1 file, none new)
+└── tools/  (1 file, none new)
 ";
         assert_eq!(t, expected);
     }
@@ -214,6 +214,6 @@ moe/
         assert!(t.contains("│   └── ch01-router/\n"), "{t}");
         assert!(t.contains("│   └── cuda.h  ← new in chapter 1\n"), "{t}");
         assert!(!t.contains("ch02") && !t.contains("ch03"), "{t}");
-        assert!(!t.contains("unchanged"), "{t}");
+        assert!(!t.contains("none new"), "{t}");
     }
 }

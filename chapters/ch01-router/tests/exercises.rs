@@ -130,8 +130,8 @@ fn exercise_3_routes_glm_in_one_launch() {
             .unwrap_or_else(|e| panic!("{e}"));
         let chain =
             route_logits_on_device(dev, &r.config, r.rows, r.experts, &logits, Some(bias)).unwrap();
-        for row in 0..r.rows {
-            if oracle[row].cut.as_ref().is_none_or(|c| c.gap > 1e-5) {
+        for (row, detail) in oracle.iter().enumerate() {
+            if detail.cut.as_ref().is_none_or(|c| c.gap > 1e-5) {
                 assert_eq!(
                     got.row_ids(row),
                     chain.row_ids(row),

@@ -108,33 +108,100 @@ impl MoeConfig {
                 Ok(())
             }
         };
+        // `2 · v` (the rows of a `w13`) must be an `int` too; compared without computing `2 · v`.
+        let twice_below_2_31 = |field: &'static str, v: usize| {
+            if v > i32::MAX as usize / 2 {
+                Err(MoeError::Config {
+                    field,
+                    expected: format!("at most {} (twice it must fit in an `int`)", i32::MAX / 2),
+                    found: v.to_string(),
+                })
+            } else {
+                Ok(())
+            }
+        };
         positive("hidden", self.hidden)?;
         positive("intermediate", self.intermediate)?;
         positive("experts", self.experts)?;
-        if let Some(s) = self.shared {
-            positive("shared expert intermediate", s.intermediate)?;
-            below_2_31("shared expert intermediate", 2 * s.intermediate)?;
-        }
         // The kernels take sizes as `int`s (their index arithmetic is 64-bit).
         below_2_31("hidden", self.hidden)?;
-        below_2_31("2 x intermediate", 2 * self.intermediate)?;
+        twice_below_2_31("intermediate", self.intermediate)?;
         below_2_31("experts", self.experts)?;
+        if let Some(s) = self.shared {
+            positive("shared expert intermediate", s.intermediate)?;
+            twice_below_2_31("shared expert intermediate", s.intermediate)?;
+        }
+        // Every tensor of the layer must be allocatable in f32: its element count fits in usize
+        // and its bytes in isize::MAX (Rust's limit on one allocation). Checked here, so that
+        // `w13_len`, `w2_len` and `expert_len` below never overflow on a validated config.
+        let (e, h, i) = (self.experts, self.hidden, self.intermediate);
+        fits_in_memory("experts x hidden", "the router's gate [E, H]", &[e, h])?;
+        fits_in_memory(
+            "experts x 2 x intermediate x hidden",
+            "the packed w13 [E, 2I, H]",
+            &[e, 2, i, h],
+        )?;
+        fits_in_memory(
+            "experts x hidden x intermediate",
+            "the packed w2 [E, H, I]",
+            &[e, h, i],
+        )?;
+        if let Some(s) = self.shared {
+            fits_in_memory(
+                "2 x shared expert intermediate x hidden",
+                "the shared expert's w13 [2Is, H]",
+                &[2, s.intermediate, h],
+            )?;
+        }
         self.router.validate(self.experts, bias)?;
         Ok(())
     }
 
+    // The three lengths below saturate. On a validated config they are the exact products:
+    // [`MoeConfig::validate`] has checked (with `checked_mul`) that each fits in usize. On a
+    // config that was not validated they stop at `usize::MAX` instead of wrapping, so a caller
+    // that skipped `validate` gets a failed allocation or a length mismatch, never a wrapped,
+    // too small length.
+
     /// Elements of the packed `w13` [E, 2I, H].
     pub fn w13_len(&self) -> usize {
-        self.experts * 2 * self.intermediate * self.hidden
+        self.experts
+            .saturating_mul(2)
+            .saturating_mul(self.intermediate)
+            .saturating_mul(self.hidden)
     }
 
     /// Elements of the packed `w2` [E, H, I].
     pub fn w2_len(&self) -> usize {
-        self.experts * self.hidden * self.intermediate
+        self.experts
+            .saturating_mul(self.hidden)
+            .saturating_mul(self.intermediate)
     }
 
     /// Elements of one expert's `w13` slice and `w2` slice together: `3 · I · H`.
     pub fn expert_len(&self) -> usize {
-        3 * self.intermediate * self.hidden
+        3usize
+            .saturating_mul(self.intermediate)
+            .saturating_mul(self.hidden)
+    }
+}
+
+/// Checks that a tensor of `factors` elements can be allocated in f32: the product fits in
+/// usize (`checked_mul`) and its bytes are at most `isize::MAX`.
+fn fits_in_memory(field: &'static str, what: &str, factors: &[usize]) -> Result<(), MoeError> {
+    let max = isize::MAX as usize / std::mem::size_of::<f32>();
+    match factors.iter().try_fold(1usize, |p, &f| p.checked_mul(f)) {
+        Some(n) if n <= max => Ok(()),
+        _ => Err(MoeError::Config {
+            field,
+            expected: format!(
+                "at most {max} elements ({what} in f32 must be at most isize::MAX bytes)"
+            ),
+            // Every factor is below 2³¹ by now: a product of four fits in u128.
+            found: factors
+                .iter()
+                .try_fold(1u128, |p, &f| p.checked_mul(f as u128))
+                .map_or_else(|| "more than 2^128".to_string(), |n| n.to_string()),
+        }),
     }
 }

@@ -9,7 +9,7 @@
 //! (plus the shared expert's). Both the synchronisation and the launch count are what
 //! chapters 3 and 4 remove.
 
-use crate::config::Dtype;
+use crate::config::{Dtype, MoeConfig};
 use crate::error::{expect_len, MoeError};
 use crate::layer::{experts_rows, rows_of, LayerOutput, MoeLayer};
 use crate::plan::GroupPlan;
@@ -23,6 +23,7 @@ use moe_kernels::blas::{self, Linear};
 use moe_kernels::{
     args, Device, DeviceBuffer, DeviceView, KernelArg, KernelSource, LaunchConfig, Module,
 };
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// `kernels/ch02_grouped.cu`, built for both backends.
@@ -130,10 +131,18 @@ struct SharedDevice {
     gate: Option<Mats>,
 }
 
-/// The grouped layer on a device: its weights uploaded once, in the compute type.
+/// Numbers the device layers of a process, so that a workspace can tell which one built it.
+static NEXT_LAYER_ID: AtomicU64 = AtomicU64::new(0);
+
+/// The grouped layer on a device: its weights uploaded once, in the compute type. It keeps no
+/// host copy of them.
 pub struct GroupedDevice {
     device: &'static Device,
-    given: MoeWeights,
+    /// This layer's number: a [`Workspace`] is only used by the layer that built it.
+    id: u64,
+    config: MoeConfig,
+    /// The selection bias on the host too: chapter 1's chain checks it when it is built.
+    bias_host: Option<Vec<f32>>,
     dtype: Dtype,
     module: Arc<Module>,
     gate: DeviceBuffer<f32>,
@@ -147,7 +156,9 @@ pub struct GroupedDevice {
 /// arrays on the device, and the intermediate buffers. Built by [`GroupedDevice::workspace`];
 /// [`GroupedDevice::enqueue_experts`] then only launches, so a CUDA graph can capture it.
 pub struct Workspace {
-    pub plan: GroupPlan,
+    /// The [`GroupedDevice::id`] of the layer that built it.
+    layer: u64,
+    plan: GroupPlan,
     token_of: DeviceBuffer<i32>,
     slot_of: DeviceBuffer<i32>,
     weights: DeviceBuffer<f32>,
@@ -172,6 +183,13 @@ struct SharedWorkspace {
     y: DeviceBuffer<f32>,
     /// `[T]` the shared expert's gate logit.
     gate: Option<DeviceBuffer<f32>>,
+}
+
+impl Workspace {
+    /// The grouping this workspace was built for.
+    pub fn plan(&self) -> &GroupPlan {
+        &self.plan
+    }
 }
 
 impl GroupedDevice {
@@ -206,7 +224,9 @@ impl GroupedDevice {
             w13: Mats::upload(device, dtype, &weights.w13)?,
             w2: Mats::upload(device, dtype, &weights.w2)?,
             shared,
-            given: weights.clone(),
+            id: NEXT_LAYER_ID.fetch_add(1, Ordering::Relaxed),
+            config: c.clone(),
+            bias_host: weights.bias.clone(),
             dtype,
         })
     }
@@ -217,7 +237,7 @@ impl GroupedDevice {
 
     /// Groups `routing` by expert and allocates what one call of [`Self::enqueue_experts`] needs.
     pub fn workspace(&self, routing: &Routing) -> Result<Workspace, MoeError> {
-        let c = &self.given.config;
+        let c = &self.config;
         let (dev, dt) = (self.device, self.dtype);
         let plan = GroupPlan::new(routing, c.experts)?;
         if plan.pairs() > i32::MAX as usize {
@@ -246,6 +266,7 @@ impl GroupedDevice {
             None => None,
         };
         Ok(Workspace {
+            layer: self.id,
             token_of: dev.upload(&plan.token_of)?,
             slot_of: dev.upload(&plan.slot_of)?,
             weights: dev.upload(&routing.weights)?,
@@ -288,7 +309,7 @@ impl GroupedDevice {
         out: &Mats,
         rows: usize,
     ) -> Result<(), MoeError> {
-        let h = int(self.given.config.hidden);
+        let h = int(self.config.hidden);
         let name = match self.dtype {
             Dtype::F32 => "ch02_gather_f32",
             Dtype::Bf16 => "ch02_gather_bf16",
@@ -310,7 +331,14 @@ impl GroupedDevice {
         hidden: &DeviceBuffer<f32>,
         out: &DeviceBuffer<f32>,
     ) -> Result<(), MoeError> {
-        let c = &self.given.config;
+        if ws.layer != self.id {
+            return Err(MoeError::Config {
+                field: "workspace",
+                expected: "one built by this layer's GroupedDevice::workspace".into(),
+                found: "a workspace built by another layer".into(),
+            });
+        }
+        let c = &self.config;
         let (dev, plan) = (self.device, &ws.plan);
         let (rows, k, h, i) = (plan.rows, plan.k, c.hidden, c.intermediate);
         expect_len("hidden [T, H]", hidden.len(), rows * h)?;
@@ -426,7 +454,7 @@ impl GroupedDevice {
     /// Bytes of expert weights a call with `plan` reads: each active expert's `w13` and `w2`
     /// slices once, and the shared expert's whole weights.
     pub fn weight_bytes_touched(&self, plan: &GroupPlan) -> usize {
-        let c = &self.given.config;
+        let c = &self.config;
         let mut n = plan.active_experts().len() * c.expert_len();
         if let Some(s) = c.shared {
             n += 3 * s.intermediate * c.hidden + if s.gated { c.hidden } else { 0 };
@@ -456,12 +484,12 @@ impl MoeLayer for GroupedDevice {
     fn dtype(&self) -> Dtype {
         self.dtype
     }
-    fn weights(&self) -> &MoeWeights {
-        &self.given
+    fn config(&self) -> &MoeConfig {
+        &self.config
     }
 
     fn experts(&self, hidden: &[f32], routing: &Routing) -> Result<Vec<f32>, MoeError> {
-        let rows = experts_rows(&self.given, hidden, routing)?;
+        let rows = experts_rows(&self.config, hidden, routing)?;
         if rows == 0 {
             return Ok(Vec::new());
         }
@@ -474,8 +502,8 @@ impl MoeLayer for GroupedDevice {
 
     // ANCHOR: grouped_forward
     fn forward(&self, hidden: &[f32]) -> Result<LayerOutput, MoeError> {
-        let c = &self.given.config;
-        let rows = rows_of(&self.given, hidden)?;
+        let c = &self.config;
+        let rows = rows_of(&self.config, hidden)?;
         if rows == 0 {
             return Ok(LayerOutput {
                 routing: Routing::empty(c.router.k),
@@ -490,7 +518,7 @@ impl MoeLayer for GroupedDevice {
             hidden: c.hidden,
             experts: c.experts,
         };
-        let chain = FiveLineChain::new(dev, &c.router, shape, self.given.bias.as_deref())?;
+        let chain = FiveLineChain::new(dev, &c.router, shape, self.bias_host.as_deref())?;
         let ids = dev.alloc::<i32>(rows * c.router.k)?;
         let weights = dev.alloc::<f32>(rows * c.router.k)?;
         chain.enqueue(

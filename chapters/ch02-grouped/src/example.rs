@@ -234,6 +234,15 @@ fn run_checkpoint(
     device: &'static Device,
     out: Out,
 ) -> Result<(), String> {
+    // The files the run reads and writes, before the (possibly long) load.
+    if let Some(path) = &opts.output {
+        io::check_output_path(path).map_err(err)?;
+    }
+    if let Some(path) = &opts.input {
+        if !path.is_file() {
+            return Err(format!("{}: no such file (--input)", path.display()));
+        }
+    }
     let loaded = checkpoint::load(
         &opts.dir,
         &LoadOptions {
@@ -246,11 +255,14 @@ fn run_checkpoint(
     let c = &w.config;
     say!(
         out,
-        "{}: layer {}, {:?} ({:?} storage, {} weights): H {} I {} E {} k {}, {}",
+        "{}: layer {}, {} ({}, {} weights): H {} I {} E {} k {}, {}",
         opts.dir.display(),
         loaded.layer,
         loaded.family,
-        loaded.storage,
+        match loaded.storage {
+            checkpoint::Storage::PerExpert => "one tensor per expert",
+            checkpoint::Storage::Fused => "fused experts",
+        },
         loaded.file_dtype,
         c.hidden,
         c.intermediate,
@@ -275,12 +287,23 @@ fn run_checkpoint(
     let layer = GroupedDevice::new(device, w, opts.dtype).map_err(err)?;
     let (fwd, launched) = record_launches(|| layer.forward(&hidden));
     let fwd = fwd.map_err(err)?;
-    say!(
-        out,
-        "{rows} tokens in {}: {}",
-        opts.dtype,
-        launch_summary(&launched)
-    );
+    if rows == 0 {
+        say!(out, "no tokens in the input: nothing to run");
+    } else {
+        say!(
+            out,
+            "{rows} tokens in {}: {}",
+            opts.dtype,
+            launch_summary(&launched)
+        );
+    }
+    let non_finite = fwd.out.iter().filter(|v| !v.is_finite()).count();
+    if non_finite > 0 {
+        say!(
+            out,
+            "{non_finite} outputs are NaN or infinite: the input or the weights hold non-finite values"
+        );
+    }
     for t in 0..rows.min(4) {
         let ids: Vec<String> = fwd
             .routing
@@ -290,18 +313,7 @@ fn run_checkpoint(
             .collect();
         say!(out, "token {t}: experts {}", ids.join(" "));
     }
-    if opts.check {
-        let lit = LiteralLayer::new(w, opts.dtype).map_err(err)?;
-        let want = lit.experts(&hidden, &fwd.routing).map_err(err)?;
-        let tol = Tolerance::vs_oracle(opts.dtype);
-        let e = check_output("the device layer", &want, &fwd.out, tol)?;
-        say!(
-            out,
-            "error against the literal loop on the same routing: ⟨{:.1e}⟩ of the output's rms (tolerance {:.0e})",
-            e.relative,
-            tol.0
-        );
-    }
+    // The output first: a check that fails must not cost the reader the output.
     if let Some(path) = &opts.output {
         io::write_out(path, &fwd.out, rows, c.hidden).map_err(err)?;
         say!(
@@ -310,6 +322,30 @@ fn run_checkpoint(
             c.hidden,
             path.display()
         );
+    }
+    if opts.check {
+        // The f64 literal loop on the same routing, with the weights rounded as the layer holds
+        // them: only one more host copy of the layer (the device layer keeps none).
+        let lit = LiteralLayer::new(w, opts.dtype).map_err(err)?;
+        let want = lit.experts(&hidden, &fwd.routing).map_err(err)?;
+        let tol = Tolerance::vs_oracle(opts.dtype);
+        let e = crate::compare::output_error(&want, &fwd.out);
+        say!(
+            out,
+            "error against the literal loop on the same routing: ⟨{:.1e}⟩ of the output's rms (tolerance {:.0e})",
+            e.relative,
+            tol.0
+        );
+        check_output("the device layer", &want, &fwd.out, tol).map_err(|m| {
+            format!(
+                "{m}{}",
+                if opts.output.is_some() {
+                    " (the output was written)"
+                } else {
+                    ""
+                }
+            )
+        })?;
     }
     Ok(())
 }

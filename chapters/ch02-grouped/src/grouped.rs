@@ -7,7 +7,7 @@
 //! bf16 path: f32 products and sums, with the values rounded to bf16 where a bf16 layer stores
 //! them ([`crate::config::Dtype::Bf16`]).
 
-use crate::config::Dtype;
+use crate::config::{Dtype, MoeConfig};
 use crate::error::MoeError;
 use crate::layer::{experts_rows, rows_of, LayerOutput, MoeLayer};
 use crate::plan::GroupPlan;
@@ -17,7 +17,7 @@ use ch01_router::{ReferenceRouter, Router, Routing};
 
 /// The CPU grouped layer: weights as candle tensors, rounded to the compute type.
 pub struct GroupedCpu {
-    given: MoeWeights,
+    config: MoeConfig,
     dtype: Dtype,
     gate: Tensor,
     bias: Option<Tensor>,
@@ -75,7 +75,7 @@ impl GroupedCpu {
             w13: Tensor::from_slice(&w.w13, (e, 2 * i, h), cpu)?,
             w2: Tensor::from_slice(&w.w2, (e, h, i), cpu)?,
             shared,
-            given: weights.clone(),
+            config: weights.config.clone(),
             dtype,
         })
     }
@@ -87,7 +87,7 @@ impl GroupedCpu {
         rows: usize,
         routing: &Routing,
     ) -> Result<Tensor, MoeError> {
-        let c = &self.given.config;
+        let c = &self.config;
         let cpu = &Device::Cpu;
         let x = round(
             Tensor::from_slice(hidden, (rows, c.hidden), cpu)?,
@@ -132,12 +132,12 @@ impl MoeLayer for GroupedCpu {
     fn dtype(&self) -> Dtype {
         self.dtype
     }
-    fn weights(&self) -> &MoeWeights {
-        &self.given
+    fn config(&self) -> &MoeConfig {
+        &self.config
     }
 
     fn experts(&self, hidden: &[f32], routing: &Routing) -> Result<Vec<f32>, MoeError> {
-        let rows = experts_rows(&self.given, hidden, routing)?;
+        let rows = experts_rows(&self.config, hidden, routing)?;
         if rows == 0 {
             return Ok(Vec::new());
         }
@@ -148,8 +148,8 @@ impl MoeLayer for GroupedCpu {
     }
 
     fn forward(&self, hidden: &[f32]) -> Result<LayerOutput, MoeError> {
-        let c = &self.given.config;
-        let rows = rows_of(&self.given, hidden)?;
+        let c = &self.config;
+        let rows = rows_of(&self.config, hidden)?;
         let x = Tensor::from_slice(hidden, (rows, c.hidden), &Device::Cpu)?;
         let logits = x.matmul(&self.gate.t()?)?; // [T, E] f32
         let routing = ReferenceRouter {

@@ -3,8 +3,6 @@
 
 use crate::checkpoint::files::{map, raw};
 use crate::checkpoint::CheckpointError;
-use candle_core::{Device, Tensor};
-use std::collections::HashMap;
 use std::path::Path;
 
 /// Reads the tensor `hidden` [T, H] (F32, BF16 or F16; converted to f32 exactly) from a
@@ -23,6 +21,10 @@ pub fn read_hidden(path: &Path) -> Result<(Vec<f32>, usize, usize), CheckpointEr
 }
 
 /// Writes `out` [T, H] f32 as the tensor `out` of a safetensors file.
+///
+/// The format is written out here (8 bytes of header length, the JSON header padded to a multiple
+/// of 8, then the little-endian values) and the file created directly, so an error names the
+/// path the reader gave and the file gets the usual permissions.
 pub fn write_out(
     path: &Path,
     out: &[f32],
@@ -36,18 +38,48 @@ pub fn write_out(
             found: vec![out.len()],
         });
     }
-    let io = |e: candle_core::Error| CheckpointError::Io {
+    let mut header = format!(
+        r#"{{"out":{{"dtype":"F32","shape":[{rows},{hidden}],"data_offsets":[0,{}]}}}}"#,
+        out.len() * 4
+    );
+    while header.len() % 8 != 0 {
+        header.push(' ');
+    }
+    let mut bytes = Vec::with_capacity(8 + header.len() + out.len() * 4);
+    bytes.extend_from_slice(&(header.len() as u64).to_le_bytes());
+    bytes.extend_from_slice(header.as_bytes());
+    for v in out {
+        bytes.extend_from_slice(&v.to_le_bytes());
+    }
+    std::fs::write(path, bytes).map_err(|e| CheckpointError::Io {
         path: path.to_path_buf(),
         why: e.to_string(),
+    })
+}
+
+/// Checks, before any work, that `path` can be written: its folder exists and it is not a folder.
+pub fn check_output_path(path: &Path) -> Result<(), CheckpointError> {
+    let io = |why: &str| CheckpointError::Io {
+        path: path.to_path_buf(),
+        why: why.to_string(),
     };
-    let t = Tensor::from_slice(out, (rows, hidden), &Device::Cpu).map_err(io)?;
-    candle_core::safetensors::save(&HashMap::from([("out", t)]), path).map_err(io)
+    if path.is_dir() {
+        return Err(io("is a folder, expected a file name"));
+    }
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+    if let Some(parent) = parent {
+        if !parent.is_dir() {
+            return Err(io("its folder does not exist"));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use candle_core::DType;
+    use candle_core::{DType, Device, Tensor};
+    use std::collections::HashMap;
 
     /// A fresh folder under the system's temporary folder, for one test.
     fn temp_dir(test: &str) -> std::path::PathBuf {

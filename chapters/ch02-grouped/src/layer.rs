@@ -1,8 +1,8 @@
 //! What every implementation of the MoE layer offers, so one test body checks them all.
 
 use crate::config::Dtype;
+use crate::config::MoeConfig;
 use crate::error::MoeError;
-use crate::weights::MoeWeights;
 use ch01_router::Routing;
 
 /// A layer's output: the routing it chose and `out` [T, H] in f32.
@@ -24,8 +24,8 @@ pub trait MoeLayer {
     fn name(&self) -> &'static str;
     /// The compute type.
     fn dtype(&self) -> Dtype;
-    /// The weights it was built from (as given, before any rounding to `dtype`).
-    fn weights(&self) -> &MoeWeights;
+    /// The layer's sizes and router.
+    fn config(&self) -> &MoeConfig;
     /// `out` [T, H] = Σⱼ weightⱼ · expertⱼ(hidden) (+ the shared expert), for `hidden` [T, H].
     fn experts(&self, hidden: &[f32], routing: &Routing) -> Result<Vec<f32>, MoeError>;
     /// The whole layer for `hidden` [T, H]: route, then [`MoeLayer::experts`].
@@ -34,8 +34,8 @@ pub trait MoeLayer {
 // ANCHOR_END: moe_layer
 
 /// Checks `hidden` against the layer and returns T. An empty batch (`T = 0`) is valid.
-pub fn rows_of(weights: &MoeWeights, hidden: &[f32]) -> Result<usize, MoeError> {
-    let h = weights.config.hidden;
+pub fn rows_of(config: &MoeConfig, hidden: &[f32]) -> Result<usize, MoeError> {
+    let h = config.hidden;
     // `%` rather than `is_multiple_of`, which needs Rust 1.87 (the workspace's MSRV is 1.85).
     #[allow(clippy::manual_is_multiple_of)]
     let whole_rows = hidden.len() % h == 0;
@@ -52,18 +52,18 @@ pub fn rows_of(weights: &MoeWeights, hidden: &[f32]) -> Result<usize, MoeError> 
 /// Checks what [`MoeLayer::experts`] is handed, `hidden` [T, H] and a routing for T tokens,
 /// against the layer, and returns T.
 pub fn experts_rows(
-    weights: &MoeWeights,
+    config: &MoeConfig,
     hidden: &[f32],
     routing: &Routing,
 ) -> Result<usize, MoeError> {
-    let rows = rows_of(weights, hidden)?;
-    check_routing(weights, rows, routing)?;
+    let rows = rows_of(config, hidden)?;
+    check_routing(config, rows, routing)?;
     Ok(rows)
 }
 
 /// Checks a routing handed to [`MoeLayer::experts`] against the layer and the batch.
-pub fn check_routing(weights: &MoeWeights, rows: usize, routing: &Routing) -> Result<(), MoeError> {
-    let k = weights.config.router.k;
+pub fn check_routing(config: &MoeConfig, rows: usize, routing: &Routing) -> Result<(), MoeError> {
+    let k = config.router.k;
     if routing.rows != rows || routing.k != k {
         return Err(MoeError::Shape {
             what: format!("routing [T, k] with T = {rows}, k = {k}"),

@@ -7,7 +7,7 @@
 //! no rounding after that (the rounding a bf16 layer adds on the way is what the tolerance of
 //! [`crate::compare`] measures).
 
-use crate::config::Dtype;
+use crate::config::{Dtype, MoeConfig};
 use crate::error::MoeError;
 use crate::layer::{experts_rows, rows_of, LayerOutput, MoeLayer};
 use crate::weights::MoeWeights;
@@ -16,8 +16,7 @@ use ch01_router::{LiteralRouter, Router, Routing};
 
 /// The literal layer.
 pub struct LiteralLayer {
-    given: MoeWeights,
-    /// `given` rounded to `dtype`.
+    /// The weights rounded to `dtype` (one host copy: a real layer is gigabytes).
     held: MoeWeights,
     dtype: Dtype,
 }
@@ -26,7 +25,6 @@ impl LiteralLayer {
     pub fn new(weights: &MoeWeights, dtype: Dtype) -> Result<Self, MoeError> {
         weights.validate()?;
         Ok(LiteralLayer {
-            given: weights.clone(),
             held: weights.rounded(dtype),
             dtype,
         })
@@ -80,15 +78,15 @@ impl MoeLayer for LiteralLayer {
     fn dtype(&self) -> Dtype {
         self.dtype
     }
-    fn weights(&self) -> &MoeWeights {
-        &self.given
+    fn config(&self) -> &MoeConfig {
+        &self.held.config
     }
 
     // ANCHOR: literal_experts
     fn experts(&self, hidden: &[f32], routing: &Routing) -> Result<Vec<f32>, MoeError> {
         let w = &self.held;
         let c = &w.config;
-        let rows = experts_rows(w, hidden, routing)?;
+        let rows = experts_rows(&w.config, hidden, routing)?;
         let (h, i) = (c.hidden, c.intermediate);
         let mut out = vec![0f32; rows * h];
         for t in 0..rows {
@@ -141,7 +139,7 @@ impl MoeLayer for LiteralLayer {
 
     fn forward(&self, hidden: &[f32]) -> Result<LayerOutput, MoeError> {
         let w = &self.held;
-        let rows = rows_of(w, hidden)?;
+        let rows = rows_of(&w.config, hidden)?;
         let e = w.config.experts;
         let logits = Tensor::from_vec(literal_logits(w, hidden, rows), (rows, e), &Device::Cpu)?;
         let bias = match &w.bias {

@@ -28,6 +28,21 @@ impl GroupPlan {
     /// Groups `routing`'s pairs by expert. An id outside `0..experts` is an error naming it.
     pub fn new(routing: &Routing, experts: usize) -> Result<GroupPlan, MoeError> {
         let (rows, k) = (routing.rows, routing.k);
+        // A routing is [rows, k] twice over; anything else would index past its arrays.
+        let pairs = rows.checked_mul(k).ok_or_else(|| MoeError::Config {
+            field: "routing rows x k",
+            expected: "a number of pairs that fits in memory".into(),
+            found: format!("{rows} x {k}"),
+        })?;
+        if k == 0 && rows > 0 {
+            return Err(MoeError::Config {
+                field: "routing k",
+                expected: "at least 1".into(),
+                found: "0".into(),
+            });
+        }
+        crate::error::expect_len("routing ids [T, k]", routing.ids.len(), pairs)?;
+        crate::error::expect_len("routing weights [T, k]", routing.weights.len(), pairs)?;
         let mut counts = vec![0usize; experts];
         for (p, &e) in routing.ids.iter().enumerate() {
             if e as usize >= experts {

@@ -33,6 +33,7 @@ pub const REGIMES: &[&str] = &[
     "large_prefill",
     "shared_expert",
     "gated_shared_expert",
+    "unaligned_sizes",
     "empty_batch",
 ];
 // ANCHOR_END: regimes
@@ -154,6 +155,12 @@ pub fn regime(name: &str) -> Option<MoeRegime> {
                     gated: true,
                 }),
             ),
+            None,
+        ),
+        "unaligned_sizes" => (
+            "H 70 and I 37: no size a multiple of 8, so GEMM operands start at odd addresses",
+            13,
+            config(70, 37, 12, RouterConfig::qwen3(3), None),
             None,
         ),
         "empty_batch" => (

@@ -592,16 +592,83 @@ fn the_number_of_experts_under_either_name() {
     );
 }
 
-/// Without `model_type` or `architectures`, the fields tell the family.
+/// The family comes from a known `model_type`, else from a known class in `architectures`
+/// (Kimi-K2 says `kimi_k2` and `DeepseekV3ForCausalLM`); never from the fields alone.
 #[test]
-fn the_family_from_the_fields_alone() {
+fn the_family_from_model_type_or_architectures() {
+    let family_of = |change: &dyn Fn(&mut serde_json::Map<String, Value>)| {
+        let dir = with_config(change);
+        let family = load(dir.path(), &LoadOptions::default()).unwrap().family;
+        family
+    };
+    assert_eq!(
+        family_of(&|c| {
+            c.remove("architectures");
+        }),
+        Family::DeepseekV3
+    );
+    assert_eq!(
+        family_of(&|c| {
+            c.remove("model_type");
+        }),
+        Family::DeepseekV3
+    );
+    assert_eq!(
+        family_of(&|c| {
+            c.insert("model_type".into(), json!("kimi_k2"));
+        }),
+        Family::DeepseekV3
+    );
+    // A known class anywhere in the list.
+    assert_eq!(
+        family_of(&|c| {
+            c.insert("model_type".into(), json!("kimi_k2"));
+            c.insert(
+                "architectures".into(),
+                json!(["KimiK2ForCausalLM", "DeepseekV3ForCausalLM"]),
+            );
+        }),
+        Family::DeepseekV3
+    );
+}
+
+/// An unknown `model_type` without a known class in `architectures` is refused, even when its
+/// fields are those of a known family: Ling's `bailing_moe` has Qwen3-MoE's `num_experts` and
+/// `moe_intermediate_size` but another layer.
+#[test]
+fn an_unknown_family_is_refused() {
+    let dir = with_config(|c| {
+        c.insert("model_type".into(), json!("bailing_moe"));
+        c.insert("architectures".into(), json!(["BailingMoeForCausalLM"]));
+        c.remove("n_routed_experts");
+        c.insert("num_experts".into(), json!(8));
+    });
+    let e = err(dir.path());
+    assert_eq!(
+        e,
+        CheckpointError::UnknownFamily {
+            model_type: Some("bailing_moe".into()),
+            architectures: vec!["BailingMoeForCausalLM".into()],
+        }
+    );
+    assert_eq!(
+        e.to_string(),
+        "config.json: model_type \"bailing_moe\" and architectures [\"BailingMoeForCausalLM\"] \
+         name no family this loader knows: the model_type must be one of qwen3_moe, qwen2_moe, \
+         deepseek_v3, glm4_moe, or the architectures name one of Qwen3MoeForCausalLM, \
+         Qwen2MoeForCausalLM, DeepseekV3ForCausalLM, Glm4MoeForCausalLM"
+    );
+    // Neither field: DeepSeek-V3's fields alone do not say DeepSeek-V3.
     let dir = with_config(|c| {
         c.remove("model_type");
         c.remove("architectures");
     });
     assert_eq!(
-        load(dir.path(), &LoadOptions::default()).unwrap().family,
-        Family::DeepseekV3
+        err(dir.path()),
+        CheckpointError::UnknownFamily {
+            model_type: None,
+            architectures: vec![],
+        }
     );
     let dir = with_config(|c| {
         c.insert("model_type".into(), json!("mixtral"));
@@ -684,6 +751,10 @@ fn a_missing_config_field() {
     );
 }
 
+const SIGMOID_ONLY: &str =
+    "\"sigmoid\" (transformers' DeepSeek-V3 and GLM-4-MoE routers always use the sigmoid)";
+const SILU_ONLY: &str = "\"silu\" (the SwiGLU experts this loader computes)";
+
 #[test]
 fn a_config_field_out_of_range() {
     let cases: Vec<(&str, Value, CheckpointError)> = vec![
@@ -748,10 +819,38 @@ fn a_config_field_out_of_range() {
                 "0",
             ),
         ),
+        // transformers 5.17's DeepSeek-V3 and GLM-4-MoE routers ignore `scoring_func` and always
+        // use the sigmoid: a config that says otherwise is refused, softmax included.
         (
             "scoring_func",
             json!("tanh"),
-            config_error("scoring_func", "\"sigmoid\" or \"softmax\"", "\"tanh\""),
+            config_error("scoring_func", SIGMOID_ONLY, "\"tanh\""),
+        ),
+        (
+            "scoring_func",
+            json!("softmax"),
+            config_error("scoring_func", SIGMOID_ONLY, "\"softmax\""),
+        ),
+        (
+            "scoring_func",
+            json!(1),
+            config_error("scoring_func", "a string", "1"),
+        ),
+        // The experts are SwiGLU: SiLU only.
+        (
+            "hidden_act",
+            json!("gelu"),
+            config_error("hidden_act", SILU_ONLY, "\"gelu\""),
+        ),
+        (
+            "hidden_act",
+            json!("relu"),
+            config_error("hidden_act", SILU_ONLY, "\"relu\""),
+        ),
+        (
+            "hidden_act",
+            json!(["silu"]),
+            config_error("hidden_act", "a string", "[\"silu\"]"),
         ),
         (
             "topk_method",
@@ -1070,4 +1169,272 @@ fn a_bias_that_is_not_finite() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+/// Sizes whose products do not fit are refused by the config, with the `config.json` fields they
+/// come from, before any tensor is read.
+#[test]
+fn sizes_whose_products_do_not_fit() {
+    let max_f32s = isize::MAX as usize / 4;
+    let too_big = |what: &str| {
+        format!("at most {max_f32s} elements ({what} in f32 must be at most isize::MAX bytes)")
+    };
+    let int = "at most 1073741823 (twice it must fit in an `int`)";
+    let i31 = (1u64 << 31) - 1;
+    let cases: Vec<(Value, CheckpointError)> = vec![
+        (
+            json!({"n_shared_experts": u64::MAX}),
+            // n_shared · I overflows usize: the same message as a product that fits.
+            config_error(
+                "n_shared_experts x moe_intermediate_size",
+                int,
+                &(u64::MAX as u128 * 8).to_string(),
+            ),
+        ),
+        (
+            json!({"n_shared_experts": 1u64 << 27}),
+            config_error(
+                "n_shared_experts x moe_intermediate_size",
+                int,
+                "1073741824",
+            ),
+        ),
+        (
+            json!({"moe_intermediate_size": 1u64 << 30}),
+            config_error("moe_intermediate_size", int, "1073741824"),
+        ),
+        (
+            json!({"moe_intermediate_size": u64::MAX}),
+            config_error("moe_intermediate_size", int, &u64::MAX.to_string()),
+        ),
+        (
+            json!({"hidden_size": 1u64 << 31}),
+            config_error("hidden_size", "at most 2147483647", "2147483648"),
+        ),
+        (
+            json!({"n_routed_experts": i31, "hidden_size": i31, "n_group": 1, "topk_group": 1}),
+            config_error(
+                "n_routed_experts x hidden_size",
+                &too_big("the router's gate [E, H]"),
+                &(i31 as u128 * i31 as u128).to_string(),
+            ),
+        ),
+        (
+            // E · H fits; E · 2I · H overflows usize.
+            json!({"n_routed_experts": 1u64 << 30, "hidden_size": i31, "n_group": 1, "topk_group": 1}),
+            config_error(
+                "n_routed_experts x 2 x moe_intermediate_size x hidden_size",
+                &too_big("the packed w13 [E, 2I, H]"),
+                &((1u128 << 30) * 2 * 8 * i31 as u128).to_string(),
+            ),
+        ),
+        (
+            // The shared experts: n_shared · I = 2³⁰ - 8 fits in an `int` twice over, but
+            // 2 · (2³⁰ - 8) · H does not fit in memory.
+            json!({"n_shared_experts": (1u64 << 27) - 1, "hidden_size": i31}),
+            config_error(
+                "2 x n_shared_experts x moe_intermediate_size x hidden_size",
+                &too_big("the shared expert's w13 [2Is, H]"),
+                &(2 * ((1u128 << 30) - 8) * i31 as u128).to_string(),
+            ),
+        ),
+    ];
+    for (fields, want) in cases {
+        let dir = with_config(|c| c.extend(fields.as_object().unwrap().clone()));
+        assert_eq!(err(dir.path()), want, "{fields}");
+    }
+}
+
+/// A config far larger than its files (2¹⁶ experts of hidden size 2³⁰: 2⁴⁸ bytes for the router's
+/// gate alone in f32) is refused by the first tensor header that disagrees, before anything is
+/// allocated: a typed error, not an aborted allocation.
+#[test]
+fn a_config_larger_than_its_files_allocates_nothing() {
+    let dir = with_config(|c| {
+        c.insert("hidden_size".into(), json!(1u64 << 30));
+        c.insert("n_routed_experts".into(), json!(1u64 << 16));
+    });
+    assert_eq!(
+        err(dir.path()),
+        CheckpointError::Shape {
+            tensor: format!("{P}gate.weight"),
+            expected: vec![1 << 16, 1 << 30],
+            found: vec![8, 16],
+        }
+    );
+    // The router agrees, the experts do not: 2³⁶ floats of w13, refused by expert 0's header.
+    let dir = with_config(|c| {
+        c.insert("moe_intermediate_size".into(), json!(1u64 << 28));
+    });
+    assert_eq!(
+        err(dir.path()),
+        CheckpointError::Shape {
+            tensor: format!("{P}experts.0.gate_proj.weight"),
+            expected: vec![1 << 28, 16],
+            found: vec![8, 16],
+        }
+    );
+    // The same in the fused form.
+    let (dir, w) = checkpoint(Family::DeepseekV3, Storage::Fused, Ty::F32);
+    let mut config = config_json(Family::DeepseekV3);
+    config["moe_intermediate_size"] = json!(1u64 << 28);
+    write_checkpoint(
+        dir.path(),
+        &config,
+        &model_tensors(Family::DeepseekV3, &w, Storage::Fused, Ty::F32),
+    );
+    assert_eq!(
+        err(dir.path()),
+        CheckpointError::Shape {
+            tensor: format!("{P}experts.gate_up_proj"),
+            expected: vec![8, 1 << 29, 16],
+            found: vec![8, 16, 16],
+        }
+    );
+}
+
+/// A tensor of the layer's MLP that the family does not read under this config is refused, named:
+/// loading without it would compute another layer.
+#[test]
+fn a_tensor_of_the_layer_that_is_not_read() {
+    let unused = |tensors: &[&str]| CheckpointError::UnusedTensors {
+        layer: 1,
+        family: Family::DeepseekV3,
+        tensors: tensors.iter().map(|t| format!("{P}{t}")).collect(),
+    };
+    // Shared experts while the config says there are none.
+    let dir = with_config(|c| {
+        c.insert("n_shared_experts".into(), json!(0));
+    });
+    let e = err(dir.path());
+    assert_eq!(
+        e,
+        unused(&[
+            "shared_experts.down_proj.weight",
+            "shared_experts.gate_proj.weight",
+            "shared_experts.up_proj.weight",
+        ])
+    );
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "layer 1 has 3 tensors that a DeepSeek-V3 layer of this config.json does not read: \
+             `{P}shared_experts.down_proj.weight`, `{P}shared_experts.gate_proj.weight`, \
+             `{P}shared_experts.up_proj.weight`; loading without them would compute another layer"
+        )
+    );
+    // A bias of an expert's projection.
+    let dir = with_tensors(|t| {
+        t.push(entry(
+            format!("{P}experts.0.down_proj.bias"),
+            Ty::F32,
+            &[16],
+            &[0.5; 16],
+        ))
+    });
+    let e = err(dir.path());
+    assert_eq!(e, unused(&["experts.0.down_proj.bias"]));
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "layer 1 has 1 tensor that a DeepSeek-V3 layer of this config.json does not read: \
+             `{P}experts.0.down_proj.bias`; loading without it would compute another layer"
+        )
+    );
+    // An expert beyond the config's 8.
+    let dir = with_tensors(|t| {
+        for proj in ["gate_proj", "up_proj"] {
+            t.push(entry(
+                format!("{P}experts.8.{proj}.weight"),
+                Ty::F32,
+                &[8, 16],
+                &[0.5; 128],
+            ));
+        }
+    });
+    assert_eq!(
+        err(dir.path()),
+        unused(&["experts.8.gate_proj.weight", "experts.8.up_proj.weight"])
+    );
+    // A selection bias in a family whose router has none.
+    let (dir, w) = checkpoint(Family::Qwen2Moe, Storage::Fused, Ty::F32);
+    let mut t = model_tensors(Family::Qwen2Moe, &w, Storage::Fused, Ty::F32);
+    t.push(entry(
+        format!("{P}gate.e_score_correction_bias"),
+        Ty::F32,
+        &[8],
+        &[0.0; 8],
+    ));
+    t.push(entry(
+        format!("{P}experts.gate_up_proj_bias"),
+        Ty::F32,
+        &[8, 16],
+        &[0.0; 128],
+    ));
+    write_checkpoint(dir.path(), &config_json(Family::Qwen2Moe), &t);
+    assert_eq!(
+        err(dir.path()),
+        CheckpointError::UnusedTensors {
+            layer: 1,
+            family: Family::Qwen2Moe,
+            tensors: vec![
+                format!("{P}experts.gate_up_proj_bias"),
+                format!("{P}gate.e_score_correction_bias"),
+            ],
+        }
+    );
+    // Other layers' tensors (layer 0's dense MLP, the embedding) are not the layer's.
+    let (dir, _) = checkpoint(Family::DeepseekV3, Storage::PerExpert, Ty::F32);
+    assert!(load(dir.path(), &LoadOptions::default()).is_ok());
+}
+
+/// The index may name only files inside the checkpoint's folder.
+#[test]
+fn an_index_that_names_a_file_outside_the_folder() {
+    let family = Family::DeepseekV3;
+    let dir = TempDir::new("index-paths");
+    let t = model_tensors(family, &weights(family), Storage::PerExpert, Ty::F32);
+    write_sharded(dir.path(), &config_json(family), &[&t[..10], &t[10..]]);
+    let index_path = dir.path().join("model.safetensors.index.json");
+    let index: Value =
+        serde_json::from_str(&std::fs::read_to_string(&index_path).unwrap()).unwrap();
+    let name = format!("{P}gate.weight");
+    let first = index["weight_map"][&name].as_str().unwrap().to_string();
+    let with_entry = |file: &str| {
+        let mut index = index.clone();
+        index["weight_map"][&name] = json!(file);
+        std::fs::write(&index_path, index.to_string()).unwrap();
+    };
+    let absolute = dir.path().join(&first).display().to_string();
+    for file in [
+        format!("../{first}"),
+        format!("sub/../../{first}"),
+        format!("./../{first}"),
+        absolute,
+        "/etc/passwd".to_string(),
+        String::new(),
+        ".".to_string(),
+    ] {
+        with_entry(&file);
+        let e = err(dir.path());
+        assert_eq!(
+            e,
+            CheckpointError::ShardPath {
+                index: index_path.clone(),
+                tensor: name.clone(),
+                file: file.clone(),
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "{}: `weight_map[{name:?}]` is {file:?}, expected a file inside the checkpoint's \
+                 folder (a relative path without `..`)",
+                index_path.display()
+            )
+        );
+    }
+    // `./` is inside.
+    with_entry(&format!("./{first}"));
+    assert!(load(dir.path(), &LoadOptions::default()).is_ok());
 }

@@ -45,10 +45,18 @@ fn exercise_2_shared_expert_as_one_more_routed_expert() {
         ch02_grouped::compare::Tolerance::F32,
     )
     .unwrap_or_else(|e| panic!("{e}"));
-    // And a layer whose shared expert has another size cannot be folded: a typed error.
+    // A shared expert of another size, or a gated one, cannot be folded: a typed error each.
     let g = regime("gated_shared_expert").unwrap();
     let og = oracle(&g, Dtype::F32);
     assert!(exercises::shared_as_routed(&g.weights, &og.routing).is_err());
+    let mut gated = r.weights.clone();
+    gated.config.shared.as_mut().unwrap().gated = true;
+    gated.shared.as_mut().unwrap().gate = Some(vec![0.5; gated.config.hidden]);
+    gated.validate().unwrap();
+    assert!(
+        exercises::shared_as_routed(&gated, &o.routing).is_err(),
+        "a gated shared expert weighs σ(x·g), not 1: it cannot be a routed expert of weight 1"
+    );
 }
 
 /// Exercise 3: the counts of every regime, in one launch, against the plan's.

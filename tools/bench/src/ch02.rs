@@ -1,8 +1,10 @@
 //! Chapter 2's cases: the loop grouped by expert ([`GroupedDevice::enqueue_experts`]: gather,
 //! one cuBLAS GEMM per active expert for `w13`, SwiGLU, one per active expert for `w2`,
 //! combine) at Qwen3-30B-A3B's layer shape, for a routing given, from one decode token to a
-//! prefill chunk; beside it, measured in the same GPU session by `tools/peers/ch02_moe_loop.py`, the
-//! PyTorch per-expert loop and a `torch._grouped_mm` layer on exactly the same routings.
+//! prefill chunk; beside it, measured in the same GPU session by `tools/peers/ch02_moe_loop.py`,
+//! Hugging Face's two experts paths (transformers 5.17) on exactly the same routings: its eager
+//! per-expert loop (`torch_loop`) and its default `grouped_mm` path (`torch_grouped_mm`: one
+//! grouped GEMM per projection, combined by the inverse permutation and a fixed-order fp32 sum).
 //!
 //!     bench ch02 --export-routing R.safetensors       the routings, for the peers (no GPU needed)
 //!     python3 tools/peers/ch02_moe_loop.py --routing R.safetensors --samples S.csv
@@ -19,11 +21,25 @@
 //! pair) at the measured bf16 cuBLAS rate, whichever is larger, plus one launch. It leaves out
 //! the `[T, H]` f32 input and output (8·T·H bytes: 0.02% of the weight bytes at one token, under
 //! 6% at 4096 tokens, where the FLOPs set the floor anyway), so it stays a lower bound.
+//!
+//! What ours moves besides the weights is not what the peers move. Our layer's interface is f32:
+//! it reads the f32 hidden states `[T, H]` (converted to bf16 in its gather), writes the down
+//! projection of every pair as f32 `y` `[T·k, H]` and reads it back in its combine, and writes an
+//! f32 output `[T, H]`; in between it keeps bf16 (the gathered rows, `gate | up`, SwiGLU). The
+//! peers take and return bf16 and keep every activation in bf16. The GPU run prints once what
+//! ours moves ([`Shape::activation_bytes`]) against the weights at each token count: at 4096
+//! tokens, 1174 MB of activations (604 MB of them the f32 input, `y` and output; 872 MB if
+//! those three were bf16) against 1208 MB of expert weights.
+//!
+//! Before timing, the GPU run checks our output on the device at the first two token counts (1
+//! and 8) against the CPU grouped loop ([`GroupedCpu`], the same bf16 roundings) and stops if it
+//! does not match; the emulator's smoke test checks every token count of its tiny shape. The
+//! peers check themselves against an fp32 reference.
 
 use crate::cases::{csv, peers_file, summary, Case, Session, SummaryLayout, Work};
 use ch01_router::inputs::patterned;
 use ch01_router::{ReferenceRouter, Router, RouterConfig, Routing};
-use ch02_grouped::compare::{check_output, Tolerance};
+use ch02_grouped::compare::{check_output, OutputError, Tolerance};
 use ch02_grouped::device::Workspace;
 use ch02_grouped::{
     Dtype, GroupPlan, GroupedCpu, GroupedDevice, LiteralLayer, MoeConfig, MoeLayer, MoeWeights,
@@ -100,6 +116,43 @@ impl Shape {
     /// FLOPs of `tokens` tokens: `2·(2I·H) + 2·(H·I)` per (token, expert) pair.
     pub fn flops(&self, tokens: usize) -> f64 {
         6.0 * (tokens * self.k * self.hidden * self.intermediate) as f64
+    }
+
+    /// The activation bytes one call of our grouped loop moves at `tokens` tokens.
+    pub fn activation_bytes(&self, tokens: usize) -> ActivationBytes {
+        let (t, p, h, i) = (tokens, tokens * self.k, self.hidden, self.intermediate);
+        let (f32b, bf16b) = (4, Dtype::Bf16.bytes());
+        ActivationBytes {
+            f32: (t * h * f32b + 2 * p * h * f32b + t * h * f32b) as f64,
+            bf16: (2 * p * h * bf16b + 2 * p * 2 * i * bf16b + 2 * p * i * bf16b) as f64,
+        }
+    }
+}
+
+/// The activation bytes one call of our grouped loop ([`GroupedDevice::enqueue_experts`])
+/// moves, each buffer counted written once by the kernel that makes it and read once by the
+/// kernel that uses it, `P = T·k` pairs. Left out: the 12 bytes per pair of the plan and the
+/// routing weights it reads, and the gather's repeated reads of a token's row (it addresses
+/// each row k times; counted once).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ActivationBytes {
+    /// The f32 ones: the hidden states read (`T·H`), `y` written and read (`2·P·H`), the
+    /// output written (`T·H`).
+    pub f32: f64,
+    /// The bf16 ones, each written and read: the gathered rows (`P·H`), `gate | up` (`P·2I`),
+    /// SwiGLU's output (`P·I`).
+    pub bf16: f64,
+}
+
+impl ActivationBytes {
+    pub fn total(&self) -> f64 {
+        self.f32 + self.bf16
+    }
+
+    /// What the same layer would move with bf16 hidden states, `y` and output, as the peers
+    /// keep them.
+    pub fn all_bf16(&self) -> f64 {
+        self.f32 / 2.0 + self.bf16
     }
 }
 
@@ -241,13 +294,21 @@ fn quick_from_env() -> bool {
     std::env::var_os("MOE_BENCH_QUICK").is_some_and(|v| !v.is_empty())
 }
 
+/// The benchmarked layer's weights (f32 values; each layer rounds them to bf16).
+fn weights(shape: &Shape) -> MoeWeights {
+    MoeWeights::patterned(&shape.config(), WEIGHT_SEED, 0.02, false)
+}
+
 /// The layer on a device, built once and shared by the cases of every token count.
-fn layer(dev: &'static Device, shape: &Shape) -> Result<Rc<GroupedDevice>, String> {
+fn layer(
+    dev: &'static Device,
+    shape: &Shape,
+    weights: &MoeWeights,
+) -> Result<Rc<GroupedDevice>, String> {
     let t = Instant::now();
-    let weights = MoeWeights::patterned(&shape.config(), WEIGHT_SEED, 0.02, false);
-    let layer = GroupedDevice::new(dev, &weights, Dtype::Bf16).map_err(|e| e.to_string())?;
+    let layer = GroupedDevice::new(dev, weights, Dtype::Bf16).map_err(|e| e.to_string())?;
     eprintln!(
-        "bench ch02: {} weights made and uploaded in bf16 ({:.0} MB) in {:.1} s",
+        "bench ch02: {} weights uploaded in bf16 ({:.0} MB) in {:.1} s",
         shape.name,
         (shape.experts * 3 * shape.hidden * shape.intermediate * 2) as f64 / 1e6,
         t.elapsed().as_secs_f64()
@@ -292,18 +353,18 @@ fn build_work(
     let (r, names) = record_launches(|| work.enqueue());
     r?;
     let out = work.out.to_vec().map_err(err)?;
-    let want = layer.launches(&work.ws.plan);
+    let want = layer.launches(work.ws.plan());
     if names.len() != want {
         return Err(format!(
             "{tokens} tokens: {} launches recorded, the layer counts {want}",
             names.len()
         ));
     }
-    let active = work.ws.plan.active_experts().len();
-    if layer.weight_bytes_touched(&work.ws.plan) as f64 != shape.touched_bytes(active) {
+    let active = work.ws.plan().active_experts().len();
+    if layer.weight_bytes_touched(work.ws.plan()) as f64 != shape.touched_bytes(active) {
         return Err(format!(
             "{tokens} tokens: the layer touches {} weight bytes, the case counts {}",
-            layer.weight_bytes_touched(&work.ws.plan),
+            layer.weight_bytes_touched(work.ws.plan()),
             shape.touched_bytes(active)
         ));
     }
@@ -311,6 +372,34 @@ fn build_work(
         return Err(format!("{tokens} tokens: output {i} is {}", out[i]));
     }
     Ok(work)
+}
+
+/// Builds the work of `tokens` tokens ([`build_work`]: its one run outside any graph) and checks
+/// its output against the CPU grouped loop on the same routing, hidden states and weights:
+/// within [`Tolerance::between`] bf16 of the output's rms, or an error naming the device.
+fn check_against_cpu(
+    layer: &Rc<GroupedDevice>,
+    cpu: &GroupedCpu,
+    shape: &Shape,
+    tokens: usize,
+    routing: &Routing,
+) -> Result<(GroupedWork, OutputError), String> {
+    let work = build_work(layer, shape, tokens, routing)?;
+    let got = work.out.to_vec().map_err(|e| e.to_string())?;
+    let want = cpu
+        .experts(&hidden(shape, tokens), routing)
+        .map_err(|e| e.to_string())?;
+    let e = check_output(
+        &format!(
+            "{} at {tokens} tokens: our output on {} against the CPU grouped loop",
+            shape.name,
+            layer.device().describe()
+        ),
+        &want,
+        &got,
+        Tolerance::between(Dtype::Bf16),
+    )?;
+    Ok((work, e))
 }
 
 /// The measured cases: the grouped loop at each token count, with its floor.
@@ -404,7 +493,11 @@ fn gpu(dev: &'static Device, args: &Ch02Args, quick: bool) -> Result<(), String>
         empty.cold.median_us,
         empty.warm.median_us
     );
-    let layer = layer(dev, shape)?;
+    let weights = weights(shape);
+    let layer = layer(dev, shape, &weights)?;
+    check_on_device(&layer, &weights, shape, &routings[..CHECKED])?;
+    drop(weights);
+    print_activation_bytes(shape, &routings)?;
     let cases = cases(shape, &routings, &layer)?;
     let mut rows: Vec<BenchRow> = vec![session.empty_row("ch02")];
     session.settle(&cases)?;
@@ -452,6 +545,80 @@ fn gpu(dev: &'static Device, args: &Ch02Args, quick: bool) -> Result<(), String>
     Ok(())
 }
 
+/// How many of the GPU run's token counts (the first ones: 1 and 8) [`check_on_device`] checks.
+const CHECKED: usize = 2;
+
+/// Our output on the device at each of `routings` against the CPU grouped loop (built here from
+/// `weights` and dropped at the end: for Qwen3's layer, a few GB of host memory for a few
+/// seconds); stops the run at the first that does not match.
+fn check_on_device(
+    layer: &Rc<GroupedDevice>,
+    weights: &MoeWeights,
+    shape: &Shape,
+    routings: &[(usize, Routing)],
+) -> Result<(), String> {
+    let t = Instant::now();
+    let cpu = GroupedCpu::new(weights, Dtype::Bf16).map_err(|e| e.to_string())?;
+    for (tokens, routing) in routings {
+        let (_, e) = check_against_cpu(layer, &cpu, shape, *tokens, routing)?;
+        eprintln!(
+            "bench ch02: checked on the device at {} against the CPU grouped loop: \
+             max |difference| {:.3e}, {:.2e} of the output's rms {:.3e} (tolerance {:.0e})",
+            plural(*tokens, "token"),
+            e.max_abs,
+            e.relative,
+            e.rms,
+            Tolerance::between(Dtype::Bf16).0
+        );
+    }
+    eprintln!(
+        "bench ch02: our output matches the CPU grouped loop at {} ({:.1} s with the CPU layer)",
+        routings
+            .iter()
+            .map(|(t, _)| plural(*t, "token"))
+            .collect::<Vec<_>>()
+            .join(" and "),
+        t.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// `1 token`, `8 tokens`.
+fn plural(n: usize, what: &str) -> String {
+    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
+}
+
+/// Prints, once, the activation bytes ours moves at each token count against the expert
+/// weights it touches ([`Shape::activation_bytes`]).
+fn print_activation_bytes(shape: &Shape, routings: &[(usize, Routing)]) -> Result<(), String> {
+    eprintln!(
+        "bench ch02: activation bytes per call of ours, each buffer written once and read once \
+         (f32: hidden [T, H] in, y [T·k, H] written and read, out [T, H]; bf16: the gathered \
+         rows [T·k, H], gate|up [T·k, 2I], SwiGLU [T·k, I]), against the expert weights touched:"
+    );
+    eprintln!(
+        "bench ch02: {:>6} {:>11} {:>10} {:>16} {:>11} {:>13}",
+        "tokens", "act. MB", "f32 MB", "act. if bf16 MB", "weights MB", "act./weights"
+    );
+    for (tokens, routing) in routings {
+        let a = shape.activation_bytes(*tokens);
+        let active = GroupPlan::new(routing, shape.experts)
+            .map_err(|e| e.to_string())?
+            .active_experts()
+            .len();
+        let w = shape.touched_bytes(active);
+        eprintln!(
+            "bench ch02: {tokens:>6} {:>11.3} {:>10.3} {:>16.3} {:>11.3} {:>12.1}%",
+            a.total() / 1e6,
+            a.f32 / 1e6,
+            a.all_bf16() / 1e6,
+            w / 1e6,
+            100.0 * a.total() / w
+        );
+    }
+    Ok(())
+}
+
 /// The GPU path on the emulator at [`TINY`]: the same cases, built and run the same way
 /// (launch counts, bytes and finiteness checked at build), each output also checked against
 /// the CPU grouped loop, and timed by wall clock. Writes nothing: these are not GPU numbers.
@@ -463,8 +630,11 @@ fn emu_smoke(dev: &'static Device, samples: usize) -> Result<(), String> {
     );
     let shape = &TINY;
     let routings = routings(shape, &TINY_TOKENS)?;
-    let layer = layer(dev, shape)?;
-    let weights = MoeWeights::patterned(&shape.config(), WEIGHT_SEED, 0.02, false);
+    let weights = weights(shape);
+    let layer = layer(dev, shape, &weights)?;
+    // What the GPU run checks and prints before timing, then every token count below.
+    check_on_device(&layer, &weights, shape, &routings[..CHECKED])?;
+    print_activation_bytes(shape, &routings)?;
     let cpu = GroupedCpu::new(&weights, Dtype::Bf16).map_err(|e| e.to_string())?;
     let cases = cases(shape, &routings, &layer)?;
     println!(
@@ -472,7 +642,7 @@ fn emu_smoke(dev: &'static Device, samples: usize) -> Result<(), String> {
         "shape", "tokens", "launches", "touched B", "emu ms/call", "vs CPU (rms)"
     );
     for (case, (tokens, routing)) in cases.iter().zip(&routings) {
-        let work = build_work(&layer, shape, *tokens, routing)?;
+        let (work, e) = check_against_cpu(&layer, &cpu, shape, *tokens, routing)?;
         // The same boxed build the GPU runner measures, so its closure is exercised too.
         let boxed = (case.build)(dev)?;
         let mut times = Vec::new();
@@ -482,22 +652,12 @@ fn emu_smoke(dev: &'static Device, samples: usize) -> Result<(), String> {
             dev.synchronize().map_err(|e| e.to_string())?;
             times.push(t.elapsed().as_secs_f64() * 1e3);
         }
-        let got = work.out.to_vec().map_err(|e| e.to_string())?;
-        let want = cpu
-            .experts(&hidden(shape, *tokens), routing)
-            .map_err(|e| e.to_string())?;
-        let e = check_output(
-            &format!("{tokens} tokens on the emulator against the CPU grouped loop"),
-            &want,
-            &got,
-            Tolerance::between(Dtype::Bf16),
-        )?;
         times.sort_by(f64::total_cmp);
         println!(
             "{:<22} {:>6} {:>8} {:>10} {:>12.2} {:>14.1e}",
             shape.name,
             tokens,
-            layer.launches(&work.ws.plan),
+            layer.launches(work.ws.plan()),
             case.bytes,
             times[times.len() / 2],
             e.relative
@@ -672,6 +832,25 @@ mod tests {
         // One token touches 8 experts' w13 and w2: 8 · 3 · 768 · 2048 · 2 bytes.
         assert_eq!(QWEN3.touched_bytes(8), 75_497_472.0);
         assert_eq!(QWEN3.flops(1), 6.0 * 8.0 * 2048.0 * 768.0);
+        // The GPU run checks our output on the device at the first two: 1 and 8 tokens.
+        assert_eq!(TOKENS[..CHECKED], [1, 8]);
+    }
+
+    #[test]
+    fn activation_bytes_at_4096_tokens() {
+        // P = 32768 pairs, H = 2048, I = 768: f32 hidden 33.5 MB, y 2 × 268.4 MB, out 33.5 MB;
+        // bf16 rows 2 × 134.2 MB, gate | up 2 × 100.7 MB, SwiGLU 2 × 50.3 MB.
+        let a = QWEN3.activation_bytes(4096);
+        assert_eq!(a.f32, 603_979_776.0);
+        assert_eq!(a.bf16, 570_425_344.0);
+        assert_eq!(a.total(), 1_174_405_120.0);
+        assert_eq!(a.all_bf16(), 872_415_232.0);
+        // All 128 experts: 1208 MB of weights.
+        assert_eq!(QWEN3.touched_bytes(128), 1_207_959_552.0);
+        assert_eq!(
+            QWEN3.activation_bytes(1).total(),
+            (8192 + 131_072 + 8192 + 65_536 + 49_152 + 24_576) as f64
+        );
     }
 
     #[test]
@@ -683,7 +862,7 @@ mod tests {
     fn peers_get_the_floor_of_our_case() {
         let dev = Device::emu();
         let r = routings(&TINY, &TINY_TOKENS).unwrap();
-        let cases = cases(&TINY, &r, &layer(dev, &TINY).unwrap()).unwrap();
+        let cases = cases(&TINY, &r, &layer(dev, &TINY, &weights(&TINY)).unwrap()).unwrap();
         let ceilings = Ceilings {
             launch_us: 4.0,
             copy_gbs: 4000.0,

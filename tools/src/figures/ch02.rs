@@ -1,5 +1,6 @@
 //! Chapter 2's generated files: the experts of one MoE layer (our loop grouped by expert,
-//! cuBLAS per expert) beside PyTorch's per-expert loop and its `torch._grouped_mm` layer, from
+//! cuBLAS per expert) beside Hugging Face's two experts paths in PyTorch (the eager per-expert
+//! loop, and the default one on `grouped_mm`), from
 //! `bench/results/h200/ch02.csv` (the figure, the table, the quoted numbers), and the CPU loops
 //! from `bench/results/cpu/ch02.csv` (their quoted numbers).
 //!
@@ -167,9 +168,9 @@ pub fn table(rows: &[BenchRow]) -> String {
         let _ = writeln!(s, "|---|{}", "---:|".repeat(counts.len()));
         let labels = [
             (OURS, "grouped (ours)"),
-            (LOOP, "PyTorch per-expert loop"),
-            (GMM, "PyTorch `_grouped_mm`"),
-            (PROBE, "floor probe (1 launch)"),
+            (LOOP, "HF eager loop (PyTorch)"),
+            (GMM, "HF `grouped_mm` (PyTorch)"),
+            (PROBE, "floor probe (the weights read once, 1 launch)"),
         ];
         for (imp, label) in labels {
             if !here.iter().any(|r| r.imp == imp) {
@@ -196,17 +197,21 @@ pub fn table(rows: &[BenchRow]) -> String {
                 .map(|r| format!("{:.0}", r.bytes / 1e6))
                 .unwrap_or_default()
         });
-        line(&mut s, "launches: ours · loop · `_grouped_mm`", &|n| {
-            [OURS, LOOP, GMM]
-                .iter()
-                .map(|imp| {
-                    at(n, imp)
-                        .map(|r| r.launches.to_string())
-                        .unwrap_or("–".into())
-                })
-                .collect::<Vec<_>>()
-                .join(" · ")
-        });
+        line(
+            &mut s,
+            "launches: ours · eager loop · `grouped_mm`",
+            &|n| {
+                [OURS, LOOP, GMM]
+                    .iter()
+                    .map(|imp| {
+                        at(n, imp)
+                            .map(|r| r.launches.to_string())
+                            .unwrap_or("–".into())
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" · ")
+            },
+        );
         line(&mut s, "ours ÷ floor (cold)", &|n| {
             at(n, OURS)
                 .map(|r| format!("{:.1}×", r.cold_median_us / r.floor_us))
@@ -214,7 +219,7 @@ pub fn table(rows: &[BenchRow]) -> String {
         });
         for (peer, label) in [
             (LOOP, "ours ÷ loop (cold)"),
-            (GMM, "ours ÷ `_grouped_mm` (cold)"),
+            (GMM, "ours ÷ `grouped_mm` (cold)"),
         ] {
             if here.iter().any(|r| r.imp == peer) {
                 line(&mut s, label, &|n| {
@@ -399,12 +404,12 @@ fn style(imp: &str) -> Series {
         LOOP => (
             "#d55e00",
             Marker::Square,
-            "torch_loop: PyTorch's per-expert loop (Hugging Face's)",
+            "torch_loop: Hugging Face's eager per-expert loop, in PyTorch",
         ),
         GMM => (
             "#cc79a7",
             Marker::Triangle,
-            "torch_grouped_mm: a PyTorch layer on torch._grouped_mm",
+            "torch_grouped_mm: Hugging Face's default experts path (grouped_mm), in PyTorch",
         ),
         _ => (
             "#009e73",
@@ -590,7 +595,7 @@ mod tests {
             "{md}"
         );
         assert!(
-            md.contains("| ours ÷ `_grouped_mm` (cold) | 1.25× |"),
+            md.contains("| ours ÷ `grouped_mm` (cold) | 1.25× |"),
             "{md}"
         );
         assert!(
@@ -598,7 +603,7 @@ mod tests {
             "{md}"
         );
         assert!(
-            md.contains("| launches: ours · loop · `_grouped_mm` | 19 · 49 · 6 |"),
+            md.contains("| launches: ours · eager loop · `grouped_mm` | 19 · 49 · 6 |"),
             "{md}"
         );
         for line in md.lines().filter(|l| l.starts_with('|')) {
@@ -639,7 +644,7 @@ mod tests {
         let rows = parse_csv(&gpu_csv(false), "x.csv").unwrap();
         assert_eq!(ratio(&rows, SHAPE, 8, GMM), None);
         let md = table(&rows);
-        assert!(!md.contains("_grouped_mm` (cold)"), "{md}");
+        assert!(!md.contains("grouped_mm` (cold)"), "{md}");
         assert!(md.contains("| 19 · 49 · – |"), "{md}");
         let svg = render_svg(&rows);
         assert!(!svg.contains(GMM), "{svg}");

@@ -1,10 +1,16 @@
 //! `config.json` → the model family and the layer's [`MoeConfig`].
 //!
-//! Sizes (`hidden_size`, `moe_intermediate_size`, the number of experts, `num_experts_per_tok`,
+//! The family comes from `model_type`, else from `architectures` ([`detect_family`]); a config
+//! that names neither a known `model_type` nor a known class is refused. Sizes (`hidden_size`,
+//! `moe_intermediate_size`, the number of experts, `num_experts_per_tok`,
 //! `shared_expert_intermediate_size`) are required. Flags that change what the router computes
-//! (`norm_topk_prob`, `n_group`, `topk_group`, `routed_scaling_factor`, `n_shared_experts`,
-//! `scoring_func`) take the default of transformers' config class for the family when absent
-//! (or `null`), so a config computes here what it computes in transformers 5.17.
+//! (`norm_topk_prob`, `n_group`, `topk_group`, `routed_scaling_factor`, `n_shared_experts`) take
+//! the default of transformers' config class for the family when absent (or `null`), so a config
+//! computes here what it computes in transformers 5.17. Three fields are refused unless they say
+//! what this loader (and transformers) computes: `hidden_act` must be `"silu"` (the experts are
+//! SwiGLU); DeepSeek-V3's and GLM-4-MoE's `scoring_func` must be `"sigmoid"` and `topk_method`
+//! `"noaux_tc"`. transformers 5.17 reads neither of these two (its routers always take the sigmoid
+//! and the grouped selection), so a config that says otherwise would load as something it is not.
 
 use super::error::CheckpointError;
 use crate::config::{MoeConfig, SharedExpert};
@@ -56,9 +62,27 @@ impl fmt::Display for Family {
     }
 }
 
-/// The family a config describes: its `model_type`, else its `architectures`, else the fields it
-/// has (`n_routed_experts`: DeepSeek-V3's router; `shared_expert_intermediate_size`: Qwen2-MoE's
-/// gated shared expert, which Qwen3-Next shares; `num_experts` or `num_local_experts`: Qwen3-MoE).
+/// The `model_type`s this loader knows, and their families.
+pub const MODEL_TYPES: [(&str, Family); 4] = [
+    ("qwen3_moe", Family::Qwen3Moe),
+    ("qwen2_moe", Family::Qwen2Moe),
+    ("deepseek_v3", Family::DeepseekV3),
+    ("glm4_moe", Family::Glm4Moe),
+];
+
+/// The `architectures` classes this loader knows, and their families.
+pub const ARCHITECTURES: [(&str, Family); 4] = [
+    ("Qwen3MoeForCausalLM", Family::Qwen3Moe),
+    ("Qwen2MoeForCausalLM", Family::Qwen2Moe),
+    ("DeepseekV3ForCausalLM", Family::DeepseekV3),
+    ("Glm4MoeForCausalLM", Family::Glm4Moe),
+];
+
+/// The family a config describes: its `model_type` when this loader knows it; else (no
+/// `model_type`, or another one, as Kimi-K2's `kimi_k2` with `DeepseekV3ForCausalLM`) the first
+/// class of its `architectures` that it knows. Nothing else: a config is never placed in a family
+/// by the fields it has, since another family's layer (Ling's `bailing_moe`, with `num_experts`
+/// and `moe_intermediate_size`) has the same fields and computes something else.
 pub fn detect_family(json: &Value) -> Result<Family, CheckpointError> {
     let model_type = json.get("model_type").and_then(Value::as_str);
     let architectures: Vec<String> = json
@@ -70,37 +94,12 @@ pub fn detect_family(json: &Value) -> Result<Family, CheckpointError> {
                 .collect()
         })
         .unwrap_or_default();
-    let by_type = match model_type {
-        Some("qwen3_moe") => Some(Family::Qwen3Moe),
-        Some("qwen2_moe") => Some(Family::Qwen2Moe),
-        Some("deepseek_v3") => Some(Family::DeepseekV3),
-        Some("glm4_moe") => Some(Family::Glm4Moe),
-        _ => None,
+    let known = |table: &[(&str, Family)], name: &str| {
+        table.iter().find(|(n, _)| *n == name).map(|&(_, f)| f)
     };
-    let by_architecture = || {
-        architectures.iter().find_map(|a| match a.as_str() {
-            "Qwen3MoeForCausalLM" => Some(Family::Qwen3Moe),
-            "Qwen2MoeForCausalLM" => Some(Family::Qwen2Moe),
-            "DeepseekV3ForCausalLM" => Some(Family::DeepseekV3),
-            "Glm4MoeForCausalLM" => Some(Family::Glm4Moe),
-            _ => None,
-        })
-    };
-    let has = |k: &str| json.get(k).is_some_and(|v| !v.is_null());
-    let by_fields = || {
-        if has("n_routed_experts") {
-            Some(Family::DeepseekV3)
-        } else if has("shared_expert_intermediate_size") {
-            Some(Family::Qwen2Moe)
-        } else if has("num_experts") || has("num_local_experts") {
-            Some(Family::Qwen3Moe)
-        } else {
-            None
-        }
-    };
-    by_type
-        .or_else(by_architecture)
-        .or_else(by_fields)
+    model_type
+        .and_then(|m| known(&MODEL_TYPES, m))
+        .or_else(|| architectures.iter().find_map(|a| known(&ARCHITECTURES, a)))
         .ok_or_else(|| CheckpointError::UnknownFamily {
             model_type: model_type.map(String::from),
             architectures,
@@ -127,8 +126,9 @@ impl Fields<'_> {
     fn count(&self, field: &str) -> Result<Option<usize>, CheckpointError> {
         match self.get(field) {
             None => Ok(None),
-            Some(v) => match v.as_u64() {
-                Some(n) => Ok(Some(n as usize)),
+            Some(v) => match v.as_u64().map(usize::try_from) {
+                Some(Ok(n)) => Ok(Some(n)),
+                Some(Err(_)) => Err(bad(field, &format!("at most {}", usize::MAX), v)),
                 None => Err(bad(field, "a non-negative integer", v)),
             },
         }
@@ -205,10 +205,23 @@ pub fn parse_config(json: &Value) -> Result<ParsedConfig, CheckpointError> {
     }
     let family = detect_family(json)?;
     let f = Fields(json);
+    // The experts (and the shared expert) are SwiGLU: `act(gate) · up` with act = SiLU. Every
+    // family's transformers config defaults `hidden_act` to "silu"; another activation is another
+    // layer.
+    match f.text("hidden_act")? {
+        None | Some("silu") => {}
+        Some(other) => {
+            return Err(bad(
+                "hidden_act",
+                "\"silu\" (the SwiGLU experts this loader computes)",
+                format!("{other:?}"),
+            ))
+        }
+    }
     let hidden = f.required_count("hidden_size")?;
     let intermediate = f.required_count("moe_intermediate_size")?;
     let k = f.required_count("num_experts_per_tok")?;
-    let (experts_field, experts, router, shared) = match family {
+    let (experts_field, experts, router, shared, shared_overflow) = match family {
         Family::Qwen3Moe | Family::Qwen2Moe => {
             let (field, experts) = f.one_of(&["num_experts", "num_local_experts"])?;
             // transformers: Qwen3MoeConfig and Qwen2MoeConfig default `norm_topk_prob` to false.
@@ -230,7 +243,7 @@ pub fn parse_config(json: &Value) -> Result<ParsedConfig, CheckpointError> {
             } else {
                 None
             };
-            (field, experts, router, shared)
+            (field, experts, router, shared, None)
         }
         Family::DeepseekV3 | Family::Glm4Moe => {
             let (field, experts) = f.one_of(&["n_routed_experts", "num_local_experts"])?;
@@ -243,19 +256,20 @@ pub fn parse_config(json: &Value) -> Result<ParsedConfig, CheckpointError> {
             };
             let n_group = f.count("n_group")?.unwrap_or(n_group);
             let topk_group = f.count("topk_group")?.unwrap_or(topk_group);
-            // DeepSeek's own config.json says `scoring_func: "sigmoid"` (transformers' router
-            // always uses the sigmoid and ignores the field); softmax is taken when it says so.
-            let scoring = match f.text("scoring_func")? {
-                None | Some("sigmoid") => Scoring::Sigmoid,
-                Some("softmax") => Scoring::Softmax,
+            // transformers 5.17's DeepseekV3TopkRouter and Glm4MoeTopkRouter always score with the
+            // sigmoid (`scores = router_logits.sigmoid()` in `forward`) and never read
+            // `scoring_func`; so does this loader. A config that asks for another function says
+            // something transformers does not compute: it is refused, not silently overridden.
+            match f.text("scoring_func")? {
+                None | Some("sigmoid") => {}
                 Some(other) => {
                     return Err(bad(
                         "scoring_func",
-                        "\"sigmoid\" or \"softmax\"",
+                        "\"sigmoid\" (transformers' DeepSeek-V3 and GLM-4-MoE routers always use the sigmoid)",
                         format!("{other:?}"),
                     ))
                 }
-            };
+            }
             // DeepSeek-V2's `greedy` / `group_limited_greedy` score groups by their best expert,
             // not by the sum of their best two: another router.
             match f.text("topk_method")? {
@@ -270,7 +284,7 @@ pub fn parse_config(json: &Value) -> Result<ParsedConfig, CheckpointError> {
             }
             let router = RouterConfig {
                 k,
-                scoring,
+                scoring: Scoring::Sigmoid,
                 renormalize: f.flag("norm_topk_prob", true)?,
                 // One group kept out of one selects from every expert: no grouping.
                 grouping: if (n_group, topk_group) == (1, 1) {
@@ -283,12 +297,30 @@ pub fn parse_config(json: &Value) -> Result<ParsedConfig, CheckpointError> {
                 },
                 routed_scaling: f.number("routed_scaling_factor", scaling)? as f32,
             };
+            // The `n_shared_experts` shared experts are one MLP of n_shared · I. A product that
+            // overflows usize is refused after the other sizes are checked (an
+            // `moe_intermediate_size` out of range is the more basic error), with the message
+            // `validate` gives a product that fits but is too large.
             let n_shared = f.count("n_shared_experts")?.unwrap_or(1);
-            let shared = (n_shared > 0).then_some(SharedExpert {
-                intermediate: n_shared * intermediate,
-                gated: false,
-            });
-            (field, experts, router, shared)
+            let (shared, overflow) = match n_shared.checked_mul(intermediate) {
+                _ if n_shared == 0 => (None, None),
+                Some(is) => (
+                    Some(SharedExpert {
+                        intermediate: is,
+                        gated: false,
+                    }),
+                    None,
+                ),
+                None => (
+                    None,
+                    Some(bad(
+                        "n_shared_experts x moe_intermediate_size",
+                        &format!("at most {} (twice it must fit in an `int`)", i32::MAX / 2),
+                        n_shared as u128 * intermediate as u128,
+                    )),
+                ),
+            };
+            (field, experts, router, shared, overflow)
         }
     };
     let config = MoeConfig {
@@ -301,6 +333,9 @@ pub fn parse_config(json: &Value) -> Result<ParsedConfig, CheckpointError> {
     config
         .validate(None)
         .map_err(|e| config_error(e, family, experts_field))?;
+    if let Some(e) = shared_overflow {
+        return Err(e);
+    }
     Ok(ParsedConfig {
         family,
         config,
@@ -317,17 +352,33 @@ fn config_error(e: MoeError, family: Family, experts_field: &str) -> CheckpointE
             expected,
             found,
         } => {
+            let qwen2 = family == Family::Qwen2Moe;
             let field = match field {
-                "hidden" => "hidden_size",
-                "intermediate" | "2 x intermediate" => "moe_intermediate_size",
-                "experts" => experts_field,
-                "shared expert intermediate" if family == Family::Qwen2Moe => {
-                    "shared_expert_intermediate_size"
+                "hidden" => "hidden_size".to_string(),
+                "intermediate" => "moe_intermediate_size".to_string(),
+                "experts" => experts_field.to_string(),
+                "shared expert intermediate" if qwen2 => {
+                    "shared_expert_intermediate_size".to_string()
                 }
-                "shared expert intermediate" => "n_shared_experts",
-                other => other,
+                "shared expert intermediate" => {
+                    "n_shared_experts x moe_intermediate_size".to_string()
+                }
+                "experts x hidden" => format!("{experts_field} x hidden_size"),
+                "experts x 2 x intermediate x hidden" => {
+                    format!("{experts_field} x 2 x moe_intermediate_size x hidden_size")
+                }
+                "experts x hidden x intermediate" => {
+                    format!("{experts_field} x hidden_size x moe_intermediate_size")
+                }
+                "2 x shared expert intermediate x hidden" if qwen2 => {
+                    "2 x shared_expert_intermediate_size x hidden_size".to_string()
+                }
+                "2 x shared expert intermediate x hidden" => {
+                    "2 x n_shared_experts x moe_intermediate_size x hidden_size".to_string()
+                }
+                other => other.to_string(),
             };
-            bad(field, &expected, found)
+            bad(&field, &expected, found)
         }
         MoeError::Router(r) => match r {
             RouterError::NoExperts => bad(experts_field, "at least 1", 0),

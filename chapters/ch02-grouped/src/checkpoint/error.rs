@@ -1,6 +1,7 @@
 //! Why a checkpoint did not load. Every variant names the file, field or tensor, and what was
 //! expected beside what was found, so the message alone says what to fix.
 
+use super::config::{Family, ARCHITECTURES, MODEL_TYPES};
 use crate::error::MoeError;
 use std::fmt;
 use std::path::PathBuf;
@@ -17,7 +18,9 @@ pub enum CheckpointError {
     Json { path: PathBuf, why: String },
     /// A file that should be safetensors is not.
     NotSafetensors { path: PathBuf, why: String },
-    /// `config.json` names no family this loader knows and has none of the fields that tell one.
+    /// `config.json` names no family this loader knows: neither its `model_type` is one of
+    /// [`MODEL_TYPES`] nor any class of its `architectures` one of [`ARCHITECTURES`]. The fields
+    /// alone never tell the family (another family may have the same ones).
     UnknownFamily {
         model_type: Option<String>,
         architectures: Vec<String>,
@@ -51,6 +54,21 @@ pub enum CheckpointError {
     MixedStorage { layer: usize },
     /// A tensor the layer needs is absent; `looked_in` is the file (or index) that should hold it.
     MissingTensor { name: String, looked_in: String },
+    /// An entry of `model.safetensors.index.json`'s `weight_map` that does not name a file inside
+    /// the checkpoint's folder (an absolute path, a `..`, or an empty name).
+    ShardPath {
+        index: PathBuf,
+        tensor: String,
+        file: String,
+    },
+    /// Tensors of the layer's MLP (`model.layers.{layer}.mlp.*`) that the family, under this
+    /// config, does not read (a shared expert while `n_shared_experts` is 0, a bias, an expert
+    /// beyond the config's number): loading without them would compute another layer.
+    UnusedTensors {
+        layer: usize,
+        family: Family,
+        tensors: Vec<String>,
+    },
     /// The same tensor in two files of a checkpoint without an index.
     DuplicateTensor {
         name: String,
@@ -87,6 +105,11 @@ fn list(v: &[usize]) -> String {
     }
 }
 
+/// The names of a table of [`super::config`], `a, b, c`.
+fn names(table: &[(&str, Family)]) -> String {
+    table.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+}
+
 impl fmt::Display for CheckpointError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         use CheckpointError::*;
@@ -103,9 +126,10 @@ impl fmt::Display for CheckpointError {
             } => write!(
                 f,
                 "config.json: model_type {} and architectures {architectures:?} name no family this \
-                 loader knows (qwen3_moe, qwen2_moe, deepseek_v3, glm4_moe), and it has none of \
-                 `num_experts`, `num_local_experts`, `n_routed_experts`",
+                 loader knows: the model_type must be one of {}, or the architectures name one of {}",
                 model_type.as_deref().map_or("(none)".to_string(), |m| format!("{m:?}")),
+                names(&MODEL_TYPES),
+                names(&ARCHITECTURES),
             ),
             Config {
                 field,
@@ -147,6 +171,33 @@ impl fmt::Display for CheckpointError {
             MissingTensor { name, looked_in } => {
                 write!(f, "tensor `{name}` is missing (looked in {looked_in})")
             }
+            ShardPath {
+                index,
+                tensor,
+                file,
+            } => write!(
+                f,
+                "{}: `weight_map[{tensor:?}]` is {file:?}, expected a file inside the checkpoint's \
+                 folder (a relative path without `..`)",
+                index.display()
+            ),
+            UnusedTensors {
+                layer,
+                family,
+                tensors,
+            } => write!(
+                f,
+                "layer {layer} has {} {} that a {family} layer of this config.json does not read: \
+                 {}; loading without {} would compute another layer",
+                tensors.len(),
+                if tensors.len() == 1 { "tensor" } else { "tensors" },
+                tensors
+                    .iter()
+                    .map(|t| format!("`{t}`"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if tensors.len() == 1 { "it" } else { "them" },
+            ),
             DuplicateTensor {
                 name,
                 first,

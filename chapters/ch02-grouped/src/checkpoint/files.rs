@@ -4,9 +4,9 @@
 //! With `model.safetensors.index.json` (a sharded checkpoint), the index's `weight_map` says which
 //! shard holds each tensor, and a shard is opened only when a tensor in it is needed: loading one
 //! layer of a checkpoint of 160 shards opens the two or three that hold it, and a folder with only
-//! those shards downloaded loads that layer. Without an index, `model.safetensors` is the
-//! checkpoint if it exists, else every `*.safetensors` of the folder; their headers give the
-//! names.
+//! those shards downloaded loads that layer. The index may name only files inside the folder (no
+//! absolute path, no `..`). Without an index, `model.safetensors` is the checkpoint if it exists,
+//! else every `*.safetensors` of the folder; their headers give the names.
 
 use super::error::CheckpointError;
 use candle_core::safetensors::MmapedSafetensors;
@@ -14,7 +14,7 @@ use candle_core::DType;
 use std::cell::OnceCell;
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 /// The index file of a sharded checkpoint.
 pub const INDEX: &str = "model.safetensors.index.json";
@@ -265,6 +265,13 @@ impl Files {
             let file = file
                 .as_str()
                 .ok_or_else(|| bad(&format!("`weight_map[{name:?}]` is not a file name")))?;
+            if !inside(file) {
+                return Err(CheckpointError::ShardPath {
+                    index: index.clone(),
+                    tensor: name.clone(),
+                    file: file.to_string(),
+                });
+            }
             let path = dir.join(file);
             let i = match paths.iter().position(|p| *p == path) {
                 Some(i) => i,
@@ -332,6 +339,22 @@ impl Files {
             .map_err(Clone::clone)?;
         raw(st, name, path)
     }
+}
+
+/// Whether `file`, joined to the checkpoint's folder, stays inside it: a relative path of plain
+/// names (`.` allowed), neither absolute nor with a `..`, and not empty. (`Path::join` with an
+/// absolute path replaces the folder; `..` climbs out of it.)
+fn inside(file: &str) -> bool {
+    let path = Path::new(file);
+    let mut names = 0;
+    for c in path.components() {
+        match c {
+            Component::Normal(_) => names += 1,
+            Component::CurDir => {}
+            Component::ParentDir | Component::RootDir | Component::Prefix(_) => return false,
+        }
+    }
+    names > 0 && !path.is_absolute()
 }
 
 /// Reads and parses a JSON file.

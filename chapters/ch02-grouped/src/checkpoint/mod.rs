@@ -7,13 +7,18 @@
 //! the host, into `w13` [E, 2I, H] and `w2` [E, H, I] ([`pack`]).
 //!
 //! Families: Qwen3-MoE, Qwen2-MoE, DeepSeek-V3 (and the checkpoints that reuse its architecture,
-//! such as Kimi-K2), GLM-4-MoE. Storage: the Hub's one tensor per expert, or transformers 5.x's
-//! fused `gate_up_proj` / `down_proj` ([`Storage`]). Types: F32, BF16, F16 (exact in f32);
-//! anything else, FP8 checkpoints included, is refused with the tensor's name. Every refusal is
-//! a [`CheckpointError`] naming the file, field or tensor, the expected and the found value.
+//! such as Kimi-K2), GLM-4-MoE, told by `model_type` or `architectures`; any other is refused,
+//! whatever fields it shares with these. Storage: the Hub's one tensor per expert, or
+//! transformers 5.x's fused `gate_up_proj` / `down_proj` ([`Storage`]). Types: F32, BF16, F16
+//! (exact in f32); anything else, FP8 checkpoints included, is refused with the tensor's name.
+//! Every tensor of the layer's MLP must be read: one that the family does not read under the
+//! config (a shared expert while `n_shared_experts` is 0, a bias) is refused, not left out.
+//! Every refusal is a [`CheckpointError`] naming the file, field or tensor, the expected and the
+//! found value.
 //!
 //! The whole layer is held in f32 on the host: 4 bytes × 3·E·I·H, 2.4 GB for a layer of
-//! Qwen3-30B-A3B (E 128, I 768, H 2048).
+//! Qwen3-30B-A3B (E 128, I 768, H 2048). Nothing is allocated before every tensor's header has
+//! been checked against the config, so a config larger than its files is refused, not allocated.
 
 pub mod config;
 pub mod error;
@@ -56,6 +61,17 @@ pub struct Loaded {
 // ANCHOR: load
 /// Loads MoE layer `opts.layer` (default: the first) of the checkpoint in `dir`.
 pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Loaded, CheckpointError> {
+    if !dir.is_dir() {
+        return Err(CheckpointError::Io {
+            path: dir.to_path_buf(),
+            why: if dir.exists() {
+                "is a file, expected the checkpoint's folder (config.json and .safetensors files)"
+            } else {
+                "does not exist"
+            }
+            .to_string(),
+        });
+    }
     let config_path = dir.join("config.json");
     if !config_path.exists() {
         return Err(CheckpointError::MissingFile {

@@ -1,6 +1,11 @@
 //! One layer's tensors, read once each from the memory map and converted to f32 straight into
 //! the packed `w13` [E, 2I, H] and `w2` [E, H, I] of [`MoeWeights`].
 //!
+//! Two passes. The first reads only headers: every tensor the family reads under the config must
+//! be there with the shape the config gives it, and the layer's MLP (`model.layers.{L}.mlp.*`)
+//! must hold nothing else. Only then is anything allocated, so every allocation is bounded by what
+//! the files hold. The second converts the bytes.
+//!
 //! The fused form is transformers 5.x's own (read in `models/qwen3_moe/modeling_qwen3_moe.py`,
 //! `Qwen3MoeExperts`, and `conversion_mapping.py`, 5.17.0): `gate_up_proj` is
 //! `nn.Parameter(torch.empty(E, 2 * I, H))`, used as `linear(x, gate_up_proj[e]).chunk(2, -1)` →
@@ -11,7 +16,7 @@
 
 use super::config::{Family, ParsedConfig};
 use super::error::CheckpointError;
-use super::files::{FileDtype, Files};
+use super::files::{FileDtype, Files, Raw};
 use super::layers::{mlp_prefix, Storage};
 use crate::weights::{MoeWeights, SharedWeights};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -20,57 +25,29 @@ use std::collections::BTreeSet;
 /// Expert weights above this many bytes (as stored) get a progress bar when one is asked for.
 pub const PROGRESS_BYTES: u64 = 64 << 20;
 
-/// Reads tensors into f32, checking their shapes, and remembers the experts' file types.
-struct Reader<'a> {
-    files: &'a Files,
+/// Converts checked tensors into f32, and remembers the experts' file types.
+struct Reader {
     expert_dtypes: BTreeSet<FileDtype>,
     bar: Option<ProgressBar>,
 }
 
-impl Reader<'_> {
-    /// Reads `name` of shape `shape` into `dst` (whose length is the shape's product).
-    fn read(
-        &mut self,
-        name: &str,
-        shape: &[usize],
-        dst: &mut [f32],
-    ) -> Result<FileDtype, CheckpointError> {
-        let raw = self.files.get(name)?;
-        raw.expect_shape(shape)?;
+impl Reader {
+    /// An expert matrix (its shape checked) into `dst`, counted in the progress bar.
+    fn expert(&mut self, raw: &Raw<'_>, dst: &mut [f32]) {
         raw.convert(0, dst);
-        Ok(raw.dtype)
+        self.expert_dtypes.insert(raw.dtype);
+        self.tick(raw.data.len());
     }
 
-    /// [`Reader::read`] of an expert matrix, counted in the progress bar.
-    fn read_expert(
-        &mut self,
-        name: &str,
-        shape: &[usize],
-        dst: &mut [f32],
-    ) -> Result<(), CheckpointError> {
-        let dtype = self.read(name, shape, dst)?;
-        self.expert_dtypes.insert(dtype);
-        self.tick(dst.len() * dtype.bytes());
-        Ok(())
-    }
-
-    /// A fused `[E, rows, cols]` tensor into `dst`, one expert at a time (for the progress bar;
-    /// the tensor is still read once).
-    fn read_fused(
-        &mut self,
-        name: &str,
-        shape: [usize; 3],
-        dst: &mut [f32],
-    ) -> Result<(), CheckpointError> {
-        let raw = self.files.get(name)?;
-        raw.expect_shape(&shape)?;
-        let per = shape[1] * shape[2];
+    /// A fused `[E, rows, cols]` tensor (its shape checked) into `dst`, one expert at a time (for
+    /// the progress bar; the tensor is still read once).
+    fn fused(&mut self, raw: &Raw<'_>, dst: &mut [f32]) {
+        let per = raw.shape[1] * raw.shape[2];
         for (e, chunk) in dst.chunks_mut(per).enumerate() {
             raw.convert(e * per, chunk);
             self.tick(per * raw.dtype.bytes());
         }
         self.expert_dtypes.insert(raw.dtype);
-        Ok(())
     }
 
     fn tick(&self, bytes: usize) {
@@ -125,8 +102,148 @@ impl Names {
     }
 }
 
+/// A layer's experts, their headers checked.
+enum Experts<'a> {
+    /// Expert by expert: `[gate_proj, up_proj, down_proj]`.
+    PerExpert(Vec<[Raw<'a>; 3]>),
+    /// `gate_up_proj`, `down_proj`.
+    Fused(Raw<'a>, Raw<'a>),
+}
+
+/// The shared expert, its headers checked.
+struct Shared<'a> {
+    gate_proj: Raw<'a>,
+    up_proj: Raw<'a>,
+    down_proj: Raw<'a>,
+    /// Qwen2-MoE's `shared_expert_gate`.
+    gate: Option<Raw<'a>>,
+}
+
+/// Every tensor the layer reads, found and of the shape the config gives it; nothing converted.
+struct Checked<'a> {
+    gate: Raw<'a>,
+    bias: Option<Raw<'a>>,
+    experts: Experts<'a>,
+    shared: Option<Shared<'a>>,
+}
+
+impl Checked<'_> {
+    /// Every tensor, in the order read.
+    fn all(&self) -> Vec<&Raw<'_>> {
+        let mut all = vec![&self.gate];
+        all.extend(&self.bias);
+        match &self.experts {
+            Experts::PerExpert(v) => all.extend(v.iter().flatten()),
+            Experts::Fused(gate_up, down) => all.extend([gate_up, down]),
+        }
+        if let Some(s) = &self.shared {
+            all.extend([&s.gate_proj, &s.up_proj, &s.down_proj]);
+            all.extend(&s.gate);
+        }
+        all
+    }
+
+    /// The bytes of the expert weights as stored.
+    fn expert_bytes(&self) -> u64 {
+        match &self.experts {
+            Experts::PerExpert(v) => v.iter().flatten().map(|r| r.data.len() as u64).sum(),
+            Experts::Fused(a, b) => (a.data.len() + b.data.len()) as u64,
+        }
+    }
+}
+
+/// The tensor `name` of `files`, if it has shape `shape` (its header only: no byte is read).
+fn check<'a>(files: &'a Files, name: &str, shape: &[usize]) -> Result<Raw<'a>, CheckpointError> {
+    let raw = files.get(name)?;
+    raw.expect_shape(shape)?;
+    Ok(raw)
+}
+
+/// Finds every tensor of layer `layer` that the family reads under this config, checks its
+/// header's shape against the config, and checks that the layer's MLP holds nothing else.
+fn check_layer<'a>(
+    files: &'a Files,
+    parsed: &ParsedConfig,
+    n: &Names,
+    layer: usize,
+    storage: Storage,
+) -> Result<Checked<'a>, CheckpointError> {
+    let c = &parsed.config;
+    let (h, i, e) = (c.hidden, c.intermediate, c.experts);
+    let family = parsed.family;
+    // The router first: its [E, H] bounds E · H by what the file holds before the experts'
+    // headers are looked up, E of them.
+    let gate = check(files, &n.router(), &[e, h])?;
+    let bias = if family.is_deepseek_like() {
+        Some(check(files, &n.bias(), &[e])?)
+    } else {
+        None
+    };
+    let experts = match storage {
+        Storage::PerExpert => Experts::PerExpert(
+            (0..e)
+                .map(|x| {
+                    Ok([
+                        check(files, &n.expert(x, "gate_proj"), &[i, h])?,
+                        check(files, &n.expert(x, "up_proj"), &[i, h])?,
+                        check(files, &n.expert(x, "down_proj"), &[h, i])?,
+                    ])
+                })
+                .collect::<Result<_, CheckpointError>>()?,
+        ),
+        Storage::Fused => Experts::Fused(
+            check(files, &n.fused("gate_up_proj"), &[e, 2 * i, h])?,
+            check(files, &n.fused("down_proj"), &[e, h, i])?,
+        ),
+    };
+    let shared = match c.shared {
+        None => None,
+        Some(s) => {
+            let is = s.intermediate;
+            Some(Shared {
+                gate_proj: check(files, &n.shared(family, "gate_proj"), &[is, h])?,
+                up_proj: check(files, &n.shared(family, "up_proj"), &[is, h])?,
+                down_proj: check(files, &n.shared(family, "down_proj"), &[h, is])?,
+                // nn.Linear(H, 1): [1, H]
+                gate: if s.gated {
+                    Some(check(files, &n.shared_gate(), &[1, h])?)
+                } else {
+                    None
+                },
+            })
+        }
+    };
+    let checked = Checked {
+        gate,
+        bias,
+        experts,
+        shared,
+    };
+    // A tensor of the layer's MLP that is not read would be a part of the layer left out: a
+    // shared expert while `n_shared_experts` is 0, a bias, an expert beyond `E`.
+    let read: BTreeSet<&str> = checked.all().iter().map(|r| r.name.as_str()).collect();
+    let unused: Vec<String> = files
+        .names()
+        .filter(|name| name.starts_with(&n.p) && !read.contains(name))
+        .map(String::from)
+        .collect();
+    if !unused.is_empty() {
+        return Err(CheckpointError::UnusedTensors {
+            layer,
+            family,
+            tensors: unused,
+        });
+    }
+    Ok(checked)
+}
+
 /// Layer `layer`'s weights, packed, and the experts' file type(s) (`bf16`, or `bf16+f32` when
 /// they differ).
+///
+/// Every tensor's header is checked against the config (and the layer's MLP for tensors left
+/// out) before anything is allocated, so every allocation is bounded by what the files hold: a
+/// config of 2¹⁶ experts of hidden size 2³⁰ is refused by the router's shape, not by the
+/// allocator.
 pub fn pack(
     files: &Files,
     parsed: &ParsedConfig,
@@ -135,81 +252,58 @@ pub fn pack(
     progress: bool,
 ) -> Result<(MoeWeights, String), CheckpointError> {
     let c = &parsed.config;
-    let (h, i, e) = (c.hidden, c.intermediate, c.experts);
+    let (h, i) = (c.hidden, c.intermediate);
     let n = Names {
         p: mlp_prefix(layer),
     };
+    let checked = check_layer(files, parsed, &n, layer, storage)?;
+
+    let gate = checked.gate.to_f32(); // [E, H]
+    let bias = checked.bias.as_ref().map(Raw::to_f32); // [E]
+
+    let expert_bytes = checked.expert_bytes();
     let mut r = Reader {
-        files,
         expert_dtypes: BTreeSet::new(),
-        bar: None,
+        bar: (progress && expert_bytes > PROGRESS_BYTES).then(|| progress_bar(layer, expert_bytes)),
     };
-
-    let mut gate = vec![0f32; e * h]; // [E, H]
-    r.read(&n.router(), &[e, h], &mut gate)?;
-    let bias = if parsed.family.is_deepseek_like() {
-        let mut b = vec![0f32; e]; // [E]
-        r.read(&n.bias(), &[e], &mut b)?;
-        Some(b)
-    } else {
-        None
-    };
-
-    // The bar's size, from the type of the first expert tensor (its header, not its bytes).
-    let first = match storage {
-        Storage::PerExpert => n.expert(0, "gate_proj"),
-        Storage::Fused => n.fused("gate_up_proj"),
-    };
-    let expert_bytes = (c.w13_len() + c.w2_len()) as u64 * files.get(&first)?.dtype.bytes() as u64;
-    r.bar = (progress && expert_bytes > PROGRESS_BYTES).then(|| progress_bar(layer, expert_bytes));
 
     // ANCHOR: pack_experts
     let mut w13 = vec![0f32; c.w13_len()]; // [E, 2I, H]
     let mut w2 = vec![0f32; c.w2_len()]; // [E, H, I]
-    match storage {
-        Storage::PerExpert => {
-            for (x, (w13_e, w2_e)) in w13
+    match &checked.experts {
+        Experts::PerExpert(experts) => {
+            for ((w13_e, w2_e), [gate_proj, up_proj, down_proj]) in w13
                 .chunks_mut(2 * i * h)
                 .zip(w2.chunks_mut(h * i))
-                .enumerate()
+                .zip(experts)
             {
                 let (gate_rows, up_rows) = w13_e.split_at_mut(i * h);
-                r.read_expert(&n.expert(x, "gate_proj"), &[i, h], gate_rows)?;
-                r.read_expert(&n.expert(x, "up_proj"), &[i, h], up_rows)?;
-                r.read_expert(&n.expert(x, "down_proj"), &[h, i], w2_e)?;
+                r.expert(gate_proj, gate_rows); // [I, H]
+                r.expert(up_proj, up_rows); // [I, H]
+                r.expert(down_proj, w2_e); // [H, I]
             }
         }
-        Storage::Fused => {
-            r.read_fused(&n.fused("gate_up_proj"), [e, 2 * i, h], &mut w13)?;
-            r.read_fused(&n.fused("down_proj"), [e, h, i], &mut w2)?;
+        Experts::Fused(gate_up_proj, down_proj) => {
+            r.fused(gate_up_proj, &mut w13); // [E, 2I, H]
+            r.fused(down_proj, &mut w2); // [E, H, I]
         }
     }
     // ANCHOR_END: pack_experts
 
-    let shared = match c.shared {
-        None => None,
-        Some(s) => {
-            let is = s.intermediate;
-            let mut sw13 = vec![0f32; 2 * is * h]; // [2Is, H]: gate rows, then up rows
-            let (g, u) = sw13.split_at_mut(is * h);
-            r.read(&n.shared(parsed.family, "gate_proj"), &[is, h], g)?;
-            r.read(&n.shared(parsed.family, "up_proj"), &[is, h], u)?;
-            let mut sw2 = vec![0f32; h * is]; // [H, Is]
-            r.read(&n.shared(parsed.family, "down_proj"), &[h, is], &mut sw2)?;
-            let gate = if s.gated {
-                let mut g = vec![0f32; h]; // nn.Linear(H, 1): [1, H]
-                r.read(&n.shared_gate(), &[1, h], &mut g)?;
-                Some(g)
-            } else {
-                None
-            };
-            Some(SharedWeights {
-                w13: sw13,
-                w2: sw2,
-                gate,
-            })
+    // The shared expert: w13 [2Is, H] (gate rows, then up rows), w2 [H, Is], Qwen2-MoE's gate
+    // [1, H] as [H].
+    let shared = checked.shared.as_ref().map(|s| {
+        let is_h: usize = s.gate_proj.shape.iter().product(); // checked: [Is, H]
+        let mut w13 = vec![0f32; 2 * is_h];
+        let (g, u) = w13.split_at_mut(is_h);
+        s.gate_proj.convert(0, g);
+        s.up_proj.convert(0, u);
+        SharedWeights {
+            w13,
+            w2: s.down_proj.to_f32(),
+            gate: s.gate.as_ref().map(Raw::to_f32),
         }
-    };
+    });
     if let Some(bar) = &r.bar {
         bar.finish_and_clear();
     }
