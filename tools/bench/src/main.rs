@@ -8,10 +8,12 @@
 //!     tools/bench/run ch01 --out-dir bench/results/h200 [--peers RESULTS/ch01_torch.csv] [--quick]
 //!     tools/bench/run emu --build after [--out bench/results/cpu/emu_gemm.csv]
 //!     tools/bench/run ch02 [--routing R --peers S --out-dir D | --export-routing R | --cpu] [--quick]
+//!     tools/bench/run ch03 [--ids F --peers S --out-dir D | --export-ids F | --hashes [--peer-hashes H] | --padding] [--quick]
 
 mod cases;
 mod ch01;
 mod ch02;
+mod ch03;
 mod emu;
 mod peers;
 
@@ -41,6 +43,9 @@ enum Cmd {
     Ch01(GpuArgs),
     /// Chapter 2: the loop grouped by expert, cuBLAS per expert (GPU); `--cpu`: the CPU loops.
     Ch02(ch02::Ch02Args),
+    /// Chapter 3: the pairs sorted by expert and padded to tiles (GPU); `--hashes`: determinism;
+    /// `--padding`: the share of padded slots (CPU).
+    Ch03(ch03::Ch03Args),
     /// The emulator's GEMM rate on this CPU (no GPU needed).
     Emu(EmuArgs),
 }
@@ -264,6 +269,7 @@ fn main() -> ExitCode {
     let result = match &cli.cmd {
         Cmd::Ch01(a) => gpu_chapter("ch01", ch01::cases(), a),
         Cmd::Ch02(a) => ch02::run(a),
+        Cmd::Ch03(a) => ch03::run(a),
         Cmd::Emu(a) => emu(a),
     };
     match result {

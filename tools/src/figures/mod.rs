@@ -5,6 +5,7 @@
 //! differs, so a page can never quote a number its CSV does not hold.
 
 pub mod ch02;
+pub mod ch03;
 pub mod facts;
 pub mod svg;
 pub mod tables;
@@ -22,7 +23,7 @@ pub struct Generated {
 }
 
 /// The groups of generated files, by the page that uses them.
-pub const GROUPS: [&str; 3] = ["runtime", "ch01", "ch02"];
+pub const GROUPS: [&str; 4] = ["runtime", "ch01", "ch02", "ch03"];
 
 fn read(root: &Path, rel: &str) -> Result<String, String> {
     std::fs::read_to_string(root.join(rel)).map_err(|e| format!("cannot read {rel}: {e}"))
@@ -40,6 +41,11 @@ pub fn generate(root: &Path, group: &str) -> Result<Vec<Generated>, String> {
         "ch02" => {
             let mut v = ch02::generate(root)?;
             v.extend(example_and_tree(root, 2)?);
+            Ok(v)
+        }
+        "ch03" => {
+            let mut v = ch03::generate(root)?;
+            v.extend(example_and_tree(root, 3)?);
             Ok(v)
         }
         "runtime" => runtime(root),

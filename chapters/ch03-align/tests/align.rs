@@ -1,0 +1,239 @@
+//! The three implementations of the layout on every regime and every backend: the literal sort
+//! and pad, the CPU reference and the kernel give the same bits; garbage ids never make the
+//! kernel write out of bounds; launch counts; determinism; typed errors.
+
+use ch03_align::device::{align_on_device, align_unchecked_on_device, DeviceAlign};
+use ch03_align::layout::{capacity, check, choose_block_m, max_tiles, padding_share};
+use ch03_align::literal::align_literal;
+use ch03_align::reference::align_reference;
+use ch03_align::regimes::{regime, REGIMES};
+use ch03_align::text::draw;
+use ch03_align::AlignError;
+use moe_kernels::testing::assert_same_bits;
+use moe_kernels::{record_launches, Device};
+
+// ANCHOR: every_regime
+fn kernel_matches_the_literal_sort_on_every_regime(dev: &'static Device) {
+    for name in REGIMES {
+        let r = regime(name).unwrap();
+        let pairs = r.ids.len();
+        let lit = align_literal(&r.ids, r.experts, r.block_m);
+        let reference = align_reference(&r.ids, r.experts, r.block_m);
+        assert_eq!(reference, lit, "{name}: reference vs literal");
+        let got = align_on_device(dev, &r.ids, r.experts, r.block_m).unwrap();
+        if pairs == 0 {
+            assert_eq!(got.num_tokens_post_padded, 0, "{name}");
+            continue;
+        }
+        assert_same_bits(
+            &format!("{name}: sorted_ids"),
+            &got.sorted_ids,
+            &lit.sorted_ids,
+        );
+        assert_same_bits(
+            &format!("{name}: expert_ids"),
+            &got.expert_ids,
+            &lit.expert_ids,
+        );
+        assert_eq!(
+            got.num_tokens_post_padded, lit.num_tokens_post_padded,
+            "{name}"
+        );
+        let text = format!(
+            "{name}: {} (T {} k {} E {} BLOCK_M {})\n{}",
+            r.about,
+            r.tokens,
+            r.k,
+            r.experts,
+            r.block_m,
+            draw(&lit, pairs, r.block_m, 12)
+        );
+        insta::with_settings!({ prepend_module_to_snapshot => false }, {
+            insta::assert_snapshot!(format!("ch03_{name}"), text);
+        });
+    }
+}
+// ANCHOR_END: every_regime
+
+/// The regimes do what their names say.
+fn regimes_do_what_their_names_say(_dev: &'static Device) {
+    let a = |name: &str| {
+        let r = regime(name).unwrap();
+        let out = align_reference(&r.ids, r.experts, r.block_m);
+        (r, out)
+    };
+    let (r, out) = a("all_to_one_expert");
+    assert_eq!(out.tiles(r.block_m), 40usize.div_ceil(16));
+    assert!(out.expert_ids[..out.tiles(r.block_m)]
+        .iter()
+        .all(|&e| e == 5));
+    let (r, out) = a("block_boundary_exact");
+    assert_eq!(
+        out.num_tokens_post_padded as usize,
+        r.ids.len(),
+        "no padding at all"
+    );
+    let (r, out) = a("tiny_batch_many_empty_experts");
+    assert!(out.tiles(r.block_m) <= 12 && out.tiles(r.block_m) < r.experts / 4);
+    let (r, _) = a("one_block_limit");
+    assert_eq!(r.ids.len(), 2048);
+    let (r, _) = a("one_past_one_block");
+    assert_eq!(r.ids.len(), 2056);
+    let (r, _) = a("k1_experts_not_a_power_of_two");
+    assert!(!r.experts.is_power_of_two() && r.k == 1);
+    // Every regime but the constructed ones routes each token to k distinct experts.
+    for name in REGIMES {
+        let r = regime(name).unwrap();
+        for row in r.ids.chunks(r.k.max(1)) {
+            let mut v = row.to_vec();
+            v.sort_unstable();
+            v.dedup();
+            assert!(
+                v.len() == row.len() || *name == "all_to_one_expert",
+                "{name}"
+            );
+        }
+    }
+}
+
+fn one_launch_up_to_the_one_block_limit_then_three(dev: &'static Device) {
+    for (name, want) in [
+        ("decode_1tok", 1),
+        ("one_block_limit", 1),
+        ("one_past_one_block", 3),
+        ("large_prefill", 3),
+    ] {
+        let r = regime(name).unwrap();
+        let a = DeviceAlign::new(dev, r.ids.len(), r.experts, r.block_m).unwrap();
+        assert_eq!(a.launches(), want, "{name}");
+        let out = a.alloc_outputs(dev).unwrap();
+        let ids = dev
+            .upload(&r.ids.iter().map(|&e| e as i32).collect::<Vec<_>>())
+            .unwrap();
+        let (res, launched) = record_launches(|| a.enqueue(&ids, &out));
+        res.unwrap();
+        assert_eq!(launched.len(), want, "{name}: {launched:?}");
+    }
+}
+
+/// Same input, same bits, every run (integer atomics only count; the scatter is stable).
+fn same_bits_every_run(dev: &'static Device) {
+    for name in ["spec_decode_6rows", "large_prefill"] {
+        let r = regime(name).unwrap();
+        let first = align_on_device(dev, &r.ids, r.experts, r.block_m).unwrap();
+        for _ in 0..5 {
+            assert_eq!(
+                align_on_device(dev, &r.ids, r.experts, r.block_m).unwrap(),
+                first,
+                "{name}"
+            );
+        }
+    }
+}
+
+/// Garbage ids (negative, past E, huge) are skipped by the kernel, which stays in bounds and
+/// lays out the valid pairs exactly as the reference does; the host refuses them with a typed
+/// error first.
+fn garbage_ids_stay_in_bounds(dev: &'static Device) {
+    for (pairs, experts) in [(37usize, 60usize), (3000, 288)] {
+        let ids: Vec<i32> = (0..pairs)
+            .map(|p| match p % 7 {
+                0 => -1,
+                1 => experts as i32,
+                2 => i32::MAX,
+                3 => i32::MIN,
+                _ => ((p * 31) % experts) as i32,
+            })
+            .collect();
+        let wide: Vec<i64> = ids.iter().map(|&e| e as i64).collect();
+        let bm = 16;
+        let got = align_unchecked_on_device(dev, &ids, experts, bm).unwrap();
+        let want = align_reference(&wide, experts, bm);
+        assert_eq!(got, want, "{pairs} pairs");
+        assert_eq!(
+            align_on_device(dev, &wide, experts, bm).unwrap_err(),
+            AlignError::IdOutOfRange {
+                pair: 0,
+                id: -1,
+                experts
+            }
+        );
+    }
+}
+
+fn bad_inputs_are_typed_errors(dev: &'static Device) {
+    assert_eq!(check(&[0], 8, 24), Err(AlignError::BlockM { value: 24 }));
+    assert_eq!(check(&[0], 8, 0), Err(AlignError::BlockM { value: 0 }));
+    assert_eq!(check(&[0], 0, 16), Err(AlignError::NoExperts));
+    assert_eq!(
+        check(&[3, 9], 8, 16),
+        Err(AlignError::IdOutOfRange {
+            pair: 1,
+            id: 9,
+            experts: 8
+        })
+    );
+    assert!(matches!(
+        DeviceAlign::new(dev, 8, 1000, 16).err().unwrap(),
+        AlignError::Limit {
+            what: "experts",
+            ..
+        }
+    ));
+    // Buffers of the wrong size.
+    let a = DeviceAlign::new(dev, 8, 16, 16).unwrap();
+    let out = a.alloc_outputs(dev).unwrap();
+    let ids = dev.upload(&[1i32; 7]).unwrap();
+    assert_eq!(
+        a.enqueue(&ids, &out).unwrap_err(),
+        AlignError::Shape {
+            what: "ids [T·k]",
+            expected: 8,
+            got: 7
+        }
+    );
+}
+
+moe_kernels::backend_tests!(
+    kernel_matches_the_literal_sort_on_every_regime,
+    regimes_do_what_their_names_say,
+    one_launch_up_to_the_one_block_limit_then_three,
+    same_bits_every_run,
+    garbage_ids_stay_in_bounds,
+    bad_inputs_are_typed_errors,
+);
+
+#[test]
+fn capacity_bounds_the_padded_total() {
+    // Exhaustively over small shapes: the worst case is every active expert one pair past a tile.
+    for experts in 1..12 {
+        for bm in [1, 2, 4, 8, 16] {
+            for pairs in 0..40 {
+                let cap = capacity(pairs, experts, bm);
+                assert!(cap <= pairs + experts * (bm - 1));
+                if pairs < experts {
+                    assert!(cap <= pairs * bm);
+                }
+                // One pair per expert on the first min(pairs, E) experts, the rest on expert 0:
+                // as many experts as possible hold a partial tile.
+                let ids: Vec<i64> = (0..pairs).map(|p| (p % experts) as i64).collect();
+                let a = align_reference(&ids, experts, bm);
+                assert!(a.num_tokens_post_padded as usize <= cap);
+                assert_eq!(a.expert_ids.len(), max_tiles(pairs, experts, bm));
+            }
+        }
+    }
+}
+
+#[test]
+fn block_m_rule_and_padding_share() {
+    assert_eq!(choose_block_m(8, 128), 16);
+    assert_eq!(choose_block_m(4096 * 8, 128), 128);
+    assert_eq!(choose_block_m(64 * 8, 128), 16);
+    assert_eq!(choose_block_m(512 * 8, 128), 32);
+    // One pair per expert, tiles of 16: 15 of every 16 slots are padding.
+    assert!((padding_share(128, 128, 16) - 15.0 / 16.0).abs() < 1e-12);
+    // 32 pairs per expert: no padding with tiles of 16 or 32.
+    assert_eq!(padding_share(32 * 128, 128, 32), 0.0);
+    assert_eq!(padding_share(0, 128, 16), 0.0);
+}
