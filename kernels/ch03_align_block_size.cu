@@ -31,11 +31,10 @@
 //   with a typed error first).
 #include "common.cuh"
 
-#define ALIGN_THREADS 512               // threads of the multi-block kernels' blocks (16 warps)
-#define ALIGN_WARPS 16                  // the most warps a block has (= ALIGN_THREADS / 32)
-#define ALIGN_ONE_BLOCK_MIN_THREADS 64  // the one-block kernel: one thread per pair, 64 to 512
+#define ALIGN_THREADS 512               // threads of every block below (16 warps)
+#define ALIGN_WARPS 16                  // = ALIGN_THREADS / 32
 #define ALIGN_MAX_EXPERTS 512           // experts a block keeps counters for in shared memory
-#define ALIGN_ONE_BLOCK_MAX_PAIRS 8192  // up to this many pairs, one launch
+#define ALIGN_ONE_BLOCK_MAX_PAIRS 2048  // up to this many pairs, one launch
 #define ALIGN_PAIRS_PER_BLOCK 2048      // pairs per block of the multi-block path
 
 // In-place inclusive prefix sum of s[0..n), by one warp (the caller's warp 0; the block
@@ -91,14 +90,13 @@ __device__ void align_fill(const int* s_end, const int* s_count, int E, int P, i
 
 // ANCHOR: scatter
 // The stable scatter of pairs [begin, end) by one block. s_first[e] is the first slot of this
-// block's pairs of expert e. Warp w of the block's W warps owns the w-th W-th of the range: it
-// counts its pairs per expert, the counts are prefixed in warp order, then each warp places its
-// pairs 32 at a time.
+// block's pairs of expert e. Warp w owns the w-th sixteenth of the range: it counts its pairs per
+// expert, the counts are prefixed in warp order, then each warp places its pairs 32 at a time.
 __device__ void align_scatter_range(const int* __restrict__ ids, int begin, int end, int E,
                                     const int* s_first, int (*s_warp)[ALIGN_MAX_EXPERTS],
                                     int* sorted_ids) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    const int n = end - begin, per_warp = (n + warps - 1) / warps;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int n = end - begin, per_warp = (n + ALIGN_WARPS - 1) / ALIGN_WARPS;
     const int w_begin = begin + min(n, warp * per_warp), w_end = begin + min(n, (warp + 1) * per_warp);
     for (int e = lane; e < E; e += 32) s_warp[warp][e] = 0;
     __syncwarp();
@@ -110,7 +108,7 @@ __device__ void align_scatter_range(const int* __restrict__ ids, int begin, int 
     // Exclusive prefix over the warps, per expert, from the block's first slot of the expert.
     for (int e = threadIdx.x; e < E; e += blockDim.x) {
         int next = s_first[e];
-        for (int w = 0; w < warps; ++w) {
+        for (int w = 0; w < ALIGN_WARPS; ++w) {
             const int c = s_warp[w][e];
             s_warp[w][e] = next;
             next += c;
@@ -140,8 +138,6 @@ __device__ void align_scatter_range(const int* __restrict__ ids, int begin, int 
 
 // ANCHOR: one_block
 // All of it in one block, for up to ALIGN_ONE_BLOCK_MAX_PAIRS pairs: one launch at decode sizes.
-// The host launches about one thread per pair (64 to 512): at one token, 2 warps synchronise and
-// share the work, not 16.
 extern "C" __global__ void align_one_block(const int* __restrict__ ids, int P, int E, int block_m,
                                            int capacity, int max_tiles, int* __restrict__ sorted_ids,
                                            int* __restrict__ expert_ids, int* __restrict__ num_post) {

@@ -13,8 +13,7 @@ pub mod geometry {
     moe_kernels::kernel_constants!("ch03_align_block_size");
 }
 use geometry::{
-    ALIGN_MAX_EXPERTS, ALIGN_ONE_BLOCK_MAX_PAIRS, ALIGN_ONE_BLOCK_MIN_THREADS,
-    ALIGN_PAIRS_PER_BLOCK, ALIGN_THREADS,
+    ALIGN_MAX_EXPERTS, ALIGN_ONE_BLOCK_MAX_PAIRS, ALIGN_PAIRS_PER_BLOCK, ALIGN_THREADS,
 };
 
 /// The outputs on the device, sized by [`capacity`] and [`max_tiles`].
@@ -132,7 +131,7 @@ impl DeviceAlign {
         match &self.scratch {
             None => self.module.launch(
                 "align_one_block",
-                LaunchConfig::blocks(1, one_block_threads(p)),
+                LaunchConfig::blocks(1, threads),
                 &args![
                     ids,
                     pi,
@@ -185,14 +184,6 @@ impl DeviceAlign {
         Ok(())
     }
     // ANCHOR_END: enqueue
-}
-
-/// The one-block kernel's threads for `pairs` pairs: one per pair, rounded up to whole warps,
-/// from `ALIGN_ONE_BLOCK_MIN_THREADS` to `ALIGN_THREADS`.
-pub fn one_block_threads(pairs: usize) -> u32 {
-    pairs
-        .next_multiple_of(32)
-        .clamp(ALIGN_ONE_BLOCK_MIN_THREADS, ALIGN_THREADS) as u32
 }
 
 /// Host in, host out: checks `ids` (a typed error for any id outside `0..experts`), runs the

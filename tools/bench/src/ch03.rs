@@ -1,6 +1,6 @@
 //! Chapter 3's cases: the bookkeeping a fused expert kernel reads (`moe_align_block_size`:
 //! the routing's `T·k` pairs sorted by expert, each expert's run padded to BLOCK_M), our kernel
-//! ([`DeviceAlign::enqueue`]: one launch up to 8192 pairs, three above) beside the same
+//! ([`DeviceAlign::enqueue`]: one launch up to 2048 pairs, three above) beside the same
 //! bookkeeping in PyTorch (`tools/peers/ch03_align.py`: a stable argsort, the counts, a cumsum
 //! of the padded counts, a scatter) and beside one empty launch, measured in the same GPU
 //! session on exactly the same ids.
