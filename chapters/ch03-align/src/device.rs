@@ -88,12 +88,14 @@ impl DeviceAlign {
         })
     }
 
-    /// Output buffers of the right sizes (poisoned until the kernel writes them).
+    /// Output buffers of the right sizes, filled with −2: a value the kernel never writes (it
+    /// writes pair indices, the placeholder `P`, expert ids and −1), so a slot it forgot shows.
     pub fn alloc_outputs(&self, device: &'static Device) -> Result<AlignBuffers, AlignError> {
+        let filled = |n: usize| device.upload(&vec![-2i32; n]);
         Ok(AlignBuffers {
-            sorted_ids: device.alloc(capacity(self.pairs, self.experts, self.block_m))?,
-            expert_ids: device.alloc(max_tiles(self.pairs, self.experts, self.block_m))?,
-            num_post: device.alloc(1)?,
+            sorted_ids: filled(capacity(self.pairs, self.experts, self.block_m))?,
+            expert_ids: filled(max_tiles(self.pairs, self.experts, self.block_m))?,
+            num_post: filled(1)?,
         })
     }
 

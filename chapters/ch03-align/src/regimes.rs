@@ -29,6 +29,9 @@ pub const REGIMES: &[&str] = &[
     "empty_batch",
     "one_block_limit",
     "one_past_one_block",
+    "one_pair_past_one_block",
+    "block_m_1",
+    "e512_block_m_1024",
     "large_prefill",
 ];
 // ANCHOR_END: regimes
@@ -137,6 +140,30 @@ pub fn regime(name: &str) -> Option<AlignRegime> {
             128,
             32,
             routed_ids(257, 128, 8, 37, flat),
+        ),
+        "one_pair_past_one_block" => r(
+            "2049 pairs (k = 1): the three-launch path, its last block one pair",
+            2049,
+            1,
+            128,
+            32,
+            routed_ids(2049, 128, 1, 39, flat),
+        ),
+        "block_m_1" => r(
+            "BLOCK_M 1 over 7 experts: no padding, one tile per pair",
+            20,
+            2,
+            7,
+            1,
+            routed_ids(20, 7, 2, 40, flat),
+        ),
+        "e512_block_m_1024" => r(
+            "the limits: 512 experts, BLOCK_M 1024, 2400 pairs (three launches)",
+            300,
+            8,
+            512,
+            1024,
+            routed_ids(300, 512, 8, 41, flat),
         ),
         "large_prefill" => r(
             "4096 tokens, 8 of 288 experts, BLOCK_M 64: 16 blocks of pairs",

@@ -74,9 +74,30 @@ fn regimes_do_what_their_names_say(_dev: &'static Device) {
         "no padding at all"
     );
     let (r, out) = a("tiny_batch_many_empty_experts");
-    assert!(out.tiles(r.block_m) <= 12 && out.tiles(r.block_m) < r.experts / 4);
+    // 3 tokens x 4 distinct experts: 12 pairs; each expert that got one has one tile, and no
+    // other expert appears.
+    let mut used: Vec<i64> = r.ids.clone();
+    used.sort_unstable();
+    used.dedup();
+    assert_eq!(out.tiles(r.block_m), used.len());
+    for &e in &out.expert_ids[..out.tiles(r.block_m)] {
+        assert!(
+            used.contains(&(e as i64)),
+            "expert {e} has a tile but no pair"
+        );
+    }
+    let (r, out) = a("imbalanced_routing");
+    let tiles = &out.expert_ids[..out.tiles(r.block_m)];
+    assert!(
+        (0..r.experts as i32).any(|e| tiles.iter().filter(|&&x| x == e).count() >= 2),
+        "some expert spans several tiles"
+    );
     let (r, _) = a("one_block_limit");
     assert_eq!(r.ids.len(), 2048);
+    let (r, _) = a("one_pair_past_one_block");
+    assert_eq!(r.ids.len(), 2049);
+    let (r, out) = a("block_m_1");
+    assert_eq!(out.num_tokens_post_padded as usize, r.ids.len());
     let (r, _) = a("one_past_one_block");
     assert_eq!(r.ids.len(), 2056);
     let (r, _) = a("k1_experts_not_a_power_of_two");
@@ -101,6 +122,8 @@ fn one_launch_up_to_the_one_block_limit_then_three(dev: &'static Device) {
         ("decode_1tok", 1),
         ("one_block_limit", 1),
         ("one_past_one_block", 3),
+        ("one_pair_past_one_block", 3),
+        ("e512_block_m_1024", 3),
         ("large_prefill", 3),
     ] {
         let r = regime(name).unwrap();
@@ -180,6 +203,19 @@ fn bad_inputs_are_typed_errors(dev: &'static Device) {
             ..
         }
     ));
+    assert!(matches!(
+        DeviceAlign::new(dev, 1 << 30, 512, 1024).err().unwrap(),
+        AlignError::Limit {
+            what: "padded slots",
+            ..
+        }
+    ));
+    // An empty batch through enqueue itself (what chapter 4 calls): nothing to place, the total 0.
+    let a = DeviceAlign::new(dev, 0, 16, 16).unwrap();
+    let out = a.alloc_outputs(dev).unwrap();
+    let none = dev.alloc::<i32>(0).unwrap();
+    a.enqueue(&none, &out).unwrap();
+    assert_eq!(out.num_post.to_vec().unwrap(), vec![0]);
     // Buffers of the wrong size.
     let a = DeviceAlign::new(dev, 8, 16, 16).unwrap();
     let out = a.alloc_outputs(dev).unwrap();
@@ -205,21 +241,26 @@ moe_kernels::backend_tests!(
 
 #[test]
 fn capacity_bounds_the_padded_total() {
-    // Exhaustively over small shapes: the worst case is every active expert one pair past a tile.
+    // Exhaustively over small shapes, on the worst routing: as many experts as possible hold one
+    // pair (each pads to a whole tile), the rest of the pairs on expert 0. The padded total must
+    // fit, and where there are no more pairs than experts it fills the capacity exactly.
     for experts in 1..12 {
         for bm in [1, 2, 4, 8, 16] {
             for pairs in 0..40 {
-                let cap = capacity(pairs, experts, bm);
-                assert!(cap <= pairs + experts * (bm - 1));
-                if pairs < experts {
-                    assert!(cap <= pairs * bm);
-                }
-                // One pair per expert on the first min(pairs, E) experts, the rest on expert 0:
-                // as many experts as possible hold a partial tile.
-                let ids: Vec<i64> = (0..pairs).map(|p| (p % experts) as i64).collect();
+                let ids: Vec<i64> = (0..pairs)
+                    .map(|p| if p < experts { p as i64 } else { 0 })
+                    .collect();
                 let a = align_reference(&ids, experts, bm);
-                assert!(a.num_tokens_post_padded as usize <= cap);
-                assert_eq!(a.expert_ids.len(), max_tiles(pairs, experts, bm));
+                let total = a.num_tokens_post_padded as usize;
+                let cap = capacity(pairs, experts, bm);
+                assert!(
+                    total <= cap,
+                    "{pairs} pairs, {experts} experts, BLOCK_M {bm}"
+                );
+                if pairs <= experts {
+                    assert_eq!(total, cap, "{pairs} pairs, {experts} experts, BLOCK_M {bm}");
+                }
+                assert!(total / bm <= max_tiles(pairs, experts, bm));
             }
         }
     }
