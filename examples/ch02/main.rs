@@ -3,33 +3,14 @@
 //! them.
 
 mod cli;
+#[path = "../shared/mod.rs"]
+mod shared;
 
 use clap::Parser;
-use moe_kernels::Device;
-use std::io::Write;
 use std::process::ExitCode;
-
-/// `error: …` on stderr; a closed stderr (`2>&1 | head`) must not turn the error into a panic.
-fn say_error(e: &dyn std::fmt::Display) {
-    let _ = writeln!(std::io::stderr(), "error: {e}");
-}
 
 fn main() -> ExitCode {
     let args = cli::Args::parse(); // a usage error exits with status 2 and clap's message
-    let device = match Device::auto() {
-        Ok(d) => d,
-        Err(e) => {
-            say_error(&e);
-            return ExitCode::FAILURE;
-        }
-    };
     let opts = args.checkpoint_options();
-    let mut stdout = std::io::stdout().lock();
-    match ch02_grouped::example::run(opts.as_ref(), device, &mut stdout) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            say_error(&e);
-            ExitCode::FAILURE
-        }
-    }
+    shared::main_with(|device, out| ch02_grouped::example::run(opts.as_ref(), device, out))
 }

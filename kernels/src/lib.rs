@@ -17,7 +17,7 @@
 //! Modules, bottom up: [`error`], [`launch`], [`source`], `blas::call` (plain types);
 //! `backend` (the trait both backends implement); [`cuda`] and `emu` (the two
 //! implementations); [`buffer`]; [`module`] (the kernel table); [`device`]; [`blas`],
-//! [`measure`], [`testing`].
+//! [`measure`], [`testing`]; and [`safetensors`], the files the chapters write.
 //!
 //! ```no_run
 //! use moe_kernels::{args, Device, LaunchConfig};
@@ -42,6 +42,7 @@ pub mod families;
 pub mod launch;
 pub mod measure;
 pub mod module;
+pub mod safetensors;
 pub mod source;
 pub mod testing;
 

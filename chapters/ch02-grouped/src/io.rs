@@ -3,6 +3,7 @@
 
 use crate::checkpoint::files::{map, raw};
 use crate::checkpoint::CheckpointError;
+use moe_kernels::safetensors::{output_path_problem, SafetensorsWriter};
 use std::path::Path;
 
 /// Reads the tensor `hidden` [T, H] (F32, BF16 or F16; converted to f32 exactly) from a
@@ -20,11 +21,8 @@ pub fn read_hidden(path: &Path) -> Result<(Vec<f32>, usize, usize), CheckpointEr
     Ok((hidden.to_f32(), rows, cols))
 }
 
-/// Writes `out` [T, H] f32 as the tensor `out` of a safetensors file.
-///
-/// The format is written out here (8 bytes of header length, the JSON header padded to a multiple
-/// of 8, then the little-endian values) and the file created directly, so an error names the
-/// path the reader gave and the file gets the usual permissions.
+/// Writes `out` [T, H] f32 as the tensor `out` of a safetensors file (created directly, so an
+/// error names the path the reader gave).
 pub fn write_out(
     path: &Path,
     out: &[f32],
@@ -38,41 +36,24 @@ pub fn write_out(
             found: vec![out.len()],
         });
     }
-    let mut header = format!(
-        r#"{{"out":{{"dtype":"F32","shape":[{rows},{hidden}],"data_offsets":[0,{}]}}}}"#,
-        out.len() * 4
-    );
-    while header.len() % 8 != 0 {
-        header.push(' ');
-    }
-    let mut bytes = Vec::with_capacity(8 + header.len() + out.len() * 4);
-    bytes.extend_from_slice(&(header.len() as u64).to_le_bytes());
-    bytes.extend_from_slice(header.as_bytes());
-    for v in out {
-        bytes.extend_from_slice(&v.to_le_bytes());
-    }
-    std::fs::write(path, bytes).map_err(|e| CheckpointError::Io {
-        path: path.to_path_buf(),
-        why: e.to_string(),
-    })
+    SafetensorsWriter::new()
+        .f32("out", &[rows, hidden], out)
+        .write(path)
+        .map_err(|e| CheckpointError::Io {
+            path: path.to_path_buf(),
+            why: e.to_string(),
+        })
 }
 
 /// Checks, before any work, that `path` can be written: its folder exists and it is not a folder.
 pub fn check_output_path(path: &Path) -> Result<(), CheckpointError> {
-    let io = |why: &str| CheckpointError::Io {
-        path: path.to_path_buf(),
-        why: why.to_string(),
-    };
-    if path.is_dir() {
-        return Err(io("is a folder, expected a file name"));
+    match output_path_problem(path) {
+        None => Ok(()),
+        Some(why) => Err(CheckpointError::Io {
+            path: path.to_path_buf(),
+            why: why.to_string(),
+        }),
     }
-    let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
-    if let Some(parent) = parent {
-        if !parent.is_dir() {
-            return Err(io("its folder does not exist"));
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ use crate::literal::align_literal;
 use crate::reference::align_reference;
 use crate::regimes::{regime, REGIMES};
 use crate::text::draw;
+use moe_kernels::safetensors::{output_path_problem, SafetensorsWriter};
 use moe_kernels::{record_launches, Device};
 use std::fmt;
 use std::io::Write;
@@ -414,55 +415,25 @@ pub fn read_topk_ids(path: &Path) -> Result<(String, Vec<i64>, usize, usize), Ex
 /// Writes the three buffers as i32 tensors of a safetensors file: `sorted_ids [capacity]`,
 /// `expert_ids [max_tiles]` and `num_tokens_post_padded [1]`, whole, as the kernel leaves them
 /// (placeholders and `-1` tiles past the padded total included).
-///
-/// The format is written out here, as chapter 2's `io::write_out` does: 8 bytes of header
-/// length, the JSON header padded with spaces to a multiple of 8, then the little-endian values.
 pub fn write_outputs(path: &Path, a: &Aligned) -> Result<(), ExampleError> {
-    let total = [a.num_tokens_post_padded];
-    let tensors: [(&str, &[i32]); 3] = [
-        ("sorted_ids", &a.sorted_ids),
-        ("expert_ids", &a.expert_ids),
-        ("num_tokens_post_padded", &total),
-    ];
-    let mut entries = Vec::new();
-    let mut offset = 0;
-    for (name, values) in tensors {
-        let end = offset + values.len() * 4;
-        entries.push(format!(
-            r#""{name}":{{"dtype":"I32","shape":[{}],"data_offsets":[{offset},{end}]}}"#,
-            values.len()
-        ));
-        offset = end;
-    }
-    let mut header = format!("{{{}}}", entries.join(","));
-    while header.len() % 8 != 0 {
-        header.push(' ');
-    }
-    let mut bytes = Vec::with_capacity(8 + header.len() + offset);
-    bytes.extend_from_slice(&(header.len() as u64).to_le_bytes());
-    bytes.extend_from_slice(header.as_bytes());
-    for (_, values) in tensors {
-        for v in values {
-            bytes.extend_from_slice(&v.to_le_bytes());
-        }
-    }
-    std::fs::write(path, bytes).map_err(|e| ExampleError::Io {
-        path: path.to_path_buf(),
-        why: e.to_string(),
-    })
+    SafetensorsWriter::new()
+        .i32("sorted_ids", &[a.sorted_ids.len()], &a.sorted_ids)
+        .i32("expert_ids", &[a.expert_ids.len()], &a.expert_ids)
+        .i32("num_tokens_post_padded", &[1], &[a.num_tokens_post_padded])
+        .write(path)
+        .map_err(|e| ExampleError::Io {
+            path: path.to_path_buf(),
+            why: e.to_string(),
+        })
 }
 
 /// Checks, before any work, that `path` can be written: its folder exists and it is not a folder.
 pub fn check_output_path(path: &Path) -> Result<(), ExampleError> {
-    let io = |why: &str| ExampleError::Io {
-        path: path.to_path_buf(),
-        why: why.to_string(),
-    };
-    if path.is_dir() {
-        return Err(io("is a folder, expected a file name"));
-    }
-    match path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        Some(parent) if !parent.is_dir() => Err(io("its folder does not exist")),
-        _ => Ok(()),
+    match output_path_problem(path) {
+        None => Ok(()),
+        Some(why) => Err(ExampleError::Io {
+            path: path.to_path_buf(),
+            why: why.to_string(),
+        }),
     }
 }

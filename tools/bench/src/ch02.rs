@@ -44,6 +44,7 @@ use ch02_grouped::device::Workspace;
 use ch02_grouped::{
     Dtype, GroupPlan, GroupedCpu, GroupedDevice, LiteralLayer, MoeConfig, MoeLayer, MoeWeights,
 };
+use moe_kernels::safetensors::SafetensorsWriter;
 use moe_kernels::{record_launches, BackendKind, Device, DeviceBuffer};
 use moe_tools::bench_row::BenchRow;
 use std::path::PathBuf;
@@ -232,53 +233,28 @@ pub fn hidden(shape: &Shape, tokens: usize) -> Vec<f32> {
 
 /// The routings as a safetensors file: for each token count T, `topk_ids.T` i32 [T, k] and
 /// `topk_weights.T` f32 [T, k]; the metadata names the shape and its sizes, so the peers build
-/// weights of exactly the measured shapes. Written by hand (the format is an 8-byte header
-/// length, a JSON header, the data): candle's writer takes no metadata.
+/// weights of exactly the measured shapes. Written with `moe_kernels::safetensors` (candle's
+/// writer takes no metadata and writes only to a file).
 pub fn routing_file(shape: &Shape, routings: &[(usize, Routing)]) -> Vec<u8> {
     let tokens: Vec<String> = routings.iter().map(|(t, _)| t.to_string()).collect();
-    let mut entries = vec![format!(
-        r#""__metadata__":{{"shape":"{}","hidden":"{}","intermediate":"{}","experts":"{}","k":"{}","tokens":"{}","dtype":"bf16"}}"#,
-        shape.name,
-        shape.hidden,
-        shape.intermediate,
-        shape.experts,
-        shape.k,
-        tokens.join(",")
-    )];
-    let mut data: Vec<u8> = Vec::new();
+    let mut w = SafetensorsWriter::new();
+    w.metadata("shape", shape.name)
+        .metadata("hidden", &shape.hidden.to_string())
+        .metadata("intermediate", &shape.intermediate.to_string())
+        .metadata("experts", &shape.experts.to_string())
+        .metadata("k", &shape.k.to_string())
+        .metadata("tokens", &tokens.join(","))
+        .metadata("dtype", "bf16");
     for (t, r) in routings {
-        let mut tensor = |name: &str, dtype: &str, bytes: Vec<u8>| {
-            let start = data.len();
-            data.extend(bytes);
-            entries.push(format!(
-                r#""{name}.{t}":{{"dtype":"{dtype}","shape":[{t},{}],"data_offsets":[{start},{}]}}"#,
-                r.k,
-                data.len()
-            ));
-        };
         // Ids are below E ≤ 2³¹ (MoeConfig::validate), so i32 holds them.
-        tensor(
-            "topk_ids",
-            "I32",
-            r.ids
-                .iter()
-                .flat_map(|&i| (i as i32).to_le_bytes())
-                .collect(),
-        );
-        tensor(
-            "topk_weights",
-            "F32",
-            r.weights.iter().flat_map(|w| w.to_le_bytes()).collect(),
+        let ids: Vec<i32> = r.ids.iter().map(|&i| i as i32).collect();
+        w.i32(&format!("topk_ids.{t}"), &[*t, r.k], &ids).f32(
+            &format!("topk_weights.{t}"),
+            &[*t, r.k],
+            &r.weights,
         );
     }
-    let mut json = format!("{{{}}}", entries.join(","));
-    while json.len() % 8 != 0 {
-        json.push(' '); // the format allows trailing spaces; aligned data is friendlier to mmap
-    }
-    let mut out = (json.len() as u64).to_le_bytes().to_vec();
-    out.extend(json.as_bytes());
-    out.extend(data);
-    out
+    w.to_bytes()
 }
 
 /// Every measured token count's routing at `shape`.

@@ -45,6 +45,7 @@ use ch03_align::layout::{capacity, choose_block_m, max_tiles, padding_share};
 use ch03_align::reference::align_reference;
 use ch03_align::regimes::routed_ids;
 use ch03_align::Aligned;
+use moe_kernels::safetensors::SafetensorsWriter;
 use moe_kernels::{record_launches, BackendKind, Device, DeviceBuffer};
 use moe_tools::bench_row::{BenchRow, StepRow, STEP_COLUMNS};
 use std::collections::BTreeSet;
@@ -199,8 +200,8 @@ fn hash_inputs(tokens: &[usize]) -> Vec<Input> {
 /// [capacity], `expert_ids.e{E}.{T}` i32 [max_tiles], `num_tokens_post_padded.e{E}.{T}` i32 [1].
 /// The metadata names the shapes, E, k, the token counts, BLOCK_M of every case
 /// (`block_m.e{E}`, one per token count) and where determinism is shown (`hash_experts`,
-/// `hash_tokens`, `hash_runs`). Written by hand (an 8-byte header length, a JSON header, the
-/// data), as chapter 2's routing file.
+/// `hash_tokens`, `hash_runs`). Written with `moe_kernels::safetensors`, as chapter 2's routing
+/// file.
 pub fn ids_file(inputs: &[Input]) -> Vec<u8> {
     let join = |v: &mut dyn Iterator<Item = String>| v.collect::<Vec<_>>().join(",");
     let mut shapes: Vec<(&str, usize)> = Vec::new();
@@ -247,41 +248,31 @@ pub fn ids_file(inputs: &[Input]) -> Vec<u8> {
         join(&mut HASH_TOKENS.iter().map(|t| t.to_string())),
     ));
     meta.push(("hash_runs".into(), RUNS.to_string()));
-    let meta: Vec<String> = meta
-        .iter()
-        .map(|(k, v)| format!(r#""{k}":"{v}""#))
-        .collect();
-    let mut entries = vec![format!(r#""__metadata__":{{{}}}"#, meta.join(","))];
-    let mut data: Vec<u8> = Vec::new();
+    let mut w = SafetensorsWriter::new();
+    for (k, v) in &meta {
+        w.metadata(k, v);
+    }
     for i in inputs {
-        let mut tensor = |name: &str, shape: String, values: &[i32]| {
-            let start = data.len();
-            data.extend(values.iter().flat_map(|v| v.to_le_bytes()));
-            entries.push(format!(
-                r#""{name}.e{}.{}":{{"dtype":"I32","shape":[{shape}],"data_offsets":[{start},{}]}}"#,
-                i.experts,
-                i.tokens,
-                data.len()
-            ));
-        };
-        tensor("ids", format!("{},{K}", i.tokens), &i.ids32());
-        let w = &i.want;
-        tensor("sorted_ids", w.sorted_ids.len().to_string(), &w.sorted_ids);
-        tensor("expert_ids", w.expert_ids.len().to_string(), &w.expert_ids);
-        tensor(
-            "num_tokens_post_padded",
-            "1".into(),
-            &[w.num_tokens_post_padded],
-        );
+        let name = |n: &str| format!("{n}.e{}.{}", i.experts, i.tokens);
+        let want = &i.want;
+        w.i32(&name("ids"), &[i.tokens, K], &i.ids32())
+            .i32(
+                &name("sorted_ids"),
+                &[want.sorted_ids.len()],
+                &want.sorted_ids,
+            )
+            .i32(
+                &name("expert_ids"),
+                &[want.expert_ids.len()],
+                &want.expert_ids,
+            )
+            .i32(
+                &name("num_tokens_post_padded"),
+                &[1],
+                &[want.num_tokens_post_padded],
+            );
     }
-    let mut json = format!("{{{}}}", entries.join(","));
-    while json.len() % 8 != 0 {
-        json.push(' ');
-    }
-    let mut out = (json.len() as u64).to_le_bytes().to_vec();
-    out.extend(json.as_bytes());
-    out.extend(data);
-    out
+    w.to_bytes()
 }
 
 // ---------------------------------------------------------------------------------------------

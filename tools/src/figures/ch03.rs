@@ -156,14 +156,19 @@ pub struct PadRow {
     pub chosen: bool,
 }
 
+/// The share of padded slots among `padded` slots holding `pairs` pairs (0 when there are none).
+fn padded_share(pairs: u64, padded: u64) -> f64 {
+    if padded == 0 {
+        0.0
+    } else {
+        1.0 - pairs as f64 / padded as f64
+    }
+}
+
 impl PadRow {
     /// The share of padded slots, from the exact counts.
     pub fn share(&self) -> f64 {
-        if self.padded == 0 {
-            0.0
-        } else {
-            1.0 - self.pairs as f64 / self.padded as f64
-        }
+        padded_share(self.pairs, self.padded)
     }
 }
 
@@ -469,12 +474,9 @@ pub struct Layout {
 }
 
 impl Layout {
+    /// The share of padded slots, from the exact counts.
     pub fn share(&self) -> f64 {
-        if self.padded == 0 {
-            0.0
-        } else {
-            1.0 - self.pairs as f64 / self.padded as f64
-        }
+        padded_share(self.pairs, self.padded)
     }
 }
 
