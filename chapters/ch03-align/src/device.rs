@@ -1,4 +1,4 @@
-//! The kernel on a device: one launch up to `ALIGN_ONE_BLOCK_MAX_PAIRS` pairs, three above.
+//! The kernel on a device: one launch up to `ALIGN_ONE_BLOCK_MAX_PAIRS` pairs, two above.
 
 use crate::error::AlignError;
 use crate::layout::{capacity, check, max_tiles, Aligned};
@@ -13,8 +13,20 @@ pub mod geometry {
     moe_kernels::kernel_constants!("ch03_align_block_size");
 }
 use geometry::{
-    ALIGN_MAX_EXPERTS, ALIGN_ONE_BLOCK_MAX_PAIRS, ALIGN_PAIRS_PER_BLOCK, ALIGN_THREADS,
+    ALIGN_MAX_BLOCKS, ALIGN_MAX_EXPERTS, ALIGN_MIN_PAIRS_PER_BLOCK, ALIGN_ONE_BLOCK_MAX_PAIRS,
+    ALIGN_THREADS,
 };
+
+/// The order of the pairs inside an expert's run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Order {
+    /// Ascending pair order: the chapter's kernel, the same bits on every run.
+    Stable,
+    /// The order in which threads reach an atomic cursor, as vLLM and SGLang scatter: the same
+    /// pairs in every run, not always in the same order. Kept only to measure what
+    /// [`Order::Stable`] costs.
+    Arrival,
+}
 
 /// The outputs on the device, sized by [`capacity`] and [`max_tiles`].
 pub struct AlignBuffers {
@@ -24,32 +36,52 @@ pub struct AlignBuffers {
 }
 
 /// The bookkeeping for one shape (pairs, experts, BLOCK_M) on one device, with its scratch
-/// buffers allocated up front, so that [`DeviceAlign::enqueue`] only launches.
+/// buffer allocated up front, so that [`DeviceAlign::enqueue`] only launches.
 pub struct DeviceAlign {
     module: Arc<Module>,
     pairs: usize,
     experts: usize,
     block_m: usize,
-    /// The multi-block path's scratch: per-block counts and first slots [B, E], per-expert
-    /// counts and padded ends [E].
+    order: Order,
+    /// The two-launch path's per-block counts [B, E].
     scratch: Option<Scratch>,
 }
 
 struct Scratch {
     blocks: usize,
+    per_block: usize,
     blk_counts: DeviceBuffer<i32>,
-    blk_first: DeviceBuffer<i32>,
-    exp_count: DeviceBuffer<i32>,
-    exp_end: DeviceBuffer<i32>,
+}
+
+/// The two-launch path's split of `pairs` into blocks: at least `ALIGN_MIN_PAIRS_PER_BLOCK`
+/// pairs per block and at most `ALIGN_MAX_BLOCKS` blocks (every block reads all blocks' counts,
+/// so more blocks cost each of them more loads). Returns (blocks, pairs per block).
+pub fn split(pairs: usize) -> (usize, usize) {
+    let per_block = pairs
+        .div_ceil(ALIGN_MAX_BLOCKS)
+        .max(ALIGN_MIN_PAIRS_PER_BLOCK)
+        .next_multiple_of(ALIGN_THREADS);
+    (pairs.div_ceil(per_block), per_block)
 }
 
 impl DeviceAlign {
-    /// Checks the shape and allocates what the multi-block path needs.
+    /// Checks the shape and allocates what the two-launch path needs.
     pub fn new(
         device: &'static Device,
         pairs: usize,
         experts: usize,
         block_m: usize,
+    ) -> Result<Self, AlignError> {
+        Self::with_order(device, pairs, experts, block_m, Order::Stable)
+    }
+
+    /// [`DeviceAlign::new`] with the order of the pairs inside a run chosen.
+    pub fn with_order(
+        device: &'static Device,
+        pairs: usize,
+        experts: usize,
+        block_m: usize,
+        order: Order,
     ) -> Result<Self, AlignError> {
         check(&[], experts, block_m)?;
         if experts > ALIGN_MAX_EXPERTS {
@@ -68,13 +100,11 @@ impl DeviceAlign {
             });
         }
         let scratch = if pairs > ALIGN_ONE_BLOCK_MAX_PAIRS {
-            let blocks = pairs.div_ceil(ALIGN_PAIRS_PER_BLOCK);
+            let (blocks, per_block) = split(pairs);
             Some(Scratch {
                 blocks,
+                per_block,
                 blk_counts: device.alloc(blocks * experts)?,
-                blk_first: device.alloc(blocks * experts)?,
-                exp_count: device.alloc(experts)?,
-                exp_end: device.alloc(experts)?,
             })
         } else {
             None
@@ -84,6 +114,7 @@ impl DeviceAlign {
             pairs,
             experts,
             block_m,
+            order,
             scratch,
         })
     }
@@ -99,10 +130,10 @@ impl DeviceAlign {
         })
     }
 
-    /// Launches per call: 1 up to `ALIGN_ONE_BLOCK_MAX_PAIRS` pairs, else 3.
+    /// Launches per call: 1 up to `ALIGN_ONE_BLOCK_MAX_PAIRS` pairs, else 2.
     pub fn launches(&self) -> usize {
         if self.scratch.is_some() {
-            3
+            2
         } else {
             1
         }
@@ -130,10 +161,18 @@ impl DeviceAlign {
         }
         let (pi, ei, bi, ci, ti) = (p as i32, e as i32, bm as i32, cap as i32, tiles as i32);
         let threads = ALIGN_THREADS as u32;
+        let arrival = self.order == Order::Arrival;
+        // The one-block kernel needs a thread per pair and per expert, in whole warps.
+        let one_threads = (p.max(e).div_ceil(32) * 32) as u32;
+        let one = if arrival {
+            "align_one_block_arrival"
+        } else {
+            "align_one_block"
+        };
         match &self.scratch {
             None => self.module.launch(
-                "align_one_block",
-                LaunchConfig::blocks(1, threads),
+                one,
+                LaunchConfig::blocks(1, one_threads),
                 &args![
                     ids,
                     pi,
@@ -148,37 +187,35 @@ impl DeviceAlign {
             )?,
             Some(s) => {
                 let blocks = LaunchConfig::blocks(s.blocks as u32, threads);
-                self.module
-                    .launch("align_count", blocks, &args![ids, pi, ei, &s.blk_counts])?;
+                let per_block = s.per_block as i32;
                 self.module.launch(
-                    "align_scan",
-                    LaunchConfig::blocks(1, threads),
+                    "align_count",
+                    blocks,
                     &args![
-                        &s.blk_counts,
-                        s.blocks as i32,
+                        ids,
+                        pi,
                         ei,
-                        bi,
-                        &s.exp_count,
-                        &s.exp_end,
-                        &s.blk_first,
-                        &out.num_post
+                        per_block,
+                        ci,
+                        ti,
+                        &s.blk_counts,
+                        &out.sorted_ids,
+                        &out.expert_ids
                     ],
                 )?;
                 self.module.launch(
-                    "align_scatter",
+                    if arrival { "align_scatter_arrival" } else { "align_scatter" },
                     blocks,
                     &args![
                         ids,
                         pi,
                         ei,
                         bi,
-                        ci,
-                        ti,
-                        &s.exp_count,
-                        &s.exp_end,
-                        &s.blk_first,
+                        per_block,
+                        &s.blk_counts,
                         &out.sorted_ids,
-                        &out.expert_ids
+                        &out.expert_ids,
+                        &out.num_post
                     ],
                 )?;
             }
@@ -210,7 +247,30 @@ pub fn align_unchecked_on_device(
     experts: usize,
     block_m: usize,
 ) -> Result<Aligned, AlignError> {
-    let a = DeviceAlign::new(device, ids.len(), experts, block_m)?;
+    run(device, ids, experts, block_m, Order::Stable)
+}
+
+/// [`align_on_device`] with the pairs of a run in [`Order::Arrival`]: what an atomic-cursor
+/// scatter gives, for the tests and the bench that compare it with the stable order.
+pub fn align_arrival_on_device(
+    device: &'static Device,
+    ids: &[i64],
+    experts: usize,
+    block_m: usize,
+) -> Result<Aligned, AlignError> {
+    check(ids, experts, block_m)?;
+    let ids32: Vec<i32> = ids.iter().map(|&e| e as i32).collect();
+    run(device, &ids32, experts, block_m, Order::Arrival)
+}
+
+fn run(
+    device: &'static Device,
+    ids: &[i32],
+    experts: usize,
+    block_m: usize,
+    order: Order,
+) -> Result<Aligned, AlignError> {
+    let a = DeviceAlign::with_order(device, ids.len(), experts, block_m, order)?;
     let out = a.alloc_outputs(device)?;
     if ids.is_empty() {
         return Ok(Aligned {

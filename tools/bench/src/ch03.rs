@@ -40,7 +40,7 @@
 
 use crate::cases::{csv, peers_file, summary, Case, Session, SummaryLayout, Work};
 use ch03_align::device::geometry::ALIGN_ONE_BLOCK_MAX_PAIRS;
-use ch03_align::device::{AlignBuffers, DeviceAlign};
+use ch03_align::device::{AlignBuffers, DeviceAlign, Order};
 use ch03_align::layout::{capacity, choose_block_m, max_tiles, padding_share};
 use ch03_align::reference::align_reference;
 use ch03_align::regimes::routed_ids;
@@ -107,7 +107,7 @@ pub const IDS_SEED: u64 = 303;
 pub const HASH_EXPERTS: usize = 288;
 pub const HASH_TOKENS: [usize; 4] = [1, 64, 4096, 16384];
 pub const RUNS: usize = 1000;
-/// The emulator's smoke test: one token, a decode batch, and 2400 pairs (the three-launch path).
+/// The emulator's smoke test: one token, a decode batch, and 2400 pairs (the two-launch path).
 const TINY_TOKENS: [usize; 3] = [1, 16, 300];
 /// The padding table's tiles and experts.
 pub const PAD_BLOCK_M: [usize; 4] = [16, 32, 64, 128];
@@ -149,7 +149,7 @@ impl Input {
 
     fn launches(&self) -> usize {
         if self.pairs() > ALIGN_ONE_BLOCK_MAX_PAIRS {
-            3
+            2
         } else {
             1
         }
@@ -334,12 +334,53 @@ pub fn first_difference(got: &Aligned, want: &Aligned) -> Option<String> {
     None
 }
 
-/// Builds the work of `input` on `dev`, runs it once outside any graph and checks what that run
-/// says: the launches are the ones [`DeviceAlign::launches`] counts, and the output equals the
-/// reference exactly (the buffers start poisoned, so a slot left unwritten shows).
-fn build(dev: &'static Device, input: &Input) -> Result<AlignWork, String> {
+/// Where the runs of `got` first hold other pairs than those of `want` (each expert's run
+/// compared as a set: the order inside a run is free in [`Order::Arrival`]), or where the tiles,
+/// the total or the tail differ; `None` when they agree.
+pub fn first_run_difference(got: &Aligned, want: &Aligned, block_m: usize) -> Option<String> {
+    if got.num_tokens_post_padded != want.num_tokens_post_padded
+        || got.expert_ids != want.expert_ids
+    {
+        return first_difference(got, want);
+    }
+    let sorted_run = |a: &Aligned, tile: usize| {
+        let mut v = a.sorted_ids[tile * block_m..(tile + 1) * block_m].to_vec();
+        v.sort_unstable();
+        v
+    };
+    // Tile by tile is enough only within a tile; a run spans consecutive tiles of one expert.
+    let tiles = want.tiles(block_m);
+    let mut start = 0;
+    while start < tiles {
+        let e = want.expert_ids[start];
+        let end = (start..tiles)
+            .find(|&t| want.expert_ids[t] != e)
+            .unwrap_or(tiles);
+        let run = |a: &Aligned| {
+            let mut v: Vec<i32> = (start..end).flat_map(|t| sorted_run(a, t)).collect();
+            v.sort_unstable();
+            v
+        };
+        if run(got) != run(want) {
+            return Some(format!(
+                "the run of expert {e} (tiles {start}..{end}) holds other pairs"
+            ));
+        }
+        start = end;
+    }
+    let tail = want.num_tokens_post_padded as usize;
+    (got.sorted_ids[tail..] != want.sorted_ids[tail..])
+        .then(|| "sorted_ids past the padded total differ".to_string())
+}
+
+/// Builds the work of `input` on `dev` with the pairs of a run in `order`, runs it once outside
+/// any graph and checks what that run says: the launches are the ones
+/// [`DeviceAlign::launches`] counts, and the output equals the reference exactly (in
+/// [`Order::Arrival`], run by run as sets). The buffers start poisoned, so a slot left unwritten
+/// shows.
+fn build(dev: &'static Device, input: &Input, order: Order) -> Result<AlignWork, String> {
     let e = |e: moe_kernels::KernelError| e.to_string();
-    let align = DeviceAlign::new(dev, input.pairs(), input.experts, input.block_m)
+    let align = DeviceAlign::with_order(dev, input.pairs(), input.experts, input.block_m, order)
         .map_err(|e| e.to_string())?;
     let out = align.alloc_outputs(dev).map_err(|e| e.to_string())?;
     let work = AlignWork {
@@ -361,7 +402,11 @@ fn build(dev: &'static Device, input: &Input) -> Result<AlignWork, String> {
         ));
     }
     let got = download(&work.out)?;
-    if let Some(d) = first_difference(&got, &input.want) {
+    let diff = match order {
+        Order::Stable => first_difference(&got, &input.want),
+        Order::Arrival => first_run_difference(&got, &input.want, input.block_m),
+    };
+    if let Some(d) = diff {
         return Err(format!(
             "{at}: our output on {} differs from align_reference: {d}",
             dev.describe()
@@ -380,10 +425,11 @@ fn check_on_device(dev: &'static Device, inputs: &[Input]) -> Result<(), String>
             continue;
         }
         for i in &here {
-            build(dev, i)?;
+            build(dev, i, Order::Stable)?;
+            build(dev, i, Order::Arrival)?;
         }
         eprintln!(
-            "bench ch03: {shape}: our output equals align_reference exactly (every slot of sorted_ids, expert_ids and num_tokens_post_padded) at T = {}",
+            "bench ch03: {shape}: our output equals align_reference exactly (every slot of sorted_ids, expert_ids and num_tokens_post_padded), and the arrival-order twin's runs hold the same pairs, at T = {}",
             here.iter()
                 .map(|i| i.tokens.to_string())
                 .collect::<Vec<_>>()
@@ -398,27 +444,34 @@ fn check_on_device(dev: &'static Device, inputs: &[Input]) -> Result<(), String>
     Ok(())
 }
 
-/// The measured cases: our kernel at each input, with its floor; the per-kernel breakdown where
-/// it launches more than once.
+/// The measured cases: our kernel at each input, with its floor and the per-kernel breakdown
+/// where it launches more than once; then its arrival-order twin (`align_arrival`), which
+/// scatters through atomic cursors: what the stable order costs is the difference.
 fn cases(inputs: &[Input]) -> Vec<Case> {
+    let case = |input: &Input, imp: &'static str, order: Order| {
+        let input = input.clone();
+        Case {
+            chapter: "ch03",
+            shape: input.shape,
+            imp,
+            rows: input.tokens,
+            bytes: input.bytes(),
+            read_bytes: (4 * input.pairs()) as f64,
+            flops: 0.0,
+            steps: order == Order::Stable && input.launches() > 1,
+            build: Box::new(move |dev: &'static Device| {
+                Ok(Box::new(build(dev, &input, order)?) as Box<dyn Work>)
+            }),
+        }
+    };
     inputs
         .iter()
-        .map(|input| {
-            let input = input.clone();
-            Case {
-                chapter: "ch03",
-                shape: input.shape,
-                imp: "align",
-                rows: input.tokens,
-                bytes: input.bytes(),
-                read_bytes: (4 * input.pairs()) as f64,
-                flops: 0.0,
-                steps: input.launches() > 1,
-                build: Box::new(move |dev: &'static Device| {
-                    Ok(Box::new(build(dev, &input)?) as Box<dyn Work>)
-                }),
-            }
-        })
+        .map(|i| case(i, "align", Order::Stable))
+        .chain(
+            inputs
+                .iter()
+                .map(|i| case(i, "align_arrival", Order::Arrival)),
+        )
         .collect()
 }
 
@@ -738,7 +791,7 @@ impl HashRow {
 /// that changes from run to run; hashes each run's outputs and compares them with the reference.
 fn determinism(dev: &'static Device, input: &Input, runs: usize) -> Result<HashRow, String> {
     let e = |e: moe_kernels::KernelError| e.to_string();
-    let work = build(dev, input)?;
+    let work = build(dev, input, Order::Stable)?;
     let AlignWork {
         align,
         ids,
@@ -1065,10 +1118,10 @@ mod tests {
         assert_eq!(a.ids, input("e128_k8", 128, 64).ids, "fixed");
         assert_eq!((a.pairs(), a.block_m, a.launches()), (512, 16, 1));
         // The rule at the measured sizes: 16384 tokens over 128 experts is 1024 pairs each:
-        // tiles of 128; 4096 over 288 is 113 each: tiles of 64, and three launches.
+        // tiles of 128; 4096 over 288 is 113 each: tiles of 64, and two launches.
         assert_eq!(input("e128_k8", 128, 16384).block_m, 128);
         let prefill = input("e288_k8", 288, 4096);
-        assert_eq!((prefill.block_m, prefill.launches()), (64, 3));
+        assert_eq!((prefill.block_m, prefill.launches()), (64, 2));
         // One token touches 8 experts: 8 tiles of 16, 8 pairs and 120 placeholders.
         let one = input("e288_k8", 288, 1);
         assert_eq!(one.want.num_tokens_post_padded, 128);

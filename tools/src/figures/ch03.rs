@@ -31,6 +31,8 @@ const FACTS: &str = "book/src/figures/ch03-facts.md";
 
 /// The implementations, as the CSV names them.
 const OURS: &str = "align";
+/// Our kernel's twin that scatters through atomic cursors (pairs in arrival order).
+const ARRIVAL: &str = "align_arrival";
 const TORCH: &str = "torch_align";
 const EMPTY: &str = "empty_kernel";
 
@@ -533,6 +535,16 @@ pub fn torch_over_ours(rows: &[BenchRow], shape: &str, n: u64) -> Option<(f64, f
     ))
 }
 
+/// What the stable order costs at one shape and token count: ours minus the arrival-order twin,
+/// (cold, warm) µs.
+pub fn stable_cost(rows: &[BenchRow], shape: &str, n: u64) -> Option<(f64, f64)> {
+    let (o, a) = (find(rows, shape, n, OURS)?, find(rows, shape, n, ARRIVAL)?);
+    Some((
+        o.cold_median_us - a.cold_median_us,
+        o.warm_median_us - a.warm_median_us,
+    ))
+}
+
 /// Ours minus one empty launch at one shape and token count: (cold, warm) µs.
 pub fn over_empty(rows: &[BenchRow], shape: &str, n: u64) -> Option<(f64, f64)> {
     let o = find(rows, shape, n, OURS)?;
@@ -605,6 +617,7 @@ pub fn table(rows: &[BenchRow], layout: &[Layout]) -> String {
         });
         for (imp, label) in [
             (OURS, "ours"),
+            (ARRIVAL, "ours, arrival order (atomic cursors)"),
             (TORCH, "PyTorch (argsort, counts, cumsum, scatter)"),
         ] {
             if measured.iter().any(|r| r.shape == shape && r.imp == imp) {
@@ -619,6 +632,20 @@ pub fn table(rows: &[BenchRow], layout: &[Layout]) -> String {
                     .map(|(c, w)| format!("{} / {}", fmt_us(c), fmt_us(w)))
                     .unwrap_or_default()
             });
+        }
+        if measured
+            .iter()
+            .any(|r| r.shape == shape && r.imp == ARRIVAL)
+        {
+            line(
+                &mut s,
+                "ours − arrival order (the stable order's cost)",
+                &|n| {
+                    stable_cost(&measured, &shape, n)
+                        .map(|(c, w)| format!("{} / {}", fmt_us(c), fmt_us(w)))
+                        .unwrap_or_default()
+                },
+            );
         }
         if measured.iter().any(|r| r.shape == shape && r.imp == TORCH) {
             line(&mut s, "PyTorch ÷ ours", &|n| {
@@ -658,7 +685,9 @@ pub fn table(rows: &[BenchRow], layout: &[Layout]) -> String {
 /// PyTorch over ours (`_peer_ratio`, `_peer_ratio_warm`), BLOCK_M, the padding in percent, the
 /// tiles and the active experts; then the extremes the closing note quotes (`peer_ratio_min`,
 /// `peer_ratio_max`, their warm and per-shape versions, and `small_over_empty_cold_max` and
-/// `small_over_empty_warm_max`: ours minus one empty launch at T ≤ 16, the worst case).
+/// `small_over_empty_warm_max`: ours minus one empty launch at T ≤ 16, the worst case); with the
+/// arrival-order twin measured, its times (`_arrival_cold`, …) and what the stable order costs
+/// (`_stable_cost_cold`, `_stable_cost_warm`, and `stable_cost_{cold,warm}_{min,max}`).
 pub fn gpu_facts(rows: &[BenchRow], layout: &[Layout], f: &mut Facts) -> Result<(), String> {
     let src = GPU_CSV;
     if let Some(r) = rows.iter().find(|r| r.imp == EMPTY) {
@@ -668,11 +697,12 @@ pub fn gpu_facts(rows: &[BenchRow], layout: &[Layout], f: &mut Facts) -> Result<
     let measured: Vec<BenchRow> = rows.iter().filter(|r| r.rows > 0).cloned().collect();
     let (mut ratios, mut ratios_warm, mut small_gap, mut small_gap_warm) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut cost, mut cost_warm) = (Vec::new(), Vec::new());
     for shape in shapes(&measured) {
         let s = short(&shape).to_string();
         let mut here_ratios = Vec::new();
         for n in token_counts(&measured, &shape) {
-            for (imp, name) in [(OURS, ""), (TORCH, "_torch")] {
+            for (imp, name) in [(OURS, ""), (ARRIVAL, "_arrival"), (TORCH, "_torch")] {
                 if let Some(r) = find(&measured, &shape, n, imp) {
                     f.add(
                         format!("{s}_t{n}{name}_cold"),
@@ -701,6 +731,12 @@ pub fn gpu_facts(rows: &[BenchRow], layout: &[Layout], f: &mut Facts) -> Result<
                     small_gap.push(c);
                     small_gap_warm.push(w);
                 }
+            }
+            if let Some((c, w)) = stable_cost(&measured, &shape, n) {
+                f.add(format!("{s}_t{n}_stable_cost_cold"), fmt_us(c), src);
+                f.add(format!("{s}_t{n}_stable_cost_warm"), fmt_us(w), src);
+                cost.push(c);
+                cost_warm.push(w);
             }
             if let Some((c, w)) = torch_over_ours(&measured, &shape, n) {
                 f.add(format!("{s}_t{n}_peer_ratio"), format!("{c:.1}"), src);
@@ -743,6 +779,15 @@ pub fn gpu_facts(rows: &[BenchRow], layout: &[Layout], f: &mut Facts) -> Result<
     if let Some((lo, hi)) = extremes(&small_gap_warm) {
         f.add("small_over_empty_warm_min", fmt_us(lo), src);
         f.add("small_over_empty_warm_max", fmt_us(hi), src);
+    }
+    for (v, name) in [
+        (&cost, "stable_cost_cold"),
+        (&cost_warm, "stable_cost_warm"),
+    ] {
+        if let Some((lo, hi)) = extremes(v) {
+            f.add(format!("{name}_min"), fmt_us(lo), src);
+            f.add(format!("{name}_max"), fmt_us(hi), src);
+        }
     }
     f.add("small_tokens", SMALL.to_string(), src);
     Ok(())
@@ -854,7 +899,12 @@ fn style(imp: &str) -> Series {
         OURS => (
             "#0072b2",
             Marker::Circle,
-            "ours: one launch up to 2048 pairs, three above",
+            "ours: one launch up to 512 pairs, two above",
+        ),
+        ARRIVAL => (
+            "#009e73",
+            Marker::Triangle,
+            "ours in arrival order: atomic cursors, not deterministic",
         ),
         _ => (
             "#d55e00",
@@ -875,7 +925,7 @@ fn style(imp: &str) -> Series {
 pub fn render_svg(rows: &[BenchRow]) -> String {
     let rows: Vec<&BenchRow> = rows
         .iter()
-        .filter(|r| r.rows > 0 && (r.imp == OURS || r.imp == TORCH))
+        .filter(|r| r.rows > 0 && (r.imp == OURS || r.imp == ARRIVAL || r.imp == TORCH))
         .collect();
     Figure {
         panel_w: 460.0,
@@ -889,7 +939,7 @@ pub fn render_svg(rows: &[BenchRow]) -> String {
         ],
         panel_title: describe,
         x_label: "tokens T (8 pairs each), log scale",
-        series: [OURS, TORCH]
+        series: [OURS, ARRIVAL, TORCH]
             .into_iter()
             .filter(|i| rows.iter().any(|r| r.imp == *i))
             .map(style)
@@ -939,11 +989,13 @@ mod tests {
     }
 
     /// A cold median with known ratios: ours 1 µs above a 4 µs empty launch up to 16 tokens and
-    /// 2 µs above it from 512; PyTorch 10× ours up to 16 tokens and 7× above.
+    /// 2 µs above it from 512; the arrival-order twin 0.25 µs below ours up to 16 tokens and 1 µs
+    /// below from 512; PyTorch 10× ours up to 16 tokens and 7× above.
     fn cold(imp: &str, t: u64) -> f64 {
         let ours = if t <= 16 { 5.0 } else { 6.0 };
         match imp {
             OURS => ours,
+            ARRIVAL => ours - if t <= 16 { 0.25 } else { 1.0 },
             TORCH if t <= 16 => 10.0 * ours,
             TORCH => 7.0 * ours,
             _ => 4.5,
@@ -955,13 +1007,13 @@ mod tests {
         s += "ch03,none,empty_kernel,0,1,4.0,3.9,4.2,0.6,0.59,0.62,4.0,0,0,0,0,200,NVIDIA_H200\n";
         for shape in SHAPES {
             for t in TOKENS {
-                for imp in [OURS, "floor_probe", TORCH] {
+                for imp in [OURS, "floor_probe", ARRIVAL, TORCH] {
                     if imp == TORCH && !with_torch {
                         continue;
                     }
                     let c = cold(imp, t);
                     let launches = match imp {
-                        OURS if t >= 512 => 3,
+                        OURS | ARRIVAL if t >= 512 => 2,
                         TORCH => 21,
                         _ => 1,
                     };
@@ -1013,8 +1065,7 @@ mod tests {
     const STEPS: &str =
         "chapter,shape,rows,step,kernel,prefix_cold_us,prefix_warm_us,cold_us,warm_us\n\
         ch03,e288_k8,16384,1,align_count,5.0,2.0,5.0,2.0\n\
-        ch03,e288_k8,16384,2,align_scan,7.0,3.0,2.0,1.0\n\
-        ch03,e288_k8,16384,3,align_scatter,12.0,5.5,5.0,2.5\n";
+        ch03,e288_k8,16384,2,align_scatter,10.0,4.5,5.0,2.5\n";
 
     /// A repository of CSVs in a fresh temporary folder (tests never write into the tree).
     fn repo(name: &str, gpu: Option<&str>) -> std::path::PathBuf {
@@ -1066,7 +1117,7 @@ mod tests {
         let svg = content(&files, SVG);
         assert!(svg.starts_with("<svg ") && svg.trim_end().ends_with("</svg>"));
         for shape in SHAPES {
-            for imp in [OURS, TORCH] {
+            for imp in [OURS, ARRIVAL, TORCH] {
                 for class in ["cold", "warm"] {
                     let key = format!(r#"class="{class}" data-shape="{shape}" data-impl="{imp}""#);
                     assert_eq!(svg.matches(&key).count(), 1, "{key}");
@@ -1096,7 +1147,11 @@ mod tests {
             "{md}"
         );
         assert!(
-            md.contains("| launches: ours · PyTorch | 1 · 21 | 1 · 21 | 3 · 21 | 3 · 21 |"),
+            md.contains("| launches: ours · PyTorch | 1 · 21 | 1 · 21 | 2 · 21 | 2 · 21 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| ours − arrival order (the stable order's cost) | 0.25 / 0.06 | 0.25 / 0.06 | 1.00 / 0.25 | 1.00 / 0.25 |"),
             "{md}"
         );
         for line in md.lines().filter(|l| l.starts_with('|')) {
@@ -1118,7 +1173,12 @@ mod tests {
             ("e128_t1_cold", "5.00"),
             ("e128_t1_warm", "1.25"),
             ("e288_t16384_torch_launches", "21"),
-            ("e288_t16384_launches", "3"),
+            ("e288_t16384_launches", "2"),
+            ("e288_t16384_arrival_cold", "5.00"),
+            ("e128_t1_stable_cost_cold", "0.25"),
+            ("e288_t16384_stable_cost_warm", "0.25"),
+            ("stable_cost_cold_min", "0.25"),
+            ("stable_cost_cold_max", "1.00"),
             ("e288_t16384_floor", "4.10"),
             ("e288_t16_over_empty_cold", "1.00"),
             ("e288_t1_peer_ratio", "10.0"),
@@ -1130,7 +1190,7 @@ mod tests {
             ("e288_t1_padding", "93.8"),
             ("e288_t512_block_m", "16"),
             ("e288_t16384_count_cold", "5.00"),
-            ("e288_t16384_scan_warm", "1.00"),
+            ("e288_t16384_scatter_warm", "2.50"),
             ("hash_experts", "288"),
             ("hash_tokens", "1 and 64"),
             ("hash_runs", "1,000"),
