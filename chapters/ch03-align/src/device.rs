@@ -204,7 +204,11 @@ impl DeviceAlign {
                     ],
                 )?;
                 self.module.launch(
-                    if arrival { "align_scatter_arrival" } else { "align_scatter" },
+                    if arrival {
+                        "align_scatter_arrival"
+                    } else {
+                        "align_scatter"
+                    },
                     blocks,
                     &args![
                         ids,

@@ -138,7 +138,10 @@ fn one_launch_up_to_the_one_block_limit_then_two(dev: &'static Device) {
         ("one_pair_past_one_block", &["align_count", "align_scatter"]),
         ("e512_block_m_1024", &["align_count", "align_scatter"]),
         ("large_prefill", &["align_count", "align_scatter"]),
-        ("long_prefill_uneven_blocks", &["align_count", "align_scatter"]),
+        (
+            "long_prefill_uneven_blocks",
+            &["align_count", "align_scatter"],
+        ),
     ] {
         let r = regime(name).unwrap();
         let a = DeviceAlign::new(dev, r.ids.len(), r.experts, r.block_m).unwrap();
@@ -181,7 +184,10 @@ fn arrival_order_holds_the_same_pairs(dev: &'static Device) {
         let want = align_reference(&r.ids, r.experts, r.block_m);
         let got = align_arrival_on_device(dev, &r.ids, r.experts, r.block_m).unwrap();
         assert_eq!(got.expert_ids, want.expert_ids, "{name}");
-        assert_eq!(got.num_tokens_post_padded, want.num_tokens_post_padded, "{name}");
+        assert_eq!(
+            got.num_tokens_post_padded, want.num_tokens_post_padded,
+            "{name}"
+        );
         let bm = r.block_m;
         // Sorting inside each tile is not enough (a pair could move between tiles of one
         // expert), so compare each expert's whole run, sorted.

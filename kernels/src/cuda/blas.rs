@@ -59,6 +59,17 @@ impl Blas {
             }
         };
         let blas = Blas { handle, workspace };
+        // Zeroed once: cuBLAS's split-K reduction (cublasLt::splitKreduce_kernel) reads parts of
+        // the workspace its GEMM kernel did not write, which compute-sanitizer's initcheck
+        // reports as reads of uninitialized memory (196,036 of them at chapter 4's GLM-like
+        // shape, bench/results/h200/logs/sanitizer_initcheck.log). Zeroed, the values it reads
+        // are defined, and the same on every run.
+        unsafe { cu::memset_d8_sync(workspace, 0, WORKSPACE_BYTES) }.map_err(|e| {
+            KernelError::Blas {
+                call: "cuMemsetD8 of the cuBLAS workspace".to_string(),
+                error: super::describe(&e),
+            }
+        })?;
         unsafe { bsys::cublasSetWorkspace_v2(handle, workspace as *mut c_void, WORKSPACE_BYTES) }
             .result()
             .map_err(|e| err("cublasSetWorkspace", e))?;

@@ -51,6 +51,7 @@ impl Ceilings {
 }
 
 /// A [`BenchRow`] from a measurement.
+#[allow(clippy::too_many_arguments)] // one argument per CSV column
 pub fn row(
     chapter: &str,
     shape: &str,

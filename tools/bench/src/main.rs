@@ -9,11 +9,15 @@
 //!     tools/bench/run emu --build after [--out bench/results/cpu/emu_gemm.csv]
 //!     tools/bench/run ch02 [--routing R --peers S --out-dir D | --export-routing R | --cpu] [--quick]
 //!     tools/bench/run ch03 [--ids F --peers S --out-dir D | --export-ids F | --hashes [--peer-hashes H] | --padding] [--quick]
+//!     tools/bench/run ch04 [--routing R --peers S --peer-outputs O --out-dir D | --export-routing R [--tiny]] [--quick]
+//!     tools/bench/run ch04-tune [--shapes qwen3,glm] [--tokens 1,2,4,…] [--out-dir D] [--quick]
 
 mod cases;
 mod ch01;
 mod ch02;
 mod ch03;
+mod ch04;
+mod ch04_tune;
 mod emu;
 mod peers;
 
@@ -46,6 +50,12 @@ enum Cmd {
     /// Chapter 3: the pairs sorted by expert and padded to tiles (GPU); `--hashes`: determinism;
     /// `--padding`: the share of padded slots (CPU).
     Ch03(ch03::Ch03Args),
+    /// Chapter 4: the fused MoE layer against chapter 2's loop and PyTorch's grouped GEMM (GPU).
+    Ch04(ch04::Ch04Args),
+    /// Chapter 4's configurations by shape: times every tile configuration and decode geometry
+    /// per batch bucket (GPU) into `ch04_tuned.csv`; `--quick` without a GPU: a smoke test.
+    #[command(name = "ch04-tune")]
+    Ch04Tune(ch04_tune::TuneArgs),
     /// The emulator's GEMM rate on this CPU (no GPU needed).
     Emu(EmuArgs),
 }
@@ -270,6 +280,8 @@ fn main() -> ExitCode {
         Cmd::Ch01(a) => gpu_chapter("ch01", ch01::cases(), a),
         Cmd::Ch02(a) => ch02::run(a),
         Cmd::Ch03(a) => ch03::run(a),
+        Cmd::Ch04(a) => ch04::run(a),
+        Cmd::Ch04Tune(a) => ch04_tune::run(a),
         Cmd::Emu(a) => emu(a),
     };
     match result {

@@ -6,6 +6,7 @@
 
 pub mod ch02;
 pub mod ch03;
+pub mod ch04;
 pub mod facts;
 pub mod svg;
 pub mod tables;
@@ -23,7 +24,7 @@ pub struct Generated {
 }
 
 /// The groups of generated files, by the page that uses them.
-pub const GROUPS: [&str; 4] = ["runtime", "ch01", "ch02", "ch03"];
+pub const GROUPS: [&str; 5] = ["runtime", "ch01", "ch02", "ch03", "ch04"];
 
 fn read(root: &Path, rel: &str) -> Result<String, String> {
     std::fs::read_to_string(root.join(rel)).map_err(|e| format!("cannot read {rel}: {e}"))
@@ -46,6 +47,13 @@ pub fn generate(root: &Path, group: &str) -> Result<Vec<Generated>, String> {
         "ch03" => {
             let mut v = ch03::generate(root)?;
             v.extend(example_and_tree(root, 3)?);
+            Ok(v)
+        }
+        // The GPU run's figures, table and facts; the page's example and tree join them with
+        // the page (`example_and_tree(root, 4)`, once its snapshot exists).
+        "ch04" => {
+            let mut v = ch04::generate(root)?;
+            v.extend(example_and_tree(root, 4)?);
             Ok(v)
         }
         "runtime" => runtime(root),

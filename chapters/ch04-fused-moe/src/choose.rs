@@ -1,0 +1,556 @@
+//! Which kernels run a batch: the path (tiled on tensor cores, or the decode kernels), how much
+//! of the layer each kernel fuses, the tiled path's tile configuration, and the decode kernels'
+//! launch geometry; the rule that picks them by shape, and the table measured on the H200
+//! (`bench/results/h200/ch04_tuned.csv`, written by `bench ch04-tune`) that overrides the rule
+//! for the shapes it holds.
+//!
+//! None of these choices changes a bit of the output within a path: every tile configuration,
+//! BLOCK_M and decode geometry sums each output in the same order, and every fusion rounds at the
+//! same places (`kernels/ch04_fused_moe.cu`, "Roundings"). The two paths differ in the order of
+//! the fp32 sums inside the dot products only (within chapter 2's `BF16_VS_BF16`).
+
+use std::fmt;
+use std::sync::OnceLock;
+
+use crate::device::geometry::{DECODE_MAX_THREADS, FUSED_BK, FUSED_BN1, FUSED_BN2, FUSED_THREADS};
+
+// ANCHOR: path
+/// How the experts' GEMMs run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Path {
+    /// Chapter 3's layout, then tiles of BLOCK_M pairs of one expert on tensor cores.
+    Tiled,
+    /// No layout and no tile: each pair's expert rows streamed once, dot products on the CUDA
+    /// cores with warp-shuffle sums (`decode_*` kernels). For few pairs per expert.
+    Decode,
+}
+
+/// How much of the layer each kernel does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Fusion {
+    /// Upstream's layer: GEMM 1 writes gate|up `[T·k, 2I]` in bf16, a SwiGLU kernel, GEMM 2
+    /// writes the weighted `[T·k, H]`, a combine kernel sums over k.
+    Unfused,
+    /// SwiGLU in GEMM 1's epilogue (no gate|up buffer); GEMM 2, then the combine kernel.
+    SwiGlu,
+    /// SwiGLU in GEMM 1, and the sum over k (and the shared expert) inside GEMM 2: no `[T·k, H]`
+    /// buffer and no combine launch. Decode path only: a tile of the tiled path holds pairs of
+    /// one expert, never the k pairs of one token.
+    SwiGluSumK,
+}
+
+/// The decode path's default fusion is [`Fusion::SwiGluSumK`], the tiled path's
+/// [`Fusion::SwiGlu`]: the most each path can fuse.
+pub fn default_fusion(path: Path) -> Fusion {
+    match path {
+        Path::Tiled => Fusion::SwiGlu,
+        Path::Decode => Fusion::SwiGluSumK,
+    }
+}
+
+/// The decode path runs while the batch has at most this many pairs per expert on average.
+pub const DECODE_MAX_PAIRS_PER_EXPERT: usize = 4;
+
+/// The rule: the decode path while `T·k ≤ 4·E` (at most four pairs per expert on average, so a
+/// 16-row tile would be three-quarters padding or more), the tiled path above. Below the
+/// crossover the decode kernels read each active expert's weights with no shared-memory staging,
+/// no barrier and no padded rows, in two launches instead of five or six; above it they would
+/// read an expert's weights once per pair (the L2 catches some of that) and do on CUDA cores
+/// what a tile does on tensor cores. H and I do not enter: both paths move the same bytes per
+/// pair. Where four came from: in a first run of `bench ch04-tune` on the H200 (Qwen3-30B-A3B
+/// and GLM shapes) the decode path was the faster one at every batch it was timed at, up to
+/// four pairs per expert, by more at fewer pairs; the tiled path won at 32. The measured table
+/// ([`tuned_table`]) overrides this rule for the shapes it holds.
+pub fn choose_path(tokens: usize, k: usize, experts: usize) -> Path {
+    if tokens * k <= experts.max(1) * DECODE_MAX_PAIRS_PER_EXPERT {
+        Path::Decode
+    } else {
+        Path::Tiled
+    }
+}
+// ANCHOR_END: path
+
+impl Path {
+    pub const ALL: [Path; 2] = [Path::Tiled, Path::Decode];
+    /// `tiled` or `decode`, as the CSVs and command lines spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Path::Tiled => "tiled",
+            Path::Decode => "decode",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Path> {
+        Path::ALL.into_iter().find(|p| p.name() == s)
+    }
+}
+
+impl fmt::Display for Path {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Fusion {
+    pub const ALL: [Fusion; 3] = [Fusion::Unfused, Fusion::SwiGlu, Fusion::SwiGluSumK];
+    /// `unfused`, `swiglu` or `swiglu_sumk`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fusion::Unfused => "unfused",
+            Fusion::SwiGlu => "swiglu",
+            Fusion::SwiGluSumK => "swiglu_sumk",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Fusion> {
+        Fusion::ALL.into_iter().find(|f| f.name() == s)
+    }
+    /// Whether `path` can run it.
+    pub fn runs_on(self, path: Path) -> bool {
+        self != Fusion::SwiGluSumK || path == Path::Decode
+    }
+}
+
+impl fmt::Display for Fusion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+// ANCHOR: tile_config
+/// A tile configuration of the tiled path (`FusedCfg<WARPS, BK, NF>` in the kernel): `warps`
+/// warps per block, K staged `bk` at a time, `nf` fragments of 8 columns per warp and
+/// projection; so [`TileConfig::bn1`] intermediate columns per block of GEMM 1 and
+/// [`TileConfig::bn`] output columns per block of GEMM 2. Each is compiled as its own entry
+/// points; all give the same bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TileConfig {
+    pub warps: usize,
+    pub bk: usize,
+    pub nf: usize,
+}
+
+/// The configurations the kernel file instantiates, the base (plain-named) one first.
+pub const TILE_CONFIGS: [TileConfig; 4] = [
+    TileConfig::DEFAULT,
+    TileConfig {
+        warps: 4,
+        bk: 64,
+        nf: 1,
+    },
+    TileConfig {
+        warps: 8,
+        bk: 32,
+        nf: 1,
+    },
+    TileConfig {
+        warps: 4,
+        bk: 32,
+        nf: 2,
+    },
+];
+// ANCHOR_END: tile_config
+
+impl TileConfig {
+    /// `w4_k32_n1`, the base configuration: the plain-named entry points (`FUSED_THREADS`,
+    /// `FUSED_BK`, `FUSED_BN1`, `FUSED_BN2`). [`default_tile`] picks it for small layers.
+    pub const DEFAULT: TileConfig = TileConfig {
+        warps: 4,
+        bk: 32,
+        nf: 1,
+    };
+    /// `w{warps}_k{bk}_n{nf}`, as the kernels' suffixes and the CSVs spell it.
+    pub fn name(&self) -> String {
+        format!("w{}_k{}_n{}", self.warps, self.bk, self.nf)
+    }
+    /// One of [`TILE_CONFIGS`] by its name.
+    pub fn parse(s: &str) -> Option<TileConfig> {
+        TILE_CONFIGS.into_iter().find(|c| c.name() == s)
+    }
+    pub fn threads(&self) -> usize {
+        32 * self.warps
+    }
+    /// GEMM 1's intermediate columns per block (it stages as many gate and up rows).
+    pub fn bn1(&self) -> usize {
+        8 * self.warps * self.nf
+    }
+    /// GEMM 2's (and gate|up's) output columns per block.
+    pub fn bn(&self) -> usize {
+        16 * self.warps * self.nf
+    }
+    /// The kernel `base` of this configuration (`fused_gemm2_w8_k32_n1`; the default's is `base`).
+    pub fn kernel(&self, base: &str) -> String {
+        if *self == TileConfig::DEFAULT {
+            base.to_string()
+        } else {
+            format!("{base}_{}", self.name())
+        }
+    }
+}
+
+impl fmt::Display for TileConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name())
+    }
+}
+
+/// The kernel file's default configuration, as its constants say.
+pub fn default_matches_the_kernel_constants() -> bool {
+    let d = TileConfig::DEFAULT;
+    (d.threads(), d.bk, d.bn1(), d.bn()) == (FUSED_THREADS, FUSED_BK, FUSED_BN1, FUSED_BN2)
+}
+
+/// The default tile rule: K staged 64 at a time (`w4_k64_n1`: half the barriers and twice the
+/// bytes in flight per stage of the base configuration) when both GEMMs' K, H and I, are at least
+/// 128; the base configuration `w4_k32_n1` for smaller layers, where a 64-wide stage would be
+/// mostly zeros past K. In a first run of `bench ch04-tune` on the H200, `w4_k64_n1` was the
+/// fastest tiled configuration at every batch and shape timed, and the wider tiles (`w8_k32_n1`,
+/// `w4_k32_n2`) were slower than the base. Any GPU since Volta runs all four (at most 29 KB of
+/// static shared memory, no register spills on sm_90).
+pub fn default_tile(hidden: usize, intermediate: usize) -> TileConfig {
+    if hidden.min(intermediate) >= 128 {
+        TILE_CONFIGS[1]
+    } else {
+        TileConfig::DEFAULT
+    }
+}
+
+/// The decode kernels' launch: `warps` warps per block, each owning `cols_per_warp` columns one
+/// after another. Every geometry gives the same bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DecodeGeometry {
+    pub warps: usize,
+    pub cols_per_warp: usize,
+}
+
+impl DecodeGeometry {
+    /// Four warps of one column each: for one token of Qwen3-30B-A3B (I 768, k 8), GEMM 1 is
+    /// 8 × 192 blocks of 128 threads, a full wave of 132 SMs.
+    pub const DEFAULT: DecodeGeometry = DecodeGeometry {
+        warps: 4,
+        cols_per_warp: 1,
+    };
+    pub fn threads(&self) -> usize {
+        32 * self.warps
+    }
+    /// Columns per block.
+    pub fn cols(&self) -> usize {
+        self.warps * self.cols_per_warp
+    }
+    /// `w{warps}_c{cols_per_warp}`.
+    pub fn name(&self) -> String {
+        format!("w{}_c{}", self.warps, self.cols_per_warp)
+    }
+    /// Parses [`DecodeGeometry::name`]; `None` unless it is a valid geometry.
+    pub fn parse(s: &str) -> Option<DecodeGeometry> {
+        let (w, c) = s.strip_prefix('w')?.split_once("_c")?;
+        let g = DecodeGeometry {
+            warps: w.parse().ok()?,
+            cols_per_warp: c.parse().ok()?,
+        };
+        g.is_valid().then_some(g)
+    }
+    /// At least one warp and one column, at most `DECODE_MAX_THREADS` threads.
+    pub fn is_valid(&self) -> bool {
+        self.warps >= 1 && self.cols_per_warp >= 1 && self.threads() <= DECODE_MAX_THREADS
+    }
+}
+
+impl fmt::Display for DecodeGeometry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The measured table.
+
+/// `bench/results/h200/ch04_tuned.csv`, compiled in: a build carries the table it was built
+/// with, so the GPU machine (which has no Rust and no checkout) needs no file beside the binary.
+/// `bench ch04-tune` rewrites it; commit it and rebuild.
+pub const TUNED_CSV: &str = include_str!("../../../bench/results/h200/ch04_tuned.csv");
+
+/// The columns of the table, in order.
+pub const TUNED_HEADER: &str = "hidden,intermediate,experts,k,tokens,path,config,cold_us,warm_us,rule_path,rule_config,rule_cold_us";
+
+/// One bucket: the fastest (path, configuration) measured for a layer shape at `tokens`, and
+/// what the rule alone would have run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TunedRow {
+    pub hidden: usize,
+    pub intermediate: usize,
+    pub experts: usize,
+    pub k: usize,
+    /// The bucket's batch size: the row serves every T up to it (above the next smaller row's).
+    pub tokens: usize,
+    pub choice: Choice,
+    pub cold_us: f64,
+    pub warm_us: f64,
+    pub rule: Choice,
+    pub rule_cold_us: f64,
+}
+
+/// What runs one batch: a path, and the tile or the decode geometry it launches with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Choice {
+    pub path: Path,
+    /// Used on the tiled path.
+    pub tile: TileConfig,
+    /// Used on the decode path.
+    pub decode: DecodeGeometry,
+}
+
+impl Choice {
+    /// The configuration column: the tile's name on the tiled path, the geometry's on the decode
+    /// path.
+    pub fn config_name(&self) -> String {
+        match self.path {
+            Path::Tiled => self.tile.name(),
+            Path::Decode => self.decode.name(),
+        }
+    }
+    /// From the `path` and `config` columns.
+    pub fn parse(path: &str, config: &str) -> Option<Choice> {
+        let path = Path::parse(path)?;
+        Some(match path {
+            Path::Tiled => Choice {
+                path,
+                tile: TileConfig::parse(config)?,
+                decode: DecodeGeometry::DEFAULT,
+            },
+            Path::Decode => Choice {
+                path,
+                tile: TileConfig::DEFAULT,
+                decode: DecodeGeometry::parse(config)?,
+            },
+        })
+    }
+}
+
+impl TunedRow {
+    /// The row as a line of the CSV (no newline).
+    pub fn to_csv(&self) -> String {
+        format!(
+            "{},{},{},{},{},{},{},{:.3},{:.3},{},{},{:.3}",
+            self.hidden,
+            self.intermediate,
+            self.experts,
+            self.k,
+            self.tokens,
+            self.choice.path,
+            self.choice.config_name(),
+            self.cold_us,
+            self.warm_us,
+            self.rule.path,
+            self.rule.config_name(),
+            self.rule_cold_us
+        )
+    }
+}
+
+/// The measured table: rows by layer shape and batch bucket.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TunedTable {
+    pub rows: Vec<TunedRow>,
+}
+
+impl TunedTable {
+    /// Parses the CSV: the header [`TUNED_HEADER`], then one row per line; blank lines and lines
+    /// starting with `#` are skipped. An error names the line and what is wrong.
+    pub fn parse(text: &str) -> Result<TunedTable, String> {
+        let mut lines = text
+            .lines()
+            .enumerate()
+            .map(|(i, l)| (i + 1, l.trim()))
+            .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'));
+        let Some((n, header)) = lines.next() else {
+            return Ok(TunedTable::default());
+        };
+        if header != TUNED_HEADER {
+            return Err(format!(
+                "line {n}: header {header:?}, expected {TUNED_HEADER:?}"
+            ));
+        }
+        let mut rows = Vec::new();
+        for (n, line) in lines {
+            let f: Vec<&str> = line.split(',').map(str::trim).collect();
+            if f.len() != 12 {
+                return Err(format!("line {n}: {} fields, expected 12", f.len()));
+            }
+            let int = |i: usize| -> Result<usize, String> {
+                f[i].parse()
+                    .map_err(|_| format!("line {n}: field {} is {:?}, not a count", i + 1, f[i]))
+            };
+            let num = |i: usize| -> Result<f64, String> {
+                f[i].parse()
+                    .map_err(|_| format!("line {n}: field {} is {:?}, not a number", i + 1, f[i]))
+            };
+            let choice = |p: usize| -> Result<Choice, String> {
+                Choice::parse(f[p], f[p + 1]).ok_or_else(|| {
+                    format!(
+                        "line {n}: path {:?} with config {:?} is not a choice this build has",
+                        f[p],
+                        f[p + 1]
+                    )
+                })
+            };
+            let row = TunedRow {
+                hidden: int(0)?,
+                intermediate: int(1)?,
+                experts: int(2)?,
+                k: int(3)?,
+                tokens: int(4)?,
+                choice: choice(5)?,
+                cold_us: num(7)?,
+                warm_us: num(8)?,
+                rule: choice(9)?,
+                rule_cold_us: num(11)?,
+            };
+            if row.tokens == 0 || row.k == 0 || row.experts == 0 {
+                return Err(format!("line {n}: tokens, k and experts must be positive"));
+            }
+            rows.push(row);
+        }
+        Ok(TunedTable { rows })
+    }
+
+    /// The CSV text of the table.
+    pub fn to_csv(&self) -> String {
+        let mut s = format!("{TUNED_HEADER}\n");
+        for r in &self.rows {
+            s += &r.to_csv();
+            s.push('\n');
+        }
+        s
+    }
+
+    // ANCHOR: lookup
+    /// The bucket for `tokens` tokens of a layer of this shape: among the rows of the same
+    /// (H, I, E, k), the one with the smallest `tokens` at or above the batch, else the largest
+    /// (a batch past every measured size runs as the largest did). `None` when the shape was not
+    /// measured: the rule decides.
+    pub fn lookup(
+        &self,
+        hidden: usize,
+        intermediate: usize,
+        experts: usize,
+        k: usize,
+        tokens: usize,
+    ) -> Option<&TunedRow> {
+        let same = || {
+            self.rows.iter().filter(move |r| {
+                (r.hidden, r.intermediate, r.experts, r.k) == (hidden, intermediate, experts, k)
+            })
+        };
+        same()
+            .filter(|r| r.tokens >= tokens)
+            .min_by_key(|r| r.tokens)
+            .or_else(|| same().max_by_key(|r| r.tokens))
+    }
+    // ANCHOR_END: lookup
+}
+
+/// The committed table ([`TUNED_CSV`]), parsed once. A malformed table (which the tests refuse)
+/// counts as empty, with one line on stderr.
+pub fn tuned_table() -> &'static TunedTable {
+    static TABLE: OnceLock<TunedTable> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        TunedTable::parse(TUNED_CSV).unwrap_or_else(|e| {
+            eprintln!("ch04: bench/results/h200/ch04_tuned.csv ignored: {e}");
+            TunedTable::default()
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_is_the_kernels_plain_entry_points() {
+        assert!(default_matches_the_kernel_constants());
+        assert_eq!(TileConfig::DEFAULT.kernel("fused_gemm2"), "fused_gemm2");
+        assert_eq!(
+            TILE_CONFIGS[2].kernel("fused_gemm2"),
+            "fused_gemm2_w8_k32_n1"
+        );
+        for c in TILE_CONFIGS {
+            assert_eq!(TileConfig::parse(&c.name()), Some(c));
+        }
+    }
+
+    #[test]
+    fn the_rule_switches_paths_at_four_pairs_per_expert() {
+        assert_eq!(choose_path(1, 8, 128), Path::Decode);
+        assert_eq!(choose_path(64, 8, 128), Path::Decode);
+        assert_eq!(choose_path(65, 8, 128), Path::Tiled);
+        assert_eq!(choose_path(16, 2, 8), Path::Decode);
+        assert_eq!(choose_path(17, 2, 8), Path::Tiled);
+        assert_eq!(default_tile(2048, 768), TILE_CONFIGS[1]);
+        assert_eq!(default_tile(64, 40), TileConfig::DEFAULT);
+    }
+
+    #[test]
+    fn decode_geometry_names_round_trip() {
+        for g in [
+            DecodeGeometry::DEFAULT,
+            DecodeGeometry {
+                warps: 8,
+                cols_per_warp: 3,
+            },
+        ] {
+            assert_eq!(DecodeGeometry::parse(&g.name()), Some(g));
+        }
+        assert_eq!(DecodeGeometry::parse("w0_c1"), None);
+        assert_eq!(DecodeGeometry::parse("w64_c1"), None); // 2048 threads
+        assert_eq!(DecodeGeometry::parse("w4"), None);
+    }
+
+    const TABLE: &str = "# a comment\n\
+hidden,intermediate,experts,k,tokens,path,config,cold_us,warm_us,rule_path,rule_config,rule_cold_us\n\
+2048,768,128,8,1,decode,w8_c1,20.5,9.1,decode,w4_c1,21.0\n\
+2048,768,128,8,64,tiled,w8_k32_n1,80.0,60.0,tiled,w4_k32_n1,90.0\n\
+\n\
+2048,768,128,8,16,tiled,w4_k64_n1,40.0,30.0,decode,w4_c1,45.0\n";
+
+    #[test]
+    fn the_table_parses_and_looks_up_by_bucket() {
+        let t = TunedTable::parse(TABLE).unwrap();
+        assert_eq!(t.rows.len(), 3);
+        let at = |tokens| t.lookup(2048, 768, 128, 8, tokens).map(|r| r.choice);
+        assert_eq!(at(1).unwrap().path, Path::Decode);
+        assert_eq!(
+            at(1).unwrap().decode,
+            DecodeGeometry {
+                warps: 8,
+                cols_per_warp: 1
+            }
+        );
+        assert_eq!(at(2).unwrap().tile, TILE_CONFIGS[1]); // bucket 16
+        assert_eq!(at(16).unwrap().tile, TILE_CONFIGS[1]);
+        assert_eq!(at(17).unwrap().tile, TILE_CONFIGS[2]); // bucket 64
+        assert_eq!(at(5000).unwrap().tile, TILE_CONFIGS[2]); // past the largest
+        assert_eq!(t.lookup(2048, 768, 64, 8, 1), None); // another shape
+                                                         // It writes what it reads.
+        assert_eq!(TunedTable::parse(&t.to_csv()).unwrap(), t);
+    }
+
+    #[test]
+    fn a_bad_table_is_an_error_naming_the_line() {
+        let bad_header = "hidden,inter\n";
+        assert!(TunedTable::parse(bad_header)
+            .unwrap_err()
+            .contains("line 1"));
+        let bad = format!("{TUNED_HEADER}\n2048,768,128,8,1,decode,w4_k32_n1,1,1,decode,w4_c1,1\n");
+        let e = TunedTable::parse(&bad).unwrap_err();
+        assert!(e.contains("line 2") && e.contains("w4_k32_n1"), "{e}");
+        let short = format!("{TUNED_HEADER}\n2048,768\n");
+        assert!(TunedTable::parse(&short).unwrap_err().contains("2 fields"));
+        let zero = format!("{TUNED_HEADER}\n2048,768,128,8,0,decode,w4_c1,1,1,decode,w4_c1,1\n");
+        assert!(TunedTable::parse(&zero).is_err());
+        assert_eq!(TunedTable::parse("").unwrap(), TunedTable::default());
+    }
+
+    #[test]
+    fn the_committed_table_parses() {
+        TunedTable::parse(TUNED_CSV).unwrap();
+    }
+}

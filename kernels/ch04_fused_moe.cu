@@ -1,0 +1,832 @@
+// ch04_fused_moe.cu — the fused MoE kernels: every expert's GEMMs in one launch each, on tensor
+// cores, reading chapter 3's sorted, padded pairs (the tiled path); and, for a few tokens, kernels
+// that stream each pair's expert weights once with no tile at all (the decode path).
+//
+// A MoE layer in bf16 is, for the T·k (token, expert) pairs p = t·k + j of a batch:
+//
+//     act[p]   = silu(x[t] · w13[e]_gate) ⊙ (x[t] · w13[e]_up)      [T·k, I]   GEMM 1 + SwiGLU
+//     y[p]     = weight[p] · (act[p] · w2[e]ᵀ)                          [T·k, H]   GEMM 2
+//     out[t]   = Σ_j y[t·k + j]  (+ the shared expert)                  [T, H]     the sum over k
+//
+// In:  x [T, H] (f32; the tiled path rounds it to bf16 once with fused_to_bf16, the decode path
+//      rounds each value as it loads it: the same bf16 values);
+//      w13 [E, 2I, H] bf16, each expert's I gate rows then its I up rows; w2 [E, H, I] bf16;
+//      the tiled path: sorted_ids [capacity], expert_ids [max_tiles], num_post [1]: chapter 3's
+//      layout, pair ids sorted by expert, each expert's run padded with the placeholder P = T·k
+//      to a multiple of BLOCK_M, one expert per tile of BLOCK_M slots (-1 past the last tile);
+//      the decode path: ids [T·k] i32, the router's expert of each pair, read directly;
+//      weight [T·k] f32, the router's weights.
+// Out: out [T, H] f32.
+//
+// THE TILED PATH. A block computes one tile: BLOCK_M consecutive slots of sorted_ids (one expert,
+// read from expert_ids) times a slice of output columns. Its A rows are gathered by pair id (the
+// token t = p / k in the first GEMM, the pair's own row of act in the second); placeholder rows
+// are never read (their A rows are staged as zeros) and never written. The K dimension is walked
+// BK at a time: the A rows and the B rows of the slice are copied into shared memory (16 bytes
+// per copy when K is a multiple of 8; zero past the edges of the matrices, so no size needs to be
+// a multiple of a tile), the warps load mma fragments with ldmatrix and multiply with mma.sync
+// m16n8k16 (bf16 in, fp32 accumulate; kernels/mma.cuh). BLOCK_M is a launch argument (16, 32, 64
+// or 128, the value chapter 3 padded to): a tile is BLOCK_M / 16 sub-tiles of 16 rows, and a
+// sub-tile whose 16 slots are all placeholders is skipped.
+//   Tile configurations (FusedCfg<WARPS, BK, NF>): WARPS warps per block, BK of K per stage, and
+//   NF fragments of 8 columns per warp and projection. Each is instantiated as its own extern "C"
+//   entry points, named with the suffix _w{WARPS}_k{BK}_n{NF}; the default, w4_k32_n1
+//   (FUSED_THREADS, FUSED_BK, FUSED_BN1, FUSED_BN2), keeps the plain names. Every configuration
+//   gives the same bits: an output's sum runs over the same k-steps of 16, from k = 0 up, in one
+//   fp32 accumulator, whichever block, warp or stage holds it.
+//   fused_gemm1_swiglu: a block owns BN1 = 8·WARPS·NF intermediate columns n, and stages BOTH w13
+//     row n (gate) and row I + n (up) of its expert. Warp w multiplies its gate columns and the
+//     matching up columns into separate accumulators, so each lane holds the gate and the up
+//     value of the same (slot, column) in its own registers: SwiGLU is the epilogue, in fp32,
+//     before anything leaves the block. The [T·k, 2I] gate|up matrix never exists.
+//   fused_gemm1_gateup: the same GEMM without the epilogue (the unfused layer, as upstream runs
+//     it): gate|up [T·k, 2I] in bf16, 2I consecutive columns; fused_swiglu then reads it.
+//   fused_gemm2: a block owns BN = 16·WARPS·NF output columns. The epilogue multiplies by the
+//     pair's routing weight in fp32.
+//   fused_combine: out[t] = y[t·k] + y[t·k + 1] + ..., j in order: the same sum, and the same
+//     bits, on every run. No float atomics anywhere.
+//
+// THE DECODE PATH. With few tokens a 16-row tile holds one or two real rows: the tensor cores idle
+// and the time is reading the weights. (The host picks the path by shape: chapters/ch04-fused-moe/
+// src/choose.rs, decode while T·k ≤ 4·E unless the measured table says otherwise.) These kernels read each pair's expert rows once, 16 bytes
+// (8 bf16) per lane per load, and never build a tile, so they need no chapter 3 layout: a block
+// is one pair (row of the grid's x) times a slice of columns (the grid's y); a warp owns whole
+// columns, one after another. For one column, lane l of the warp sums chunks l, l + 32, l + 64,
+// ... of 8 consecutive K values (in order inside a chunk, fmaf into one fp32 partial sum), and a
+// butterfly of shuffles (xor 16, 8, 4, 2, 1) adds the 32 partial sums. That order depends only on
+// K: not on the block size, the warps per block or the columns per warp (decode_* take those from
+// the launch), so every geometry gives the same bits; the scalar loads used when K is not a
+// multiple of 8 do the same arithmetic in the same order.
+//   decode_gemm1_swiglu: act[p, n] for the pair of block x and the columns n of its warps; the
+//     shared expert's T rows follow the T·k pairs in the same grid (x = T·k + t), and the block of
+//     each shared row with y = 0 also computes Qwen2-MoE's gate logit (gate_logit_warp, the same
+//     sum as fused_gate_logit). decode_gemm1_gateup: the same without SwiGLU (gate|up in bf16).
+//   decode_gemm2_sum: the sum over k fused into the down projection: a block is one token t and a
+//     slice of H; for each column, the warp computes the k pairs' dot products DECODE_PAIRS at a
+//     time (their loads in flight together, their sums in one butterfly, dec_warp_sums, whose
+//     additions are exactly dec_warp_sum's), and adds weight·dot to one fp32 accumulator, j in
+//     order, then the shared expert's (σ(logit)·)dot. No [T·k, H] buffer, no combine launch.
+//   decode_gemm2: the unfused down projection (y [T·k, H], and the shared expert's [T, H]) for
+//     fused_combine, to show what the fusion saves.
+//
+// Roundings (the same places as chapter 2's bf16 layer, ch02_grouped.cu): x to bf16 once;
+// gate and up each rounded to bf16 from their fp32 sums (chapter 2's GEMM writes gate|up in
+// bf16); silu(g)·u computed in fp32 from those bf16 values, as ch02_swiglu_bf16 does, and rounded
+// to bf16; the down projection summed in fp32 and kept in fp32; y = weight·dot rounded in fp32,
+// then out = ((0 + y₀) + y₁) + ... (+ s, s = σ(logit)·shared) in fp32, j in order. The decode
+// kernels follow exactly this sequence, fused or not: decode_gemm2_sum adds weight·dot to its
+// accumulator in the order fused_combine adds y. So within a path every fusion gives the same
+// bits (and every tile configuration, BLOCK_M and decode geometry); the two paths differ only in
+// the order of the fp32 sums inside the dot products (tensor-core k-steps of 16, which also
+// truncate, against 32 lane sums and a butterfly), within chapter 2's BF16_VS_BF16. The only
+// difference from chapter 2: the routing weight applied as w·y rounded, then added (chapter 2:
+// fmaf(w, y, acc), one rounding fewer), and the order of the sums.
+//
+// Indexing: every product that can pass 2³¹ is taken in 64 bits (size_t): an expert's offset
+// e·2I·H (2.4 G elements for 288 experts at H 4096, I 1024), a pair's row p·I, p·H and p·2I, a
+// token's row t·H, a tile's slot tile·BLOCK_M. Sizes themselves (T·k, H, I, E) are below 2³¹,
+// checked by the host.
+//
+// Upstream: the Triton `fused_moe_kernel` of SGLang (python/sglang/srt/layers/moe/
+// fused_moe_triton/fused_moe_triton_kernels.py) and vLLM (vllm/model_executor/layers/fused_moe/
+// fused_moe.py), called twice per layer with `silu_and_mul` between, then `moe_sum`; their
+// configs by shape (fused_moe_triton/configs/*.json: BLOCK_SIZE_M/N/K, GROUP_SIZE_M, num_warps,
+// num_stages per batch size) play the part of FusedCfg and ch04_tuned.csv. For decode, vLLM and
+// SGLang still run the same Triton kernel with BLOCK_SIZE_M 16 (the padding this path avoids);
+// TensorRT-LLM and FlashInfer have dedicated small-batch MoE GEMV kernels.
+//
+// Differences:
+// - SwiGLU is fused into the first GEMM by default (upstream writes gate|up [T·k, 2I] and runs a
+//   separate silu_and_mul kernel; fused_gemm1_gateup + fused_swiglu are that layer).
+// - The weighted down projection is kept in fp32 ([T·k, H] f32); upstream rounds it to the
+//   compute type (bf16) before moe_sum. The sum over k runs in fixed order in its own kernel, or
+//   inside decode_gemm2_sum.
+// - A handful of tile configurations, no tile swizzle, no software pipelining (cp.async,
+//   stages), no split-K, no quantized weights: correctness first.
+// - Experts outside 0..E (e.g. -1 for an expert held by another rank in expert parallelism)
+//   skip their tile or their pair: their rows of act and y are never written, and
+//   decode_gemm2_sum leaves them out of its sum (fused_combine would add whatever their y rows
+//   hold: the layer refuses such ids before it launches); upstream writes zeros for them.
+#include "common.cuh"
+#include "mma.cuh"
+
+#define FUSED_THREADS 128         // threads of the default tile configuration: 4 warps
+#define FUSED_WARPS 4             // = FUSED_THREADS / 32
+#define FUSED_MAX_BLOCK_M 128     // the largest BLOCK_M a tile supports (16, 32, 64, 128)
+#define FUSED_MAX_SUBTILES 8      // = FUSED_MAX_BLOCK_M / 16
+#define FUSED_BK 32               // the default configuration's K per shared-memory stage: two mma k-steps of 16
+#define FUSED_BN1 32              // the default configuration's intermediate columns per block of fused_gemm1_swiglu
+#define FUSED_BN2 64              // the default configuration's output columns per block of fused_gemm2
+#define FUSED_ELEMENTWISE_THREADS 256  // threads per block of fused_to_bf16, fused_swiglu and fused_combine
+#define DECODE_MAX_THREADS 1024   // the decode kernels take any multiple of 32 threads up to this
+#define DECODE_CHUNK 8            // K values per lane and load in the decode kernels: 16 bytes of bf16
+#define DECODE_PAIRS 4            // pairs of one token whose dot products decode_gemm2_sum runs together
+
+// ANCHOR: config
+// One tile configuration. GEMM 1 stages BN1 gate rows and the BN1 matching up rows; the plain
+// GEMM (GEMM 2, gate|up) stages BN output rows; either way BROWS = 16·WARPS·NF rows of B.
+template <int WARPS_, int BK_, int NF_>
+struct FusedCfg {
+    static constexpr int WARPS = WARPS_, BK = BK_, NF = NF_;
+    static constexpr int THREADS = 32 * WARPS;
+    static constexpr int SROW = BK + 8;            // a staged row's stride in bf16: 16-byte aligned rows, ldmatrix without bank conflicts
+    static constexpr int NFRAG = 2 * NF;           // B fragments of 8 columns per warp
+    static constexpr int BROWS = 8 * WARPS * NFRAG;
+    static constexpr int BN1 = BROWS / 2;          // GEMM 1: intermediate columns per block
+    static constexpr int BN = BROWS;               // plain GEMM: output columns per block
+};
+// ANCHOR_END: config
+
+// ANCHOR: mainloop
+// The tile's product, accumulated over K: acc[s][f] += A[sub-tile s] · B[fragment f]ᵀ for the
+// BLOCK_M / 16 sub-tiles s that hold a real pair and the warp's NFRAG B fragments f (8 columns
+// each, starting at staged B rows frag[f]).
+//   A [*, K] bf16, row s_arow[r] for tile row r (-1: a placeholder, staged as zeros);
+//   B [*, K] bf16, row s_brow[n] for staged B row n (-1: past the matrix, staged as zeros).
+// Every thread of the block calls it (it synchronises); each warp keeps its own accumulators.
+template <class C>
+__device__ __forceinline__ void fused_mainloop(const __nv_bfloat16* __restrict__ A, const int* s_arow,
+                                               const __nv_bfloat16* __restrict__ B, const int* s_brow, int K,
+                                               int subtiles, const int* s_live, const int* frag,
+                                               __nv_bfloat16* sA, __nv_bfloat16* sB,
+                                               float acc[FUSED_MAX_SUBTILES][C::NFRAG][4]) {
+    const int tid = threadIdx.x, lane = tid & 31;
+    const int rows = subtiles * 16;
+    const __nv_bfloat16 zero = __ushort_as_bfloat16(0);
+    // Rows start 16-byte aligned when K is a multiple of 8: then copy 8 values at a time (a chunk
+    // of 8 lies wholly inside K or wholly past it).
+    const bool vec = K % 8 == 0;
+    constexpr int CHUNKS = C::BK / 8;
+    for (int k0 = 0; k0 < K; k0 += C::BK) {
+        // Stage this K slice: consecutive threads copy consecutive columns of a row.
+        if (vec) {
+            for (int i = tid; i < rows * CHUNKS; i += C::THREADS) {
+                const int r = i / CHUNKS, c = (i % CHUNKS) * 8, src = s_arow[r];
+                uint4 v = make_uint4(0, 0, 0, 0);
+                if (src >= 0 && k0 + c < K) v = *reinterpret_cast<const uint4*>(A + (size_t)src * K + k0 + c);
+                *reinterpret_cast<uint4*>(&sA[r * C::SROW + c]) = v;
+            }
+            for (int i = tid; i < C::BROWS * CHUNKS; i += C::THREADS) {
+                const int n = i / CHUNKS, c = (i % CHUNKS) * 8, src = s_brow[n];
+                uint4 v = make_uint4(0, 0, 0, 0);
+                if (src >= 0 && k0 + c < K) v = *reinterpret_cast<const uint4*>(B + (size_t)src * K + k0 + c);
+                *reinterpret_cast<uint4*>(&sB[n * C::SROW + c]) = v;
+            }
+        } else {
+            for (int i = tid; i < rows * C::BK; i += C::THREADS) {
+                const int r = i / C::BK, c = i % C::BK, src = s_arow[r];
+                sA[r * C::SROW + c] = (src >= 0 && k0 + c < K) ? A[(size_t)src * K + k0 + c] : zero;
+            }
+            for (int i = tid; i < C::BROWS * C::BK; i += C::THREADS) {
+                const int n = i / C::BK, c = i % C::BK, src = s_brow[n];
+                sB[n * C::SROW + c] = (src >= 0 && k0 + c < K) ? B[(size_t)src * K + k0 + c] : zero;
+            }
+        }
+        __syncthreads();
+        for (int kk = 0; kk < C::BK && k0 + kk < K; kk += 16) {
+            // B fragments: matrix 0 = k kk..kk+7, matrix 1 = k kk+8..kk+15 of 8 staged rows
+            // (rows are B's columns n: ldmatrix without .trans gives the col-major B fragment).
+            const int brow = lane & 7, bk = kk + ((lane >> 3) & 1) * 8;
+            unsigned b[C::NFRAG][2];
+#pragma unroll
+            for (int f = 0; f < C::NFRAG; ++f) moe_ldmatrix_x2(b[f], &sB[(frag[f] + brow) * C::SROW + bk]);
+            // A fragments: matrices 0..3 = (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7,
+            // k 8-15), (rows 8-15, k 8-15) of the sub-tile; lane l gives row l % 8 of matrix l / 8.
+            const int m = lane >> 3, arow = (lane & 7) + (m & 1) * 8, ak = kk + (m >> 1) * 8;
+#pragma unroll
+            for (int s = 0; s < FUSED_MAX_SUBTILES; ++s) {
+                if (s >= subtiles || !s_live[s]) continue;  // the same for the whole warp
+                unsigned a[4];
+                moe_ldmatrix_x4(a, &sA[(s * 16 + arow) * C::SROW + ak]);
+#pragma unroll
+                for (int f = 0; f < C::NFRAG; ++f) moe_mma_m16n8k16_bf16(acc[s][f], a, b[f], acc[s][f]);
+            }
+        }
+        __syncthreads();
+    }
+}
+// ANCHOR_END: mainloop
+
+// The tile's rows: the pair of each slot (-1 for a placeholder), the A row it reads
+// (pair / k: the token in GEMM 1; the pair itself in GEMM 2, k = 1), and whether each 16-row
+// sub-tile holds a real pair. Returns the number of sub-tiles. Every thread calls it.
+__device__ __forceinline__ int fused_tile_rows(const int* __restrict__ sorted_ids, int tile, int block_m, int P,
+                                               int k, int* s_pair, int* s_arow, int* s_live) {
+    const int subtiles = block_m / 16;
+    for (int r = threadIdx.x; r < block_m; r += blockDim.x) {
+        const int p = sorted_ids[(size_t)tile * block_m + r];
+        const bool real = p >= 0 && p < P;
+        s_pair[r] = real ? p : -1;
+        s_arow[r] = real ? p / k : -1;
+    }
+    __syncthreads();
+    if ((int)threadIdx.x < subtiles) {  // one thread per sub-tile: no two threads write one flag
+        int live = 0;
+        for (int r = 0; r < 16; ++r) live |= s_pair[threadIdx.x * 16 + r] >= 0;
+        s_live[threadIdx.x] = live;
+    }
+    __syncthreads();
+    return subtiles;
+}
+
+// ANCHOR: gemm1
+// act[p, n] = bf16(silu(g) · u), g = bf16(x[p / k] · w13[e, n]), u = bf16(x[p / k] · w13[e, I + n]),
+// for the pairs p of each tile and its expert e.
+//   x [rows, H] bf16; w13 [E, 2I, H] bf16; sorted_ids [max_tiles · block_m], expert_ids [max_tiles],
+//   num_post [1] i32; act [P, I] bf16 (rows of pairs never in sorted_ids are not written).
+// Grid (max_tiles, ceil(I / C::BN1)), C::THREADS threads. block_m in {16, 32, 64, 128}.
+template <class C>
+__device__ __forceinline__ void fused_gemm1_swiglu_impl(const __nv_bfloat16* __restrict__ x,
+                                                        const __nv_bfloat16* __restrict__ w13,
+                                                        const int* __restrict__ sorted_ids,
+                                                        const int* __restrict__ expert_ids,
+                                                        const int* __restrict__ num_post,
+                                                        __nv_bfloat16* __restrict__ act, int P, int k, int H, int I,
+                                                        int E, int block_m) {
+    __shared__ __align__(16) __nv_bfloat16 sA[FUSED_MAX_BLOCK_M * C::SROW];
+    __shared__ __align__(16) __nv_bfloat16 sB[C::BROWS * C::SROW];
+    __shared__ int s_pair[FUSED_MAX_BLOCK_M], s_arow[FUSED_MAX_BLOCK_M], s_brow[C::BROWS];
+    __shared__ int s_live[FUSED_MAX_SUBTILES];
+    const int tile = blockIdx.x, n0 = blockIdx.y * C::BN1;
+    // Tiles past the padded total, and tiles of an expert this layer does not hold, do nothing
+    // (the same decision for every thread of the block, before any barrier).
+    if ((long long)tile * block_m >= (long long)*num_post) return;
+    const int e = expert_ids[tile];
+    if (e < 0 || e >= E) return;
+    const int subtiles = fused_tile_rows(sorted_ids, tile, block_m, P, k, s_pair, s_arow, s_live);
+    // Staged B rows 0..BN1-1: gate rows n0...; rows BN1..2·BN1-1: the matching up rows I+n0...
+    for (int r = threadIdx.x; r < C::BROWS; r += C::THREADS) {
+        const int n = n0 + (r % C::BN1);
+        s_brow[r] = n < I ? (r < C::BN1 ? n : I + n) : -1;
+    }
+    // Not yet visible to other threads: fused_mainloop synchronises before its first read.
+    const __nv_bfloat16* w = w13 + (size_t)e * 2 * (size_t)I * (size_t)H;  // 64-bit: E·2I·H can pass 2^31
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    // Warp w: gate fragments at staged rows 8·(w·NF + f), up fragments BN1 rows further.
+    int frag[C::NFRAG];
+#pragma unroll
+    for (int f = 0; f < C::NF; ++f) {
+        frag[f] = 8 * (warp * C::NF + f);
+        frag[C::NF + f] = C::BN1 + 8 * (warp * C::NF + f);
+    }
+    float acc[FUSED_MAX_SUBTILES][C::NFRAG][4] = {};  // [sub-tile][gate fragments, up fragments][fragment]
+    __syncthreads();
+    fused_mainloop<C>(x, s_arow, w, s_brow, H, subtiles, s_live, frag, sA, sB, acc);
+    // Epilogue: lane (g, t) = (lane / 4, lane % 4) holds rows g and g + 8 of each sub-tile,
+    // columns 2t and 2t + 1 of each fragment, for the gate and for the up projection alike.
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int s = 0; s < FUSED_MAX_SUBTILES; ++s) {
+        if (s >= subtiles || !s_live[s]) continue;
+#pragma unroll
+        for (int f = 0; f < C::NF; ++f) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int row = s * 16 + g + (i >> 1) * 8, col = n0 + frag[f] + 2 * t + (i & 1);
+                const int p = s_pair[row];
+                if (p < 0 || col >= I) continue;
+                // Round gate and up to bf16 as the unfused layer stores them, then SwiGLU in fp32.
+                const float gate = __bfloat162float(__float2bfloat16(acc[s][f][i]));
+                const float up = __bfloat162float(__float2bfloat16(acc[s][C::NF + f][i]));
+                act[(size_t)p * I + col] = __float2bfloat16((gate * moe_sigmoidf(gate)) * up);
+            }
+        }
+    }
+}
+// ANCHOR_END: gemm1
+
+// ANCHOR: gemm2
+// The plain GEMM of a tile: out[p, n] = A[p / k] · W[e, n] for n < N, the pairs p of each tile and
+// its expert e; W [E, N, K] bf16, A [*, K] bf16.
+//   BF16_OUT: out [P, N] bf16, the value rounded (fused_gemm1_gateup: N = 2I, K = H, A = x);
+//   else: out [P, N] f32, times weight[p] in fp32 when weight is not null (fused_gemm2: N = H,
+//   K = I, A = act, k = 1).
+// Grid (max_tiles, ceil(N / C::BN)), C::THREADS threads.
+template <class C, bool BF16_OUT>
+__device__ __forceinline__ void fused_gemm_impl(const __nv_bfloat16* __restrict__ A, const __nv_bfloat16* __restrict__ W,
+                                                const int* __restrict__ sorted_ids, const int* __restrict__ expert_ids,
+                                                const int* __restrict__ num_post, const float* __restrict__ weight,
+                                                void* __restrict__ out, int P, int k, int N, int K, int E,
+                                                int block_m) {
+    __shared__ __align__(16) __nv_bfloat16 sA[FUSED_MAX_BLOCK_M * C::SROW];
+    __shared__ __align__(16) __nv_bfloat16 sB[C::BROWS * C::SROW];
+    __shared__ int s_pair[FUSED_MAX_BLOCK_M], s_arow[FUSED_MAX_BLOCK_M], s_brow[C::BROWS];
+    __shared__ int s_live[FUSED_MAX_SUBTILES];
+    const int tile = blockIdx.x, n0 = blockIdx.y * C::BN;
+    if ((long long)tile * block_m >= (long long)*num_post) return;
+    const int e = expert_ids[tile];
+    if (e < 0 || e >= E) return;
+    const int subtiles = fused_tile_rows(sorted_ids, tile, block_m, P, k, s_pair, s_arow, s_live);
+    for (int r = threadIdx.x; r < C::BROWS; r += C::THREADS) s_brow[r] = n0 + r < N ? n0 + r : -1;
+    const __nv_bfloat16* w = W + (size_t)e * (size_t)N * (size_t)K;  // 64-bit: E·N·K can pass 2^31
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int frag[C::NFRAG];  // warp w: columns 8·(w·NFRAG + f) of the block's BN
+#pragma unroll
+    for (int f = 0; f < C::NFRAG; ++f) frag[f] = 8 * (warp * C::NFRAG + f);
+    float acc[FUSED_MAX_SUBTILES][C::NFRAG][4] = {};  // [sub-tile][fragment of 8 columns][fragment]
+    __syncthreads();
+    fused_mainloop<C>(A, s_arow, w, s_brow, K, subtiles, s_live, frag, sA, sB, acc);
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int s = 0; s < FUSED_MAX_SUBTILES; ++s) {
+        if (s >= subtiles || !s_live[s]) continue;
+#pragma unroll
+        for (int f = 0; f < C::NFRAG; ++f) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int row = s * 16 + g + (i >> 1) * 8, col = n0 + frag[f] + 2 * t + (i & 1);
+                const int p = s_pair[row];
+                if (p < 0 || col >= N) continue;
+                const float v = acc[s][f][i];
+                if (BF16_OUT)
+                    static_cast<__nv_bfloat16*>(out)[(size_t)p * N + col] = __float2bfloat16(v);
+                else
+                    static_cast<float*>(out)[(size_t)p * N + col] = weight ? weight[p] * v : v;
+            }
+        }
+    }
+}
+// ANCHOR_END: gemm2
+
+// ANCHOR: entries
+// The entry points of each tile configuration: the default, w4_k32_n1, under the plain names.
+//   fused_gemm1_swiglu (x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m)
+//   fused_gemm1_gateup (x, w13, sorted_ids, expert_ids, num_post, gateup [P, 2I], P, k, H, I, E, block_m)
+//   fused_gemm2 (act, w2, sorted_ids, expert_ids, num_post, weight or null, y [P, H], P, H, I, E, block_m)
+typedef FusedCfg<4, 32, 1> FusedDefault;
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm1_swiglu(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                       const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
+                       int E, int block_m) {
+    fused_gemm1_swiglu_impl<FusedDefault>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);
+}
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm1_gateup(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                       const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
+                       int I, int E, int block_m) {
+    fused_gemm_impl<FusedDefault, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H,
+                                        E, block_m);
+}
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm2(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids, const int* expert_ids,
+                const int* num_post, const float* weight, float* y, int P, int H, int I, int E, int block_m) {
+    fused_gemm_impl<FusedDefault, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m);
+}
+// ANCHOR_END: entries
+
+// w4_k64_n1: K staged 64 at a time (half the barriers).
+typedef FusedCfg<4, 64, 1> FusedW4K64N1;
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm1_swiglu_w4_k64_n1(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                                 const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H,
+                                 int I, int E, int block_m) {
+    fused_gemm1_swiglu_impl<FusedW4K64N1>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);
+}
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm1_gateup_w4_k64_n1(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                                 const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k,
+                                 int H, int I, int E, int block_m) {
+    fused_gemm_impl<FusedW4K64N1, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H,
+                                        E, block_m);
+}
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm2_w4_k64_n1(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
+                          const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
+                          int I, int E, int block_m) {
+    fused_gemm_impl<FusedW4K64N1, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E,
+                                         block_m);
+}
+
+// w8_k32_n1: 8 warps, twice the columns per block (BN1 64, BN 128): each staged A row feeds
+// twice as many fragments.
+typedef FusedCfg<8, 32, 1> FusedW8K32N1;
+extern "C" __global__ void __launch_bounds__(256)
+    fused_gemm1_swiglu_w8_k32_n1(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                                 const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H,
+                                 int I, int E, int block_m) {
+    fused_gemm1_swiglu_impl<FusedW8K32N1>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);
+}
+extern "C" __global__ void __launch_bounds__(256)
+    fused_gemm1_gateup_w8_k32_n1(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                                 const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k,
+                                 int H, int I, int E, int block_m) {
+    fused_gemm_impl<FusedW8K32N1, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H,
+                                        E, block_m);
+}
+extern "C" __global__ void __launch_bounds__(256)
+    fused_gemm2_w8_k32_n1(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
+                          const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
+                          int I, int E, int block_m) {
+    fused_gemm_impl<FusedW8K32N1, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E,
+                                         block_m);
+}
+
+// w4_k32_n2: 4 warps of twice the fragments (BN1 64, BN 128): each A fragment loaded once
+// feeds 4 mma instead of 2, at twice the accumulator registers.
+typedef FusedCfg<4, 32, 2> FusedW4K32N2;
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm1_swiglu_w4_k32_n2(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                                 const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H,
+                                 int I, int E, int block_m) {
+    fused_gemm1_swiglu_impl<FusedW4K32N2>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);
+}
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm1_gateup_w4_k32_n2(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                                 const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k,
+                                 int H, int I, int E, int block_m) {
+    fused_gemm_impl<FusedW4K32N2, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H,
+                                        E, block_m);
+}
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm2_w4_k32_n2(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
+                          const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
+                          int I, int E, int block_m) {
+    fused_gemm_impl<FusedW4K32N2, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E,
+                                         block_m);
+}
+
+// act[r, n] = bf16(silu(g) · u), g = gateup[r, n], u = gateup[r, I + n]: the unfused layer's
+// SwiGLU (upstream's silu_and_mul), the same arithmetic as GEMM 1's epilogue.
+//   gateup [rows, 2I] bf16; act [rows, I] bf16. One thread per element, grid-stride.
+extern "C" __global__ void fused_swiglu(const __nv_bfloat16* __restrict__ gateup, __nv_bfloat16* __restrict__ act,
+                                        long long rows, int I) {
+    const size_t n = (size_t)rows * I;
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
+        const size_t r = e / I, c = e % I;
+        const float gate = __bfloat162float(gateup[r * 2 * I + c]);
+        const float up = __bfloat162float(gateup[r * 2 * I + I + c]);
+        act[e] = __float2bfloat16((gate * moe_sigmoidf(gate)) * up);
+    }
+}
+
+// ANCHOR: combine
+// out[t, c] = Σ_{j < k} y[t·k + j, c], j in order (+ shared[t, c], times sigmoid(shared_gate[t])
+// when the shared expert is gated): one thread per output element, a fixed order, no atomics.
+//   y [T·k, H] f32 (already weighted); shared [T, H] f32 or null; shared_gate [T] f32 (the
+//   logit) or null; out [T, H] f32.
+extern "C" __global__ void fused_combine(const float* __restrict__ y, const float* __restrict__ shared,
+                                         const float* __restrict__ shared_gate, float* __restrict__ out, int T,
+                                         int H, int k) {
+    const size_t n = (size_t)T * H;
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
+        const size_t t = e / H, c = e % H;
+        float acc = 0.0f;
+        for (int j = 0; j < k; ++j) acc = acc + y[(t * k + j) * H + c];
+        if (shared) {
+            float s = shared[e];
+            if (shared_gate) s = s * moe_sigmoidf(shared_gate[t]);
+            acc = acc + s;
+        }
+        out[e] = acc;
+    }
+}
+// ANCHOR_END: combine
+
+// x [n] f32 -> xb [n] bf16, rounded to nearest even: the layer's input as the GEMMs read it.
+extern "C" __global__ void fused_to_bf16(const float* __restrict__ x, __nv_bfloat16* __restrict__ xb, long long n) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        xb[i] = __float2bfloat16(x[i]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The decode path's pieces.
+
+// A value as the layer multiplies it: bf16 exactly; f32 (the layer's input) rounded to bf16.
+__device__ __forceinline__ float dec_value(const __nv_bfloat16* p) { return __bfloat162float(*p); }
+__device__ __forceinline__ float dec_value(const float* p) { return __bfloat162float(__float2bfloat16(*p)); }
+
+// 8 consecutive values (16 bytes of bf16, 32 of f32; 16-byte aligned) as dec_value gives them.
+__device__ __forceinline__ void dec_load8(const __nv_bfloat16* p, float v[8]) {
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {  // the lower address in the low half; bf16 -> f32 is a shift
+        v[2 * i] = __uint_as_float(w[i] << 16);
+        v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+}
+__device__ __forceinline__ void dec_load8(const float* p, float v[8]) {
+    const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+    const float f[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = __bfloat162float(__float2bfloat16(f[i]));
+}
+
+// ANCHOR: decode_dot
+// This lane's partial sums of R dot products a · b[r] over K: chunks lane, lane + 32, ... of
+// DECODE_CHUNK values, each chunk in order, fmaf into s[r]. vec (K % 8 == 0, rows 16-byte
+// aligned): one 16-byte load per chunk and row; else one value at a time, in the same order, so
+// the bits do not depend on which.
+template <class AT, int R>
+__device__ __forceinline__ void dec_lane_dots(const AT* __restrict__ a, const __nv_bfloat16* const* b, int K,
+                                              bool vec, float s[R]) {
+    const int lane = threadIdx.x & 31;
+    if (vec) {
+#pragma unroll 4
+        for (int c = lane * DECODE_CHUNK; c < K; c += 32 * DECODE_CHUNK) {
+            float av[DECODE_CHUNK];
+            dec_load8(a + c, av);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                float bv[DECODE_CHUNK];
+                dec_load8(b[r] + c, bv);
+#pragma unroll
+                for (int j = 0; j < DECODE_CHUNK; ++j) s[r] = fmaf(av[j], bv[j], s[r]);
+            }
+        }
+    } else {
+        for (int c = lane * DECODE_CHUNK; c < K; c += 32 * DECODE_CHUNK)
+            for (int j = 0; j < DECODE_CHUNK && c + j < K; ++j) {
+                const float av = dec_value(a + c + j);
+#pragma unroll
+                for (int r = 0; r < R; ++r) s[r] = fmaf(av, __bfloat162float(b[r][c + j]), s[r]);
+            }
+    }
+}
+
+// The same partial sums for R independent pairs of rows a[r] · b[r] (rows with live[r] false
+// are skipped and their s[r] stays 0): the k pairs of one token in decode_gemm2_sum.
+template <int R>
+__device__ __forceinline__ void dec_lane_dots_rows(const __nv_bfloat16* const* a, const __nv_bfloat16* const* b,
+                                                   const bool* live, int K, bool vec, float s[R]) {
+    const int lane = threadIdx.x & 31;
+    if (vec) {
+#pragma unroll 2
+        for (int c = lane * DECODE_CHUNK; c < K; c += 32 * DECODE_CHUNK) {
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                if (!live[r]) continue;
+                float av[DECODE_CHUNK], bv[DECODE_CHUNK];
+                dec_load8(a[r] + c, av);
+                dec_load8(b[r] + c, bv);
+#pragma unroll
+                for (int j = 0; j < DECODE_CHUNK; ++j) s[r] = fmaf(av[j], bv[j], s[r]);
+            }
+        }
+    } else {
+        for (int c = lane * DECODE_CHUNK; c < K; c += 32 * DECODE_CHUNK)
+            for (int j = 0; j < DECODE_CHUNK && c + j < K; ++j)
+#pragma unroll
+                for (int r = 0; r < R; ++r)
+                    if (live[r]) s[r] = fmaf(dec_value(a[r] + c + j), __bfloat162float(b[r][c + j]), s[r]);
+    }
+}
+
+// The warp's sum of one value per lane: a fixed butterfly (xor 16, 8, 4, 2, 1). Both lanes of a
+// pair add the same two numbers, so every lane ends with the same bits.
+__device__ __forceinline__ float dec_warp_sum(float s) {
+    for (int off = 16; off > 0; off >>= 1) s = s + __shfl_xor_sync(MOE_FULL_MASK, s, off);
+    return s;
+}
+
+// R sums (R = 1, 2 or 4) in one butterfly, each with exactly dec_warp_sum's additions: at xor 16
+// (and 8 for R = 4) a lane keeps the half of its values its lane bit selects and receives the
+// other lanes' half, so it adds its own value and its partner's, in the order dec_warp_sum does,
+// with half the shuffles; then xor 8 (4) ... 1 on the one value left. Lane 0 ends with all R
+// sums in v[0..R) (the other lanes' v is scratch): log2(R) + 5 + (R - 1) shuffles instead of 5R.
+template <int R>
+__device__ __forceinline__ void dec_warp_sums(float v[R]) {
+    const int lane = threadIdx.x & 31;
+    int off = 16;
+#pragma unroll
+    for (int n = R; n > 1; n >>= 1, off >>= 1) {
+        const bool upper = (lane & off) != 0;
+#pragma unroll
+        for (int i = 0; i < n / 2; ++i) {
+            const float keep = upper ? v[n / 2 + i] : v[i], send = upper ? v[i] : v[n / 2 + i];
+            v[i] = keep + __shfl_xor_sync(MOE_FULL_MASK, send, off);
+        }
+    }
+    for (; off > 0; off >>= 1) v[0] = v[0] + __shfl_xor_sync(MOE_FULL_MASK, v[0], off);
+    // Value j now sits in lanes whose bits 4 (and 3) spell j: lane j·32/R among them.
+    const float own = v[0];
+#pragma unroll
+    for (int j = 1; j < R; ++j) {
+        const float t = __shfl_sync(MOE_FULL_MASK, own, j * (32 / R));
+        if (lane == 0) v[j] = t;
+    }
+}
+// ANCHOR_END: decode_dot
+
+// logit = row · g in fp32 (Qwen2-MoE's shared-expert gate), by one warp: lane l sums columns l,
+// l + 32, ... in order, then dec_warp_sum. The same bits from a bf16 row and from its f32 source.
+template <class AT>
+__device__ __forceinline__ float gate_logit_warp(const AT* __restrict__ row, const __nv_bfloat16* __restrict__ g,
+                                                 int H) {
+    const int lane = threadIdx.x & 31;
+    float s = 0.0f;
+    for (int c = lane; c < H; c += 32) s = fmaf(dec_value(row + c), __bfloat162float(g[c]), s);
+    return dec_warp_sum(s);
+}
+
+// ANCHOR: decode_gemm1
+// Block (x, y): row x of the grid is pair p = x < T·k (token p / k, expert ids[p]; an id outside
+// 0..E: nothing), or the shared expert's token x - T·k; its warps own columns n = y·(warps ·
+// cols_per_warp) + warp·cols_per_warp + c, c < cols_per_warp. For each: g = x[t] · w[n],
+// u = x[t] · w[I + n] (two sums sharing the loads of x), then
+//   SWIGLU: out[row, n] = bf16(silu(bf16(g)) · bf16(u)) [rows, I];
+//   else:   out[row, n] = bf16(g), out[row, I + n] = bf16(u) [rows, 2I].
+// The shared rows' block y = 0 also writes shared_logit[t] = x[t] · shared_gate (if not null).
+template <bool SWIGLU>
+__device__ __forceinline__ void decode_gemm1_impl(const float* __restrict__ x, const int* __restrict__ ids,
+                                                  const __nv_bfloat16* __restrict__ w13,
+                                                  const __nv_bfloat16* __restrict__ shared_w13,
+                                                  const __nv_bfloat16* __restrict__ shared_gate,
+                                                  float* __restrict__ shared_logit, __nv_bfloat16* __restrict__ out,
+                                                  __nv_bfloat16* __restrict__ shared_out, int T, int k, int H, int I,
+                                                  int E, int Is, int cols_per_warp) {
+    const int P = T * k, row = blockIdx.x;
+    int t, inter;
+    const __nv_bfloat16* w;
+    __nv_bfloat16* o;
+    if (row < P) {
+        const int e = ids[row];
+        if (e < 0 || e >= E) return;  // the whole block
+        t = row / k;
+        inter = I;
+        w = w13 + (size_t)e * 2 * (size_t)I * (size_t)H;  // 64-bit: E·2I·H can pass 2^31
+        o = out + (size_t)row * (SWIGLU ? 1 : 2) * I;
+    } else {
+        t = row - P;
+        inter = Is;
+        w = shared_w13;
+        o = shared_out + (size_t)t * (SWIGLU ? 1 : 2) * Is;
+    }
+    const float* xr = x + (size_t)t * H;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    const bool vec = H % DECODE_CHUNK == 0;
+    for (int c = 0; c < cols_per_warp; ++c) {
+        const int n = blockIdx.y * warps * cols_per_warp + warp * cols_per_warp + c;
+        if (n >= inter) break;  // the same for the whole warp
+        const __nv_bfloat16* rows[2] = {w + (size_t)n * H, w + (size_t)(inter + n) * H};
+        float s[2] = {0.0f, 0.0f};
+        dec_lane_dots<float, 2>(xr, rows, H, vec, s);
+        dec_warp_sums<2>(s);  // lane 0: the gate's and the up projection's sums
+        const float g = s[0], u = s[1];
+        if (lane == 0) {
+            if (SWIGLU) {
+                const float gate = __bfloat162float(__float2bfloat16(g));
+                const float up = __bfloat162float(__float2bfloat16(u));
+                o[n] = __float2bfloat16((gate * moe_sigmoidf(gate)) * up);
+            } else {
+                o[n] = __float2bfloat16(g);
+                o[inter + n] = __float2bfloat16(u);
+            }
+        }
+    }
+    if (row >= P && shared_gate && blockIdx.y == 0 && warp == 0) {
+        const float logit = gate_logit_warp(xr, shared_gate, H);
+        if (lane == 0) shared_logit[t] = logit;
+    }
+}
+// ANCHOR_END: decode_gemm1
+
+// Grid (T·k [+ T with a shared expert], ceil(max(I, Is) / (warps · cols_per_warp))), any multiple
+// of 32 threads up to DECODE_MAX_THREADS. shared_w13 [2Is, H] or null (then no shared rows);
+// shared_gate [H] or null; shared_logit [T] f32; act [T·k, I], shared_act [T, Is] bf16.
+extern "C" __global__ void __launch_bounds__(DECODE_MAX_THREADS)
+    decode_gemm1_swiglu(const float* x, const int* ids, const __nv_bfloat16* w13, const __nv_bfloat16* shared_w13,
+                        const __nv_bfloat16* shared_gate, float* shared_logit, __nv_bfloat16* act,
+                        __nv_bfloat16* shared_act, int T, int k, int H, int I, int E, int Is, int cols_per_warp) {
+    decode_gemm1_impl<true>(x, ids, w13, shared_w13, shared_gate, shared_logit, act, shared_act, T, k, H, I, E, Is,
+                            cols_per_warp);
+}
+// The same grid; gateup [T·k, 2I], shared_gateup [T, 2Is] bf16.
+extern "C" __global__ void __launch_bounds__(DECODE_MAX_THREADS)
+    decode_gemm1_gateup(const float* x, const int* ids, const __nv_bfloat16* w13, const __nv_bfloat16* shared_w13,
+                        const __nv_bfloat16* shared_gate, float* shared_logit, __nv_bfloat16* gateup,
+                        __nv_bfloat16* shared_gateup, int T, int k, int H, int I, int E, int Is, int cols_per_warp) {
+    decode_gemm1_impl<false>(x, ids, w13, shared_w13, shared_gate, shared_logit, gateup, shared_gateup, T, k, H, I,
+                             E, Is, cols_per_warp);
+}
+
+// ANCHOR: decode_gemm2_sum
+// out[t, n] = ((0 + w₀·d₀) + w₁·d₁) + ... (+ s), dⱼ = act[t·k + j] · w2[ids[t·k + j], n] over I,
+// wⱼ = weight[t·k + j], j in order (a pair with an id outside 0..E adds nothing); s = shared_act[t]
+// · shared_w2[n] over Is, times σ(shared_logit[t]) when that is not null. The sum over k of
+// fused_combine, in the same order with the same roundings, inside the down projection.
+//   act [T·k, I] bf16; ids [T·k] i32; weight [T·k] f32; w2 [E, H, I] bf16; shared_act [T, Is]
+//   bf16 and shared_w2 [H, Is] bf16, or null; shared_logit [T] f32 or null; out [T, H] f32.
+// Grid (T, ceil(H / (warps · cols_per_warp))), any multiple of 32 threads up to DECODE_MAX_THREADS.
+extern "C" __global__ void __launch_bounds__(DECODE_MAX_THREADS)
+    decode_gemm2_sum(const __nv_bfloat16* __restrict__ act, const int* __restrict__ ids,
+                     const float* __restrict__ weight, const __nv_bfloat16* __restrict__ w2,
+                     const __nv_bfloat16* __restrict__ shared_act, const __nv_bfloat16* __restrict__ shared_w2,
+                     const float* __restrict__ shared_logit, float* __restrict__ out, int T, int k, int H, int I,
+                     int E, int Is, int cols_per_warp) {
+    const int t = blockIdx.x;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    const bool vec = I % DECODE_CHUNK == 0, shared_vec = Is % DECODE_CHUNK == 0;
+    for (int c = 0; c < cols_per_warp; ++c) {
+        const int n = blockIdx.y * warps * cols_per_warp + warp * cols_per_warp + c;
+        if (n >= H) break;  // the same for the whole warp
+        float acc = 0.0f;
+        // DECODE_PAIRS pairs at a time: their loads in flight together, their sums in one
+        // butterfly; added to acc one by one, j in order.
+        for (int j0 = 0; j0 < k; j0 += DECODE_PAIRS) {
+            const __nv_bfloat16* arow[DECODE_PAIRS];
+            const __nv_bfloat16* wrow[DECODE_PAIRS];
+            bool live[DECODE_PAIRS];
+            float s[DECODE_PAIRS];
+#pragma unroll
+            for (int q = 0; q < DECODE_PAIRS; ++q) {
+                const size_t p = (size_t)t * k + j0 + q;
+                const int e = j0 + q < k ? ids[p] : -1;
+                live[q] = e >= 0 && e < E;  // the same for the whole warp
+                arow[q] = act + p * I;
+                wrow[q] = live[q] ? w2 + ((size_t)e * H + n) * (size_t)I : nullptr;  // 64-bit: E·H·I can pass 2^31
+                s[q] = 0.0f;
+            }
+            dec_lane_dots_rows<DECODE_PAIRS>(arow, wrow, live, I, vec, s);
+            dec_warp_sums<DECODE_PAIRS>(s);
+#pragma unroll
+            for (int q = 0; q < DECODE_PAIRS; ++q)
+                if (live[q]) acc = acc + weight[(size_t)t * k + j0 + q] * s[q];  // lane 0's is the one kept
+        }
+        if (shared_act) {
+            const __nv_bfloat16* row = shared_w2 + (size_t)n * Is;
+            float s = 0.0f;
+            dec_lane_dots<__nv_bfloat16, 1>(shared_act + (size_t)t * Is, &row, Is, shared_vec, &s);
+            float v = dec_warp_sum(s);
+            if (shared_logit) v = v * moe_sigmoidf(shared_logit[t]);
+            acc = acc + v;
+        }
+        if (lane == 0) out[(size_t)t * H + n] = acc;
+    }
+}
+// ANCHOR_END: decode_gemm2_sum
+
+// The unfused down projection: y[p, n] = weight[p] · (act[p] · w2[ids[p], n]) for the pair of
+// block row x < T·k (nothing for an id outside 0..E), shared_y[t, n] = shared_act[t] ·
+// shared_w2[n] for the shared rows x = T·k + t; fused_combine then sums (the same bits as
+// decode_gemm2_sum). y [T·k, H] f32, shared_y [T, H] f32 or null.
+// Grid (T·k [+ T], ceil(H / (warps · cols_per_warp))), any multiple of 32 threads.
+extern "C" __global__ void __launch_bounds__(DECODE_MAX_THREADS)
+    decode_gemm2(const __nv_bfloat16* __restrict__ act, const int* __restrict__ ids, const float* __restrict__ weight,
+                 const __nv_bfloat16* __restrict__ w2, const __nv_bfloat16* __restrict__ shared_act,
+                 const __nv_bfloat16* __restrict__ shared_w2, float* __restrict__ y, float* __restrict__ shared_y,
+                 int T, int k, int H, int I, int E, int Is, int cols_per_warp) {
+    const int P = T * k, row = blockIdx.x;
+    const __nv_bfloat16 *a, *w;
+    float* o;
+    int K;
+    float scale = 1.0f;
+    bool weighted = false;
+    if (row < P) {
+        const int e = ids[row];
+        if (e < 0 || e >= E) return;  // the whole block
+        a = act + (size_t)row * I;
+        w = w2 + (size_t)e * H * (size_t)I;  // 64-bit: E·H·I can pass 2^31
+        o = y + (size_t)row * H;
+        K = I;
+        scale = weight[row];
+        weighted = true;
+    } else {
+        a = shared_act + (size_t)(row - P) * Is;
+        w = shared_w2;
+        o = shared_y + (size_t)(row - P) * H;
+        K = Is;
+    }
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    const bool vec = K % DECODE_CHUNK == 0;
+    for (int c = 0; c < cols_per_warp; ++c) {
+        const int n = blockIdx.y * warps * cols_per_warp + warp * cols_per_warp + c;
+        if (n >= H) break;
+        const __nv_bfloat16* row_n = w + (size_t)n * K;
+        float s = 0.0f;
+        dec_lane_dots<__nv_bfloat16, 1>(a, &row_n, K, vec, &s);
+        const float v = dec_warp_sum(s);
+        if (lane == 0) o[n] = weighted ? scale * v : v;
+    }
+}
+
+// logit[t] = x[t] · g in fp32 (Qwen2-MoE's shared-expert gate), one warp per token
+// (gate_logit_warp).
+//   x [T, H] bf16; g [H] bf16; logit [T] f32. Grid ceil(T / FUSED_WARPS), FUSED_THREADS threads.
+extern "C" __global__ void __launch_bounds__(FUSED_THREADS)
+    fused_gate_logit(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ g,
+                     float* __restrict__ logit, int T, int H) {
+    const int t = blockIdx.x * FUSED_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (t >= T) return;  // the whole warp leaves together
+    const float s = gate_logit_warp(x + (size_t)t * H, g, H);
+    if (lane == 0) logit[t] = s;
+}
+
+// ANCHOR: fill
+// out[i] = bf16(scale · u), u = 2·(h >> 40)·2⁻²⁴ − 1 in [-1, 1), h = splitmix64(seed + (offset +
+// i + 1)·φ): deterministic weights made on the device, for layers too big to build on the host
+// (the 2.4 G-element w13 of a GLM-sized layer). Every step is exact or one IEEE rounding, so the
+// host's twin (ch04_fused_moe::fill) gives the same bits. Grid-stride, any grid.
+extern "C" __global__ void fused_fill_bf16(__nv_bfloat16* __restrict__ out, long long n, long long offset,
+                                           unsigned long long seed, float scale) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        unsigned long long z = seed + (unsigned long long)(offset + i + 1) * 0x9E3779B97F4A7C15ull;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z = z ^ (z >> 31);
+        const float u = (float)(unsigned)(z >> 40) * (1.0f / 16777216.0f);  // exact: 24 bits
+        out[i] = __float2bfloat16((2.0f * u - 1.0f) * scale);
+    }
+}
+// ANCHOR_END: fill

@@ -1,0 +1,336 @@
+//! Chapter 4's example, as the book shows it: its stdout is a snapshot (the same on the GPU and
+//! on the emulator, except the measured errors in `⟨ ⟩`, which the tests check against the
+//! tolerances instead), `--checkpoint` runs a real Hugging Face layer through the fused layer,
+//! and every bad input is a typed error.
+
+#[path = "../examples/ch04/cli.rs"]
+mod cli;
+
+use ch02_grouped::checkpoint::CheckpointError;
+use ch02_grouped::compare::{check_output, Tolerance};
+use ch02_grouped::{Dtype, MoeError};
+use ch04_fused_moe::example::{dtype_refused, run, ExampleError};
+use ch04_fused_moe::FusedDevice;
+use clap::Parser;
+use cli::Args;
+use moe_kernels::testing::device;
+use moe_tools::snap::mask_measured;
+use std::path::{Path, PathBuf};
+
+fn try_run(argv: &[&str]) -> Result<String, ExampleError> {
+    let args = Args::try_parse_from(argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+    let mut out = Vec::new();
+    run(args.checkpoint_options().as_ref(), device(), &mut out)?;
+    Ok(String::from_utf8(out).unwrap())
+}
+
+/// The numbers inside `⟨ ⟩` on the lines that start with `prefix`.
+fn measured(text: &str, prefix: &str) -> Vec<f64> {
+    text.lines()
+        .filter(|l| l.starts_with(prefix))
+        .flat_map(|l| {
+            l.split('⟨')
+                .skip(1)
+                .map(|s| s.split('⟩').next().unwrap().parse::<f64>().unwrap())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The launch count at the end of each line that starts with `prefix` (`… = 27 launches`).
+fn launches(text: &str, prefix: &str) -> Vec<usize> {
+    text.lines()
+        .filter(|l| l.starts_with(prefix))
+        .map(|l| {
+            let n = l.rsplit("= ").next().unwrap();
+            n.trim_end_matches(" launches").parse().unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn example_stdout() {
+    let text = try_run(&["ch04"]).unwrap_or_else(|e| panic!("{e}"));
+    // Per layer, tiled and decode: against the oracle within the bf16 tolerance (and not 0: the
+    // oracle does not round where the layer does), against chapter 2 within the bf16-vs-bf16 one.
+    let e = measured(&text, "error, max |diff| / rms");
+    assert_eq!(e.len(), 8, "{text}");
+    for layer in e.chunks(4) {
+        assert!(layer[..2].iter().all(|&x| x > 0.0 && x <= 4e-2), "{e:?}");
+        assert!(layer[2..].iter().all(|&x| x <= 2e-3), "{e:?}");
+    }
+    // The tiled experts: conversion, chapter 3's one launch at this size, two GEMMs, the
+    // combine; the shared expert's two GEMMs in the second layer; unfused, one SwiGLU kernel
+    // more per expert group. The decode experts: two launches, the shared expert included.
+    // Chapter 2's grouped loop: 3 + 2 per active expert, and 4 more for the shared expert.
+    assert_eq!(launches(&text, "tiled experts"), vec![5, 7], "{text}");
+    assert_eq!(
+        launches(&text, "tiled, unfused experts"),
+        vec![6, 9],
+        "{text}"
+    );
+    assert_eq!(launches(&text, "decode experts"), vec![2, 2], "{text}");
+    let active: Vec<usize> = text
+        .lines()
+        .filter_map(|l| l.split(" slots in ").nth(1))
+        .map(|l| l.split(' ').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(active.len(), 2, "{text}");
+    assert_eq!(
+        launches(&text, "chapter 2's grouped experts"),
+        vec![3 + 2 * active[0], 3 + 2 * active[1] + 4],
+        "{text}"
+    );
+    // The rule (`choose_path`): decode up to 4 pairs per expert (T·k ≤ 4·E), tiled above. The
+    // example's batches are all decode-sized: 24 pairs over 16 experts, 24 over 32, one token's 4
+    // over 16; its tiled lines force the tiled path.
+    let plans: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("the rule's plan: "))
+        .collect();
+    assert_eq!(plans.len(), 3, "{text}");
+    assert!(
+        plans.iter().all(|p| p.starts_with("decode path")),
+        "{plans:?}"
+    );
+    for (pairs, experts) in [(24, 16), (24, 32), (4, 16)] {
+        assert_eq!(
+            ch04_fused_moe::choose::choose_path(pairs / 4, 4, experts),
+            ch04_fused_moe::choose::Path::Decode
+        );
+    }
+    for line in [
+        "tiled: the same bits again, unfused, at BLOCK_M 16, 32, 64 and 128",
+        "decode: the same bits in fusions unfused, swiglu, swiglu_sumk",
+        "--dtype f32 is refused: config field `dtype` is f32, expected bf16",
+    ] {
+        assert_eq!(
+            text.matches(line).count(),
+            if line.starts_with("--") { 1 } else { 2 },
+            "{line}\n{text}"
+        );
+    }
+    insta::assert_snapshot!("ch04_example", mask_measured(&text));
+}
+
+#[test]
+fn checkpoint_options_without_a_checkpoint_are_refused() {
+    for argv in [
+        &["ch04", "--input", "x.safetensors"][..],
+        &["ch04", "--output", "out.safetensors"],
+        &["ch04", "--dtype", "f32"],
+        &["ch04", "--layer", "3"],
+        &["ch04", "--no-check"],
+    ] {
+        let err = Args::try_parse_from(argv).unwrap_err();
+        assert_eq!(
+            err.kind(),
+            clap::error::ErrorKind::MissingRequiredArgument,
+            "{argv:?}"
+        );
+        assert!(err.to_string().contains("--checkpoint"), "{argv:?}: {err}");
+    }
+    for bad in [&["--dtype", "f16"][..], &["--layer", "x"]] {
+        let argv = [&["ch04", "--checkpoint", "d"][..], bad].concat();
+        let err = Args::try_parse_from(argv).unwrap_err();
+        assert!(
+            matches!(
+                err.kind(),
+                clap::error::ErrorKind::InvalidValue | clap::error::ErrorKind::ValueValidation
+            ),
+            "{bad:?}: {err}"
+        );
+    }
+    assert!(Args::try_parse_from(["ch04"])
+        .unwrap()
+        .checkpoint_options()
+        .is_none());
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tools/fixtures/ch02-hf")
+        .join(name)
+}
+
+/// A fresh folder under the system's temporary folder, for one test.
+fn temp_dir(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ch04-example-{}-{test}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn load_f32(path: &Path, name: &str) -> Vec<f32> {
+    candle_core::safetensors::load(path, &candle_core::Device::Cpu).unwrap()[name]
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap()
+}
+
+/// A bf16 layer against transformers' fp32 output: the tolerance of
+/// `chapters/ch04-fused-moe/tests/hf_parity.rs`.
+const BF16_VS_HF: Tolerance = Tolerance(6e-2);
+
+#[test]
+fn runs_a_hugging_face_checkpoint_from_the_command_line() {
+    let dir = temp_dir("checkpoint");
+    let output = dir.join("out.safetensors");
+    for (name, layer) in [("deepseek_v3", 1), ("qwen2_moe", 0)] {
+        let fx = fixture(name);
+        let (ckpt, input) = (fx.join("per_expert"), fx.join("inputs.safetensors"));
+        let text = try_run(&[
+            "ch04",
+            "--checkpoint",
+            s(&ckpt),
+            "--input",
+            s(&input),
+            "--output",
+            s(&output),
+        ])
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        // The default layer is the first MoE layer (DeepSeek-V3's layer 0 is dense).
+        assert!(text.contains(&format!(": layer {layer}, ")), "{text}");
+        let rows = load_f32(&input, "hidden").len() / 32;
+        let tokens = format!("{rows} tokens in bf16, ");
+        assert!(text.contains(&tokens), "{text}");
+        let e = measured(&text, "error against the literal loop");
+        assert!(e.len() == 1 && e[0] > 0.0 && e[0] <= 4e-2, "{text}");
+        // The file it wrote holds transformers' own output, within the bf16 tolerance.
+        let want = load_f32(&input, &format!("out.{layer}"));
+        check_output(
+            &format!("{name}: example vs transformers"),
+            &want,
+            &load_f32(&output, "out"),
+            BF16_VS_HF,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+    // --layer picks another MoE layer; --no-check skips the literal loop.
+    let ckpt = fixture("deepseek_v3").join("per_expert");
+    let text = try_run(&[
+        "ch04",
+        "--checkpoint",
+        s(&ckpt),
+        "--layer",
+        "2",
+        "--no-check",
+    ])
+    .unwrap();
+    assert!(text.contains(": layer 2, DeepSeek-V3"), "{text}");
+    assert!(!text.contains("error against"), "{text}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn every_bad_input_is_a_typed_error() {
+    let dir = temp_dir("bad");
+    let fx = fixture("deepseek_v3");
+    let (ckpt, input) = (fx.join("per_expert"), fx.join("inputs.safetensors"));
+    let with = |extra: &[&str]| {
+        let argv = [&["ch04", "--checkpoint", s(&ckpt)][..], extra].concat();
+        try_run(&argv).unwrap_err()
+    };
+    // f32 is refused before the checkpoint is read, with the error the fused layer gives.
+    let err = with(&["--dtype", "f32"]);
+    assert_eq!(err, ExampleError::Layer(dtype_refused(Dtype::F32)));
+    let r = ch02_grouped::regimes::regime("spec_decode_6rows").unwrap();
+    let layer_says = FusedDevice::new(device(), &r.weights, Dtype::F32).err();
+    assert_eq!(Some(dtype_refused(Dtype::F32)), layer_says);
+    assert!(matches!(
+        err,
+        ExampleError::Layer(MoeError::Config { field: "dtype", .. })
+    ));
+    // A dense layer, a layer past the last: the MoE layers are named.
+    for layer in ["0", "7"] {
+        let err = with(&["--layer", layer]);
+        assert!(
+            matches!(
+                &err,
+                ExampleError::Checkpoint(
+                    CheckpointError::NotMoeLayer { moe_layers, .. }
+                        | CheckpointError::NoSuchLayer { moe_layers, .. }
+                ) if *moe_layers == vec![1, 2]
+            ),
+            "--layer {layer}: {err}"
+        );
+    }
+    // No --input file; an input that is not safetensors; an input of another hidden size.
+    let none = dir.join("none.safetensors");
+    assert_eq!(
+        with(&["--input", s(&none)]),
+        ExampleError::NoInput(none.clone())
+    );
+    assert_eq!(
+        with(&["--input", s(&none)]).to_string(),
+        format!("{}: no such file (--input)", none.display())
+    );
+    let text_file = dir.join("hidden.txt");
+    std::fs::write(&text_file, "T, H\n1, 2\n").unwrap();
+    assert!(matches!(
+        with(&["--input", s(&text_file)]),
+        ExampleError::Checkpoint(CheckpointError::NotSafetensors { .. })
+    ));
+    let wrong = dir.join("wrong.safetensors");
+    let cpu = candle_core::Device::Cpu;
+    let t = candle_core::Tensor::zeros((2, 48), candle_core::DType::F32, &cpu).unwrap();
+    candle_core::safetensors::save(&[("hidden".to_string(), t)].into_iter().collect(), &wrong)
+        .unwrap();
+    let err = with(&["--input", s(&wrong)]);
+    assert_eq!(
+        err,
+        ExampleError::HiddenSize {
+            path: wrong.clone(),
+            found: 48,
+            expected: 32
+        }
+    );
+    assert!(
+        err.to_string()
+            .ends_with("`hidden` has 48 columns, but the layer's hidden size is 32"),
+        "{err}"
+    );
+    // An output folder that does not exist, an output that is a folder; a folder without a
+    // checkpoint.
+    let err = with(&["--output", "/nonexistent-folder/out.safetensors"]);
+    assert_eq!(
+        err.to_string(),
+        "/nonexistent-folder/out.safetensors: its folder does not exist"
+    );
+    assert!(matches!(
+        with(&["--output", s(&dir)]),
+        ExampleError::Checkpoint(CheckpointError::Io { .. })
+    ));
+    let err = try_run(&["ch04", "--checkpoint", s(&dir)]).unwrap_err();
+    assert!(err.to_string().contains("config.json"), "{err}");
+    // No tokens: nothing to run, an empty output written.
+    let empty = dir.join("empty.safetensors");
+    let t = candle_core::Tensor::zeros((0, 32), candle_core::DType::F32, &cpu).unwrap();
+    candle_core::safetensors::save(&[("hidden".to_string(), t)].into_iter().collect(), &empty)
+        .unwrap();
+    let text = try_run(&["ch04", "--checkpoint", s(&ckpt), "--input", s(&empty)]).unwrap();
+    assert!(
+        text.contains("no tokens in the input: nothing to run"),
+        "{text}"
+    );
+    // A NaN in the input: that row is NaN, and the run says so.
+    let mut h = load_f32(&input, "hidden");
+    h[5] = f32::NAN;
+    let nan_in = dir.join("nan.safetensors");
+    let t = candle_core::Tensor::from_vec(h, (13, 32), &cpu).unwrap();
+    candle_core::safetensors::save(&[("hidden".to_string(), t)].into_iter().collect(), &nan_in)
+        .unwrap();
+    let text = try_run(&["ch04", "--checkpoint", s(&ckpt), "--input", s(&nan_in)])
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        text.contains(
+            "32 outputs are NaN or infinite: the input or the weights hold non-finite values"
+        ),
+        "{text}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,507 @@
+//! `bench ch04-tune`: chapter 4's configurations by shape. For each layer shape and batch bucket
+//! (T = 1, 2, 4, … 4096 tokens) it times every candidate that can run the batch, the tiled path
+//! in each tile configuration (`ch04_fused_moe::choose::TILE_CONFIGS`) and the decode path in a
+//! few launch geometries, on the GPU with the harness of `moe_kernels::measure` (CUDA graphs,
+//! cold = L2 flushed by reading before each replay), and writes the fastest per bucket, beside
+//! what the rule alone would run, as the table the layer compiles in
+//! (`bench/results/h200/ch04_tuned.csv`, [`TunedTable`]); every candidate's timing goes to a
+//! second file.
+//!
+//!     bench ch04-tune [--shapes qwen3,glm] [--tokens 1,2,4,…] [--out-dir bench/results/h200] [--quick]
+//!     bench ch04-tune --quick          without a GPU: every candidate once on the emulator at a
+//!                                      tiny shape (checks and plumbing, no timing worth a
+//!                                      number); writes nothing
+//!
+//! Then commit the table and rebuild: `FusedDevice` reads it at build time (`include_str!`).
+//!
+//! What is timed is [`FusedDevice::enqueue_experts`] on a routing already on the device (the
+//! router is not in the graph): each candidate's whole layer, conversion, alignment, GEMMs and
+//! combine included. The winner is the lowest cold median: a decode step reads each layer's
+//! weights from memory, not from the L2. The decode candidates run only up to 16 pairs per
+//! expert on average ([`DECODE_MAX_PAIRS_PER_EXPERT`]): beyond that they read an expert's
+//! weights once per pair, far slower than a tile.
+//!
+//! Before timing, every candidate runs once and is checked: all tiled candidates must give the
+//! same bits, all decode candidates the same bits, and the two paths must agree within
+//! `ch04_fused_moe::ACROSS_SUM_ORDERS`; the run stops at the first difference.
+//!
+//! The weights are made on the device (`FusedDevice::patterned_on_device`): no host copy, so a
+//! GLM-sized layer (3.6 G weights) is ready in a moment.
+
+use crate::bar;
+use crate::cases::BenchError;
+use crate::ch02::Shape;
+use ch02_grouped::compare::check_output;
+use ch03_align::regimes::routed_ids;
+use ch04_fused_moe::choose::{
+    Choice, DecodeGeometry, Path, TileConfig, TunedRow, TunedTable, TILE_CONFIGS,
+};
+use ch04_fused_moe::FusedDevice;
+use moe_kernels::measure::{Harness, Plan};
+use moe_kernels::{Device, DeviceBuffer};
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// `bench ch04-tune`'s arguments.
+#[derive(clap::Args)]
+pub struct TuneArgs {
+    /// Shapes to tune: qwen3 (H 2048, I 768, E 128, k 8), glm (4096, 1024, 288, 8), deepseek_v3
+    /// (7168, 2048, 256, 8), mixtral (4096, 14336, 8, 2).
+    #[arg(long, value_delimiter = ',', default_value = "qwen3,glm")]
+    shapes: Vec<String>,
+    /// Batch buckets, in tokens.
+    #[arg(long, value_delimiter = ',', default_values_t = TOKENS)]
+    tokens: Vec<usize>,
+    /// Where the table (`ch04_tuned.csv`) and every candidate's timing (`ch04_tune_all.csv`) go.
+    #[arg(long, default_value = "bench/results/h200")]
+    out_dir: PathBuf,
+    /// GPU: fewer samples (a smoke test of the pipeline, not a table to commit). Without a GPU:
+    /// every candidate once on the emulator at a tiny shape, writing nothing. Also
+    /// `MOE_BENCH_QUICK=1`.
+    #[arg(long)]
+    quick: bool,
+}
+
+/// The batch buckets: every power of two from one token to a prefill chunk.
+pub const TOKENS: [usize; 13] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096];
+
+/// The shapes it knows: (name on the command line, shape).
+pub const SHAPES: [(&str, Shape); 4] = [
+    (
+        "qwen3",
+        Shape {
+            name: "qwen3_30b_a3b",
+            hidden: 2048,
+            intermediate: 768,
+            experts: 128,
+            k: 8,
+        },
+    ),
+    (
+        "glm",
+        Shape {
+            name: "glm_h4096_i1024_e288_k8",
+            hidden: 4096,
+            intermediate: 1024,
+            experts: 288,
+            k: 8,
+        },
+    ),
+    (
+        "deepseek_v3",
+        Shape {
+            name: "deepseek_v3",
+            hidden: 7168,
+            intermediate: 2048,
+            experts: 256,
+            k: 8,
+        },
+    ),
+    (
+        "mixtral",
+        Shape {
+            name: "mixtral_8x7b",
+            hidden: 4096,
+            intermediate: 14336,
+            experts: 8,
+            k: 2,
+        },
+    ),
+];
+
+/// The emulator's smoke test: one small layer, three batches on both sides of the crossover.
+const TINY: Shape = Shape {
+    name: "tiny",
+    hidden: 64,
+    intermediate: 40,
+    experts: 16,
+    k: 4,
+};
+const TINY_TOKENS: [usize; 3] = [1, 4, 16];
+
+/// The decode geometries tried: the default, more warps per block, more columns per warp.
+pub const DECODE_GEOMETRIES: [DecodeGeometry; 4] = [
+    DecodeGeometry::DEFAULT,
+    DecodeGeometry {
+        warps: 8,
+        cols_per_warp: 1,
+    },
+    DecodeGeometry {
+        warps: 2,
+        cols_per_warp: 1,
+    },
+    DecodeGeometry {
+        warps: 4,
+        cols_per_warp: 2,
+    },
+];
+
+/// The decode candidates run while T·k is at most this many times E: four times the rule's
+/// crossover ([`ch04_fused_moe::choose::DECODE_MAX_PAIRS_PER_EXPERT`]), so the table can move
+/// it either way.
+pub const DECODE_MAX_PAIRS_PER_EXPERT: usize = 16;
+
+/// Seeds of the weights, the hidden states and the routing.
+const WEIGHT_SEED: u64 = 404;
+const HIDDEN_SEED: u64 = 405;
+const IDS_SEED: u64 = 406;
+
+/// The tuning plan: fewer samples than a published figure (many candidates), enough for a
+/// stable median.
+fn plan(quick: bool) -> Plan {
+    if quick {
+        Plan::quick()
+    } else {
+        Plan {
+            cold_samples: 60,
+            warm_samples: 20,
+            warm_copies: 10,
+        }
+    }
+}
+
+/// Every candidate for `tokens` tokens at `shape`.
+pub fn candidates(shape: &Shape, tokens: usize) -> Vec<Choice> {
+    let mut v: Vec<Choice> = TILE_CONFIGS
+        .iter()
+        .map(|&tile| Choice {
+            path: Path::Tiled,
+            tile,
+            decode: DecodeGeometry::DEFAULT,
+        })
+        .collect();
+    if tokens * shape.k <= DECODE_MAX_PAIRS_PER_EXPERT * shape.experts {
+        v.extend(DECODE_GEOMETRIES.iter().map(|&decode| Choice {
+            path: Path::Decode,
+            tile: TileConfig::DEFAULT,
+            decode,
+        }));
+    }
+    v
+}
+
+/// The layer running `choice`, sharing `base`'s weights.
+fn variant(base: &FusedDevice, c: Choice) -> Result<FusedDevice, String> {
+    let l = base.clone().without_tuned_table().with_path(c.path);
+    match c.path {
+        Path::Tiled => l.with_tile(c.tile),
+        Path::Decode => l.with_decode_geometry(c.decode),
+    }
+    .map_err(|e| e.to_string())
+}
+
+/// One batch on the device: its inputs and output.
+struct Batch {
+    tokens: usize,
+    hidden: DeviceBuffer<f32>,
+    ids: DeviceBuffer<i32>,
+    weights: DeviceBuffer<f32>,
+    out: DeviceBuffer<f32>,
+}
+
+fn batch(dev: &'static Device, shape: &Shape, tokens: usize) -> Result<Batch, String> {
+    let e = |e: moe_kernels::KernelError| e.to_string();
+    let ids: Vec<i32> = routed_ids(tokens, shape.experts, shape.k, IDS_SEED, |_| 0.0)
+        .into_iter()
+        .map(|i| i as i32)
+        .collect();
+    let hidden = ch01_router::inputs::patterned(tokens * shape.hidden, HIDDEN_SEED, 1.0);
+    Ok(Batch {
+        tokens,
+        hidden: dev.upload(&hidden).map_err(e)?,
+        ids: dev.upload(&ids).map_err(e)?,
+        weights: dev
+            .upload(&vec![1.0 / shape.k as f32; tokens * shape.k])
+            .map_err(e)?,
+        out: dev.alloc(tokens * shape.hidden).map_err(e)?,
+    })
+}
+
+/// Runs `layer` once on `b` and returns its output.
+fn run_once(layer: &FusedDevice, b: &Batch) -> Result<Vec<f32>, String> {
+    let ws = layer.workspace(b.tokens).map_err(|e| e.to_string())?;
+    layer
+        .enqueue_experts(&ws, &b.hidden, &b.ids, &b.weights, &b.out)
+        .map_err(|e| e.to_string())?;
+    b.out.to_vec().map_err(|e| e.to_string())
+}
+
+/// The candidates' outputs must agree: bit for bit within a path, within
+/// [`ch04_fused_moe::ACROSS_SUM_ORDERS`] across.
+fn check(at: &str, outs: &[(Choice, Vec<f32>)]) -> Result<(), String> {
+    for path in Path::ALL {
+        let mut same = outs.iter().filter(|(c, _)| c.path == path);
+        if let Some((first, want)) = same.next() {
+            for (c, got) in same {
+                if let Some(i) = (0..want.len()).find(|&i| want[i].to_bits() != got[i].to_bits()) {
+                    return Err(format!(
+                        "{at}: {path} {} and {} differ at {i}: {} vs {}",
+                        first.config_name(),
+                        c.config_name(),
+                        want[i],
+                        got[i]
+                    ));
+                }
+            }
+        }
+    }
+    let tiled = outs.iter().find(|(c, _)| c.path == Path::Tiled);
+    let decode = outs.iter().find(|(c, _)| c.path == Path::Decode);
+    if let (Some((_, t)), Some((_, d))) = (tiled, decode) {
+        check_output(
+            &format!("{at}: tiled vs decode"),
+            t,
+            d,
+            ch04_fused_moe::ACROSS_SUM_ORDERS,
+        )?;
+    }
+    Ok(())
+}
+
+/// One candidate's timing.
+struct Timed {
+    choice: Choice,
+    cold_us: f64,
+    warm_us: f64,
+    cold_p10_us: f64,
+    cold_p90_us: f64,
+}
+
+/// The bucket's row: the fastest cold median, and the rule's candidate beside it.
+fn row(shape: &Shape, tokens: usize, rule: Choice, timed: &[Timed]) -> Result<TunedRow, String> {
+    let best = timed
+        .iter()
+        .min_by(|a, b| a.cold_us.total_cmp(&b.cold_us))
+        .ok_or("no candidate was timed")?;
+    let ruled = timed.iter().find(|t| t.choice == rule).ok_or_else(|| {
+        format!(
+            "{} T {tokens}: the rule's choice ({} {}) is not among the candidates",
+            shape.name,
+            rule.path,
+            rule.config_name()
+        )
+    })?;
+    Ok(TunedRow {
+        hidden: shape.hidden,
+        intermediate: shape.intermediate,
+        experts: shape.experts,
+        k: shape.k,
+        tokens,
+        choice: best.choice,
+        cold_us: best.cold_us,
+        warm_us: best.warm_us,
+        rule,
+        rule_cold_us: ruled.cold_us,
+    })
+}
+
+/// The rule's choice for `tokens` (no table, no override).
+fn rule_choice(base: &FusedDevice, tokens: usize) -> Result<Choice, String> {
+    let p = base
+        .clone()
+        .without_tuned_table()
+        .plan_for(tokens)
+        .map_err(|e| e.to_string())?;
+    Ok(Choice {
+        path: p.path,
+        tile: if p.path == Path::Tiled {
+            p.tile
+        } else {
+            TileConfig::DEFAULT
+        },
+        decode: if p.path == Path::Decode {
+            p.decode
+        } else {
+            DecodeGeometry::DEFAULT
+        },
+    })
+}
+
+const ALL_HEADER: &str =
+    "shape,hidden,intermediate,experts,k,tokens,path,config,cold_us,cold_p10_us,cold_p90_us,warm_us";
+
+pub fn run(args: &TuneArgs) -> Result<(), String> {
+    let quick = args.quick || std::env::var_os("MOE_BENCH_QUICK").is_some_and(|v| !v.is_empty());
+    let dev = match Device::cuda() {
+        Ok(d) => d,
+        Err(e) if quick => {
+            eprintln!("bench ch04-tune: no GPU ({e}): the smoke test on the emulator, writing nothing");
+            return smoke();
+        }
+        Err(e) => {
+            return Err(format!(
+                "ch04-tune times kernels on the GPU and there is none here ({e}); `--quick` runs a smoke test on the emulator"
+            ))
+        }
+    };
+    let mut shapes = Vec::new();
+    for name in &args.shapes {
+        let s = SHAPES
+            .iter()
+            .find(|(n, _)| n == name)
+            .ok_or_else(|| {
+                format!(
+                    "unknown shape {name:?}: one of {}",
+                    SHAPES.map(|s| s.0).join(", ")
+                )
+            })?
+            .1;
+        shapes.push(s);
+    }
+    let h = Harness::new(dev, plan(quick)).map_err(|e| e.to_string())?;
+    eprintln!(
+        "bench ch04-tune on {}: {} shapes × {} batch buckets",
+        dev.describe(),
+        shapes.len(),
+        args.tokens.len()
+    );
+    let mut table = TunedTable::default();
+    let mut all = format!("{ALL_HEADER}\n");
+    for shape in &shapes {
+        let t0 = Instant::now();
+        let base = FusedDevice::patterned_on_device(dev, &shape.config(), WEIGHT_SEED)
+            .map_err(|e| e.to_string())?;
+        dev.synchronize().map_err(|e| e.to_string())?;
+        eprintln!(
+            "bench ch04-tune: {}: weights filled on the device in {:.2} s",
+            shape.name,
+            t0.elapsed().as_secs_f64()
+        );
+        let b = bar(args.tokens.len(), shape.name);
+        for &tokens in &args.tokens {
+            b.set_message(format!("{tokens} tokens"));
+            let input = batch(dev, shape, tokens)?;
+            let mut outs = Vec::new();
+            let mut layers = Vec::new();
+            for c in candidates(shape, tokens) {
+                let l = variant(&base, c)?;
+                outs.push((c, run_once(&l, &input)?));
+                layers.push((c, l));
+            }
+            check(&format!("{} T {tokens}", shape.name), &outs)?;
+            let mut timed = Vec::new();
+            for (c, l) in &layers {
+                let ws = l.workspace(tokens).map_err(|e| e.to_string())?;
+                let m = h
+                    .measure(|| {
+                        l.enqueue_experts(
+                            &ws,
+                            &input.hidden,
+                            &input.ids,
+                            &input.weights,
+                            &input.out,
+                        )
+                        .map_err(|e| BenchError(e.to_string()))
+                    })
+                    .map_err(|e| format!("{} T {tokens}: {}", shape.name, e.0))?;
+                all += &format!(
+                    "{},{},{},{},{},{tokens},{},{},{:.3},{:.3},{:.3},{:.3}\n",
+                    shape.name,
+                    shape.hidden,
+                    shape.intermediate,
+                    shape.experts,
+                    shape.k,
+                    c.path,
+                    c.config_name(),
+                    m.cold.median_us,
+                    m.cold.p10_us,
+                    m.cold.p90_us,
+                    m.warm.median_us
+                );
+                timed.push(Timed {
+                    choice: *c,
+                    cold_us: m.cold.median_us,
+                    warm_us: m.warm.median_us,
+                    cold_p10_us: m.cold.p10_us,
+                    cold_p90_us: m.cold.p90_us,
+                });
+            }
+            let r = row(shape, tokens, rule_choice(&base, tokens)?, &timed)?;
+            let spread = timed
+                .iter()
+                .find(|t| t.choice == r.choice)
+                .map(|t| (t.cold_p10_us, t.cold_p90_us))
+                .unwrap_or_default();
+            b.println(format!(
+                "{:<24} T {tokens:>5}: {} {} cold {:.1} µs ({:.1}–{:.1}); the rule's {} {} {:.1} µs",
+                shape.name,
+                r.choice.path,
+                r.choice.config_name(),
+                r.cold_us,
+                spread.0,
+                spread.1,
+                r.rule.path,
+                r.rule.config_name(),
+                r.rule_cold_us
+            ));
+            table.rows.push(r);
+            b.inc(1);
+        }
+        b.finish_and_clear();
+    }
+    let text = tuned_text(&table, &dev.name(), quick)?;
+    let out = &args.out_dir;
+    crate::write(&out.join("ch04_tuned.csv"), &text)?;
+    crate::write(&out.join("ch04_tune_all.csv"), &all)?;
+    println!(
+        "wrote ch04_tuned.csv ({} buckets) and ch04_tune_all.csv in {}; commit the table and rebuild to use it",
+        table.rows.len(),
+        out.display()
+    );
+    Ok(())
+}
+
+/// The table's file: one comment line saying where it comes from, then the CSV; checked to
+/// parse back to the same table.
+fn tuned_text(table: &TunedTable, device: &str, quick: bool) -> Result<String, String> {
+    let text = format!(
+        "# bench ch04-tune on {}{}: the fastest cold median per shape and batch bucket (tools/bench/src/ch04_tune.rs)\n{}",
+        device.replace(',', " "),
+        if quick { " (--quick: few samples)" } else { "" },
+        table.to_csv()
+    );
+    let back = TunedTable::parse(&text)?;
+    if back.rows.len() != table.rows.len() {
+        return Err("the table does not parse back".into());
+    }
+    Ok(text)
+}
+
+/// Without a GPU: every candidate once on the emulator at a tiny shape, checked as on the GPU;
+/// "timed" by the wall clock of that one run (a number about the emulator, not the GPU), so the
+/// whole path to the table runs. Writes nothing; prints the table.
+fn smoke() -> Result<(), String> {
+    let dev = Device::emu();
+    let shape = TINY;
+    let base = FusedDevice::patterned_on_device(dev, &shape.config(), WEIGHT_SEED)
+        .map_err(|e| e.to_string())?;
+    let mut table = TunedTable::default();
+    for tokens in TINY_TOKENS {
+        let input = batch(dev, &shape, tokens)?;
+        let mut outs = Vec::new();
+        let mut timed = Vec::new();
+        for c in candidates(&shape, tokens) {
+            let l = variant(&base, c)?;
+            let t = Instant::now();
+            outs.push((c, run_once(&l, &input)?));
+            let us = t.elapsed().as_secs_f64() * 1e6;
+            timed.push(Timed {
+                choice: c,
+                cold_us: us,
+                warm_us: us,
+                cold_p10_us: us,
+                cold_p90_us: us,
+            });
+        }
+        check(&format!("{} T {tokens}", shape.name), &outs)?;
+        table
+            .rows
+            .push(row(&shape, tokens, rule_choice(&base, tokens)?, &timed)?);
+    }
+    print!("{}", tuned_text(&table, &dev.name(), true)?);
+    println!(
+        "bench ch04-tune --quick on the emulator: {} buckets checked (every candidate agrees), nothing written",
+        table.rows.len()
+    );
+    Ok(())
+}
