@@ -6,30 +6,18 @@
 #[path = "../examples/ch02/cli.rs"]
 mod cli;
 
+use ch02_grouped::conformance::hf_fixture;
 use ch02_grouped::example::run;
 use clap::Parser;
 use cli::Args;
 use moe_kernels::testing::device;
-use moe_tools::snap::mask_measured;
+use moe_tools::snap::{mask_measured, measured};
 
 fn try_run(argv: &[&str]) -> Result<String, String> {
     let args = Args::try_parse_from(argv).map_err(|e| e.to_string())?;
     let mut out = Vec::new();
     run(args.checkpoint_options().as_ref(), device(), &mut out)?;
     Ok(String::from_utf8(out).unwrap())
-}
-
-/// The numbers inside `⟨ ⟩` on the lines that start with `prefix`.
-fn measured(text: &str, prefix: &str) -> Vec<f64> {
-    text.lines()
-        .filter(|l| l.starts_with(prefix))
-        .flat_map(|l| {
-            l.split('⟨')
-                .skip(1)
-                .map(|s| s.split('⟩').next().unwrap().parse::<f64>().unwrap())
-                .collect::<Vec<_>>()
-        })
-        .collect()
 }
 
 #[test]
@@ -73,33 +61,9 @@ fn example_stdout() {
 
 #[test]
 fn checkpoint_options_without_a_checkpoint_are_refused() {
-    for argv in [
-        &["ch02", "--input", "x.safetensors"][..],
-        &["ch02", "--output", "out.safetensors"],
-        &["ch02", "--dtype", "f32"],
-        &["ch02", "--layer", "3"],
-        &["ch02", "--no-check"],
-    ] {
-        let err = Args::try_parse_from(argv).unwrap_err();
-        assert_eq!(
-            err.kind(),
-            clap::error::ErrorKind::MissingRequiredArgument,
-            "{argv:?}"
-        );
-        assert!(err.to_string().contains("--checkpoint"), "{argv:?}: {err}");
-    }
-    let err = Args::try_parse_from(["ch02", "--checkpoint", "d", "--dtype", "f16"]).unwrap_err();
-    assert_eq!(err.kind(), clap::error::ErrorKind::InvalidValue);
-    assert!(Args::try_parse_from(["ch02"])
-        .unwrap()
-        .checkpoint_options()
-        .is_none());
-}
-
-fn fixture(name: &str) -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tools/fixtures/ch02-hf")
-        .join(name)
+    cli::check_options_need_a_checkpoint("ch02", |argv| {
+        Args::try_parse_from(argv).map(|a| a.checkpoint_options().is_some())
+    });
 }
 
 #[test]
@@ -107,7 +71,7 @@ fn runs_a_hugging_face_checkpoint_from_the_command_line() {
     let dir = std::env::temp_dir().join(format!("ch02-example-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let output = dir.join("out.safetensors");
-    let fx = fixture("deepseek_v3");
+    let fx = hf_fixture("deepseek_v3");
     let (ckpt, input) = (fx.join("per_expert"), fx.join("inputs.safetensors"));
     let text = try_run(&[
         "ch02",

@@ -8,13 +8,14 @@ mod cli;
 
 use ch02_grouped::checkpoint::CheckpointError;
 use ch02_grouped::compare::{check_output, Tolerance};
+use ch02_grouped::conformance::hf_fixture;
 use ch02_grouped::{Dtype, MoeError};
 use ch04_fused_moe::example::{dtype_refused, run, ExampleError};
 use ch04_fused_moe::FusedDevice;
 use clap::Parser;
 use cli::Args;
 use moe_kernels::testing::device;
-use moe_tools::snap::mask_measured;
+use moe_tools::snap::{mask_measured, measured};
 use std::path::{Path, PathBuf};
 
 fn try_run(argv: &[&str]) -> Result<String, ExampleError> {
@@ -22,19 +23,6 @@ fn try_run(argv: &[&str]) -> Result<String, ExampleError> {
     let mut out = Vec::new();
     run(args.checkpoint_options().as_ref(), device(), &mut out)?;
     Ok(String::from_utf8(out).unwrap())
-}
-
-/// The numbers inside `⟨ ⟩` on the lines that start with `prefix`.
-fn measured(text: &str, prefix: &str) -> Vec<f64> {
-    text.lines()
-        .filter(|l| l.starts_with(prefix))
-        .flat_map(|l| {
-            l.split('⟨')
-                .skip(1)
-                .map(|s| s.split('⟩').next().unwrap().parse::<f64>().unwrap())
-                .collect::<Vec<_>>()
-        })
-        .collect()
 }
 
 /// The launch count at the end of each line that starts with `prefix` (`… = 27 launches`).
@@ -115,42 +103,9 @@ fn example_stdout() {
 
 #[test]
 fn checkpoint_options_without_a_checkpoint_are_refused() {
-    for argv in [
-        &["ch04", "--input", "x.safetensors"][..],
-        &["ch04", "--output", "out.safetensors"],
-        &["ch04", "--dtype", "f32"],
-        &["ch04", "--layer", "3"],
-        &["ch04", "--no-check"],
-    ] {
-        let err = Args::try_parse_from(argv).unwrap_err();
-        assert_eq!(
-            err.kind(),
-            clap::error::ErrorKind::MissingRequiredArgument,
-            "{argv:?}"
-        );
-        assert!(err.to_string().contains("--checkpoint"), "{argv:?}: {err}");
-    }
-    for bad in [&["--dtype", "f16"][..], &["--layer", "x"]] {
-        let argv = [&["ch04", "--checkpoint", "d"][..], bad].concat();
-        let err = Args::try_parse_from(argv).unwrap_err();
-        assert!(
-            matches!(
-                err.kind(),
-                clap::error::ErrorKind::InvalidValue | clap::error::ErrorKind::ValueValidation
-            ),
-            "{bad:?}: {err}"
-        );
-    }
-    assert!(Args::try_parse_from(["ch04"])
-        .unwrap()
-        .checkpoint_options()
-        .is_none());
-}
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tools/fixtures/ch02-hf")
-        .join(name)
+    cli::ch02::check_options_need_a_checkpoint("ch04", |argv| {
+        Args::try_parse_from(argv).map(|a| a.checkpoint_options().is_some())
+    });
 }
 
 /// A fresh folder under the system's temporary folder, for one test.
@@ -172,16 +127,12 @@ fn load_f32(path: &Path, name: &str) -> Vec<f32> {
         .unwrap()
 }
 
-/// A bf16 layer against transformers' fp32 output: the tolerance of
-/// `chapters/ch04-fused-moe/tests/hf_parity.rs`.
-const BF16_VS_HF: Tolerance = Tolerance(6e-2);
-
 #[test]
 fn runs_a_hugging_face_checkpoint_from_the_command_line() {
     let dir = temp_dir("checkpoint");
     let output = dir.join("out.safetensors");
     for (name, layer) in [("deepseek_v3", 1), ("qwen2_moe", 0)] {
-        let fx = fixture(name);
+        let fx = hf_fixture(name);
         let (ckpt, input) = (fx.join("per_expert"), fx.join("inputs.safetensors"));
         let text = try_run(&[
             "ch04",
@@ -206,12 +157,12 @@ fn runs_a_hugging_face_checkpoint_from_the_command_line() {
             &format!("{name}: example vs transformers"),
             &want,
             &load_f32(&output, "out"),
-            BF16_VS_HF,
+            Tolerance::BF16_VS_HF,
         )
         .unwrap_or_else(|e| panic!("{e}"));
     }
     // --layer picks another MoE layer; --no-check skips the literal loop.
-    let ckpt = fixture("deepseek_v3").join("per_expert");
+    let ckpt = hf_fixture("deepseek_v3").join("per_expert");
     let text = try_run(&[
         "ch04",
         "--checkpoint",
@@ -229,7 +180,7 @@ fn runs_a_hugging_face_checkpoint_from_the_command_line() {
 #[test]
 fn every_bad_input_is_a_typed_error() {
     let dir = temp_dir("bad");
-    let fx = fixture("deepseek_v3");
+    let fx = hf_fixture("deepseek_v3");
     let (ckpt, input) = (fx.join("per_expert"), fx.join("inputs.safetensors"));
     let with = |extra: &[&str]| {
         let argv = [&["ch04", "--checkpoint", s(&ckpt)][..], extra].concat();

@@ -58,3 +58,43 @@ impl Args {
         })
     }
 }
+
+/// The command-line checks of the example tests of chapter 2 and of the chapters that reuse its
+/// options (`tests/ch02_example.rs`, `tests/ch04_example.rs`): each option of a checkpoint run
+/// without `--checkpoint` is a usage error that names it, a bad `--dtype` or `--layer` is
+/// refused, and no option at all means the tour. `parse` is the chapter's
+/// `Args::try_parse_from`, saying whether it found checkpoint options.
+#[cfg(test)]
+pub fn check_options_need_a_checkpoint(
+    program: &str,
+    parse: impl Fn(&[&str]) -> Result<bool, clap::Error>,
+) {
+    for options in [
+        &["--input", "x.safetensors"][..],
+        &["--output", "out.safetensors"],
+        &["--dtype", "f32"],
+        &["--layer", "3"],
+        &["--no-check"],
+    ] {
+        let argv = [&[program][..], options].concat();
+        let err = parse(&argv).unwrap_err();
+        assert_eq!(
+            err.kind(),
+            clap::error::ErrorKind::MissingRequiredArgument,
+            "{argv:?}"
+        );
+        assert!(err.to_string().contains("--checkpoint"), "{argv:?}: {err}");
+    }
+    let with = |bad: &[&str]| parse(&[&[program, "--checkpoint", "d"][..], bad].concat());
+    let err = with(&["--dtype", "f16"]).unwrap_err();
+    assert_eq!(err.kind(), clap::error::ErrorKind::InvalidValue, "{err}");
+    let err = with(&["--layer", "x"]).unwrap_err();
+    assert!(
+        matches!(
+            err.kind(),
+            clap::error::ErrorKind::InvalidValue | clap::error::ErrorKind::ValueValidation
+        ),
+        "--layer x: {err}"
+    );
+    assert!(!parse(&[program]).unwrap());
+}

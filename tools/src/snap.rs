@@ -61,6 +61,21 @@ pub fn mask_measured(text: &str) -> String {
     out
 }
 
+/// The numbers inside `⟨ ⟩` on the lines of `text` that start with `prefix`, in order: what an
+/// example's test checks against a tolerance where the snapshot holds `⟨…⟩`. Panics on a span
+/// that is not a number.
+pub fn measured(text: &str, prefix: &str) -> Vec<f64> {
+    text.lines()
+        .filter(|l| l.starts_with(prefix))
+        .flat_map(|l| {
+            l.split('⟨')
+                .skip(1)
+                .map(|s| s.split('⟩').next().unwrap().parse::<f64>().unwrap())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 fn normalize(s: &str) -> String {
     mask_measured(&s.replace("\r\n", "\n"))
         .trim_end_matches('\n')
@@ -90,6 +105,13 @@ mod tests {
         assert!(!same_output("a ⟨1.0e-6⟩ b", "a ⟨…⟩ c"));
         // An unclosed bracket, or one closed on another line, is text like any other.
         assert_eq!(mask_measured("⟨open\nx⟩"), "⟨open\nx⟩");
+    }
+
+    #[test]
+    fn measured_numbers_are_read_by_line() {
+        let text = "err: a ⟨2.1e-6⟩ b ⟨3⟩\nother ⟨9⟩\nerr: ⟨0.5⟩\n";
+        assert_eq!(measured(text, "err:"), vec![2.1e-6, 3.0, 0.5]);
+        assert!(measured(text, "none").is_empty());
     }
 
     #[test]

@@ -4,16 +4,25 @@
 //! hide or fake an error) and its whole forward pass, and must be within the stated tolerance
 //! of the oracle ([`crate::compare`]). The snapshot of a regime is the oracle's text: it does
 //! not depend on the backend, and every backend is checked against the numbers it shows.
+//!
+//! The Hugging Face fixtures (`tools/fixtures/ch02-hf/`: tiny random-weight models run by
+//! transformers in fp32) are read here too, for every chapter's parity test: [`hf_layers`] gives
+//! each MoE layer's weights, loaded by [`crate::checkpoint`], with transformers' own output and
+//! routing for it.
 
+use crate::checkpoint::{load, LoadOptions};
 use crate::compare::{check_output, OutputError, Tolerance};
 use crate::config::Dtype;
 use crate::layer::MoeLayer;
 use crate::literal::{literal_logits, LiteralLayer};
 use crate::plan::GroupPlan;
 use crate::regimes::MoeRegime;
+use crate::weights::MoeWeights;
 use ch01_router::compare::Tolerance as RouterTolerance;
 use ch01_router::LiteralRouter;
 use ch01_router::Routing;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 
 /// What the oracle gives for one regime and type.
 pub struct OracleRun {
@@ -134,4 +143,119 @@ pub fn regime_text(r: &MoeRegime, dtype: Dtype, oracle: &OracleRun) -> String {
         s += &format!("out[{t}][..6] {}\n", first.join(" "));
     }
     s
+}
+
+/// The fixtures of `tools/fixtures/ch02-hf/` (`tools/fixtures/ch02_make_hf_fixtures.py`), one
+/// folder each: the checkpoint twice (`per_expert/` as `save_pretrained` writes it, `fused/` as
+/// the model's `state_dict()`) and `inputs.safetensors`.
+pub const HF_FIXTURES: [&str; 4] = ["qwen3_moe", "deepseek_v3", "glm4_moe", "qwen2_moe"];
+
+/// The folder of the fixture `name` (one of [`HF_FIXTURES`]).
+pub fn hf_fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tools/fixtures/ch02-hf")
+        .join(name)
+}
+
+/// What transformers computed for one fixture (its `inputs.safetensors`): `hidden` [T, H], and
+/// per MoE layer its output `out.L` [T, H], its router's ids `ids.L` [T, k] and weights
+/// `weights.L` [T, k]. For tests: a missing file or tensor panics, naming it.
+pub struct HfReference {
+    tensors: HashMap<String, candle_core::Tensor>,
+}
+
+impl HfReference {
+    /// Reads `inputs.safetensors` of the fixture folder `dir`.
+    pub fn read(dir: &Path) -> HfReference {
+        let path = dir.join("inputs.safetensors");
+        let tensors = candle_core::safetensors::load(&path, &candle_core::Device::Cpu)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        HfReference { tensors }
+    }
+    fn get(&self, name: &str) -> &candle_core::Tensor {
+        self.tensors
+            .get(name)
+            .unwrap_or_else(|| panic!("no tensor {name}"))
+    }
+    /// The tensor `name`, flattened, in f32.
+    pub fn f32(&self, name: &str) -> Vec<f32> {
+        self.get(name)
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap()
+    }
+    /// The model's MoE layers, in order: those with an `out.L`.
+    pub fn layers(&self) -> Vec<usize> {
+        let mut l: Vec<usize> = self
+            .tensors
+            .keys()
+            .filter_map(|k| k.strip_prefix("out.")?.parse().ok())
+            .collect();
+        l.sort();
+        l
+    }
+    /// Row by row, transformers' routing of `layer` as (id, weight) pairs sorted by id
+    /// (DeepSeek-V3's and GLM-4-MoE's routers return their top-k unsorted).
+    pub fn routing(&self, layer: usize) -> Vec<Vec<(u32, f32)>> {
+        let ids = self.get(&format!("ids.{layer}"));
+        let k = ids.dims()[1];
+        let ids = ids.flatten_all().unwrap().to_vec1::<i64>().unwrap();
+        let w = self.f32(&format!("weights.{layer}"));
+        ids.chunks(k)
+            .zip(w.chunks(k))
+            .map(|(i, w)| sorted_by_id(i.iter().map(|&i| i as u32).zip(w.iter().copied())))
+            .collect()
+    }
+}
+
+/// (id, weight) pairs sorted by id: one token's routing in an order that does not depend on the
+/// router's.
+pub fn sorted_by_id(pairs: impl Iterator<Item = (u32, f32)>) -> Vec<(u32, f32)> {
+    let mut v: Vec<(u32, f32)> = pairs.collect();
+    v.sort_by_key(|p| p.0);
+    v
+}
+
+/// One MoE layer of a fixture, with what transformers computed for it.
+pub struct HfLayer {
+    /// The fixture, one of [`HF_FIXTURES`].
+    pub fixture: &'static str,
+    /// The model's layer index.
+    pub layer: usize,
+    /// The layer's weights, loaded from the fixture's `per_expert/` checkpoint.
+    pub weights: MoeWeights,
+    /// The fixture's hidden states [T, H].
+    pub hidden: Vec<f32>,
+    /// Transformers' output [T, H] for them.
+    pub out: Vec<f32>,
+    /// Transformers' routing, row by row ([`HfReference::routing`]).
+    pub routing: Vec<Vec<(u32, f32)>>,
+}
+
+/// Every MoE layer of every fixture, fixture by fixture and layer by layer, each loaded when the
+/// iterator reaches it. For tests: a fixture that does not load panics, naming it.
+pub fn hf_layers() -> impl Iterator<Item = HfLayer> {
+    HF_FIXTURES.into_iter().flat_map(|fixture| {
+        let dir = hf_fixture(fixture);
+        let hf = HfReference::read(&dir);
+        let hidden = hf.f32("hidden");
+        hf.layers().into_iter().map(move |layer| {
+            let opts = LoadOptions {
+                layer: Some(layer),
+                progress: false,
+            };
+            let weights = load(&dir.join("per_expert"), &opts)
+                .unwrap_or_else(|e| panic!("{fixture} layer {layer}: {e}"))
+                .weights;
+            HfLayer {
+                fixture,
+                layer,
+                weights,
+                hidden: hidden.clone(),
+                out: hf.f32(&format!("out.{layer}")),
+                routing: hf.routing(layer),
+            }
+        })
+    })
 }

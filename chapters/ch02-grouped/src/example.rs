@@ -12,10 +12,11 @@
 //! outside `⟨ ⟩` (see `moe_tools::snap::same_output`); the tests check the numbers inside
 //! against the tolerances of [`crate::compare`].
 
-use crate::checkpoint::{self, LoadOptions};
-use crate::compare::{check_output, Tolerance};
+use crate::checkpoint::{self, CheckpointError, LoadOptions};
+use crate::compare::{check_output, output_error, Tolerance};
 use crate::config::{Dtype, MoeConfig, SharedExpert};
 use crate::device::GroupedDevice;
+use crate::error::MoeError;
 use crate::grouped::GroupedCpu;
 use crate::io;
 use crate::layer::MoeLayer;
@@ -25,6 +26,7 @@ use crate::weights::MoeWeights;
 use ch01_router::inputs::patterned;
 use ch01_router::{Grouping, RouterConfig};
 use moe_kernels::{record_launches, Device};
+use std::fmt;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -41,6 +43,68 @@ pub struct CheckpointOptions {
     pub layer: Option<usize>,
     /// Also run the f64 literal loop and print the error against it.
     pub check: bool,
+}
+
+/// Why a `--checkpoint` run ([`run_checkpoint_with`]) stopped, typed: chapter 4's example
+/// returns it as is; this chapter's [`run`] returns its text. Every variant names the file, the
+/// field or the check at fault.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ExampleError {
+    /// The layer refused its weights or its input, or the device failed.
+    Layer(MoeError),
+    /// The checkpoint, or an `--input` or `--output` file, could not be used.
+    Checkpoint(CheckpointError),
+    /// `--input` names no file.
+    NoInput(PathBuf),
+    /// `--input`'s `hidden` has another width than the layer's hidden size.
+    HiddenSize {
+        path: PathBuf,
+        found: usize,
+        expected: usize,
+    },
+    /// An output outside its tolerance, or runs that must give the same bits and do not.
+    Check(String),
+    /// stdout could not be written.
+    Stdout(String),
+}
+
+impl fmt::Display for ExampleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ExampleError::Layer(e) => write!(f, "{e}"),
+            ExampleError::Checkpoint(e) => write!(f, "{e}"),
+            ExampleError::NoInput(path) => write!(f, "{}: no such file (--input)", path.display()),
+            ExampleError::HiddenSize {
+                path,
+                found,
+                expected,
+            } => write!(
+                f,
+                "{}: `hidden` has {found} columns, but the layer's hidden size is {expected}",
+                path.display()
+            ),
+            ExampleError::Check(what) => write!(f, "{what}"),
+            ExampleError::Stdout(why) => write!(f, "stdout: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for ExampleError {}
+
+impl From<MoeError> for ExampleError {
+    fn from(e: MoeError) -> Self {
+        ExampleError::Layer(e)
+    }
+}
+impl From<moe_kernels::KernelError> for ExampleError {
+    fn from(e: moe_kernels::KernelError) -> Self {
+        ExampleError::Layer(MoeError::Kernel(e))
+    }
+}
+impl From<CheckpointError> for ExampleError {
+    fn from(e: CheckpointError) -> Self {
+        ExampleError::Checkpoint(e)
+    }
 }
 
 type Out<'a> = &'a mut dyn Write;
@@ -234,13 +298,47 @@ fn run_checkpoint(
     device: &'static Device,
     out: Out,
 ) -> Result<(), String> {
+    run_checkpoint_with(
+        opts,
+        out,
+        "the device layer",
+        |w| GroupedDevice::new(device, w, opts.dtype),
+        |_, rows, launched| {
+            Ok(format!(
+                "{rows} tokens in {}: {}",
+                opts.dtype,
+                launch_summary(launched)
+            ))
+        },
+    )
+    .map_err(|e| match e {
+        ExampleError::Stdout(why) => why,
+        e => e.to_string(),
+    })
+}
+
+/// A `--checkpoint` run of a device layer, this chapter's or a later one's: the files it reads
+/// and writes checked, the layer loaded and described, the reader's hidden states (or 4
+/// patterned tokens) run through `new_layer`'s layer, its routing of the first tokens printed,
+/// its output written, and (with `check`) its error against the f64 literal loop on the same
+/// routing. `ran` says what the layer did for `rows` tokens, from the launches it made
+/// (`launched`); `what` names the layer in a failed check.
+pub fn run_checkpoint_with<L: MoeLayer>(
+    opts: &CheckpointOptions,
+    out: &mut dyn Write,
+    what: &str,
+    new_layer: impl FnOnce(&MoeWeights) -> Result<L, MoeError>,
+    ran: impl FnOnce(&L, usize, &[String]) -> Result<String, MoeError>,
+) -> Result<(), ExampleError> {
+    let mut say =
+        |line: &str| writeln!(out, "{line}").map_err(|e| ExampleError::Stdout(e.to_string()));
     // The files the run reads and writes, before the (possibly long) load.
     if let Some(path) = &opts.output {
-        io::check_output_path(path).map_err(err)?;
+        io::check_output_path(path)?;
     }
     if let Some(path) = &opts.input {
         if !path.is_file() {
-            return Err(format!("{}: no such file (--input)", path.display()));
+            return Err(ExampleError::NoInput(path.clone()));
         }
     }
     let loaded = checkpoint::load(
@@ -249,12 +347,10 @@ fn run_checkpoint(
             layer: opts.layer,
             progress: true,
         },
-    )
-    .map_err(err)?;
+    )?;
     let w = &loaded.weights;
     let c = &w.config;
-    say!(
-        out,
+    say(&format!(
         "{}: layer {}, {} ({}, {} weights): H {} I {} E {} k {}, {}",
         opts.dir.display(),
         loaded.layer,
@@ -269,40 +365,34 @@ fn run_checkpoint(
         c.experts,
         c.router.k,
         shared_text(c.shared)
-    );
+    ))?;
     let (hidden, rows) = match &opts.input {
         Some(path) => {
-            let (hidden, rows, h) = io::read_hidden(path).map_err(err)?;
+            let (hidden, rows, h) = io::read_hidden(path)?;
             if h != c.hidden {
-                return Err(format!(
-                    "{}: `hidden` has {h} columns, but the layer's hidden size is {}",
-                    path.display(),
-                    c.hidden
-                ));
+                return Err(ExampleError::HiddenSize {
+                    path: path.clone(),
+                    found: h,
+                    expected: c.hidden,
+                });
             }
             (hidden, rows)
         }
         None => (patterned(4 * c.hidden, 23, 1.0), 4),
     };
-    let layer = GroupedDevice::new(device, w, opts.dtype).map_err(err)?;
+    let layer = new_layer(w)?;
     let (fwd, launched) = record_launches(|| layer.forward(&hidden));
-    let fwd = fwd.map_err(err)?;
+    let fwd = fwd?;
     if rows == 0 {
-        say!(out, "no tokens in the input: nothing to run");
+        say("no tokens in the input: nothing to run")?;
     } else {
-        say!(
-            out,
-            "{rows} tokens in {}: {}",
-            opts.dtype,
-            launch_summary(&launched)
-        );
+        say(&ran(&layer, rows, &launched)?)?;
     }
     let non_finite = fwd.out.iter().filter(|v| !v.is_finite()).count();
     if non_finite > 0 {
-        say!(
-            out,
+        say(&format!(
             "{non_finite} outputs are NaN or infinite: the input or the weights hold non-finite values"
-        );
+        ))?;
     }
     for t in 0..rows.min(4) {
         let ids: Vec<String> = fwd
@@ -311,40 +401,37 @@ fn run_checkpoint(
             .iter()
             .map(|e| e.to_string())
             .collect();
-        say!(out, "token {t}: experts {}", ids.join(" "));
+        say(&format!("token {t}: experts {}", ids.join(" ")))?;
     }
     // The output first: a check that fails must not cost the reader the output.
     if let Some(path) = &opts.output {
-        io::write_out(path, &fwd.out, rows, c.hidden).map_err(err)?;
-        say!(
-            out,
+        io::write_out(path, &fwd.out, rows, c.hidden)?;
+        say(&format!(
             "wrote `out` [{rows}, {}] f32 to {}",
             c.hidden,
             path.display()
-        );
+        ))?;
     }
     if opts.check {
         // The f64 literal loop on the same routing, with the weights rounded as the layer holds
-        // them: only one more host copy of the layer (the device layer keeps none).
-        let lit = LiteralLayer::new(w, opts.dtype).map_err(err)?;
-        let want = lit.experts(&hidden, &fwd.routing).map_err(err)?;
-        let tol = Tolerance::vs_oracle(opts.dtype);
-        let e = crate::compare::output_error(&want, &fwd.out);
-        say!(
-            out,
+        // them: only one more host copy of the layer (a device layer keeps none).
+        let dtype = layer.dtype();
+        let lit = LiteralLayer::new(w, dtype)?;
+        let want = lit.experts(&hidden, &fwd.routing)?;
+        let tol = Tolerance::vs_oracle(dtype);
+        let e = output_error(&want, &fwd.out);
+        say(&format!(
             "error against the literal loop on the same routing: ⟨{:.1e}⟩ of the output's rms (tolerance {:.0e})",
             e.relative,
             tol.0
-        );
-        check_output("the device layer", &want, &fwd.out, tol).map_err(|m| {
-            format!(
-                "{m}{}",
-                if opts.output.is_some() {
-                    " (the output was written)"
-                } else {
-                    ""
-                }
-            )
+        ))?;
+        check_output(what, &want, &fwd.out, tol).map_err(|m| {
+            let written = if opts.output.is_some() {
+                " (the output was written)"
+            } else {
+                ""
+            };
+            ExampleError::Check(format!("{m}{written}"))
         })?;
     }
     Ok(())

@@ -244,6 +244,31 @@ fn opt<T: moe_kernels::DeviceRepr>(b: Option<&DeviceBuffer<T>>) -> KernelArg {
     b.map_or(KernelArg::Ptr(0), KernelArg::from)
 }
 
+/// The error for a workspace that lacks a buffer its plan needs (`expected` names it).
+fn no_buffer(expected: String) -> MoeError {
+    MoeError::Config {
+        field: "workspace",
+        expected,
+        found: "none".into(),
+    }
+}
+
+/// What one [`FusedDevice::enqueue_experts`] works on: its buffers, and the batch's sizes T, k,
+/// H, I, E and P = T·k.
+#[derive(Clone, Copy)]
+struct Batch<'a> {
+    hidden: &'a DeviceBuffer<f32>,
+    ids: &'a DeviceBuffer<i32>,
+    weights: &'a DeviceBuffer<f32>,
+    out: &'a DeviceBuffer<f32>,
+    rows: usize,
+    k: usize,
+    h: usize,
+    i: usize,
+    e: usize,
+    pairs: usize,
+}
+
 fn upload_bf16(dev: &Device, v: &[f32]) -> Result<DeviceBuffer<bf16>, MoeError> {
     let b: Vec<bf16> = v.iter().map(|&x| bf16::from_f32(x)).collect();
     Ok(dev.upload(&b)?)
@@ -827,6 +852,24 @@ impl FusedDevice {
         Ok(())
     }
 
+    /// `out[t] = Σⱼ y[t·k + j]` (+ the shared expert's `shared_y[t]`, times the sigmoid of
+    /// `shared_gate[t]` when gated), j in order: the last kernel of both paths but a fused sum.
+    fn combine(
+        &self,
+        b: Batch,
+        y: &DeviceBuffer<f32>,
+        shared_y: KernelArg,
+        shared_gate: KernelArg,
+    ) -> Result<(), MoeError> {
+        let (rows, h) = (b.rows, b.h);
+        self.module.launch(
+            "fused_combine",
+            LaunchConfig::for_elements(rows * h, FUSED_ELEMENTWISE_THREADS as u32),
+            &args![y, shared_y, shared_gate, b.out, int(rows), int(h), int(b.k)],
+        )?;
+        Ok(())
+    }
+
     // ANCHOR: enqueue_experts
     /// Queues the experts: `hidden` [T, H] f32 and the routing on the device (`ids` [T, k] i32,
     /// each in `0..E`, and `weights` [T, k] f32) in, `out` [T, H] f32 out. Only launches: no
@@ -857,30 +900,30 @@ impl FusedDevice {
         if rows == 0 {
             return Ok(());
         }
+        let (i, e) = (c.intermediate, c.experts);
+        let b = Batch {
+            hidden,
+            ids,
+            weights,
+            out,
+            rows,
+            k,
+            h,
+            i,
+            e,
+            pairs,
+        };
         match ws.plan.path {
-            Path::Tiled => self.enqueue_tiled(ws, hidden, ids, weights, out),
-            Path::Decode => self.enqueue_decode(ws, hidden, ids, weights, out),
+            Path::Tiled => self.enqueue_tiled(ws, b),
+            Path::Decode => self.enqueue_decode(ws, b),
         }
     }
 
     /// The tiled path: chapter 3's layout, then one launch per GEMM for every expert at once.
-    fn enqueue_tiled(
-        &self,
-        ws: &FusedWorkspace,
-        hidden: &DeviceBuffer<f32>,
-        ids: &DeviceBuffer<i32>,
-        weights: &DeviceBuffer<f32>,
-        out: &DeviceBuffer<f32>,
-    ) -> Result<(), MoeError> {
-        let c = &self.config;
-        let (rows, k, h, i, e) = (ws.rows, c.router.k, c.hidden, c.intermediate, c.experts);
-        let pairs = rows * k;
+    fn enqueue_tiled(&self, ws: &FusedWorkspace, b: Batch) -> Result<(), MoeError> {
+        let (rows, k, h, i, e, pairs) = (b.rows, b.k, b.h, b.i, b.e, b.pairs);
         let (m, plan, w) = (&self.module, &ws.plan, &self.weights.experts);
-        let missing = |what: &str| MoeError::Config {
-            field: "workspace",
-            expected: format!("{what} (a workspace of the tiled path)"),
-            found: "none".into(),
-        };
+        let missing = |what: &str| no_buffer(format!("{what} (a workspace of the tiled path)"));
         let xb = ws.xb.as_ref().ok_or_else(|| missing("xb"))?;
         let (align, a) = ws.align.as_ref().ok_or_else(|| missing("a layout"))?;
         let y = ws.y.as_ref().ok_or_else(|| missing("y"))?;
@@ -889,10 +932,10 @@ impl FusedDevice {
         m.launch(
             "fused_to_bf16",
             LaunchConfig::for_elements(n, FUSED_ELEMENTWISE_THREADS as u32),
-            &args![hidden, xb, n as i64],
+            &args![b.hidden, xb, n as i64],
         )?;
         // 2. Chapter 3: the pairs sorted by expert, each expert's run padded to BLOCK_M.
-        align.enqueue(ids, a).map_err(align_error)?;
+        align.enqueue(b.ids, a).map_err(align_error)?;
         let layout = (&a.sorted_ids, &a.expert_ids, &a.num_post);
         let tiles = max_tiles(pairs, e, plan.block_m);
         // 3. Every expert's SwiGLU(x · w13ᵀ) (unfused: gate|up, then SwiGLU), then its weighted
@@ -910,7 +953,7 @@ impl FusedDevice {
         if let Some(g) = &ws.gateup {
             self.swiglu(g, &ws.act, pairs, i)?;
         }
-        let wt = KernelArg::from(weights);
+        let wt = KernelArg::from(b.weights);
         self.gemm2(
             plan.tile,
             &ws.act,
@@ -965,67 +1008,53 @@ impl FusedDevice {
             }
         }
         // 5. out[t] = Σⱼ y[t·k + j] (+ shared), j in order.
-        m.launch(
-            "fused_combine",
-            LaunchConfig::for_elements(rows * h, FUSED_ELEMENTWISE_THREADS as u32),
-            &args![y, shared_y, shared_gate, out, int(rows), int(h), int(k)],
-        )?;
-        Ok(())
+        self.combine(b, y, shared_y, shared_gate)
     }
     // ANCHOR_END: enqueue_experts
 
     // ANCHOR: enqueue_decode
     /// The decode path: the pairs indexed directly (no layout), each pair's expert rows read
     /// once; by default two launches in all, the shared expert included.
-    fn enqueue_decode(
-        &self,
-        ws: &FusedWorkspace,
-        hidden: &DeviceBuffer<f32>,
-        ids: &DeviceBuffer<i32>,
-        weights: &DeviceBuffer<f32>,
-        out: &DeviceBuffer<f32>,
-    ) -> Result<(), MoeError> {
-        let c = &self.config;
-        let (rows, k, h, i, e) = (ws.rows, c.router.k, c.hidden, c.intermediate, c.experts);
-        let pairs = rows * k;
+    fn enqueue_decode(&self, ws: &FusedWorkspace, b: Batch) -> Result<(), MoeError> {
+        let (rows, k, h, i, e, pairs) = (b.rows, b.k, b.h, b.i, b.e, b.pairs);
         let (m, plan, w) = (&self.module, &ws.plan, &self.weights.experts);
         let g = plan.decode;
         let sw = ws.shared.as_ref();
         let s = w.shared.as_ref().filter(|_| sw.is_some());
         let (is, shared_rows) = s.map_or((0, 0), |s| (s.inter, rows));
         let logit = sw.and_then(|sw| sw.gate.as_ref());
+        // Every decode GEMM: one block per row of `blocks` (pairs, or tokens) and slice of
+        // `cols` columns; its buffers, then the same sizes.
+        let sizes = [rows, k, h, i, e, is, g.cols_per_warp].map(int);
+        let launch = |name: &str, blocks: usize, cols: usize, buffers: &[KernelArg]| {
+            let mut cfg = LaunchConfig::blocks(blocks as u32, g.threads() as u32);
+            cfg.grid.1 = cols.div_ceil(g.cols()) as u32;
+            m.launch(name, cfg, &[buffers, &sizes[..]].concat())
+        };
         // 1. SwiGLU(bf16(x) · w13ᵀ) of every pair, then of every token through the shared expert
         //    (unfused: gate|up, then SwiGLU).
-        let mut cfg = LaunchConfig::blocks((pairs + shared_rows) as u32, g.threads() as u32);
-        cfg.grid.1 = i.max(is).div_ceil(g.cols()) as u32;
         let unfused = plan.fusion == Fusion::Unfused;
         let (first, shared_first) = match unfused {
             true => (ws.gateup.as_ref(), sw.and_then(|sw| sw.gateup.as_ref())),
             false => (Some(&ws.act), sw.map(|sw| &sw.act)),
         };
-        m.launch(
+        launch(
             if unfused {
                 "decode_gemm1_gateup"
             } else {
                 "decode_gemm1_swiglu"
             },
-            cfg,
+            pairs + shared_rows,
+            i.max(is),
             &args![
-                hidden,
-                ids,
+                b.hidden,
+                b.ids,
                 &w.w13,
                 opt(s.map(|s| &s.w13)),
                 opt(s.and_then(|s| s.gate.as_ref())),
                 opt(logit),
                 opt(first),
-                opt(shared_first),
-                int(rows),
-                int(k),
-                int(h),
-                int(i),
-                int(e),
-                int(is),
-                int(g.cols_per_warp)
+                opt(shared_first)
             ],
         )?;
         if unfused {
@@ -1038,71 +1067,36 @@ impl FusedDevice {
                 }
             }
         }
-        let shared_act = opt(sw.map(|sw| &sw.act));
-        let shared_w2 = opt(s.map(|s| &s.w2));
+        let down_in = args![
+            &ws.act,
+            b.ids,
+            b.weights,
+            &w.w2,
+            opt(sw.map(|sw| &sw.act)),
+            opt(s.map(|s| &s.w2))
+        ];
         // 2. The down projection: with the sum over k (and the shared expert) fused, one block
         //    per token and slice of H; else one per pair, then fused_combine.
         if plan.fusion == Fusion::SwiGluSumK {
-            let mut cfg = LaunchConfig::blocks(rows as u32, g.threads() as u32);
-            cfg.grid.1 = h.div_ceil(g.cols()) as u32;
-            m.launch(
+            launch(
                 "decode_gemm2_sum",
-                cfg,
-                &args![
-                    &ws.act,
-                    ids,
-                    weights,
-                    &w.w2,
-                    shared_act,
-                    shared_w2,
-                    opt(logit),
-                    out,
-                    int(rows),
-                    int(k),
-                    int(h),
-                    int(i),
-                    int(e),
-                    int(is),
-                    int(g.cols_per_warp)
-                ],
+                rows,
+                h,
+                &[&down_in[..], &args![opt(logit), b.out]].concat(),
             )?;
             return Ok(());
         }
-        let y = ws.y.as_ref().ok_or_else(|| MoeError::Config {
-            field: "workspace",
-            expected: "y (a workspace of an unfused sum)".into(),
-            found: "none".into(),
-        })?;
+        let y =
+            ws.y.as_ref()
+                .ok_or_else(|| no_buffer("y (a workspace of an unfused sum)".into()))?;
         let shared_y = opt(sw.and_then(|sw| sw.y.as_ref()));
-        let mut cfg = LaunchConfig::blocks((pairs + shared_rows) as u32, g.threads() as u32);
-        cfg.grid.1 = h.div_ceil(g.cols()) as u32;
-        m.launch(
+        launch(
             "decode_gemm2",
-            cfg,
-            &args![
-                &ws.act,
-                ids,
-                weights,
-                &w.w2,
-                shared_act,
-                shared_w2,
-                y,
-                shared_y,
-                int(rows),
-                int(k),
-                int(h),
-                int(i),
-                int(e),
-                int(is),
-                int(g.cols_per_warp)
-            ],
+            pairs + shared_rows,
+            h,
+            &[&down_in[..], &args![y, shared_y]].concat(),
         )?;
-        m.launch(
-            "fused_combine",
-            LaunchConfig::for_elements(rows * h, FUSED_ELEMENTWISE_THREADS as u32),
-            &args![y, shared_y, opt(logit), out, int(rows), int(h), int(k)],
-        )?;
-        Ok(())
+        self.combine(b, y, shared_y, opt(logit))
     }
     // ANCHOR_END: enqueue_decode
 

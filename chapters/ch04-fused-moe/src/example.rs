@@ -15,78 +15,16 @@ use crate::choose::{DecodeGeometry, Fusion, Path, TILE_CONFIGS};
 use crate::device::{BatchPlan, FusedDevice, BLOCK_MS};
 use ch01_router::inputs::patterned;
 use ch01_router::Routing;
-use ch02_grouped::checkpoint::{self, CheckpointError, LoadOptions, Storage};
-use ch02_grouped::compare::{check_output, output_error, Tolerance};
-use ch02_grouped::example::tour_layers;
-pub use ch02_grouped::example::CheckpointOptions;
-use ch02_grouped::{io, Dtype, GroupedDevice, LiteralLayer, MoeError, MoeLayer, SharedExpert};
+use ch02_grouped::compare::{check_output, Tolerance};
+use ch02_grouped::example::{run_checkpoint_with, tour_layers};
+// Chapter 2's options and error: `--dtype f32` is refused as an `ExampleError::Layer`.
+pub use ch02_grouped::example::{CheckpointOptions, ExampleError};
+use ch02_grouped::{Dtype, GroupedDevice, LiteralLayer, MoeError, MoeLayer};
 use ch03_align::literal::align_literal;
 use ch03_align::text::draw;
 use moe_kernels::{record_launches, Device};
 use std::fmt;
 use std::io::Write;
-use std::path::PathBuf;
-
-/// Why the example stopped. Every variant names the file, the field or the check at fault.
-#[derive(Clone, Debug, PartialEq)]
-pub enum ExampleError {
-    /// The fused layer refused its weights or its input (`--dtype f32` among them), or the
-    /// device failed.
-    Layer(MoeError),
-    /// The checkpoint, or an `--input` or `--output` file, could not be used.
-    Checkpoint(CheckpointError),
-    /// `--input` names no file.
-    NoInput(PathBuf),
-    /// `--input`'s `hidden` has another width than the layer's hidden size.
-    HiddenSize {
-        path: PathBuf,
-        found: usize,
-        expected: usize,
-    },
-    /// An output outside its tolerance, or runs that must give the same bits and do not.
-    Check(String),
-    /// stdout could not be written.
-    Stdout(String),
-}
-
-impl fmt::Display for ExampleError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ExampleError::Layer(e) => write!(f, "{e}"),
-            ExampleError::Checkpoint(e) => write!(f, "{e}"),
-            ExampleError::NoInput(path) => write!(f, "{}: no such file (--input)", path.display()),
-            ExampleError::HiddenSize {
-                path,
-                found,
-                expected,
-            } => write!(
-                f,
-                "{}: `hidden` has {found} columns, but the layer's hidden size is {expected}",
-                path.display()
-            ),
-            ExampleError::Check(what) => write!(f, "{what}"),
-            ExampleError::Stdout(why) => write!(f, "stdout: {why}"),
-        }
-    }
-}
-
-impl std::error::Error for ExampleError {}
-
-impl From<MoeError> for ExampleError {
-    fn from(e: MoeError) -> Self {
-        ExampleError::Layer(e)
-    }
-}
-impl From<moe_kernels::KernelError> for ExampleError {
-    fn from(e: moe_kernels::KernelError) -> Self {
-        ExampleError::Layer(MoeError::Kernel(e))
-    }
-}
-impl From<CheckpointError> for ExampleError {
-    fn from(e: CheckpointError) -> Self {
-        ExampleError::Checkpoint(e)
-    }
-}
 
 type Out<'a> = &'a mut dyn Write;
 
@@ -386,132 +324,27 @@ fn tour(device: &'static Device, out: Out) -> Result<(), ExampleError> {
 }
 // ANCHOR_END: tour
 
-/// `shared expert I 96`, `gated shared expert I 96` or `no shared expert`.
-fn shared_text(s: Option<SharedExpert>) -> String {
-    match s {
-        None => "no shared expert".into(),
-        Some(s) => format!(
-            "{}shared expert I {}",
-            if s.gated { "gated " } else { "" },
-            s.intermediate
-        ),
-    }
-}
-
 fn run_checkpoint(
     opts: &CheckpointOptions,
     device: &'static Device,
     out: Out,
 ) -> Result<(), ExampleError> {
-    // What can be refused without reading the checkpoint, before the (possibly long) load.
+    // Refused without reading the checkpoint, before the (possibly long) load.
     if opts.dtype != Dtype::Bf16 {
         return Err(dtype_refused(opts.dtype).into());
     }
-    if let Some(path) = &opts.output {
-        io::check_output_path(path)?;
-    }
-    if let Some(path) = &opts.input {
-        if !path.is_file() {
-            return Err(ExampleError::NoInput(path.clone()));
-        }
-    }
-    let loaded = checkpoint::load(
-        &opts.dir,
-        &LoadOptions {
-            layer: opts.layer,
-            progress: true,
-        },
-    )?;
-    let wts = &loaded.weights;
-    let c = &wts.config;
-    say!(
+    // Chapter 2's run, with the fused layer, which prints the plan it chose for the batch.
+    run_checkpoint_with(
+        opts,
         out,
-        "{}: layer {}, {} ({}, {} weights): H {} I {} E {} k {}, {}",
-        opts.dir.display(),
-        loaded.layer,
-        loaded.family,
-        match loaded.storage {
-            Storage::PerExpert => "one tensor per expert",
-            Storage::Fused => "fused experts",
+        "the fused layer",
+        |w| FusedDevice::new(device, w, opts.dtype),
+        |layer, rows, launched| {
+            Ok(format!(
+                "{rows} tokens in bf16, {}\nlaunches: {}",
+                plan_text(&layer.plan_for(rows)?),
+                launch_summary(launched)
+            ))
         },
-        loaded.file_dtype,
-        c.hidden,
-        c.intermediate,
-        c.experts,
-        c.router.k,
-        shared_text(c.shared)
-    );
-    let (hidden, rows) = match &opts.input {
-        Some(path) => {
-            let (hidden, rows, h) = io::read_hidden(path)?;
-            if h != c.hidden {
-                return Err(ExampleError::HiddenSize {
-                    path: path.clone(),
-                    found: h,
-                    expected: c.hidden,
-                });
-            }
-            (hidden, rows)
-        }
-        None => (patterned(4 * c.hidden, 23, 1.0), 4),
-    };
-    let layer = FusedDevice::new(device, wts, opts.dtype)?;
-    let (fwd, launched) = record_launches(|| layer.forward(&hidden));
-    let fwd = fwd?;
-    if rows == 0 {
-        say!(out, "no tokens in the input: nothing to run");
-    } else {
-        let plan = layer.plan_for(rows)?;
-        say!(out, "{rows} tokens in bf16, {}", plan_text(&plan));
-        say!(out, "launches: {}", launch_summary(&launched));
-    }
-    let non_finite = fwd.out.iter().filter(|v| !v.is_finite()).count();
-    if non_finite > 0 {
-        say!(
-            out,
-            "{non_finite} outputs are NaN or infinite: the input or the weights hold non-finite values"
-        );
-    }
-    for t in 0..rows.min(4) {
-        let ids: Vec<String> = fwd
-            .routing
-            .row_ids(t)
-            .iter()
-            .map(|e| e.to_string())
-            .collect();
-        say!(out, "token {t}: experts {}", ids.join(" "));
-    }
-    // The output first: a check that fails must not cost the reader the output.
-    if let Some(path) = &opts.output {
-        io::write_out(path, &fwd.out, rows, c.hidden)?;
-        say!(
-            out,
-            "wrote `out` [{rows}, {}] f32 to {}",
-            c.hidden,
-            path.display()
-        );
-    }
-    if opts.check {
-        // The f64 literal loop on the same routing, on the weights rounded to bf16 as the
-        // device holds them.
-        let lit = LiteralLayer::new(wts, Dtype::Bf16)?;
-        let want = lit.experts(&hidden, &fwd.routing)?;
-        let tol = Tolerance::BF16_VS_ORACLE;
-        let e = output_error(&want, &fwd.out);
-        say!(
-            out,
-            "error against the literal loop on the same routing: ⟨{:.1e}⟩ of the output's rms (tolerance {:.0e})",
-            e.relative,
-            tol.0
-        );
-        check_output("the fused layer", &want, &fwd.out, tol).map_err(|m| {
-            let written = if opts.output.is_some() {
-                " (the output was written)"
-            } else {
-                ""
-            };
-            ExampleError::Check(format!("{m}{written}"))
-        })?;
-    }
-    Ok(())
+    )
 }
