@@ -9,8 +9,14 @@
 //! floor, both shapes), the fusion figure (each `fused_*` variant's time over the fused layer's:
 //! what each fusion buys, and where the decode and tiled paths cross), the rates figure (TB/s on
 //! the expert weights the routing touches, and TFLOP/s, against T), the table and the facts file.
-//! Until `ch04.csv` is committed nothing is made and stderr says so; once a generated file is
-//! committed, a missing CSV is an error.
+//! Until `ch04.csv` is committed nothing of that is made and stderr says so; once a generated
+//! file is committed, a missing CSV is an error.
+//!
+//! Apart from the bench, and always: the results of `bench ch04-tune` (`tools/bench/src/ch04_tune.rs`),
+//! `ch04_tuned.csv` (the fastest candidate per shape and batch bucket, beside what the rule alone
+//! runs) and `ch04_tune_all.csv` (every candidate's timing), make the tuning table and its facts
+//! file (`ch04-tuned-table.md`, `ch04-tune-facts.md`): the winners, the rule's choices, and the
+//! fastest tiled and decode candidates per bucket, so the crossover of the two paths shows.
 
 use super::facts::{thousands, Facts};
 use super::svg::{shapes, Figure, Marker, Series};
@@ -49,6 +55,7 @@ fn read(root: &Path, rel: &str) -> Result<String, String> {
 
 /// The group's files, generated from the repository at `root`.
 pub fn generate(root: &Path) -> Result<Vec<Generated>, String> {
+    let mut out = tune_files(root)?;
     if !root.join(GPU_CSV).exists() {
         let committed: Vec<&str> = [SVG, FUSION_SVG, RATES_SVG, TABLE, FACTS]
             .into_iter()
@@ -65,7 +72,7 @@ pub fn generate(root: &Path) -> Result<Vec<Generated>, String> {
              ch04.csv, ch04_layout.csv, ch04_steps.csv, ch04_check.csv and ch04_ceilings.csv \
              back): the figures, the table and the facts are left out"
         );
-        return Ok(Vec::new());
+        return Ok(out);
     }
     let rows = parse_csv(&read(root, GPU_CSV)?, GPU_CSV)?;
     let layout = parse_layout(&read(root, LAYOUT_CSV)?, LAYOUT_CSV)?;
@@ -74,10 +81,10 @@ pub fn generate(root: &Path) -> Result<Vec<Generated>, String> {
         ceilings.num(&[], "copy_gbs")?,
         ceilings.num(&[], "bf16_tflops")?,
     );
-    let mut out = vec![Generated {
+    out.push(Generated {
         path: SVG.into(),
         content: render_svg(&rows),
-    }];
+    });
     if rows.iter().any(|r| is_variant(&r.imp)) {
         out.push(Generated {
             path: FUSION_SVG.into(),
@@ -910,6 +917,655 @@ fn short_title(shape: &str) -> String {
         .to_string()
 }
 
+// ---------------------------------------------------------------------------------------------
+// `bench ch04-tune`: the table of the fastest configurations, and the crossover of the paths.
+
+const TUNED_CSV: &str = "bench/results/h200/ch04_tuned.csv";
+const TUNE_ALL_CSV: &str = "bench/results/h200/ch04_tune_all.csv";
+const TUNE_TABLE: &str = "book/src/figures/ch04-tuned-table.md";
+const TUNE_FACTS: &str = "book/src/figures/ch04-tune-facts.md";
+
+/// A layer's shape as the tuning files spell it: (H, I, E, k).
+pub type Dims = (u64, u64, u64, u64);
+
+/// One candidate timed by `bench ch04-tune`: a line of `ch04_tune_all.csv`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Candidate {
+    pub shape: String,
+    pub dims: Dims,
+    pub tokens: u64,
+    pub path: String,
+    pub config: String,
+    pub cold_us: f64,
+    pub cold_p10_us: f64,
+    pub cold_p90_us: f64,
+    pub warm_us: f64,
+}
+
+/// One bucket of `ch04_tuned.csv`: the fastest (path, configuration), and the rule's.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TunedBucket {
+    pub dims: Dims,
+    pub tokens: u64,
+    pub path: String,
+    pub config: String,
+    pub cold_us: f64,
+    pub rule_path: String,
+    pub rule_config: String,
+    pub rule_cold_us: f64,
+}
+
+/// `ch04_tuned.csv`: the device its comment line names (`# bench ch04-tune on NVIDIA H200: …`),
+/// whether it was a `--quick` run, and the buckets.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TunedFile {
+    pub device: Option<String>,
+    pub quick: bool,
+    pub buckets: Vec<TunedBucket>,
+}
+
+/// A CSV's numeric field, or an error naming the file, the line and the column.
+fn field_num(t: &Table, r: &crate::csv::Row, c: &str) -> Result<f64, String> {
+    let v = &r.fields[t.col(c)?];
+    v.parse().map_err(|_| {
+        format!(
+            "{}:{}: `{v}` in column {c} is not a number",
+            t.name(),
+            r.line
+        )
+    })
+}
+
+fn field_dims(t: &Table, r: &crate::csv::Row) -> Result<Dims, String> {
+    let n = |c: &str| field_num(t, r, c).map(|v| v as u64);
+    Ok((n("hidden")?, n("intermediate")?, n("experts")?, n("k")?))
+}
+
+fn field(t: &Table, r: &crate::csv::Row, c: &str) -> Result<String, String> {
+    Ok(r.fields[t.col(c)?].clone())
+}
+
+pub fn parse_tune_all(text: &str, name: &str) -> Result<Vec<Candidate>, String> {
+    let t = Table::parse(text, name)?;
+    t.rows()
+        .iter()
+        .map(|r| {
+            Ok(Candidate {
+                shape: field(&t, r, "shape")?,
+                dims: field_dims(&t, r)?,
+                tokens: field_num(&t, r, "tokens")? as u64,
+                path: field(&t, r, "path")?,
+                config: field(&t, r, "config")?,
+                cold_us: field_num(&t, r, "cold_us")?,
+                cold_p10_us: field_num(&t, r, "cold_p10_us")?,
+                cold_p90_us: field_num(&t, r, "cold_p90_us")?,
+                warm_us: field_num(&t, r, "warm_us")?,
+            })
+        })
+        .collect()
+}
+
+/// Parses `ch04_tuned.csv`. Its `#` lines are comments (the first says where the table comes
+/// from); they are blanked, not removed, so errors keep the file's line numbers.
+pub fn parse_tuned(text: &str, name: &str) -> Result<TunedFile, String> {
+    let mut device = None;
+    let mut quick = false;
+    let mut body = String::new();
+    for line in text.lines() {
+        match line.trim().strip_prefix('#') {
+            Some(comment) => {
+                if let Some(rest) = comment.trim().strip_prefix("bench ch04-tune on ") {
+                    if let Some((d, _)) = rest.split_once(':') {
+                        quick |= d.contains("--quick");
+                        let d = d.split(" (").next().unwrap_or(d).trim();
+                        device = Some(d.to_string());
+                    }
+                }
+                body.push('\n');
+            }
+            None => {
+                body += line;
+                body.push('\n');
+            }
+        }
+    }
+    let t = Table::parse(&body, name)?;
+    let buckets = t
+        .rows()
+        .iter()
+        .map(|r| {
+            Ok(TunedBucket {
+                dims: field_dims(&t, r)?,
+                tokens: field_num(&t, r, "tokens")? as u64,
+                path: field(&t, r, "path")?,
+                config: field(&t, r, "config")?,
+                cold_us: field_num(&t, r, "cold_us")?,
+                rule_path: field(&t, r, "rule_path")?,
+                rule_config: field(&t, r, "rule_config")?,
+                rule_cold_us: field_num(&t, r, "rule_cold_us")?,
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok(TunedFile {
+        device,
+        quick,
+        buckets,
+    })
+}
+
+/// The tiled path, as the CSVs spell it; every other path (`decode`, and any later one such as
+/// `decode_grouped`) runs the decode kernels' arithmetic.
+const TILED: &str = "tiled";
+
+/// One bucket with its candidates: the winner and the rule's choice as timed, and the fastest
+/// candidate of each path timed.
+#[derive(Clone, Debug)]
+pub struct TuneBucket {
+    pub tokens: u64,
+    pub winner: Candidate,
+    pub rule: Candidate,
+    pub best: Vec<Candidate>,
+}
+
+impl TuneBucket {
+    /// The rule's cold median over the winner's.
+    pub fn rule_over_winner(&self) -> f64 {
+        self.rule.cold_us / self.winner.cold_us
+    }
+    /// The fastest candidate of `path`, if that path was timed.
+    pub fn best_of(&self, path: &str) -> Option<&Candidate> {
+        self.best.iter().find(|c| c.path == path)
+    }
+    /// The fastest candidate of any decode path.
+    pub fn best_decode_any(&self) -> Option<&Candidate> {
+        self.best
+            .iter()
+            .filter(|c| c.path != TILED)
+            .min_by(|a, b| a.cold_us.total_cmp(&b.cold_us))
+    }
+    /// The fastest tile's cold median over the fastest of `path`, when both were timed.
+    pub fn tiled_over(&self, path: &str) -> Option<f64> {
+        Some(self.best_of(TILED)?.cold_us / self.best_of(path)?.cold_us)
+    }
+    /// The fastest tile over the fastest of any decode path.
+    pub fn tiled_over_decode_any(&self) -> Option<f64> {
+        Some(self.best_of(TILED)?.cold_us / self.best_decode_any()?.cold_us)
+    }
+}
+
+/// One shape's buckets, by tokens.
+#[derive(Clone, Debug)]
+pub struct TuneShape {
+    /// As `ch04_tune_all.csv` names it (`qwen3_30b_a3b`).
+    pub name: String,
+    pub dims: Dims,
+    /// The paths timed at this shape: `tiled`, `decode`, then any other in the file's order.
+    pub paths: Vec<String>,
+    pub buckets: Vec<TuneBucket>,
+}
+
+impl TuneShape {
+    /// Pairs per expert on average at `tokens`: T·k / E.
+    pub fn pairs_per_expert(&self, tokens: u64) -> f64 {
+        (tokens * self.dims.3) as f64 / self.dims.2.max(1) as f64
+    }
+}
+
+/// The same (path, configuration).
+fn same_choice(c: &Candidate, path: &str, config: &str) -> bool {
+    c.path == path && c.config == config
+}
+
+/// Both files joined: per shape (in the tuned table's order) and bucket, the candidates behind
+/// each row. The two files must come from one run: every row's winner and rule's choice are
+/// among its bucket's candidates with the same cold median, the winner is the fastest of them,
+/// and every bucket timed has a row.
+pub fn tune_shapes(tuned: &TunedFile, all: &[Candidate]) -> Result<Vec<TuneShape>, String> {
+    // Two files' medians written with three decimals from the same number.
+    const SAME_US: f64 = 5e-4;
+    let mut shapes: Vec<TuneShape> = Vec::new();
+    for b in &tuned.buckets {
+        let here: Vec<&Candidate> = all
+            .iter()
+            .filter(|c| c.dims == b.dims && c.tokens == b.tokens)
+            .collect();
+        let at = format!(
+            "H {}, I {}, E {}, k {}, T {}",
+            b.dims.0, b.dims.1, b.dims.2, b.dims.3, b.tokens
+        );
+        let Some(first) = here.first() else {
+            return Err(format!(
+                "{TUNED_CSV} has a row for {at} and {TUNE_ALL_CSV} no candidate: not one run"
+            ));
+        };
+        let name = first.shape.clone();
+        let find = |path: &str, config: &str, cold: f64, what: &str| -> Result<Candidate, String> {
+            let c = here
+                .iter()
+                .find(|c| same_choice(c, path, config))
+                .ok_or_else(|| format!("{at}: {what} {path} {config} is not in {TUNE_ALL_CSV}"))?;
+            if (c.cold_us - cold).abs() > SAME_US {
+                return Err(format!(
+                    "{at}: {what} {path} {config} took {cold} µs in {TUNED_CSV} and {} in {TUNE_ALL_CSV}: not one run",
+                    c.cold_us
+                ));
+            }
+            Ok((*c).clone())
+        };
+        let winner = find(&b.path, &b.config, b.cold_us, "the winner")?;
+        let rule = find(
+            &b.rule_path,
+            &b.rule_config,
+            b.rule_cold_us,
+            "the rule's choice",
+        )?;
+        if let Some(faster) = here.iter().find(|c| c.cold_us < winner.cold_us) {
+            return Err(format!(
+                "{at}: {} {} ({} µs) is faster than the winner {} {} ({} µs)",
+                faster.path,
+                faster.config,
+                faster.cold_us,
+                winner.path,
+                winner.config,
+                winner.cold_us
+            ));
+        }
+        let mut best: Vec<Candidate> = Vec::new();
+        for c in &here {
+            match best.iter_mut().find(|b| b.path == c.path) {
+                Some(b) if c.cold_us < b.cold_us => *b = (*c).clone(),
+                Some(_) => {}
+                None => best.push((*c).clone()),
+            }
+        }
+        let bucket = TuneBucket {
+            tokens: b.tokens,
+            winner,
+            rule,
+            best,
+        };
+        match shapes.iter_mut().find(|s| s.dims == b.dims) {
+            Some(s) => {
+                if s.buckets.iter().any(|x| x.tokens == b.tokens) {
+                    return Err(format!("{TUNED_CSV}: two rows for {at}"));
+                }
+                s.buckets.push(bucket);
+            }
+            None => shapes.push(TuneShape {
+                name,
+                dims: b.dims,
+                paths: Vec::new(),
+                buckets: vec![bucket],
+            }),
+        }
+    }
+    for c in all {
+        let listed = shapes
+            .iter()
+            .any(|s| s.dims == c.dims && s.buckets.iter().any(|b| b.tokens == c.tokens));
+        if !listed {
+            return Err(format!(
+                "{TUNE_ALL_CSV}: {} at T {} has no row in {TUNED_CSV}: not one run",
+                c.shape, c.tokens
+            ));
+        }
+    }
+    for s in &mut shapes {
+        s.buckets.sort_by_key(|b| b.tokens);
+        let mut paths = vec![TILED.to_string(), "decode".to_string()];
+        for c in all.iter().filter(|c| c.dims == s.dims) {
+            if !paths.contains(&c.path) {
+                paths.push(c.path.clone());
+            }
+        }
+        paths.retain(|p| s.buckets.iter().any(|b| b.best_of(p).is_some()));
+        s.paths = paths;
+    }
+    Ok(shapes)
+}
+
+/// `qwen3_30b_a3b` → `Qwen3-30B-A3B`; a name with its sizes in it (`glm_h4096_…`) → its short
+/// title (`GLM-like`).
+fn tune_title(shape: &str) -> String {
+    if super::ch02::dims(shape).is_some() {
+        return short_title(shape);
+    }
+    let mut parts = shape.split('_');
+    let first = parts.next().unwrap_or(shape);
+    let first = match first.strip_prefix("qwen") {
+        Some(v) => format!("Qwen{v}"),
+        None => first.to_string(),
+    };
+    std::iter::once(first)
+        .chain(parts.map(|p| p.to_uppercase()))
+        .collect::<Vec<_>>()
+        .join("-")
+}
+
+/// A ratio or a count of pairs per expert with about two significant digits: `0.06`, `1.8`, `32`.
+fn fmt_small(v: f64) -> String {
+    if v >= 10.0 {
+        format!("{v:.0}")
+    } else if v >= 1.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+/// `1, 8, 64 and 512`.
+fn and_list(v: &[String]) -> String {
+    match v {
+        [] => String::new(),
+        [one] => one.clone(),
+        [init @ .., last] => format!("{} and {last}", init.join(", ")),
+    }
+}
+
+/// The tuning table: one block per shape, one column per batch bucket.
+pub fn tune_table(shapes: &[TuneShape], device: Option<&str>) -> String {
+    let mut s = format!(
+        "Cold µs per layer call (the L2 flushed before each replay), median (p10–p90), one run of \
+         `bench ch04-tune`{}; \"–\": the path was not timed at that batch.\n\n",
+        device.map(|d| format!(" on the {d}")).unwrap_or_default()
+    );
+    for shape in shapes {
+        let (h, i, e, k) = shape.dims;
+        let _ = writeln!(
+            s,
+            "**{}: H {h}, I {i}, E {e}, k {k}**\n",
+            tune_title(&shape.name)
+        );
+        let _ = writeln!(
+            s,
+            "| | {} |",
+            shape
+                .buckets
+                .iter()
+                .map(|b| format!("{} token{}", b.tokens, if b.tokens == 1 { "" } else { "s" }))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
+        let _ = writeln!(s, "|---|{}", "---:|".repeat(shape.buckets.len()));
+        let line = |s: &mut String, label: &str, cell: &dyn Fn(&TuneBucket) -> String| {
+            let cells: Vec<String> = shape.buckets.iter().map(cell).collect();
+            let _ = writeln!(s, "| {label} | {} |", cells.join(" | "));
+        };
+        let timed = |c: &Candidate| {
+            format!(
+                "{} ({}–{})",
+                fmt_us(c.cold_us),
+                fmt_us(c.cold_p10_us),
+                fmt_us(c.cold_p90_us)
+            )
+        };
+        line(&mut s, "pairs per expert, T·k / E", &|b| {
+            fmt_small(shape.pairs_per_expert(b.tokens))
+        });
+        line(&mut s, "fastest: path, configuration", &|b| {
+            format!("**{} {}**", b.winner.path, b.winner.config)
+        });
+        line(&mut s, "fastest: cold µs", &|b| timed(&b.winner));
+        line(&mut s, "the rule alone: path, configuration", &|b| {
+            format!("{} {}", b.rule.path, b.rule.config)
+        });
+        line(&mut s, "the rule alone: cold µs", &|b| timed(&b.rule));
+        line(&mut s, "the rule ÷ the fastest", &|b| {
+            format!("{:.2}×", b.rule_over_winner())
+        });
+        for path in &shape.paths {
+            let what = if path == TILED { "tile" } else { "geometry" };
+            line(
+                &mut s,
+                &format!("fastest {path}: {what} · cold µs"),
+                &|b| {
+                    b.best_of(path)
+                        .map(|c| format!("{} · {}", c.config, fmt_us(c.cold_us)))
+                        .unwrap_or("–".into())
+                },
+            );
+        }
+        for path in shape.paths.iter().filter(|p| *p != TILED) {
+            line(&mut s, &format!("fastest tiled ÷ fastest {path}"), &|b| {
+                b.tiled_over(path)
+                    .map(|x| format!("{x:.2}×"))
+                    .unwrap_or("–".into())
+            });
+        }
+        s.push('\n');
+    }
+    s
+}
+
+/// The numbers the page quotes from the tuning run. Overall: `tune_device`, `tune_quick`
+/// (`yes` or `no`), `tune_buckets` (`1, 8, 64, 512 and 4096`), `tune_timings`. Per shape
+/// (`qwen3`, `glm`) and bucket (`qwen3_tune_t64_…`): the winner (`_path`, `_config`, `_cold`),
+/// the rule's choice (`_rule_path`, `_rule_config`, `_rule_cold`), the rule over the winner
+/// (`_speedup`), the fastest of each path timed (`_best_tiled`, `_best_tiled_cold`,
+/// `_best_decode`, `_best_decode_cold`, `_best_decode_grouped`, …) and the tile's time over each
+/// other path's (`_tiled_over_decode`, `_decode_over_tiled`, …), pairs per expert (`_ppe`). Per
+/// shape: the crossover, measured (`_decode_last`: a decode path, `decode` or any other that is
+/// not `tiled`, won every bucket from the smallest up to it; `_tiled_first`: the next bucket,
+/// which the tiled path won; with their pairs
+/// per expert `_ppe` and the margin there between the fastest tile and the fastest decode
+/// candidate of any decode path, `_decode_last_tiled_over_decode`,
+/// `_tiled_first_decode_over_tiled`) and as the rule drew it (`_rule_decode_last`,
+/// `_rule_tiled_first`); in how many buckets the rule picked the winner's path (`_path_agrees`,
+/// of `_buckets`) and configuration too (`_choice_agrees`); the rule's tile (`_rule_tile`) and
+/// in how many buckets it was the fastest tile (`_rule_tile_fastest`, of `_tiled_buckets`); the
+/// largest speedup over the rule (`_speedup_max`, at `_speedup_max_tokens`, `…_ppe`, `…_config`,
+/// `…_rule_config`), and the largest where both ran the decode path (`_decode_speedup_max`:
+/// what the decode geometry is worth).
+pub fn tune_facts(shapes: &[TuneShape], tuned: &TunedFile, timings: usize, f: &mut Facts) {
+    let src = format!("{TUNED_CSV} and {TUNE_ALL_CSV}");
+    let src = src.as_str();
+    if let Some(d) = &tuned.device {
+        f.add("tune_device", d.clone(), TUNED_CSV);
+    }
+    f.add(
+        "tune_quick",
+        if tuned.quick { "yes" } else { "no" },
+        TUNED_CSV,
+    );
+    let buckets: BTreeSet<u64> = shapes
+        .iter()
+        .flat_map(|s| s.buckets.iter().map(|b| b.tokens))
+        .collect();
+    let buckets: Vec<String> = buckets.iter().map(|t| t.to_string()).collect();
+    f.add("tune_buckets", and_list(&buckets), TUNED_CSV);
+    f.add("tune_timings", timings.to_string(), TUNE_ALL_CSV);
+    let ratio = |x: f64| format!("{x:.2}");
+    for shape in shapes {
+        let s = short(&shape.name);
+        let n = shape.buckets.len();
+        for b in &shape.buckets {
+            let p = format!("{s}_tune_t{}", b.tokens);
+            f.add(
+                format!("{p}_ppe"),
+                fmt_small(shape.pairs_per_expert(b.tokens)),
+                src,
+            );
+            f.add(format!("{p}_path"), b.winner.path.clone(), src);
+            f.add(format!("{p}_config"), b.winner.config.clone(), src);
+            f.add(format!("{p}_cold"), fmt_us(b.winner.cold_us), src);
+            f.add(format!("{p}_rule_path"), b.rule.path.clone(), src);
+            f.add(format!("{p}_rule_config"), b.rule.config.clone(), src);
+            f.add(format!("{p}_rule_cold"), fmt_us(b.rule.cold_us), src);
+            f.add(format!("{p}_speedup"), ratio(b.rule_over_winner()), src);
+            for path in &shape.paths {
+                if let Some(c) = b.best_of(path) {
+                    f.add(format!("{p}_best_{path}"), c.config.clone(), src);
+                    f.add(format!("{p}_best_{path}_cold"), fmt_us(c.cold_us), src);
+                }
+            }
+            for path in shape.paths.iter().filter(|p| *p != TILED) {
+                if let Some(x) = b.tiled_over(path) {
+                    f.add(format!("{p}_tiled_over_{path}"), ratio(x), src);
+                    f.add(format!("{p}_{path}_over_tiled"), ratio(1.0 / x), src);
+                }
+            }
+        }
+        let p = format!("{s}_tune");
+        f.add(format!("{p}_buckets"), n.to_string(), src);
+        // The measured crossover: a decode path won every bucket from the smallest up to
+        // `decode_last`, and the tiled path the next one, `tiled_first`.
+        let decode_run = shape
+            .buckets
+            .iter()
+            .take_while(|b| b.winner.path != TILED)
+            .count();
+        let last_decode = decode_run.checked_sub(1);
+        if let Some(i) = last_decode {
+            let b = &shape.buckets[i];
+            f.add(format!("{p}_decode_last"), b.tokens.to_string(), src);
+            f.add(
+                format!("{p}_decode_last_ppe"),
+                fmt_small(shape.pairs_per_expert(b.tokens)),
+                src,
+            );
+            if let Some(x) = b.tiled_over_decode_any() {
+                f.add(format!("{p}_decode_last_tiled_over_decode"), ratio(x), src);
+            }
+        }
+        if let Some(b) = shape.buckets.get(decode_run) {
+            f.add(format!("{p}_tiled_first"), b.tokens.to_string(), src);
+            f.add(
+                format!("{p}_tiled_first_ppe"),
+                fmt_small(shape.pairs_per_expert(b.tokens)),
+                src,
+            );
+            if let Some(x) = b.tiled_over_decode_any() {
+                f.add(
+                    format!("{p}_tiled_first_decode_over_tiled"),
+                    ratio(1.0 / x),
+                    src,
+                );
+            }
+        }
+        // The rule's crossover on the same buckets.
+        if let Some(b) = shape.buckets.iter().rev().find(|b| b.rule.path != TILED) {
+            f.add(format!("{p}_rule_decode_last"), b.tokens.to_string(), src);
+        }
+        if let Some(b) = shape.buckets.iter().find(|b| b.rule.path == TILED) {
+            f.add(format!("{p}_rule_tiled_first"), b.tokens.to_string(), src);
+        }
+        let count = |pred: &dyn Fn(&TuneBucket) -> bool| {
+            shape.buckets.iter().filter(|b| pred(b)).count().to_string()
+        };
+        f.add(
+            format!("{p}_path_agrees"),
+            count(&|b| b.rule.path == b.winner.path),
+            src,
+        );
+        f.add(
+            format!("{p}_choice_agrees"),
+            count(&|b| same_choice(&b.rule, &b.winner.path, &b.winner.config)),
+            src,
+        );
+        // The rule's tile: the same at every bucket it tiles (the rule does not look at T).
+        let mut rule_tiles: Vec<&str> = Vec::new();
+        for b in shape.buckets.iter().filter(|b| b.rule.path == TILED) {
+            if !rule_tiles.contains(&b.rule.config.as_str()) {
+                rule_tiles.push(&b.rule.config);
+            }
+        }
+        if !rule_tiles.is_empty() {
+            f.add(format!("{p}_rule_tile"), rule_tiles.join(" / "), src);
+            let tiled: Vec<&Candidate> = shape
+                .buckets
+                .iter()
+                .filter_map(|b| b.best_of(TILED))
+                .collect();
+            f.add(
+                format!("{p}_rule_tile_fastest"),
+                tiled
+                    .iter()
+                    .filter(|c| rule_tiles.contains(&c.config.as_str()))
+                    .count()
+                    .to_string(),
+                src,
+            );
+            f.add(format!("{p}_tiled_buckets"), tiled.len().to_string(), src);
+        }
+        // On the decode path, what the geometry is worth: the rule's default against the
+        // fastest, where both ran the decode path.
+        let decode_gain = shape
+            .buckets
+            .iter()
+            .filter(|b| b.rule.path == "decode" && b.winner.path == "decode")
+            .map(TuneBucket::rule_over_winner)
+            .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
+        if let Some(x) = decode_gain {
+            f.add(format!("{p}_decode_speedup_max"), ratio(x), src);
+        }
+        if let Some(b) = shape
+            .buckets
+            .iter()
+            .max_by(|a, b| a.rule_over_winner().total_cmp(&b.rule_over_winner()))
+        {
+            f.add(format!("{p}_speedup_max"), ratio(b.rule_over_winner()), src);
+            f.add(format!("{p}_speedup_max_tokens"), b.tokens.to_string(), src);
+            f.add(
+                format!("{p}_speedup_max_ppe"),
+                fmt_small(shape.pairs_per_expert(b.tokens)),
+                src,
+            );
+            f.add(
+                format!("{p}_speedup_max_config"),
+                format!("{} {}", b.winner.path, b.winner.config),
+                src,
+            );
+            f.add(
+                format!("{p}_speedup_max_rule_config"),
+                format!("{} {}", b.rule.path, b.rule.config),
+                src,
+            );
+        }
+    }
+}
+
+/// The tuning table and its facts, whenever both files of `bench ch04-tune` are committed.
+fn tune_files(root: &Path) -> Result<Vec<Generated>, String> {
+    let have = [TUNED_CSV, TUNE_ALL_CSV].map(|p| root.join(p).exists());
+    if have != [true, true] {
+        let committed: Vec<&str> = [TUNE_TABLE, TUNE_FACTS]
+            .into_iter()
+            .filter(|p| root.join(p).exists())
+            .collect();
+        if !committed.is_empty() || have.contains(&true) {
+            return Err(format!(
+                "{TUNED_CSV} and {TUNE_ALL_CSV} come from one run of `bench ch04-tune` and must \
+                 both be committed{}",
+                if committed.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({} need them)", committed.join(", "))
+                }
+            ));
+        }
+        eprintln!("plot: ch04: no {TUNED_CSV} yet (bench ch04-tune makes it): the tuning table is left out");
+        return Ok(Vec::new());
+    }
+    let tuned = parse_tuned(&read(root, TUNED_CSV)?, TUNED_CSV)?;
+    let all = parse_tune_all(&read(root, TUNE_ALL_CSV)?, TUNE_ALL_CSV)?;
+    if tuned.buckets.is_empty() {
+        return Err(format!("{TUNED_CSV} has no rows"));
+    }
+    let shapes = tune_shapes(&tuned, &all)?;
+    let mut f = Facts::default();
+    tune_facts(&shapes, &tuned, all.len(), &mut f);
+    Ok(vec![
+        Generated {
+            path: TUNE_TABLE.into(),
+            content: tune_table(&shapes, tuned.device.as_deref()),
+        },
+        Generated {
+            path: TUNE_FACTS.into(),
+            content: f.render("Chapter 4's tuning numbers"),
+        },
+    ])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1222,5 +1878,379 @@ mod tests {
         assert_eq!(linear_ticks(680.0), [0.0, 200.0, 400.0, 600.0, 800.0]);
         assert_eq!(tick(0.5), "0.5");
         assert_eq!(tick(1.5), "1.5");
+    }
+
+    // ---- `bench ch04-tune`'s files ----------------------------------------------------------
+
+    const TUNE_SHAPES: [(&str, u64, u64, u64, u64); 2] = [
+        ("qwen3_30b_a3b", 2048, 768, 128, 8),
+        ("glm_h4096_i1024_e288_k8", 4096, 1024, 288, 8),
+    ];
+    const TUNE_TOKENS: [u64; 4] = [1, 8, 64, 512];
+
+    /// A tile: 50 + T µs times its factor (`w4_k32_n2` pays off from 512 tokens).
+    fn tiled_us(config: &str, t: u64) -> f64 {
+        let f = match config {
+            "w4_k32_n1" => 1.2,
+            "w4_k64_n1" => 1.0,
+            "w4_k32_n2" if t >= 512 => 0.9,
+            _ => 1.5,
+        };
+        f * (50.0 + t as f64)
+    }
+
+    /// A decode geometry: 10 µs per quarter of a token plus ten, `w2_c1` 2% faster.
+    fn decode_us(geometry: &str, t: u64) -> f64 {
+        let f = if geometry == "w2_c1" { 0.98 } else { 1.0 };
+        f * 10.0 * (1.0 + t as f64 / 4.0)
+    }
+
+    /// What the bench times: every tile; the decode geometries up to 16 pairs per expert.
+    fn tune_candidates(e: u64, k: u64, t: u64) -> Vec<(&'static str, &'static str, f64)> {
+        let mut v: Vec<(&str, &str, f64)> = ["w4_k32_n1", "w4_k64_n1", "w4_k32_n2"]
+            .into_iter()
+            .map(|c| ("tiled", c, tiled_us(c, t)))
+            .collect();
+        if t * k <= 16 * e {
+            v.extend(
+                ["w4_c1", "w2_c1"]
+                    .into_iter()
+                    .map(|g| ("decode", g, decode_us(g, t))),
+            );
+        }
+        v
+    }
+
+    /// The rule: decode `w4_c1` while T·k ≤ 4·E, else the tile `w4_k64_n1`.
+    fn rule(e: u64, k: u64, t: u64) -> (&'static str, &'static str, f64) {
+        if t * k <= 4 * e {
+            ("decode", "w4_c1", decode_us("w4_c1", t))
+        } else {
+            ("tiled", "w4_k64_n1", tiled_us("w4_k64_n1", t))
+        }
+    }
+
+    /// Both files of one synthetic run; `winner` may rename a bucket's winner (a broken table).
+    fn tune_csvs(winner: Option<(u64, &str, &str)>) -> (String, String) {
+        let mut all = "shape,hidden,intermediate,experts,k,tokens,path,config,cold_us,cold_p10_us,cold_p90_us,warm_us\n".to_string();
+        let mut tuned = "# bench ch04-tune on NVIDIA H200: the fastest cold median per shape and batch bucket (tools/bench/src/ch04_tune.rs)\n\
+            hidden,intermediate,experts,k,tokens,path,config,cold_us,warm_us,rule_path,rule_config,rule_cold_us\n".to_string();
+        for (name, h, i, e, k) in TUNE_SHAPES {
+            for t in TUNE_TOKENS {
+                let cands = tune_candidates(e, k, t);
+                for (path, config, us) in &cands {
+                    all += &format!(
+                        "{name},{h},{i},{e},{k},{t},{path},{config},{us:.3},{:.3},{:.3},{:.3}\n",
+                        us * 0.98,
+                        us * 1.03,
+                        us * 0.9
+                    );
+                }
+                let mut best = cands[0];
+                for c in &cands {
+                    if c.2 < best.2 {
+                        best = *c;
+                    }
+                }
+                if let Some((_, p, c)) = winner.filter(|w| w.0 == t) {
+                    best = *cands.iter().find(|x| x.0 == p && x.1 == c).unwrap();
+                }
+                let r = rule(e, k, t);
+                tuned += &format!(
+                    "{h},{i},{e},{k},{t},{},{},{:.3},{:.3},{},{},{:.3}\n",
+                    best.0,
+                    best.1,
+                    best.2,
+                    best.2 * 0.9,
+                    r.0,
+                    r.1,
+                    r.2
+                );
+            }
+        }
+        (tuned, all)
+    }
+
+    fn tune_repo(name: &str, tuned: Option<&str>, all: Option<&str>) -> std::path::PathBuf {
+        let root = repo(name, None);
+        if let Some(t) = tuned {
+            std::fs::write(root.join(TUNED_CSV), t).unwrap();
+        }
+        if let Some(a) = all {
+            std::fs::write(root.join(TUNE_ALL_CSV), a).unwrap();
+        }
+        root
+    }
+
+    #[test]
+    fn the_tuning_table_and_facts_from_a_synthetic_run() {
+        let (tuned, all) = tune_csvs(None);
+        let root = tune_repo("tune", Some(&tuned), Some(&all));
+        let files = generate(&root).unwrap();
+        std::fs::remove_dir_all(&root).unwrap();
+        let paths: Vec<&str> = files.iter().map(|g| g.path.as_str()).collect();
+        assert_eq!(paths, [TUNE_TABLE, TUNE_FACTS]);
+
+        // Computed here from the formulas: below 64 tokens the decode path wins (w2_c1), from
+        // 64 the tile w4_k64_n1, at 512 w4_k32_n2. The rule runs decode w4_c1 up to T·k = 4E
+        // (Qwen3: 64 tokens, GLM: 144), then w4_k64_n1.
+        let r2 = |x: f64| format!("{x:.2}");
+        let facts = content(&files, TUNE_FACTS);
+        let ratio_64 = decode_us("w4_c1", 64) / tiled_us("w4_k64_n1", 64);
+        let ratio_512 = tiled_us("w4_k64_n1", 512) / tiled_us("w4_k32_n2", 512);
+        for (name, value) in [
+            ("tune_device", "NVIDIA H200".to_string()),
+            ("tune_quick", "no".into()),
+            ("tune_buckets", "1, 8, 64 and 512".into()),
+            ("tune_timings", (3 * 8 + 2 * 3 + 2 * 4).to_string()),
+            ("qwen3_tune_t1_path", "decode".into()),
+            ("qwen3_tune_t1_config", "w2_c1".into()),
+            ("qwen3_tune_t1_rule_config", "w4_c1".into()),
+            ("qwen3_tune_t1_ppe", "0.06".into()),
+            ("qwen3_tune_t8_ppe", "0.50".into()),
+            ("qwen3_tune_t64_ppe", "4.0".into()),
+            ("glm_tune_t64_ppe", "1.8".into()),
+            ("glm_tune_t512_ppe", "14".into()),
+            (
+                "qwen3_tune_t1_speedup",
+                r2(decode_us("w4_c1", 1) / decode_us("w2_c1", 1)),
+            ),
+            ("qwen3_tune_t1_best_tiled", "w4_k64_n1".into()),
+            (
+                "qwen3_tune_t1_best_tiled_cold",
+                fmt_us(tiled_us("w4_k64_n1", 1)),
+            ),
+            (
+                "qwen3_tune_t1_tiled_over_decode",
+                r2(tiled_us("w4_k64_n1", 1) / decode_us("w2_c1", 1)),
+            ),
+            ("qwen3_tune_t64_path", "tiled".into()),
+            ("qwen3_tune_t64_rule_path", "decode".into()),
+            ("qwen3_tune_t64_speedup", r2(ratio_64)),
+            (
+                "qwen3_tune_t64_decode_over_tiled",
+                r2(decode_us("w2_c1", 64) / tiled_us("w4_k64_n1", 64)),
+            ),
+            ("qwen3_tune_t512_config", "w4_k32_n2".into()),
+            ("qwen3_tune_t512_speedup", r2(ratio_512)),
+            ("qwen3_tune_buckets", "4".into()),
+            ("qwen3_tune_decode_last", "8".into()),
+            ("qwen3_tune_decode_last_ppe", "0.50".into()),
+            (
+                "qwen3_tune_decode_last_tiled_over_decode",
+                r2(tiled_us("w4_k64_n1", 8) / decode_us("w2_c1", 8)),
+            ),
+            ("qwen3_tune_tiled_first", "64".into()),
+            ("qwen3_tune_tiled_first_ppe", "4.0".into()),
+            (
+                "qwen3_tune_tiled_first_decode_over_tiled",
+                r2(decode_us("w2_c1", 64) / tiled_us("w4_k64_n1", 64)),
+            ),
+            ("qwen3_tune_rule_decode_last", "64".into()),
+            ("qwen3_tune_rule_tiled_first", "512".into()),
+            ("glm_tune_rule_decode_last", "64".into()),
+            ("glm_tune_rule_tiled_first", "512".into()),
+            // 1, 8 and 512 on the same path; no bucket with the same geometry or tile.
+            ("qwen3_tune_path_agrees", "3".into()),
+            ("qwen3_tune_choice_agrees", "0".into()),
+            ("qwen3_tune_rule_tile", "w4_k64_n1".into()),
+            ("qwen3_tune_rule_tile_fastest", "3".into()),
+            ("qwen3_tune_tiled_buckets", "4".into()),
+            (
+                "qwen3_tune_decode_speedup_max",
+                r2(decode_us("w4_c1", 8) / decode_us("w2_c1", 8)),
+            ),
+            ("qwen3_tune_speedup_max", r2(ratio_64.max(ratio_512))),
+            ("qwen3_tune_speedup_max_tokens", "64".into()),
+            ("qwen3_tune_speedup_max_ppe", "4.0".into()),
+            ("qwen3_tune_speedup_max_config", "tiled w4_k64_n1".into()),
+            ("qwen3_tune_speedup_max_rule_config", "decode w4_c1".into()),
+            // GLM: decode timed at 512 tokens too (8·512 ≤ 16·288), and lost.
+            ("glm_tune_t512_best_decode", "w2_c1".into()),
+            (
+                "glm_tune_t512_decode_over_tiled",
+                r2(decode_us("w2_c1", 512) / tiled_us("w4_k32_n2", 512)),
+            ),
+        ] {
+            has(facts, name, &value);
+        }
+        assert!(!facts.contains("qwen3_tune_t512_best_decode"), "{facts}");
+
+        let md = content(&files, TUNE_TABLE);
+        assert!(
+            md.contains("one run of `bench ch04-tune` on the NVIDIA H200"),
+            "{md}"
+        );
+        assert!(
+            md.contains("**Qwen3-30B-A3B: H 2048, I 768, E 128, k 8**\n"),
+            "{md}"
+        );
+        assert!(
+            md.contains("**GLM-like: H 4096, I 1024, E 288, k 8**\n"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| fastest: path, configuration | **decode w2_c1** | **decode w2_c1** | **tiled w4_k64_n1** | **tiled w4_k32_n2** |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| the rule alone: path, configuration | decode w4_c1 | decode w4_c1 | decode w4_c1 | tiled w4_k64_n1 |"),
+            "{md}"
+        );
+        let rule_row = format!(
+            "| the rule ÷ the fastest | {}× | {}× | {}× | {}× |",
+            r2(decode_us("w4_c1", 1) / decode_us("w2_c1", 1)),
+            r2(decode_us("w4_c1", 8) / decode_us("w2_c1", 8)),
+            r2(ratio_64),
+            r2(ratio_512)
+        );
+        assert!(md.contains(&rule_row), "{rule_row} in {md}");
+        // The winner at 512 tokens with its p10–p90.
+        let w = tiled_us("w4_k32_n2", 512);
+        let cell = format!(
+            "| {} ({}–{}) |\n",
+            fmt_us(w),
+            fmt_us(w * 0.98),
+            fmt_us(w * 1.03)
+        );
+        assert!(md.contains(&cell), "{cell} in {md}");
+        let qwen3 = md.split("**GLM-like").next().unwrap();
+        assert!(
+            qwen3.contains(&format!(
+                "| fastest decode: geometry · cold µs | w2_c1 · {} | w2_c1 · {} | w2_c1 · {} | – |",
+                fmt_us(decode_us("w2_c1", 1)),
+                fmt_us(decode_us("w2_c1", 8)),
+                fmt_us(decode_us("w2_c1", 64))
+            )),
+            "{qwen3}"
+        );
+        for line in md.lines().filter(|l| l.starts_with('|')) {
+            assert_eq!(line.matches('|').count(), 6, "5 columns: {line}");
+        }
+    }
+
+    #[test]
+    fn the_tuning_files_must_come_from_one_run() {
+        // A winner that is not the fastest of its bucket.
+        let (tuned, all) = tune_csvs(Some((8, "decode", "w4_c1")));
+        let root = tune_repo("tune-slow", Some(&tuned), Some(&all));
+        let e = generate(&root).unwrap_err();
+        std::fs::remove_dir_all(&root).unwrap();
+        assert!(
+            e.contains("T 8: decode w2_c1") && e.contains("faster than the winner decode w4_c1"),
+            "{e}"
+        );
+        // A bucket timed and missing from the table.
+        let (tuned, all) = tune_csvs(None);
+        let cut: String = tuned
+            .lines()
+            .filter(|l| !l.starts_with("4096,1024,288,8,512,"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let root = tune_repo("tune-cut", Some(&cut), Some(&all));
+        let e = generate(&root).unwrap_err();
+        std::fs::remove_dir_all(&root).unwrap();
+        assert!(
+            e.contains("glm_h4096_i1024_e288_k8 at T 512 has no row"),
+            "{e}"
+        );
+        // A median that differs between the files.
+        let changed = tuned.replace(
+            &format!("{:.3},", decode_us("w2_c1", 1)),
+            &format!("{:.3},", decode_us("w2_c1", 1) + 1.0),
+        );
+        let root = tune_repo("tune-other", Some(&changed), Some(&all));
+        let e = generate(&root).unwrap_err();
+        std::fs::remove_dir_all(&root).unwrap();
+        assert!(e.contains("not one run"), "{e}");
+        // One file without the other.
+        let root = tune_repo("tune-half", Some(&tuned), None);
+        let e = generate(&root).unwrap_err();
+        std::fs::remove_dir_all(&root).unwrap();
+        assert!(e.contains("must both be committed"), "{e}");
+    }
+
+    #[test]
+    fn the_tuned_files_comment_names_the_device() {
+        let text = "# bench ch04-tune on NVIDIA H200 (--quick: few samples): the fastest …\n\
+                    hidden,intermediate,experts,k,tokens,path,config,cold_us,warm_us,rule_path,rule_config,rule_cold_us\n\
+                    64,40,16,4,1,decode,w4_c1,1.0,1.0,decode,w4_c1,x\n";
+        let e = parse_tuned(text, "t.csv").unwrap_err();
+        assert!(e.contains("t.csv:3: `x` in column rule_cold_us"), "{e}");
+        let t = parse_tuned(&text.replace(",x\n", ",1.0\n"), "t.csv").unwrap();
+        assert_eq!(t.device.as_deref(), Some("NVIDIA H200"));
+        assert!(t.quick);
+        assert_eq!(t.buckets.len(), 1);
+        assert_eq!(tune_title("qwen3_30b_a3b"), "Qwen3-30B-A3B");
+        assert_eq!(tune_title("glm_h4096_i1024_e288_k8"), "GLM-like");
+        assert_eq!(fmt_small(0.0625), "0.06");
+        assert_eq!(fmt_small(32.0), "32");
+    }
+
+    #[test]
+    fn another_decode_path_counts_as_decode() {
+        // `decode_grouped` timed beside the others at GLM's shape, and fastest from 64 tokens:
+        // the decode side of the crossover moves up to 64, and the table gets its rows.
+        let (tuned, all) = tune_csvs(None);
+        let grouped = |t: u64| tiled_us("w4_k64_n1", t) * if t >= 64 { 0.5 } else { 2.0 };
+        let mut all = all;
+        for t in TUNE_TOKENS {
+            all += &format!(
+                "glm_h4096_i1024_e288_k8,4096,1024,288,8,{t},decode_grouped,w4_c1,{:.3},{:.3},{:.3},{:.3}\n",
+                grouped(t),
+                grouped(t),
+                grouped(t),
+                grouped(t)
+            );
+        }
+        let old = format!(
+            "4096,1024,288,8,64,tiled,w4_k64_n1,{:.3},",
+            tiled_us("w4_k64_n1", 64)
+        );
+        let new = format!(
+            "4096,1024,288,8,64,decode_grouped,w4_c1,{:.3},",
+            grouped(64)
+        );
+        assert!(tuned.contains(&old));
+        let tuned = tuned.replace(&old, &new);
+        // …and at 512, where it beats the tile too: all its winners are decode paths.
+        let old = format!(
+            "4096,1024,288,8,512,tiled,w4_k32_n2,{:.3},",
+            tiled_us("w4_k32_n2", 512)
+        );
+        let tuned = tuned.replace(
+            &old,
+            &format!(
+                "4096,1024,288,8,512,decode_grouped,w4_c1,{:.3},",
+                grouped(512)
+            ),
+        );
+        let root = tune_repo("tune-grouped", Some(&tuned), Some(&all));
+        let files = generate(&root).unwrap();
+        std::fs::remove_dir_all(&root).unwrap();
+        let facts = content(&files, TUNE_FACTS);
+        has(facts, "glm_tune_decode_last", "512");
+        assert!(!facts.contains("ANCHOR: glm_tune_tiled_first\n"), "{facts}");
+        has(facts, "glm_tune_t64_best_decode_grouped", "w4_c1");
+        has(facts, "glm_tune_t64_tiled_over_decode_grouped", "2.00");
+        has(
+            facts,
+            "glm_tune_decode_last_tiled_over_decode",
+            &format!("{:.2}", tiled_us("w4_k32_n2", 512) / grouped(512)),
+        );
+        let md = content(&files, TUNE_TABLE);
+        let glm = md.split("**GLM-like").nth(1).unwrap();
+        assert!(
+            glm.contains(&format!(
+                "| fastest tiled ÷ fastest decode_grouped | 0.50× | 0.50× | 2.00× | {:.2}× |",
+                tiled_us("w4_k32_n2", 512) / grouped(512)
+            )),
+            "{glm}"
+        );
+        assert!(!md
+            .split("**GLM-like")
+            .next()
+            .unwrap()
+            .contains("decode_grouped"));
     }
 }
