@@ -1,6 +1,8 @@
 // ch04_fused_moe.cu — the fused MoE kernels: every expert's GEMMs in one launch each, on tensor
 // cores, reading chapter 3's sorted, padded pairs (the tiled path); and, for a few tokens, kernels
-// that stream each pair's expert weights once with no tile at all (the decode path).
+// that stream each pair's expert weights once with no tile at all (the decode path), or the
+// same arithmetic grouped by expert, each expert's weights streamed once per group of its pairs
+// (the grouped decode path).
 //
 // A MoE layer in bf16 is, for the T·k (token, expert) pairs p = t·k + j of a batch:
 //
@@ -15,6 +17,7 @@
 //      layout, pair ids sorted by expert, each expert's run padded with the placeholder P = T·k
 //      to a multiple of BLOCK_M, one expert per tile of BLOCK_M slots (-1 past the last tile);
 //      the decode path: ids [T·k] i32, the router's expert of each pair, read directly;
+//      the grouped decode path: x in bf16 and chapter 3's layout at BLOCK_M = DECODE_GROUP (8);
 //      weight [T·k] f32, the router's weights.
 // Out: out [T, H] f32.
 //
@@ -69,16 +72,44 @@
 //   decode_gemm2: the unfused down projection (y [T·k, H], and the shared expert's [T, H]) for
 //     fused_combine, to show what the fusion saves.
 //
+// THE GROUPED DECODE PATH. The decode kernels read an expert's rows once per pair: an expert
+// chosen by n pairs is read n times (at 64 tokens of Qwen3-30B-A3B, 512 pairs over about 127
+// experts, four times on average). The grouped kernels take chapter 3's layout with BLOCK_M =
+// DECODE_GROUP (8; any of 16..128 works too) and run one block per tile and column slice: the
+// block compacts its tile's real pairs (a ballot per 32 slots; placeholders and garbage left
+// out), and for each of its columns a warp loads each 16-byte chunk of the expert's rows once and
+// multiplies it into up to DECODE_GROUP pairs' rows (x[p / k], or act[p]), one fp32 sum per
+// (pair, row) (dec_lane_dots_group); a tile of more real pairs takes another pass of 8 over the
+// weight rows just read (from L1 or L2). Every (pair, column) sum is the decode kernels' own: the same lane, the same
+// chunks in the same order, the same fmaf, the same butterfly (dec_warp_sums, whose additions
+// are dec_warp_sum's), the same roundings; so the grouped path gives the decode path's bits, in
+// every fusion, geometry and BLOCK_M. The shared expert's tokens come in tiles after the routed
+// tiles (tokens in order), and its gate logit with them.
+//   decode_grouped_gemm1_swiglu (decode_grouped_gemm1_gateup: no SwiGLU): act by tile.
+//   decode_grouped_gemm2: y = weight·dot rounded in fp32, by tile, exactly decode_gemm2's y; then
+//     fused_combine sums over k as decode_gemm2_sum would (the same additions in the same order:
+//     see Roundings). The sum over k cannot move into a tile of one expert's pairs, so this path
+//     is one launch longer and writes and reads y [T·k, H] f32 (at 64 tokens of Qwen3, 4 MB each
+//     way, against about 1.2 GB of weights). With Fusion::SwiGluSumK the host runs
+//     decode_gemm2_sum after the grouped GEMM 1 instead: no y and no combine, but w2 read once
+//     per pair again (a third of the weights).
+//   Costs beyond the decode path's: fused_to_bf16 (x in bf16: each x row is read once per pair
+//   and column, from L1, and bf16 halves those bytes), chapter 3's one or two launches, and a
+//   combine; a tile of one real pair does the decode kernels' work plus a barrier. Not picked by
+//   the host's rule until measured on the GPU (chapters/ch04-fused-moe/src/choose.rs).
+//
 // Roundings (the same places as chapter 2's bf16 layer, ch02_grouped.cu): x to bf16 once;
 // gate and up each rounded to bf16 from their fp32 sums (chapter 2's GEMM writes gate|up in
 // bf16); silu(g)·u computed in fp32 from those bf16 values, as ch02_swiglu_bf16 does, and rounded
 // to bf16; the down projection summed in fp32 and kept in fp32; y = weight·dot rounded in fp32,
 // then out = ((0 + y₀) + y₁) + ... (+ s, s = σ(logit)·shared) in fp32, j in order. The decode
 // kernels follow exactly this sequence, fused or not: decode_gemm2_sum adds weight·dot to its
-// accumulator in the order fused_combine adds y. So within a path every fusion gives the same
-// bits (and every tile configuration, BLOCK_M and decode geometry); the two paths differ only in
-// the order of the fp32 sums inside the dot products (tensor-core k-steps of 16, which also
-// truncate, against 32 lane sums and a butterfly), within chapter 2's BF16_VS_BF16. The only
+// accumulator in the order fused_combine adds y (no a·b + c is contracted: every kernel is
+// compiled with --fmad=false). So within a path every fusion gives the same bits (and every tile
+// configuration, BLOCK_M and decode geometry), and the grouped decode path is the decode path,
+// bit for bit; the tiled and decode paths differ only in the order of the fp32 sums inside the
+// dot products (tensor-core k-steps of 16, which also truncate, against 32 lane sums and a
+// butterfly), within chapter 2's BF16_VS_BF16. The only
 // difference from chapter 2: the routing weight applied as w·y rounded, then added (chapter 2:
 // fmaf(w, y, acc), one rounding fewer), and the order of the sums.
 //
@@ -121,6 +152,8 @@
 #define DECODE_MAX_THREADS 1024   // the decode kernels take any multiple of 32 threads up to this
 #define DECODE_CHUNK 8            // K values per lane and load in the decode kernels: 16 bytes of bf16
 #define DECODE_PAIRS 4            // pairs of one token whose dot products decode_gemm2_sum runs together
+#define DECODE_GROUP 8            // pairs of one expert the grouped decode kernels multiply per weight load (and BLOCK_M)
+#define DECODE_GROUP_MAX_THREADS 512  // the grouped decode kernels take any multiple of 32 threads up to this
 
 // ANCHOR: config
 // One tile configuration. GEMM 1 stages BN1 gate rows and the BN1 matching up rows; the plain
@@ -579,11 +612,12 @@ __device__ __forceinline__ float dec_warp_sum(float s) {
     return s;
 }
 
-// R sums (R = 1, 2 or 4) in one butterfly, each with exactly dec_warp_sum's additions: at xor 16
-// (and 8 for R = 4) a lane keeps the half of its values its lane bit selects and receives the
-// other lanes' half, so it adds its own value and its partner's, in the order dec_warp_sum does,
-// with half the shuffles; then xor 8 (4) ... 1 on the one value left. Lane 0 ends with all R
-// sums in v[0..R) (the other lanes' v is scratch): log2(R) + 5 + (R - 1) shuffles instead of 5R.
+// R sums (R = 1, 2 or 4; 8 in the grouped kernels) in one butterfly, each with exactly
+// dec_warp_sum's additions: at xor 16 (and 8 for R = 4, 8 and 4 for R = 8) a lane keeps the half
+// of its values its lane bit selects and receives the other lanes' half, so it adds its own value
+// and its partner's, in the order dec_warp_sum does, with half the shuffles; then the remaining
+// xors down to 1 on the one value left. Lane 0 ends with all R sums in v[0..R) (the other lanes'
+// v is scratch): 2(R − 1) + 5 − log2(R) shuffles instead of 5R.
 template <int R>
 __device__ __forceinline__ void dec_warp_sums(float v[R]) {
     const int lane = threadIdx.x & 31;
@@ -598,7 +632,7 @@ __device__ __forceinline__ void dec_warp_sums(float v[R]) {
         }
     }
     for (; off > 0; off >>= 1) v[0] = v[0] + __shfl_xor_sync(MOE_FULL_MASK, v[0], off);
-    // Value j now sits in lanes whose bits 4 (and 3) spell j: lane j·32/R among them.
+    // Value j now sits in lanes whose bits 4 (3, 2) spell j: lane j·32/R among them.
     const float own = v[0];
 #pragma unroll
     for (int j = 1; j < R; ++j) {
@@ -799,6 +833,271 @@ extern "C" __global__ void __launch_bounds__(DECODE_MAX_THREADS)
         if (lane == 0) o[n] = weighted ? scale * v : v;
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The grouped decode path: each expert's weights streamed once per group of its pairs.
+
+// ANCHOR: decode_grouped_dot
+// This lane's partial sums of NB·R dot products a[r] · b[q] over K, into s[q·R + r], for the
+// first n ≤ R rows a[r] = A + arow[r]·K (the others are not read; their sums stay as they are)
+// and NB rows b[q] of one expert: each chunk of each b[q] is loaded once, then multiplied into
+// every a[r]. For each (r, q) the chunks, their order, the fmaf and its operands are
+// dec_lane_dots's (a first): the same bits as one dec_lane_dots per row a[r], with the b rows
+// read once instead of n times. (Row numbers rather than pointers: half the registers.)
+template <int R, int NB>
+__device__ __forceinline__ void dec_lane_dots_group(const __nv_bfloat16* __restrict__ A, const int* arow, int n,
+                                                    const __nv_bfloat16* const* b, int K, bool vec,
+                                                    float s[NB * R]) {
+    const int lane = threadIdx.x & 31;
+    if (vec) {
+        for (int c = lane * DECODE_CHUNK; c < K; c += 32 * DECODE_CHUNK) {
+            float bv[NB][DECODE_CHUNK];
+#pragma unroll
+            for (int q = 0; q < NB; ++q) dec_load8(b[q] + c, bv[q]);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                if (r >= n) break;  // the same for the whole warp
+                float av[DECODE_CHUNK];
+                dec_load8(A + (size_t)arow[r] * K + c, av);  // 64-bit: p·I
+#pragma unroll
+                for (int q = 0; q < NB; ++q)
+#pragma unroll
+                    for (int j = 0; j < DECODE_CHUNK; ++j) s[q * R + r] = fmaf(av[j], bv[q][j], s[q * R + r]);
+            }
+        }
+    } else {
+        for (int c = lane * DECODE_CHUNK; c < K; c += 32 * DECODE_CHUNK)
+            for (int j = 0; j < DECODE_CHUNK && c + j < K; ++j) {
+                float bv[NB];
+#pragma unroll
+                for (int q = 0; q < NB; ++q) bv[q] = __bfloat162float(b[q][c + j]);
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    if (r >= n) break;
+                    const float av = dec_value(A + (size_t)arow[r] * K + c + j);
+#pragma unroll
+                    for (int q = 0; q < NB; ++q) s[q * R + r] = fmaf(av, bv[q], s[q * R + r]);
+                }
+            }
+    }
+}
+
+// The rows of a grouped block, in s_row[0..count) (count returned; every thread calls it): for a
+// routed tile (tile < tiles), the real pairs p (0 ≤ p < P) among its block_m slots of
+// sorted_ids, in slot order (placeholders and garbage left out); for a shared tile, the tokens
+// (tile − tiles)·block_m + r below T. Warp 0 compacts them with a ballot per 32 slots.
+__device__ __forceinline__ int dec_group_rows(const int* __restrict__ sorted_ids, int tile, int tiles,
+                                              int block_m, int P, int T, int* s_row, int* s_count) {
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
+        int count = 0;
+        for (int r0 = 0; r0 < block_m; r0 += 32) {
+            const int r = r0 + lane;
+            int row = -1;
+            if (r < block_m) {
+                if (tile < tiles) {
+                    const int p = sorted_ids[(size_t)tile * block_m + r];  // 64-bit: tile·block_m
+                    row = p >= 0 && p < P ? p : -1;
+                } else {
+                    const long long t = (long long)(tile - tiles) * block_m + r;
+                    row = t < T ? (int)t : -1;
+                }
+            }
+            const unsigned real = __ballot_sync(MOE_FULL_MASK, row >= 0);
+            if (row >= 0) s_row[count + __popc(real & ((1u << lane) - 1u))] = row;
+            count += __popc(real);
+        }
+        if (lane == 0) *s_count = count;
+    }
+    __syncthreads();
+    return *s_count;
+}
+// ANCHOR_END: decode_grouped_dot
+
+// ANCHOR: decode_grouped_gemm1
+// decode_gemm1_impl's outputs, a block per tile of chapter 3's layout (BLOCK_M = block_m slots
+// of one expert) instead of per pair: block (x, y) with x < tiles is routed tile x (nothing past
+// num_post or for an expert outside 0..E), x ≥ tiles the shared expert's tokens (x − tiles)·
+// block_m ... (+ block_m − 1); its warps own the columns decode_gemm1_impl's do. For each column
+// n a warp loads the gate row n and the up row I + n chunk by chunk and multiplies each chunk
+// into DECODE_GROUP of the tile's rows at once (dec_lane_dots_group: its pairs' x[p / k], bf16);
+// a tile of more real rows takes more passes of DECODE_GROUP (the rows just read come from L1).
+// The same sums, butterflies (dec_warp_sums, whose additions are dec_warp_sum's) and roundings
+// per (pair, column) as decode_gemm1_impl: the same bits, whichever tile a pair sits in.
+//   SWIGLU: out[p, n] = bf16(silu(bf16(g)) · bf16(u)) [P, I]; else gate|up [P, 2I].
+// The shared tiles' blocks y = 0 also write shared_logit[t] (gate_logit_warp, one warp per token).
+template <bool SWIGLU>
+__device__ __forceinline__ void decode_grouped_gemm1_impl(
+    const __nv_bfloat16* __restrict__ x, const int* __restrict__ sorted_ids, const int* __restrict__ expert_ids,
+    const int* __restrict__ num_post, const __nv_bfloat16* __restrict__ w13,
+    const __nv_bfloat16* __restrict__ shared_w13, const __nv_bfloat16* __restrict__ shared_gate,
+    float* __restrict__ shared_logit, __nv_bfloat16* __restrict__ out, __nv_bfloat16* __restrict__ shared_out,
+    int T, int k, int H, int I, int E, int Is, int cols_per_warp, int block_m, int tiles) {
+    __shared__ int s_row[FUSED_MAX_BLOCK_M];
+    __shared__ int s_count;
+    const int tile = blockIdx.x;
+    const bool routed = tile < tiles;
+    int inter;
+    const __nv_bfloat16* w;
+    __nv_bfloat16* o;
+    if (routed) {
+        // The same decision for every thread of the block, before any barrier.
+        if ((long long)tile * block_m >= (long long)*num_post) return;
+        const int e = expert_ids[tile];
+        if (e < 0 || e >= E) return;
+        inter = I;
+        w = w13 + (size_t)e * 2 * (size_t)I * (size_t)H;  // 64-bit: E·2I·H can pass 2^31
+        o = out;
+    } else {
+        inter = Is;
+        w = shared_w13;
+        o = shared_out;
+    }
+    const int rows = dec_group_rows(sorted_ids, tile, tiles, block_m, T * k, T, s_row, &s_count);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    const bool vec = H % DECODE_CHUNK == 0;
+    const size_t stride = (size_t)(SWIGLU ? 1 : 2) * inter;
+    for (int c = 0; c < cols_per_warp; ++c) {
+        const int n = blockIdx.y * warps * cols_per_warp + warp * cols_per_warp + c;
+        if (n >= inter) break;  // the same for the whole warp
+        const __nv_bfloat16* wrow[2] = {w + (size_t)n * H, w + (size_t)(inter + n) * H};
+        for (int g0 = 0; g0 < rows; g0 += DECODE_GROUP) {
+            const int live = min(DECODE_GROUP, rows - g0);
+            int xrow[DECODE_GROUP];  // the token of each row
+#pragma unroll
+            for (int r = 0; r < DECODE_GROUP; ++r) {
+                const int row = s_row[g0 + min(r, live - 1)];
+                xrow[r] = routed ? row / k : row;
+            }
+            float s[2 * DECODE_GROUP];  // [gate of rows 0..G) | up of rows 0..G)]
+#pragma unroll
+            for (int i = 0; i < 2 * DECODE_GROUP; ++i) s[i] = 0.0f;
+            dec_lane_dots_group<DECODE_GROUP, 2>(x, xrow, live, wrow, H, vec, s);
+            // Lane 0: every row's gate sum, then its up sum (two butterflies of 8: one of 16
+            // would index s at run time, in local memory).
+            dec_warp_sums<DECODE_GROUP>(s);
+            dec_warp_sums<DECODE_GROUP>(s + DECODE_GROUP);
+            if (lane == 0) {
+#pragma unroll
+                for (int r = 0; r < DECODE_GROUP; ++r) {
+                    if (r >= live) break;
+                    __nv_bfloat16* orow = o + (size_t)s_row[g0 + r] * stride;  // 64-bit: p·I, p·2I
+                    const float g = s[r], u = s[DECODE_GROUP + r];
+                    if (SWIGLU) {
+                        const float gate = __bfloat162float(__float2bfloat16(g));
+                        const float up = __bfloat162float(__float2bfloat16(u));
+                        orow[n] = __float2bfloat16((gate * moe_sigmoidf(gate)) * up);
+                    } else {
+                        orow[n] = __float2bfloat16(g);
+                        orow[inter + n] = __float2bfloat16(u);
+                    }
+                }
+            }
+        }
+    }
+    if (!routed && shared_gate && blockIdx.y == 0) {
+        for (int r = warp; r < rows; r += warps) {  // the same for the whole warp
+            const int t = s_row[r];
+            const float logit = gate_logit_warp(x + (size_t)t * H, shared_gate, H);
+            if (lane == 0) shared_logit[t] = logit;
+        }
+    }
+}
+// ANCHOR_END: decode_grouped_gemm1
+
+// Grid (tiles [+ ceil(T / block_m) shared tiles], ceil(max(I, Is) / (warps · cols_per_warp))),
+// any multiple of 32 threads up to DECODE_MAX_THREADS. x [T, H] bf16 (fused_to_bf16's); the
+// layout as fused_gemm1_swiglu reads it, block_m ≤ FUSED_MAX_BLOCK_M, tiles = its max_tiles;
+// the rest as decode_gemm1_swiglu (act [T·k, I], shared_act [T, Is] bf16).
+extern "C" __global__ void __launch_bounds__(DECODE_GROUP_MAX_THREADS)
+    decode_grouped_gemm1_swiglu(const __nv_bfloat16* x, const int* sorted_ids, const int* expert_ids,
+                                const int* num_post, const __nv_bfloat16* w13, const __nv_bfloat16* shared_w13,
+                                const __nv_bfloat16* shared_gate, float* shared_logit, __nv_bfloat16* act,
+                                __nv_bfloat16* shared_act, int T, int k, int H, int I, int E, int Is,
+                                int cols_per_warp, int block_m, int tiles) {
+    decode_grouped_gemm1_impl<true>(x, sorted_ids, expert_ids, num_post, w13, shared_w13, shared_gate, shared_logit,
+                                    act, shared_act, T, k, H, I, E, Is, cols_per_warp, block_m, tiles);
+}
+// The same grid; gateup [T·k, 2I], shared_gateup [T, 2Is] bf16.
+extern "C" __global__ void __launch_bounds__(DECODE_GROUP_MAX_THREADS)
+    decode_grouped_gemm1_gateup(const __nv_bfloat16* x, const int* sorted_ids, const int* expert_ids,
+                                const int* num_post, const __nv_bfloat16* w13, const __nv_bfloat16* shared_w13,
+                                const __nv_bfloat16* shared_gate, float* shared_logit, __nv_bfloat16* gateup,
+                                __nv_bfloat16* shared_gateup, int T, int k, int H, int I, int E, int Is,
+                                int cols_per_warp, int block_m, int tiles) {
+    decode_grouped_gemm1_impl<false>(x, sorted_ids, expert_ids, num_post, w13, shared_w13, shared_gate,
+                                     shared_logit, gateup, shared_gateup, T, k, H, I, E, Is, cols_per_warp, block_m,
+                                     tiles);
+}
+
+// ANCHOR: decode_grouped_gemm2
+// decode_gemm2's outputs, a block per tile: y[p, n] = weight[p] · (act[p] · w2[e, n]) over I for
+// the real pairs p of routed tile x (its expert e), shared_y[t, n] = shared_act[t] · shared_w2[n]
+// over Is for the tokens of shared tile x − tiles. Each chunk of w2 row n is loaded once per
+// DECODE_GROUP rows; per (pair, column) the sums, the butterfly and the rounding of weight·dot
+// are decode_gemm2's, so fused_combine then gives decode_gemm2_sum's bits. (The sum over k cannot
+// move in here: a tile holds pairs of one expert, never the k pairs of one token.)
+//   act [T·k, I] bf16; weight [T·k] f32; w2 [E, H, I] bf16; shared_act [T, Is], shared_w2 [H, Is]
+//   bf16 or null; y [T·k, H] f32; shared_y [T, H] f32 or null.
+// Grid (tiles [+ ceil(T / block_m)], ceil(H / (warps · cols_per_warp))), any multiple of 32
+// threads up to DECODE_MAX_THREADS.
+extern "C" __global__ void __launch_bounds__(DECODE_GROUP_MAX_THREADS)
+    decode_grouped_gemm2(const __nv_bfloat16* __restrict__ act, const int* __restrict__ sorted_ids,
+                         const int* __restrict__ expert_ids, const int* __restrict__ num_post,
+                         const float* __restrict__ weight, const __nv_bfloat16* __restrict__ w2,
+                         const __nv_bfloat16* __restrict__ shared_act, const __nv_bfloat16* __restrict__ shared_w2,
+                         float* __restrict__ y, float* __restrict__ shared_y, int T, int k, int H, int I, int E,
+                         int Is, int cols_per_warp, int block_m, int tiles) {
+    __shared__ int s_row[FUSED_MAX_BLOCK_M];
+    __shared__ int s_count;
+    const int tile = blockIdx.x;
+    const bool routed = tile < tiles;
+    const __nv_bfloat16 *a0, *w;
+    float* o;
+    int K;
+    if (routed) {
+        if ((long long)tile * block_m >= (long long)*num_post) return;
+        const int e = expert_ids[tile];
+        if (e < 0 || e >= E) return;
+        a0 = act;
+        w = w2 + (size_t)e * H * (size_t)I;  // 64-bit: E·H·I can pass 2^31
+        o = y;
+        K = I;
+    } else {
+        a0 = shared_act;
+        w = shared_w2;
+        o = shared_y;
+        K = Is;
+    }
+    const int rows = dec_group_rows(sorted_ids, tile, tiles, block_m, T * k, T, s_row, &s_count);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    const bool vec = K % DECODE_CHUNK == 0;
+    for (int c = 0; c < cols_per_warp; ++c) {
+        const int n = blockIdx.y * warps * cols_per_warp + warp * cols_per_warp + c;
+        if (n >= H) break;  // the same for the whole warp
+        const __nv_bfloat16* wrow = w + (size_t)n * K;
+        for (int g0 = 0; g0 < rows; g0 += DECODE_GROUP) {
+            const int live = min(DECODE_GROUP, rows - g0);
+            int arow[DECODE_GROUP];
+#pragma unroll
+            for (int r = 0; r < DECODE_GROUP; ++r) arow[r] = s_row[g0 + min(r, live - 1)];
+            float s[DECODE_GROUP];
+#pragma unroll
+            for (int i = 0; i < DECODE_GROUP; ++i) s[i] = 0.0f;
+            dec_lane_dots_group<DECODE_GROUP, 1>(a0, arow, live, &wrow, K, vec, s);
+            dec_warp_sums<DECODE_GROUP>(s);
+            if (lane == 0) {
+#pragma unroll
+                for (int r = 0; r < DECODE_GROUP; ++r) {
+                    if (r >= live) break;
+                    const int p = s_row[g0 + r];
+                    o[(size_t)p * H + n] = routed ? weight[p] * s[r] : s[r];  // 64-bit: p·H
+                }
+            }
+        }
+    }
+}
+// ANCHOR_END: decode_grouped_gemm2
 
 // logit[t] = x[t] · g in fp32 (Qwen2-MoE's shared-expert gate), one warp per token
 // (gate_logit_warp).

@@ -23,6 +23,18 @@ pub enum Path {
     /// No layout and no tile: each pair's expert rows streamed once, dot products on the CUDA
     /// cores with warp-shuffle sums (`decode_*` kernels). For few pairs per expert.
     Decode,
+    /// The decode kernels' arithmetic, grouped by expert: chapter 3's layout with BLOCK_M =
+    /// `DECODE_GROUP` (8), then a block per tile and column slice whose warps load each chunk
+    /// of an expert's weight rows once and multiply it into every pair of the tile
+    /// (`decode_grouped_*` kernels), so an expert chosen by n pairs is read ⌈n / 8⌉ times instead
+    /// of n. The same bits as [`Path::Decode`] in every fusion; its default fusion is
+    /// [`Fusion::SwiGlu`] (GEMM 2 grouped too, then the combine kernel: a tile holds pairs of one
+    /// expert, never the k pairs of one token); [`Fusion::SwiGluSumK`] keeps the per-token
+    /// `decode_gemm2_sum` after a grouped GEMM 1 (w2 read once per pair again, one launch and
+    /// the `[T·k, H]` buffer fewer). Chosen only by [`crate::FusedDevice::with_path`] (or a
+    /// measured table that names it): neither [`choose_path`] nor the committed table picks it
+    /// until it has been measured on the GPU.
+    DecodeGrouped,
 }
 
 /// How much of the layer each kernel does.
@@ -34,16 +46,18 @@ pub enum Fusion {
     /// SwiGLU in GEMM 1's epilogue (no gate|up buffer); GEMM 2, then the combine kernel.
     SwiGlu,
     /// SwiGLU in GEMM 1, and the sum over k (and the shared expert) inside GEMM 2: no `[T·k, H]`
-    /// buffer and no combine launch. Decode path only: a tile of the tiled path holds pairs of
-    /// one expert, never the k pairs of one token.
+    /// buffer and no combine launch. Decode paths only: a tile of the tiled path holds pairs of
+    /// one expert, never the k pairs of one token (the grouped decode path runs the decode
+    /// path's per-token GEMM 2 for it).
     SwiGluSumK,
 }
 
 /// The decode path's default fusion is [`Fusion::SwiGluSumK`], the tiled path's
-/// [`Fusion::SwiGlu`]: the most each path can fuse.
+/// [`Fusion::SwiGlu`]: the most each path can fuse. The grouped decode path's is
+/// [`Fusion::SwiGlu`]: its GEMM 2 grouped by expert too, which cannot sum over k.
 pub fn default_fusion(path: Path) -> Fusion {
     match path {
-        Path::Tiled => Fusion::SwiGlu,
+        Path::Tiled | Path::DecodeGrouped => Fusion::SwiGlu,
         Path::Decode => Fusion::SwiGluSumK,
     }
 }
@@ -71,13 +85,18 @@ pub fn choose_path(tokens: usize, k: usize, experts: usize) -> Path {
 // ANCHOR_END: path
 
 impl Path {
-    pub const ALL: [Path; 2] = [Path::Tiled, Path::Decode];
-    /// `tiled` or `decode`, as the CSVs and command lines spell it.
+    pub const ALL: [Path; 3] = [Path::Tiled, Path::Decode, Path::DecodeGrouped];
+    /// `tiled`, `decode` or `decode_grouped`, as the CSVs and command lines spell it.
     pub fn name(self) -> &'static str {
         match self {
             Path::Tiled => "tiled",
             Path::Decode => "decode",
+            Path::DecodeGrouped => "decode_grouped",
         }
+    }
+    /// Whether it runs the decode kernels' arithmetic (and launches with a [`DecodeGeometry`]).
+    pub fn is_decode(self) -> bool {
+        self != Path::Tiled
     }
     pub fn parse(s: &str) -> Option<Path> {
         Path::ALL.into_iter().find(|p| p.name() == s)
@@ -103,9 +122,9 @@ impl Fusion {
     pub fn parse(s: &str) -> Option<Fusion> {
         Fusion::ALL.into_iter().find(|f| f.name() == s)
     }
-    /// Whether `path` can run it.
+    /// Whether `path` can run it: the sum over k needs the decode kernels' per-token GEMM 2.
     pub fn runs_on(self, path: Path) -> bool {
-        self != Fusion::SwiGluSumK || path == Path::Decode
+        self != Fusion::SwiGluSumK || path.is_decode()
     }
 }
 
@@ -300,11 +319,11 @@ pub struct Choice {
 
 impl Choice {
     /// The configuration column: the tile's name on the tiled path, the geometry's on the decode
-    /// path.
+    /// paths.
     pub fn config_name(&self) -> String {
         match self.path {
             Path::Tiled => self.tile.name(),
-            Path::Decode => self.decode.name(),
+            Path::Decode | Path::DecodeGrouped => self.decode.name(),
         }
     }
     /// From the `path` and `config` columns.
@@ -316,7 +335,7 @@ impl Choice {
                 tile: TileConfig::parse(config)?,
                 decode: DecodeGeometry::DEFAULT,
             },
-            Path::Decode => Choice {
+            Path::Decode | Path::DecodeGrouped => Choice {
                 path,
                 tile: TileConfig::DEFAULT,
                 decode: DecodeGeometry::parse(config)?,
@@ -486,6 +505,26 @@ mod tests {
         assert_eq!(choose_path(17, 2, 8), Path::Tiled);
         assert_eq!(default_tile(2048, 768), TILE_CONFIGS[1]);
         assert_eq!(default_tile(64, 40), TileConfig::DEFAULT);
+    }
+
+    #[test]
+    fn paths_parse_and_the_rule_never_groups() {
+        for p in Path::ALL {
+            assert_eq!(Path::parse(p.name()), Some(p));
+        }
+        assert_eq!(Path::parse("decode_grouped"), Some(Path::DecodeGrouped));
+        assert_eq!(default_fusion(Path::DecodeGrouped), Fusion::SwiGlu);
+        assert!(Fusion::SwiGluSumK.runs_on(Path::DecodeGrouped));
+        assert!(!Fusion::SwiGluSumK.runs_on(Path::Tiled));
+        let c = Choice::parse("decode_grouped", "w8_c1").unwrap();
+        assert_eq!((c.path, c.decode.warps), (Path::DecodeGrouped, 8));
+        assert_eq!(c.config_name(), "w8_c1");
+        // Not chosen by the rule (until it is measured on the GPU), nor by the committed table.
+        for tokens in [1, 8, 64, 65, 512, 4096] {
+            assert_ne!(choose_path(tokens, 8, 128), Path::DecodeGrouped);
+        }
+        let t = TunedTable::parse(TUNED_CSV).unwrap();
+        assert!(t.rows.iter().all(|r| r.choice.path != Path::DecodeGrouped));
     }
 
     #[test]

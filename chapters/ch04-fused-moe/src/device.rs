@@ -23,11 +23,26 @@
 //! | `act = SwiGLU(bf16(x) · w13[e]ᵀ)` per pair, the shared expert's rows and gate logit too | `decode_gemm1_swiglu` | 1 |
 //! | `out[t] = Σⱼ weightⱼ · (actⱼ · w2[eⱼ]ᵀ)` (+ shared) | `decode_gemm2_sum` | 1 |
 //!
+//! The grouped decode path ([`Path::DecodeGrouped`], only when asked for: [`Self::with_path`])
+//! runs the same arithmetic a tile of pairs of one expert at a time, so each expert's weights are
+//! read once per group of up to 8 of its pairs instead of once per pair; the same bits as the
+//! decode path:
+//!
+//! | step | kernel | launches |
+//! |---|---|---|
+//! | `xb = bf16(hidden)` | `fused_to_bf16` | 1 |
+//! | sort and pad the pairs, BLOCK_M = 8 | chapter 3's `DeviceAlign` | 1 for a small batch, 2 above |
+//! | `act = SwiGLU(xb · w13[e]ᵀ)` per tile (the shared expert's tokens in tiles after them) | `decode_grouped_gemm1_swiglu` | 1 |
+//! | `y = weight · (act · w2[e]ᵀ)` per tile (and the shared expert's) | `decode_grouped_gemm2` | 1 |
+//! | `out[t] = Σⱼ y[t·k + j]` (+ shared) | `fused_combine` | 1 |
+//!
 //! Less fused, for the fusion figure ([`Fusion`]; the same bits within a path): with
 //! [`Fusion::SwiGlu`] the decode path's GEMM 2 writes `y` per pair (`decode_gemm2`) and
 //! `fused_combine` sums over k (3 launches); with [`Fusion::Unfused`] either path's GEMM 1 writes
-//! gate|up (`fused_gemm1_gateup` or `decode_gemm1_gateup`) and `fused_swiglu` follows (one more
-//! per expert kind, the shared expert's included).
+//! gate|up (`fused_gemm1_gateup`, `decode_gemm1_gateup` or `decode_grouped_gemm1_gateup`) and
+//! `fused_swiglu` follows (one more per expert kind, the shared expert's included). The grouped
+//! decode path with [`Fusion::SwiGluSumK`] runs the decode path's `decode_gemm2_sum` after its
+//! grouped GEMM 1 (no `y`, no combine; w2 read once per pair).
 //!
 //! The grids are sized for the most tiles (or pairs) any routing can need; a tile past the padded
 //! total, which the kernel reads from the device, returns at once. So the launches, their grids
@@ -65,7 +80,10 @@ pub static KERNELS: KernelSource = moe_kernels::kernel_family!("ch04_fused_moe")
 pub mod geometry {
     moe_kernels::kernel_constants!("ch04_fused_moe");
 }
-use geometry::{FUSED_BN1, FUSED_BN2, FUSED_ELEMENTWISE_THREADS, FUSED_THREADS, FUSED_WARPS};
+use geometry::{
+    DECODE_GROUP, DECODE_GROUP_MAX_THREADS, FUSED_BN1, FUSED_BN2, FUSED_ELEMENTWISE_THREADS,
+    FUSED_THREADS, FUSED_WARPS,
+};
 
 /// The tile heights the kernels support: chapter 3's choices for BLOCK_M.
 pub const BLOCK_MS: [usize; 4] = [16, 32, 64, 128];
@@ -151,7 +169,9 @@ pub struct BatchPlan {
     pub fusion: Fusion,
     /// The tiled path's tile configuration.
     pub tile: TileConfig,
-    /// The tiled path's tile height; 0 on the decode path (no tiles).
+    /// The tile height of chapter 3's layout: the tiled path's tiles, or the grouped decode
+    /// path's groups (`DECODE_GROUP`, 8, unless [`FusedDevice::with_block_m`] says otherwise);
+    /// 0 on the decode path (no layout).
     pub block_m: usize,
     /// The decode path's launch geometry.
     pub decode: DecodeGeometry,
@@ -165,10 +185,11 @@ pub struct FusedWorkspace {
     layer: u64,
     rows: usize,
     plan: BatchPlan,
-    /// Chapter 3's bookkeeping and its outputs: the tiled path only.
+    /// Chapter 3's bookkeeping and its outputs: the tiled and grouped decode paths.
     align: Option<(DeviceAlign, AlignBuffers)>,
-    /// `[T, H]` the hidden states in bf16: the tiled path only (the decode kernels round as they
-    /// load).
+    /// `[T, H]` the hidden states in bf16: the tiled and grouped decode paths (the decode
+    /// kernels round as they load; the grouped ones read each row once per column and pair,
+    /// from L1, and bf16 halves those bytes).
     xb: Option<DeviceBuffer<bf16>>,
     /// `[T·k, 2I]` bf16 gate | up: [`Fusion::Unfused`] only.
     gateup: Option<DeviceBuffer<bf16>>,
@@ -181,7 +202,8 @@ pub struct FusedWorkspace {
 
 /// The shared expert's part of a workspace. On the tiled path every token is a pair of the one
 /// shared expert, laid out as chapter 3 would lay out T pairs of expert 0 (the identity, padded
-/// to BLOCK_M); the decode kernels give it the rows after the routed pairs.
+/// to BLOCK_M); the decode kernels give it the rows after the routed pairs, the grouped decode
+/// kernels the tiles after the routed tiles (tokens in order, BLOCK_M per tile).
 struct SharedWorkspace {
     layout: Option<SharedLayout>,
     /// `[T, 2Is]` bf16: [`Fusion::Unfused`] only.
@@ -203,7 +225,7 @@ struct SharedLayout {
 }
 
 impl FusedWorkspace {
-    /// The tile height the routed experts' GEMMs use (0 on the decode path: no tiles).
+    /// The tile height of the routed experts' layout (0 on the decode path: no layout).
     pub fn block_m(&self) -> usize {
         self.plan.block_m
     }
@@ -466,8 +488,9 @@ impl FusedDevice {
     }
 
     /// The same layer with every routed GEMM tiled by `block_m` rows (16, 32, 64 or 128) instead
-    /// of chapter 3's rule: the output must not change by a bit (a row's sums do not depend on
-    /// where in a tile it sits).
+    /// of chapter 3's rule (on the grouped decode path: instead of `DECODE_GROUP`, a tile then
+    /// taking several passes of 8 pairs): the output must not change by a bit (a row's sums do
+    /// not depend on where in a tile it sits).
     pub fn with_block_m(mut self, block_m: usize) -> Result<Self, MoeError> {
         if !BLOCK_MS.contains(&block_m) {
             return Err(MoeError::Config {
@@ -578,11 +601,26 @@ impl FusedDevice {
                 (self.block_m_for(pairs), tile)
             }
             Path::Decode => (0, self.tile.unwrap_or(TileConfig::DEFAULT)),
+            Path::DecodeGrouped => (
+                self.block_m.unwrap_or(DECODE_GROUP),
+                self.tile.unwrap_or(TileConfig::DEFAULT),
+            ),
         };
+        let decode_path = if path.is_decode() { path } else { Path::Decode };
         let mut decode = self
             .decode
-            .or(tuned_for(Path::Decode).map(|t| t.decode))
+            .or(tuned_for(decode_path).map(|t| t.decode))
             .unwrap_or(DecodeGeometry::DEFAULT);
+        if path == Path::DecodeGrouped && decode.threads() > DECODE_GROUP_MAX_THREADS {
+            return Err(MoeError::Config {
+                field: "decode geometry",
+                expected: format!(
+                    "at most {} warps on the decode_grouped path (its kernels' launch bounds)",
+                    DECODE_GROUP_MAX_THREADS / 32
+                ),
+                found: decode.name(),
+            });
+        }
         // Keep every decode grid within CUDA's gridDim.y (the bits do not depend on it).
         let widest = [h, i, c.shared.map_or(0, |s| s.intermediate)]
             .into_iter()
@@ -621,7 +659,9 @@ impl FusedDevice {
         let tiled = plan.path == Path::Tiled;
         let unfused = plan.fusion == Fusion::Unfused;
         let sum_k = plan.fusion == Fusion::SwiGluSumK;
-        let align = match tiled {
+        // Chapter 3's layout and the bf16 input: the tiled and the grouped decode paths.
+        let laid_out = plan.path != Path::Decode;
+        let align = match laid_out {
             true => {
                 let a =
                     DeviceAlign::new(dev, pairs, c.experts, plan.block_m).map_err(align_error)?;
@@ -672,7 +712,7 @@ impl FusedDevice {
             rows,
             plan,
             align,
-            xb: match tiled {
+            xb: match laid_out {
                 true => Some(dev.alloc(rows * h)?),
                 false => None,
             },
@@ -690,8 +730,8 @@ impl FusedDevice {
     }
 
     /// The launches [`Self::enqueue_experts`] makes for `ws`: this chapter's kernels and, on the
-    /// tiled path, chapter 3's (1 or 2, by the number of pairs). It depends on the batch size,
-    /// never on the routing.
+    /// tiled and grouped decode paths, chapter 3's (1 or 2, by the number of pairs). It depends
+    /// on the batch size, never on the routing.
     pub fn launches(&self, ws: &FusedWorkspace) -> usize {
         if ws.rows == 0 {
             return 0;
@@ -699,8 +739,8 @@ impl FusedDevice {
         ws.align.as_ref().map_or(0, |(a, _)| a.launches()) + self.kernel_names(ws).len()
     }
 
-    /// This chapter's kernels among those launches, in order (`family::kernel`): on the tiled
-    /// path chapter 3's come between `fused_to_bf16` and the first GEMM.
+    /// This chapter's kernels among those launches, in order (`family::kernel`): on the tiled and
+    /// grouped decode paths chapter 3's come between `fused_to_bf16` and the first GEMM.
     pub fn kernel_names(&self, ws: &FusedWorkspace) -> Vec<String> {
         if ws.rows == 0 {
             return Vec::new();
@@ -744,6 +784,22 @@ impl FusedDevice {
                 ]),
                 Fusion::SwiGluSumK => v.extend([f("decode_gemm1_swiglu"), f("decode_gemm2_sum")]),
             },
+            Path::DecodeGrouped => {
+                v.push(f("fused_to_bf16"));
+                match plan.fusion {
+                    Fusion::Unfused => {
+                        v.extend([f("decode_grouped_gemm1_gateup"), f("fused_swiglu")]);
+                        if shared.is_some() {
+                            v.push(f("fused_swiglu"));
+                        }
+                    }
+                    _ => v.push(f("decode_grouped_gemm1_swiglu")),
+                }
+                match plan.fusion {
+                    Fusion::SwiGluSumK => v.push(f("decode_gemm2_sum")),
+                    _ => v.extend([f("decode_grouped_gemm2"), f("fused_combine")]),
+                }
+            }
         }
         v
     }
@@ -915,7 +971,7 @@ impl FusedDevice {
         };
         match ws.plan.path {
             Path::Tiled => self.enqueue_tiled(ws, b),
-            Path::Decode => self.enqueue_decode(ws, b),
+            Path::Decode | Path::DecodeGrouped => self.enqueue_decode(ws, b),
         }
     }
 
@@ -1014,7 +1070,9 @@ impl FusedDevice {
 
     // ANCHOR: enqueue_decode
     /// The decode path: the pairs indexed directly (no layout), each pair's expert rows read
-    /// once; by default two launches in all, the shared expert included.
+    /// once; by default two launches in all, the shared expert included. The grouped decode path:
+    /// the input in bf16 and chapter 3's layout first, then the same arithmetic a tile of pairs
+    /// of one expert per block (the shared expert's tokens in tiles after the routed ones).
     fn enqueue_decode(&self, ws: &FusedWorkspace, b: Batch) -> Result<(), MoeError> {
         let (rows, k, h, i, e, pairs) = (b.rows, b.k, b.h, b.i, b.e, b.pairs);
         let (m, plan, w) = (&self.module, &ws.plan, &self.weights.experts);
@@ -1023,13 +1081,42 @@ impl FusedDevice {
         let s = w.shared.as_ref().filter(|_| sw.is_some());
         let (is, shared_rows) = s.map_or((0, 0), |s| (s.inter, rows));
         let logit = sw.and_then(|sw| sw.gate.as_ref());
-        // Every decode GEMM: one block per row of `blocks` (pairs, or tokens) and slice of
-        // `cols` columns; its buffers, then the same sizes.
+        // Every decode GEMM: one block per row of `blocks` (pairs, tokens, or tiles) and slice of
+        // `cols` columns; its buffers, then the same sizes (and the grouped kernels' BLOCK_M
+        // and routed tiles).
         let sizes = [rows, k, h, i, e, is, g.cols_per_warp].map(int);
         let launch = |name: &str, blocks: usize, cols: usize, buffers: &[KernelArg]| {
             let mut cfg = LaunchConfig::blocks(blocks as u32, g.threads() as u32);
             cfg.grid.1 = cols.div_ceil(g.cols()) as u32;
             m.launch(name, cfg, &[buffers, &sizes[..]].concat())
+        };
+        // The grouped path: x in bf16 and the layout, then its tiles (routed, then shared).
+        let grouped = match plan.path {
+            Path::DecodeGrouped => {
+                let missing = |what: &str| {
+                    no_buffer(format!("{what} (a workspace of the decode_grouped path)"))
+                };
+                let xb = ws.xb.as_ref().ok_or_else(|| missing("xb"))?;
+                let (align, a) = ws.align.as_ref().ok_or_else(|| missing("a layout"))?;
+                let n = rows * h;
+                m.launch(
+                    "fused_to_bf16",
+                    LaunchConfig::for_elements(n, FUSED_ELEMENTWISE_THREADS as u32),
+                    &args![b.hidden, xb, n as i64],
+                )?;
+                align.enqueue(b.ids, a).map_err(align_error)?;
+                let tiles = max_tiles(pairs, e, plan.block_m);
+                let blocks = tiles + shared_rows.div_ceil(plan.block_m);
+                let layout = args![&a.sorted_ids, &a.expert_ids, &a.num_post];
+                Some((xb, layout, blocks, [int(plan.block_m), int(tiles)]))
+            }
+            _ => None,
+        };
+        let launch_grouped = |name: &str, cols: usize, buffers: &[KernelArg]| {
+            let (_, _, blocks, extra) = grouped.as_ref().expect("the grouped path");
+            let mut cfg = LaunchConfig::blocks(*blocks as u32, g.threads() as u32);
+            cfg.grid.1 = cols.div_ceil(g.cols()) as u32;
+            m.launch(name, cfg, &[buffers, &sizes[..], &extra[..]].concat())
         };
         // 1. SwiGLU(bf16(x) · w13ᵀ) of every pair, then of every token through the shared expert
         //    (unfused: gate|up, then SwiGLU).
@@ -1038,25 +1125,40 @@ impl FusedDevice {
             true => (ws.gateup.as_ref(), sw.and_then(|sw| sw.gateup.as_ref())),
             false => (Some(&ws.act), sw.map(|sw| &sw.act)),
         };
-        launch(
-            if unfused {
-                "decode_gemm1_gateup"
-            } else {
-                "decode_gemm1_swiglu"
-            },
-            pairs + shared_rows,
-            i.max(is),
-            &args![
-                b.hidden,
-                b.ids,
-                &w.w13,
-                opt(s.map(|s| &s.w13)),
-                opt(s.and_then(|s| s.gate.as_ref())),
-                opt(logit),
-                opt(first),
-                opt(shared_first)
-            ],
-        )?;
+        let gemm1_out = args![
+            opt(s.map(|s| &s.w13)),
+            opt(s.and_then(|s| s.gate.as_ref())),
+            opt(logit),
+            opt(first),
+            opt(shared_first)
+        ];
+        match &grouped {
+            None => launch(
+                if unfused {
+                    "decode_gemm1_gateup"
+                } else {
+                    "decode_gemm1_swiglu"
+                },
+                pairs + shared_rows,
+                i.max(is),
+                &[&args![b.hidden, b.ids, &w.w13][..], &gemm1_out[..]].concat(),
+            )?,
+            Some((xb, layout, _, _)) => launch_grouped(
+                if unfused {
+                    "decode_grouped_gemm1_gateup"
+                } else {
+                    "decode_grouped_gemm1_swiglu"
+                },
+                i.max(is),
+                &[
+                    &args![*xb][..],
+                    &layout[..],
+                    &args![&w.w13][..],
+                    &gemm1_out[..],
+                ]
+                .concat(),
+            )?,
+        }
         if unfused {
             if let Some(gu) = &ws.gateup {
                 self.swiglu(gu, &ws.act, pairs, i)?;
@@ -1076,7 +1178,8 @@ impl FusedDevice {
             opt(s.map(|s| &s.w2))
         ];
         // 2. The down projection: with the sum over k (and the shared expert) fused, one block
-        //    per token and slice of H; else one per pair, then fused_combine.
+        //    per token and slice of H (on both decode paths); else one per pair, or per tile,
+        //    then fused_combine.
         if plan.fusion == Fusion::SwiGluSumK {
             launch(
                 "decode_gemm2_sum",
@@ -1090,12 +1193,30 @@ impl FusedDevice {
             ws.y.as_ref()
                 .ok_or_else(|| no_buffer("y (a workspace of an unfused sum)".into()))?;
         let shared_y = opt(sw.and_then(|sw| sw.y.as_ref()));
-        launch(
-            "decode_gemm2",
-            pairs + shared_rows,
-            h,
-            &[&down_in[..], &args![y, shared_y]].concat(),
-        )?;
+        match &grouped {
+            None => launch(
+                "decode_gemm2",
+                pairs + shared_rows,
+                h,
+                &[&down_in[..], &args![y, shared_y]].concat(),
+            )?,
+            Some((_, layout, _, _)) => launch_grouped(
+                "decode_grouped_gemm2",
+                h,
+                &[
+                    &args![&ws.act][..],
+                    &layout[..],
+                    &args![
+                        b.weights,
+                        &w.w2,
+                        opt(sw.map(|sw| &sw.act)),
+                        opt(s.map(|s| &s.w2))
+                    ],
+                    &args![y, shared_y],
+                ]
+                .concat(),
+            )?,
+        }
         self.combine(b, y, shared_y, opt(logit))
     }
     // ANCHOR_END: enqueue_decode

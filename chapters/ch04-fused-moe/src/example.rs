@@ -103,8 +103,9 @@ fn same_bits(what: &str, want: &[f32], got: &[f32]) -> Result<(), ExampleError> 
     }
 }
 
-/// `tiled path, fusion swiglu, tiles w4_k32_n1, BLOCK_M 16` or `decode path, fusion
-/// swiglu_sumk, geometry w4_c1`.
+/// `tiled path, fusion swiglu, tiles w4_k32_n1, BLOCK_M 16`, `decode path, fusion
+/// swiglu_sumk, geometry w4_c1` or `decode_grouped path, fusion swiglu, geometry w4_c1, BLOCK_M
+/// 8`.
 pub fn plan_text(plan: &BatchPlan) -> String {
     match plan.path {
         Path::Tiled => format!(
@@ -114,6 +115,10 @@ pub fn plan_text(plan: &BatchPlan) -> String {
         Path::Decode => format!(
             "decode path, fusion {}, geometry {}",
             plan.fusion, plan.decode
+        ),
+        Path::DecodeGrouped => format!(
+            "decode_grouped path, fusion {}, geometry {}, BLOCK_M {}",
+            plan.fusion, plan.decode, plan.block_m
         ),
     }
 }

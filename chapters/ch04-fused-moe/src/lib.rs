@@ -13,9 +13,12 @@
 //!
 //! With few tokens a 16-row tile is mostly padding: the decode path ([`choose::Path::Decode`])
 //! streams each pair's expert rows once with no tile and no layout, and sums over k inside its
-//! down projection, in two launches. [`choose`] holds the rule that picks the path, the fusion
-//! variants, the tile configurations, and the table measured on the H200 that overrides the rule
-//! by shape; [`fill`] makes deterministic weights on the device for layers too big for the host.
+//! down projection, in two launches; the grouped decode path ([`choose::Path::DecodeGrouped`],
+//! only when asked for until it is measured) does the same arithmetic a tile of one expert's
+//! pairs at a time, reading each expert's weights once per 8 of its pairs, with the same bits.
+//! [`choose`] holds the rule that picks the path, the fusion variants, the tile configurations,
+//! and the table measured on the H200 that overrides the rule by shape; [`fill`] makes
+//! deterministic weights on the device for layers too big for the host.
 //!
 //! [`regimes`] adds the shapes this chapter must get right beyond chapter 2's list.
 

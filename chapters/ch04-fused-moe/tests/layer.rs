@@ -1,7 +1,8 @@
-//! The fused layer on every regime (chapter 2's list and this chapter's), both paths (tiled and
-//! decode) and every backend (the emulator always, the GPU with `--include-ignored` on a GPU
-//! machine): against the f64 oracle and against chapter 2's grouped device layer in bf16; every
-//! BLOCK_M, tile configuration, fusion and decode geometry giving the same bits within a path;
+//! The fused layer on every regime (chapter 2's list and this chapter's), every path (tiled,
+//! decode and grouped decode) and every backend (the emulator always, the GPU with
+//! `--include-ignored` on a GPU machine): against the f64 oracle and against chapter 2's grouped
+//! device layer in bf16; every BLOCK_M, tile configuration, fusion and decode geometry giving the
+//! same bits within a path, and the grouped decode path the decode path's bits;
 //! the path rule at its crossover; the emulator's bits on the GPU; launches that do not depend
 //! on the routing; the kernels on layouts with placeholders, garbage ids and foreign experts;
 //! weights filled on the device; and every error a user can provoke.
@@ -11,6 +12,8 @@ use ch02_grouped::compare::{check_output, Tolerance};
 use ch02_grouped::conformance::{check_layer, oracle};
 use ch02_grouped::regimes::{regime, MoeRegime, REGIMES};
 use ch02_grouped::{Dtype, GroupedDevice, MoeError, MoeLayer};
+use ch03_align::device::DeviceAlign;
+use ch03_align::max_tiles;
 use ch04_fused_moe::choose::{choose_path, TILE_CONFIGS};
 use ch04_fused_moe::device::{geometry, BLOCK_MS, KERNELS};
 use ch04_fused_moe::fill::{fill_device, fill_value, host_weights};
@@ -38,16 +41,19 @@ fn every_regime() -> impl Iterator<Item = MoeRegime> {
 /// nowhere else.
 fn vs_chapter_2(regime: &str, path: Path) -> Tolerance {
     match (regime, path) {
-        ("large_prefill", Path::Decode) => Tolerance(2.0 * Tolerance::BF16_VS_BF16.0),
+        ("large_prefill", Path::Decode | Path::DecodeGrouped) => {
+            Tolerance(2.0 * Tolerance::BF16_VS_BF16.0)
+        }
         _ => Tolerance::BF16_VS_BF16,
     }
 }
 
 // ANCHOR: every_regime
-/// The one test body: on every regime and both paths, the fused layer's experts (on the oracle's
-/// routing) and its whole forward pass against the f64 oracle on the same bf16 values
+/// The one test body: on every regime and every path, the fused layer's experts (on the
+/// oracle's routing) and its whole forward pass against the f64 oracle on the same bf16 values
 /// ([`Tolerance::BF16_VS_ORACLE`]), and its experts against chapter 2's grouped device layer,
-/// which rounds at the same places and sums in another order ([`Tolerance::BF16_VS_BF16`]).
+/// which rounds at the same places and sums in another order ([`Tolerance::BF16_VS_BF16`]); the
+/// grouped decode path's experts with the decode path's bits.
 fn fused_layer_matches_the_oracle_and_chapter_2_on_every_regime(dev: &'static Device) {
     let mut worst: Vec<(f64, &str, &str, Path)> = Vec::new();
     for r in every_regime() {
@@ -55,11 +61,21 @@ fn fused_layer_matches_the_oracle_and_chapter_2_on_every_regime(dev: &'static De
         let grouped = GroupedDevice::new(dev, &r.weights, Dtype::Bf16).unwrap();
         let want = grouped.experts(&r.hidden, &o.routing).unwrap();
         let base = FusedDevice::new(dev, &r.weights, Dtype::Bf16).unwrap();
+        let mut decode_bits = None;
         for path in Path::ALL {
             let fused = base.clone().with_path(path);
             let (e, f) = check_layer(&r, &o, &fused)
                 .unwrap_or_else(|e| panic!("{} ({path} path): {e}", r.name));
             let got = fused.experts(&r.hidden, &o.routing).unwrap();
+            match path {
+                Path::Decode => decode_bits = Some(got.clone()),
+                Path::DecodeGrouped => assert_same_bits(
+                    &format!("{}: decode_grouped vs decode", r.name),
+                    &got,
+                    decode_bits.as_ref().unwrap(),
+                ),
+                Path::Tiled => {}
+            }
             let g = check_output(
                 &format!("{} ({path} path): fused vs grouped device", r.name),
                 &want,
@@ -97,7 +113,8 @@ fn fused_layer_matches_the_oracle_and_chapter_2_on_every_regime(dev: &'static De
 
 /// A row's sums do not depend on where in a tile it sits, nor on how many rows the tile has, nor
 /// on the tile configuration: on the tiled path every BLOCK_M and every configuration gives the
-/// same bits, and so does every run (no float atomics).
+/// same bits, and so does every run (no float atomics). On the grouped decode path every BLOCK_M
+/// (its own 8, and 16 to 128: tiles of several passes of 8 pairs) gives the decode path's bits.
 fn every_block_m_and_every_run_gives_the_same_bits(dev: &'static Device) {
     for name in [
         "mini_sglang",
@@ -129,6 +146,25 @@ fn every_block_m_and_every_run_gives_the_same_bits(dev: &'static Device) {
             let got = layer.experts(&r.hidden, &o.routing).unwrap();
             assert_same_bits(&format!("{name}: tiles {tile}"), &got, &want);
         }
+        let decode = base
+            .clone()
+            .with_path(Path::Decode)
+            .experts(&r.hidden, &o.routing)
+            .unwrap();
+        let grouped = base.clone().with_path(Path::DecodeGrouped);
+        assert_eq!(
+            grouped.plan_for(r.rows).unwrap().block_m,
+            geometry::DECODE_GROUP
+        );
+        let got = grouped.experts(&r.hidden, &o.routing).unwrap();
+        assert_same_bits(&format!("{name}: decode_grouped vs decode"), &got, &decode);
+        for bm in BLOCK_MS {
+            let layer = grouped.clone().with_block_m(bm).unwrap();
+            assert_eq!(layer.workspace(r.rows).unwrap().block_m(), bm);
+            let got = layer.experts(&r.hidden, &o.routing).unwrap();
+            let what = format!("{name}: decode_grouped, BLOCK_M {bm}, vs decode");
+            assert_same_bits(&what, &got, &decode);
+        }
     }
 }
 
@@ -136,7 +172,8 @@ fn every_block_m_and_every_run_gives_the_same_bits(dev: &'static Device) {
 /// Within a path every fusion rounds at the same places, in the same order: unfused (gate|up in
 /// bf16, a SwiGLU kernel, the combine kernel), SwiGLU in GEMM 1, and (decode) the sum over k in
 /// GEMM 2 give the same bits; so does every decode geometry, and every tile configuration with
-/// the unfused GEMM 1. Every run too: the decode kernels use no atomics either.
+/// the unfused GEMM 1. Every run too: the decode kernels use no atomics either. The grouped
+/// decode path gives the decode path's bits in every fusion and geometry.
 fn every_fusion_and_geometry_gives_the_same_bits(dev: &'static Device) {
     let geometries = [
         DecodeGeometry::DEFAULT,
@@ -188,6 +225,21 @@ fn every_fusion_and_geometry_gives_the_same_bits(dev: &'static Device) {
                     .with_decode_geometry(g)
                     .unwrap();
                 let what = format!("{name}: decode, {fusion}, {g}");
+                assert_same_bits(&what, &run(&l), &want);
+            }
+        }
+        // The grouped decode path: SwiGLU fused by default (GEMM 2 grouped, then the combine).
+        let grouped = base.clone().with_path(Path::DecodeGrouped);
+        assert_eq!(grouped.plan_for(r.rows).unwrap().fusion, Fusion::SwiGlu);
+        assert_same_bits(&format!("{name}: decode_grouped"), &run(&grouped), &want);
+        for fusion in Fusion::ALL {
+            for g in geometries {
+                let l = grouped
+                    .clone()
+                    .with_fusion(fusion)
+                    .with_decode_geometry(g)
+                    .unwrap();
+                let what = format!("{name}: decode_grouped, {fusion}, {g}, vs decode");
                 assert_same_bits(&what, &run(&l), &want);
             }
         }
@@ -278,7 +330,8 @@ fn fused_layer_gives_the_emulators_bits(dev: &'static Device) {
 /// This chapter's kernels for a plan, as `device.rs`'s tables list them: (tiled path) the
 /// conversion, the GEMMs (unfused: GEMM 1 without epilogue, then SwiGLU), the shared expert's
 /// and its gate, the combine; (decode path) GEMM 1 (with the shared expert's rows), the unfused
-/// SwiGLU, GEMM 2, the combine unless GEMM 2 sums over k.
+/// SwiGLU, GEMM 2, the combine unless GEMM 2 sums over k; (grouped decode path) the conversion,
+/// then the decode path's list.
 fn expected_kernels(path: Path, fusion: Fusion, shared: bool, gated: bool) -> usize {
     match (path, fusion) {
         (Path::Tiled, Fusion::Unfused) => 5 + usize::from(shared) * 3 + usize::from(gated),
@@ -286,12 +339,13 @@ fn expected_kernels(path: Path, fusion: Fusion, shared: bool, gated: bool) -> us
         (Path::Decode, Fusion::Unfused) => 4 + usize::from(shared),
         (Path::Decode, Fusion::SwiGlu) => 3,
         (Path::Decode, Fusion::SwiGluSumK) => 2,
+        (Path::DecodeGrouped, _) => 1 + expected_kernels(Path::Decode, fusion, shared, gated),
     }
 }
 
 /// The launches are the tables of `device.rs`, whatever the routing: the same list for a batch
 /// spread over every expert and for one sent to a single expert, on every path and fusion;
-/// nothing for an empty batch. Chapter 3 runs on the tiled path only.
+/// nothing for an empty batch. Chapter 3 runs on the tiled and grouped decode paths only.
 fn launches_do_not_depend_on_the_routing(dev: &'static Device) {
     let variants = [
         (Path::Tiled, Fusion::SwiGlu),
@@ -299,6 +353,9 @@ fn launches_do_not_depend_on_the_routing(dev: &'static Device) {
         (Path::Decode, Fusion::SwiGluSumK),
         (Path::Decode, Fusion::SwiGlu),
         (Path::Decode, Fusion::Unfused),
+        (Path::DecodeGrouped, Fusion::SwiGlu),
+        (Path::DecodeGrouped, Fusion::SwiGluSumK),
+        (Path::DecodeGrouped, Fusion::Unfused),
     ];
     for name in [
         "tiny_batch_many_empty_experts",
@@ -346,7 +403,7 @@ fn launches_do_not_depend_on_the_routing(dev: &'static Device) {
             assert_eq!(ours(&lists[0]), layer.kernel_names(&ws), "{at}");
             assert_eq!(lists[0].len(), layer.launches(&ws), "{at}");
             let align = lists[0].len() - layer.kernel_names(&ws).len();
-            if path == Path::Tiled && r.rows > 0 {
+            if path != Path::Decode && r.rows > 0 {
                 // Chapter 3's launches come right after the conversion, before the first GEMM.
                 assert!(align >= 1, "{at}");
                 assert!(
@@ -495,12 +552,132 @@ fn kernels_skip_placeholders_garbage_and_foreign_tiles(dev: &'static Device) {
     check_output("gemm1 act", &want_act, &got_act, Tolerance::BF16_VS_ORACLE).unwrap();
     // GEMM 2 alone: fp32 sums of bf16 products, no bf16 rounding on the way.
     check_output("gemm2 y", &want_y, &got_y, Tolerance::F32).unwrap();
+    grouped_kernels_on_a_hand_made_layout(dev, &x, &w13, &w2, &weight);
+}
+
+/// The grouped decode kernels on a layout of their own (BLOCK_M 64, so two ballots per tile):
+/// tile 0 of expert 2 holds nine real pairs (two passes of 8) among garbage ids (negative,
+/// ≥ P) and placeholders in both halves; tile 1 is of expert -1 (pair 1), tile 2 of expert 0
+/// (pair 10), tile 3 lies past num_post (pair 4). act and y must be the per-pair decode kernels'
+/// bits on the same pairs (ids: each tile's expert, -1 for pairs 1 and 4), sentinels included;
+/// the same on the emulator. x, w13, w2 and weight as the caller made them (bf16 values).
+fn grouped_kernels_on_a_hand_made_layout(
+    dev: &'static Device,
+    x: &[f32],
+    w13: &[f32],
+    w2: &[f32],
+    weight: &[f32],
+) {
+    let (t, k, h, i, e, bm) = (6usize, 2usize, 72usize, 40usize, 3usize, 64usize);
+    let p = t * k;
+    let pl = p as i32;
+    let mut sorted = vec![pl; 4 * bm];
+    for (slot, v) in [
+        (0, 0),
+        (1, -3),
+        (2, 5),
+        (3, 7),
+        (4, pl + 9),
+        (10, 2),
+        (20, 3),
+        (31, 6),
+        (32, 8),
+        (33, -1),
+        (40, 9),
+        (63, 11),
+    ] {
+        sorted[slot] = v;
+    }
+    sorted[bm] = 1;
+    sorted[2 * bm] = 10;
+    sorted[3 * bm] = 4;
+    let expert_ids = [2, -1, 0, 1];
+    let ids: Vec<i32> = (0..p)
+        .map(|q| match q {
+            1 | 4 => -1,
+            10 => 0,
+            _ => 2,
+        })
+        .collect();
+    let up = |v: &[f32]| -> Vec<bf16> { v.iter().map(|&v| bf16::from_f32(v)).collect() };
+    let sentinel = bf16::from_f32(-12345.0);
+    let int = |v: usize| KernelArg::I32(v as i32);
+    // act [P, I] and y [P, H] from the grouped kernels (or the per-pair ones) on device `d`.
+    let run = |d: &'static Device, grouped: bool| -> (Vec<bf16>, Vec<f32>) {
+        let m = d.load(&KERNELS).unwrap();
+        let (w13d, w2d, wd) = (
+            d.upload(&up(w13)).unwrap(),
+            d.upload(&up(w2)).unwrap(),
+            d.upload(weight).unwrap(),
+        );
+        let act = d.upload(&vec![sentinel; p * i]).unwrap();
+        let y = d.upload(&vec![-12345.0f32; p * h]).unwrap();
+        let null = KernelArg::Ptr(0);
+        let sizes = [int(t), int(k), int(h), int(i), int(e), int(0), int(2)];
+        let blocks = if grouped { expert_ids.len() } else { p };
+        let mut cfg = LaunchConfig::blocks(blocks as u32, 64);
+        cfg.grid.1 = i.div_ceil(4) as u32;
+        let mut cfg2 = cfg;
+        cfg2.grid.1 = h.div_ceil(4) as u32;
+        if grouped {
+            let (xd, sd, ed, nd) = (
+                d.upload(&up(x)).unwrap(),
+                d.upload(&sorted).unwrap(),
+                d.upload(&expert_ids).unwrap(),
+                d.upload(&[(3 * bm) as i32]).unwrap(),
+            );
+            let extra = [int(bm), int(expert_ids.len())];
+            let a = args![&xd, &sd, &ed, &nd, &w13d, null, null, null, &act, null];
+            let all = [&a[..], &sizes[..], &extra[..]].concat();
+            m.launch("decode_grouped_gemm1_swiglu", cfg, &all).unwrap();
+            let a = args![&act, &sd, &ed, &nd, &wd, &w2d, null, null, &y, null];
+            let all = [&a[..], &sizes[..], &extra[..]].concat();
+            m.launch("decode_grouped_gemm2", cfg2, &all).unwrap();
+        } else {
+            let (xd, idd) = (d.upload(x).unwrap(), d.upload(&ids).unwrap());
+            let a = args![&xd, &idd, &w13d, null, null, null, &act, null];
+            m.launch("decode_gemm1_swiglu", cfg, &[&a[..], &sizes[..]].concat())
+                .unwrap();
+            let a = args![&act, &idd, &wd, &w2d, null, null, &y, null];
+            m.launch("decode_gemm2", cfg2, &[&a[..], &sizes[..]].concat())
+                .unwrap();
+        }
+        (act.to_vec().unwrap(), y.to_vec().unwrap())
+    };
+    let (act, y) = run(dev, true);
+    let (want_act, want_y) = run(dev, false);
+    assert_same_bits("grouped act vs per-pair act", &bits(&act), &bits(&want_act));
+    assert_same_bits("grouped y vs per-pair y", &y, &want_y);
+    let (emu_act, emu_y) = run(Device::emu(), true);
+    assert_same_bits(
+        "grouped act, this backend vs the emulator",
+        &bits(&act),
+        &bits(&emu_act),
+    );
+    assert_same_bits("grouped y, this backend vs the emulator", &y, &emu_y);
+    for pair in 0..p {
+        let named = !matches!(pair, 1 | 4);
+        let a = &act[pair * i..(pair + 1) * i];
+        assert_eq!(
+            a.iter().all(|v| *v == sentinel),
+            !named,
+            "grouped act row of pair {pair}"
+        );
+        let yr = &y[pair * h..(pair + 1) * h];
+        assert_eq!(
+            yr.iter().all(|v| *v == -12345.0),
+            !named,
+            "grouped y row of pair {pair}"
+        );
+    }
 }
 
 /// The decode kernels on a routing with ids outside `0..E` (-1, E, a large id): those pairs'
 /// rows keep their sentinel (never written) and add nothing to their token's sum; every other
 /// row matches f64 arithmetic on the same bf16 values. H 70 is no multiple of 8 (GEMM 1 loads
-/// one value at a time), I 40 is (GEMM 2 loads 16 bytes).
+/// one value at a time), I 40 is (GEMM 2 loads 16 bytes). The grouped decode kernels, on
+/// chapter 3's layout of the same ids (BLOCK_M 8, which leaves the foreign ids out), write the
+/// per-pair kernels' act and y bits, sentinels included.
 fn decode_kernels_skip_foreign_ids(dev: &'static Device) {
     let (t, k, h, i, e) = (3usize, 4usize, 70usize, 40usize, 5usize);
     let p = t * k;
@@ -515,7 +692,9 @@ fn decode_kernels_skip_foreign_ids(dev: &'static Device) {
     let ids: Vec<i32> = vec![4, -1, 0, 2, 5, 1, 3, 3, 1_000_000, 0, 4, -7];
     let sentinel = bf16::from_f32(-12345.0);
     let int = |v: usize| KernelArg::I32(v as i32);
-    let run = |d: &'static Device| -> (Vec<bf16>, Vec<f32>, Vec<f32>) {
+    // act, y and out of the decode kernels, then act and y of the grouped ones.
+    type Outputs = (Vec<bf16>, Vec<f32>, Vec<f32>, Vec<bf16>, Vec<f32>);
+    let run = |d: &'static Device| -> Outputs {
         let m = d.load(&KERNELS).unwrap();
         let (xd, idd, w13d, w2d, wd) = (
             d.upload(&x).unwrap(),
@@ -543,14 +722,40 @@ fn decode_kernels_skip_foreign_ids(dev: &'static Device) {
         let a = args![&act, &idd, &wd, &w2d, null, null, null, &out];
         m.launch("decode_gemm2_sum", cfg, &[&a[..], &sizes[..]].concat())
             .unwrap();
+        // The grouped kernels on chapter 3's layout of the same ids.
+        let bm = geometry::DECODE_GROUP;
+        let align = DeviceAlign::new(d, p, e, bm).unwrap();
+        let layout = align.alloc_outputs(d).unwrap();
+        align.enqueue(&idd, &layout).unwrap();
+        let tiles = max_tiles(p, e, bm);
+        let xb = d.upload(&up(&x)).unwrap();
+        let act2 = d.upload(&vec![sentinel; p * i]).unwrap();
+        let y2 = d.upload(&vec![-12345.0f32; p * h]).unwrap();
+        let extra = [int(bm), int(tiles)];
+        let l = args![&layout.sorted_ids, &layout.expert_ids, &layout.num_post];
+        let mut cfg = LaunchConfig::blocks(tiles as u32, 64);
+        cfg.grid.1 = i.div_ceil(4) as u32;
+        let a = args![&xb];
+        let b = args![&w13d, null, null, null, &act2, null];
+        let all = [&a[..], &l[..], &b[..], &sizes[..], &extra[..]].concat();
+        m.launch("decode_grouped_gemm1_swiglu", cfg, &all).unwrap();
+        cfg.grid.1 = h.div_ceil(4) as u32;
+        let a = args![&act2];
+        let b = args![&wd, &w2d, null, null, &y2, null];
+        let all = [&a[..], &l[..], &b[..], &sizes[..], &extra[..]].concat();
+        m.launch("decode_grouped_gemm2", cfg, &all).unwrap();
         (
             act.to_vec().unwrap(),
             y.to_vec().unwrap(),
             out.to_vec().unwrap(),
+            act2.to_vec().unwrap(),
+            y2.to_vec().unwrap(),
         )
     };
-    let (act, y, out) = run(dev);
-    let (emu_act, emu_y, emu_out) = run(Device::emu());
+    let (act, y, out, act2, y2) = run(dev);
+    let (emu_act, emu_y, emu_out, _, _) = run(Device::emu());
+    assert_same_bits("grouped act vs decode act", &bits(&act2), &bits(&act));
+    assert_same_bits("grouped y vs decode y", &y2, &y);
     assert_same_bits(
         "act, this backend vs the emulator",
         &bits(&act),
@@ -605,7 +810,8 @@ fn decode_kernels_skip_foreign_ids(dev: &'static Device) {
 // ANCHOR: fill_and_last_experts
 /// Weights filled on the device (`fused_fill_bf16`) are the host twin's bits; and a layer filled
 /// there, run on a routing that only reaches its last experts, matches chapter 2's device loop
-/// built from the host's copy of those experts (zeros elsewhere) on both paths. The emulator
+/// built from the host's copy of those experts (zeros elsewhere) on every path (the grouped
+/// decode path with the decode path's bits). The emulator
 /// runs it at a small shape; [`glm_sized_layer_indexes_past_2_to_the_31`] at GLM's, where an
 /// expert's offset passes 2³¹.
 fn last_experts_match_chapter_2(
@@ -643,12 +849,22 @@ fn last_experts_match_chapter_2(
     };
     let hidden = ch01_router::inputs::patterned(tokens * config.hidden, seed + 1, 1.0);
     let want = grouped.experts(&hidden, &routing).unwrap();
+    let mut decode_bits = None;
     for path in Path::ALL {
         let got = fused
             .clone()
             .with_path(path)
             .experts(&hidden, &routing)
             .unwrap();
+        match path {
+            Path::Decode => decode_bits = Some(got.clone()),
+            Path::DecodeGrouped => assert_same_bits(
+                &format!("experts {last}..{e}: decode_grouped vs decode"),
+                &got,
+                decode_bits.as_ref().unwrap(),
+            ),
+            Path::Tiled => {}
+        }
         let err = check_output(
             &format!("experts {last}..{e}, {path} path: fused vs grouped device"),
             &want,
@@ -696,7 +912,7 @@ fn weights_filled_on_the_device_match_the_host(dev: &'static Device) {
 /// 64-bit indexing at GLM's shape: 288 experts, H 4096, I 1024, k 8. w13 holds 288 × 2048 × 4096
 /// = 2.4 G elements, so the offset of expert 280 (2.35 G) passes 2³¹ and a 32-bit product would
 /// wrap to another expert's rows; every kernel takes it in 64 bits. A few tokens routed to
-/// experts 280..287 through both paths against chapter 2's device loop (cuBLAS per expert,
+/// experts 280..287 through every path against chapter 2's device loop (cuBLAS per expert,
 /// offsets from Rust's usize). Needs a GPU (7.2 GB of bf16 weights for this layer, 7.2 GB more
 /// for chapter 2's, and 14.5 GB of mostly untouched f32 on the host); the emulator runs the same
 /// body at a small shape in `weights_filled_on_the_device_match_the_host`.
@@ -788,6 +1004,36 @@ fn bad_inputs_are_typed_errors(dev: &'static Device) {
         ),
         "{e}"
     );
+    // 32 warps are a decode geometry, but past the grouped kernels' launch bounds (16 warps).
+    let wide = DecodeGeometry {
+        warps: 32,
+        cols_per_warp: 1,
+    };
+    let e = l
+        .clone()
+        .with_path(Path::DecodeGrouped)
+        .with_decode_geometry(wide)
+        .unwrap()
+        .workspace(r.rows)
+        .err()
+        .unwrap();
+    assert!(
+        matches!(
+            e,
+            MoeError::Config {
+                field: "decode geometry",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(l
+        .clone()
+        .with_path(Path::Decode)
+        .with_decode_geometry(wide)
+        .unwrap()
+        .workspace(r.rows)
+        .is_ok());
     let bad_tile = ch04_fused_moe::TileConfig {
         warps: 3,
         bk: 32,

@@ -42,10 +42,12 @@
 //!
 //! Chapter 4's layer is timed as it ships (`fused`: path, fusion and tiles by its rules and
 //! measured table) and with each path forced and each fusion undone ([`VARIANTS`], one `impl`
-//! each, clones sharing the weights); the decode variants up to [`DECODE_MAX_TOKENS`]. The
-//! shipped layer also gets the per-kernel breakdown (`ch04_steps.csv`: each prefix of its
-//! launches timed, so each GEMM alone is a difference). A call longer than [`LONG_CALL_US`] is
-//! measured with [`LONG_PLAN`] (fewer samples; the CSV's `samples` says how many).
+//! each, clones sharing the weights), the grouped decode path too (`fused_decode_grouped`,
+//! checked to give `fused_decode`'s bits: [`SAME_BITS`]); the decode variants up to
+//! [`DECODE_MAX_TOKENS`]. The shipped layer also gets the per-kernel breakdown
+//! (`ch04_steps.csv`: each prefix of its launches timed, so each GEMM alone is a difference). A
+//! call longer than [`LONG_CALL_US`] is measured with [`LONG_PLAN`] (fewer samples; the CSV's
+//! `samples` says how many).
 
 use crate::cases::{csv, peers_file, summary, Case, Ceilings, Session, SummaryLayout, Work};
 use crate::ch02::{self, Shape};
@@ -210,7 +212,20 @@ pub const VARIANTS: &[Variant] = &[
         max_tokens: Some(DECODE_MAX_TOKENS),
         make: |l| l.with_path(FusedPath::Decode).with_fusion(Fusion::Unfused),
     },
+    Variant {
+        imp: "fused_decode_grouped",
+        about: "the grouped decode path: each expert's weights read once per 8 of its pairs \
+                (chapter 3's layout at BLOCK_M 8, both GEMMs by tile, then the combine kernel); \
+                the decode path's bits",
+        max_tokens: Some(DECODE_MAX_TOKENS),
+        make: |l| l.with_path(FusedPath::DecodeGrouped),
+    },
 ];
+
+/// Variants that must give another's bits, not only agree within a tolerance: (variant, the one
+/// whose bits it must give). The grouped decode path is the decode path's arithmetic in another
+/// launch order (`kernels/ch04_fused_moe.cu`, "THE GROUPED DECODE PATH").
+pub const SAME_BITS: &[(&str, &str)] = &[("fused_decode_grouped", "fused_decode")];
 
 /// The largest T the decode variants are measured at.
 pub const DECODE_MAX_TOKENS: usize = 512;
@@ -745,7 +760,7 @@ fn check_shape(
             let e = check_output(&what, &want, &grouped, Tolerance::BF16_VS_BF16)?;
             rows.push(row(GROUPED, ("cpu_grouped", &want), tokens, e, between));
         }
-        let mut ours = None;
+        let mut outs: Vec<(&str, Vec<f32>)> = Vec::new();
         for (v, layer) in layers.fused_at(tokens) {
             let (_, out) = fused_work(layer, shape, tokens, routing, v.imp)?;
             let what = format!(
@@ -756,9 +771,24 @@ fn check_shape(
             );
             let e = check_output(&what, &grouped, &out, OURS_VS_CH02)?;
             rows.push(row(v.imp, (GROUPED, &grouped), tokens, e, ours_vs_ch02));
-            ours.get_or_insert(out);
+            outs.push((v.imp, out));
         }
-        let ours = ours.ok_or("no variant of chapter 4's layer to measure")?;
+        let out_of = |imp: &str| outs.iter().find(|o| o.0 == imp).map(|o| &o.1);
+        for (imp, twin) in SAME_BITS {
+            if let (Some(a), Some(b)) = (out_of(imp), out_of(twin)) {
+                if let Some(i) = (0..a.len()).find(|&i| a[i].to_bits() != b[i].to_bits()) {
+                    return Err(format!(
+                        "{} at {tokens} tokens: {imp} must give {twin}'s bits; output {i} is {} against {}",
+                        shape.name, a[i], b[i]
+                    ));
+                }
+            }
+        }
+        let ours = outs
+            .into_iter()
+            .next()
+            .map(|o| o.1)
+            .ok_or("no variant of chapter 4's layer to measure")?;
         if let Some(p) = peers {
             for (imp, out) in p.at(shape.name, tokens) {
                 let e = if out.len() == ours.len() {

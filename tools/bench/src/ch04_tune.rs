@@ -1,7 +1,7 @@
 //! `bench ch04-tune`: chapter 4's configurations by shape. For each layer shape and batch bucket
 //! (T = 1, 2, 4, … 4096 tokens) it times every candidate that can run the batch, the tiled path
-//! in each tile configuration (`ch04_fused_moe::choose::TILE_CONFIGS`) and the decode path in a
-//! few launch geometries, on the GPU with the harness of `moe_kernels::measure` (CUDA graphs,
+//! in each tile configuration (`ch04_fused_moe::choose::TILE_CONFIGS`) and the decode and grouped
+//! decode paths in a few launch geometries, on the GPU with the harness of `moe_kernels::measure` (CUDA graphs,
 //! cold = L2 flushed by reading before each replay), and writes the fastest per bucket, beside
 //! what the rule alone would run, as the table the layer compiles in
 //! (`bench/results/h200/ch04_tuned.csv`, [`TunedTable`]); every candidate's timing goes to a
@@ -22,8 +22,10 @@
 //! weights once per pair, far slower than a tile.
 //!
 //! Before timing, every candidate runs once and is checked: all tiled candidates must give the
-//! same bits, all decode candidates the same bits, and the two paths must agree within
-//! `ch04_fused_moe::ACROSS_SUM_ORDERS`; the run stops at the first difference.
+//! same bits, all decode and grouped decode candidates the same bits, and the tiled and decode
+//! paths must agree within `ch04_fused_moe::ACROSS_SUM_ORDERS`; the run stops at the first
+//! difference. A grouped decode candidate that wins a bucket goes into the table like any other
+//! (the layer runs what the table names); the committed table predates it.
 //!
 //! The weights are made on the device (`FusedDevice::patterned_on_device`): no host copy, so a
 //! GLM-sized layer (3.6 G weights) is ready in a moment.
@@ -171,11 +173,13 @@ pub fn candidates(shape: &Shape, tokens: usize) -> Vec<Choice> {
         })
         .collect();
     if tokens * shape.k <= DECODE_MAX_PAIRS_PER_EXPERT * shape.experts {
-        v.extend(DECODE_GEOMETRIES.iter().map(|&decode| Choice {
-            path: Path::Decode,
-            tile: TileConfig::DEFAULT,
-            decode,
-        }));
+        for path in [Path::Decode, Path::DecodeGrouped] {
+            v.extend(DECODE_GEOMETRIES.iter().map(|&decode| Choice {
+                path,
+                tile: TileConfig::DEFAULT,
+                decode,
+            }));
+        }
     }
     v
 }
@@ -185,7 +189,7 @@ fn variant(base: &FusedDevice, c: Choice) -> Result<FusedDevice, String> {
     let l = base.clone().without_tuned_table().with_path(c.path);
     match c.path {
         Path::Tiled => l.with_tile(c.tile),
-        Path::Decode => l.with_decode_geometry(c.decode),
+        Path::Decode | Path::DecodeGrouped => l.with_decode_geometry(c.decode),
     }
     .map_err(|e| e.to_string())
 }
@@ -226,17 +230,21 @@ fn run_once(layer: &FusedDevice, b: &Batch) -> Result<Vec<f32>, String> {
     b.out.to_vec().map_err(|e| e.to_string())
 }
 
-/// The candidates' outputs must agree: bit for bit within a path, within
-/// [`ch04_fused_moe::ACROSS_SUM_ORDERS`] across.
+/// The candidates' outputs must agree: bit for bit within a path (the decode and grouped decode
+/// paths together: the same arithmetic), within [`ch04_fused_moe::ACROSS_SUM_ORDERS`] across.
 fn check(at: &str, outs: &[(Choice, Vec<f32>)]) -> Result<(), String> {
-    for path in Path::ALL {
-        let mut same = outs.iter().filter(|(c, _)| c.path == path);
+    for tiled in [true, false] {
+        let mut same = outs
+            .iter()
+            .filter(|(c, _)| (c.path == Path::Tiled) == tiled);
         if let Some((first, want)) = same.next() {
             for (c, got) in same {
                 if let Some(i) = (0..want.len()).find(|&i| want[i].to_bits() != got[i].to_bits()) {
                     return Err(format!(
-                        "{at}: {path} {} and {} differ at {i}: {} vs {}",
+                        "{at}: {} {} and {} {} differ at {i}: {} vs {}",
+                        first.path,
                         first.config_name(),
+                        c.path,
                         c.config_name(),
                         want[i],
                         got[i]
@@ -309,7 +317,7 @@ fn rule_choice(base: &FusedDevice, tokens: usize) -> Result<Choice, String> {
         } else {
             TileConfig::DEFAULT
         },
-        decode: if p.path == Path::Decode {
+        decode: if p.path.is_decode() {
             p.decode
         } else {
             DecodeGeometry::DEFAULT
@@ -504,4 +512,44 @@ fn smoke() -> Result<(), String> {
         table.rows.len()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grouped_decode_candidates_run_where_the_decode_ones_do() {
+        let n = |tokens, p: Path| {
+            candidates(&TINY, tokens)
+                .iter()
+                .filter(|c| c.path == p)
+                .count()
+        };
+        assert_eq!(n(1, Path::DecodeGrouped), DECODE_GEOMETRIES.len());
+        assert_eq!(n(1, Path::Decode), DECODE_GEOMETRIES.len());
+        let past = DECODE_MAX_PAIRS_PER_EXPERT * TINY.experts / TINY.k + 1;
+        assert_eq!(n(past, Path::DecodeGrouped), 0);
+    }
+
+    #[test]
+    fn the_check_wants_the_decode_bits_from_the_grouped_path() {
+        let c = |path| Choice {
+            path,
+            tile: TileConfig::DEFAULT,
+            decode: DecodeGeometry::DEFAULT,
+        };
+        let (a, b) = (
+            vec![1.0f32, 2.0],
+            vec![1.0f32, f32::from_bits(2.0f32.to_bits() + 1)],
+        );
+        let same = [
+            (c(Path::Decode), a.clone()),
+            (c(Path::DecodeGrouped), a.clone()),
+        ];
+        check("t", &same).unwrap();
+        let off = [(c(Path::Decode), a), (c(Path::DecodeGrouped), b)];
+        let e = check("t", &off).unwrap_err();
+        assert!(e.contains("decode_grouped"), "{e}");
+    }
 }
