@@ -220,10 +220,12 @@ pub fn default_matches_the_kernel_constants() -> bool {
 /// The default tile rule: K staged 64 at a time (`w4_k64_n1`: half the barriers and twice the
 /// bytes in flight per stage of the base configuration) when both GEMMs' K, H and I, are at least
 /// 128; the base configuration `w4_k32_n1` for smaller layers, where a 64-wide stage would be
-/// mostly zeros past K. In a first run of `bench ch04-tune` on the H200, `w4_k64_n1` was the
-/// fastest tiled configuration at every batch and shape timed, and the wider tiles (`w8_k32_n1`,
-/// `w4_k32_n2`) were slower than the base. Any GPU since Volta runs all four (at most 29 KB of
-/// static shared memory, no register spills on sm_90).
+/// mostly zeros past K. In the committed run of `bench ch04-tune` on the H200
+/// (`bench/results/h200/ch04_tune_all.csv`), `w4_k64_n1` was the fastest tiled configuration at
+/// every bucket but one: at Qwen3-30B-A3B's shape and 4096 tokens the wider tiles `w4_k32_n2`
+/// and `w8_k32_n1` beat it (by about 6%), and the tuned table picks `w4_k32_n2` there. Any GPU
+/// since Volta runs all four (at most 29 KB of static shared memory, no register spills on
+/// sm_90).
 pub fn default_tile(hidden: usize, intermediate: usize) -> TileConfig {
     if hidden.min(intermediate) >= 128 {
         TILE_CONFIGS[1]
