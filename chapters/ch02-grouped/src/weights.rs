@@ -40,50 +40,84 @@ pub struct MoeWeights {
 }
 // ANCHOR_END: packed_weights
 
+/// The sizes of a layer's tensors, wherever they live (host vectors here, device buffers in
+/// chapter 4): what [`check_sizes`] compares with the config.
+pub struct WeightSizes {
+    pub gate: usize,
+    pub w13: usize,
+    pub w2: usize,
+    pub shared: Option<SharedSizes>,
+}
+
+/// The shared expert's tensor sizes; `gate` is `None` without Qwen2-MoE's gate.
+pub struct SharedSizes {
+    pub w13: usize,
+    pub w2: usize,
+    pub gate: Option<usize>,
+}
+
+/// Checks the config (with the router's bias) and that every tensor has the size it implies: a
+/// typed error naming the first tensor that does not.
+pub fn check_sizes(
+    c: &MoeConfig,
+    bias: Option<&[f32]>,
+    sizes: &WeightSizes,
+) -> Result<(), MoeError> {
+    c.validate(bias)?;
+    let (h, e) = (c.hidden, c.experts);
+    expect_len("gate [E, H]", sizes.gate, e * h)?;
+    expect_len("w13 [E, 2I, H]", sizes.w13, c.w13_len())?;
+    expect_len("w2 [E, H, I]", sizes.w2, c.w2_len())?;
+    match (c.shared, &sizes.shared) {
+        (None, None) => {}
+        (Some(s), Some(w)) => {
+            expect_len("shared expert w13 [2Is, H]", w.w13, 2 * s.intermediate * h)?;
+            expect_len("shared expert w2 [H, Is]", w.w2, h * s.intermediate)?;
+            match (s.gated, w.gate) {
+                (true, Some(g)) => expect_len("shared expert gate [H]", g, h)?,
+                (false, None) => {}
+                (gated, _) => {
+                    return Err(MoeError::Config {
+                        field: "shared expert gate",
+                        expected: if gated { "a [H] gate" } else { "no gate" }.into(),
+                        found: if gated { "none" } else { "a gate" }.into(),
+                    })
+                }
+            }
+        }
+        (want, _) => {
+            return Err(MoeError::Config {
+                field: "shared expert",
+                expected: if want.is_some() {
+                    "its weights"
+                } else {
+                    "none"
+                }
+                .into(),
+                found: if want.is_some() { "none" } else { "weights" }.into(),
+            })
+        }
+    }
+    Ok(())
+}
+
 impl MoeWeights {
     /// Checks the config and that every tensor has the size it implies.
     pub fn validate(&self) -> Result<(), MoeError> {
-        let c = &self.config;
-        c.validate(self.bias.as_deref())?;
-        let (h, e) = (c.hidden, c.experts);
-        expect_len("gate [E, H]", self.gate.len(), e * h)?;
-        expect_len("w13 [E, 2I, H]", self.w13.len(), c.w13_len())?;
-        expect_len("w2 [E, H, I]", self.w2.len(), c.w2_len())?;
-        match (c.shared, &self.shared) {
-            (None, None) => {}
-            (Some(s), Some(w)) => {
-                expect_len(
-                    "shared expert w13 [2Is, H]",
-                    w.w13.len(),
-                    2 * s.intermediate * h,
-                )?;
-                expect_len("shared expert w2 [H, Is]", w.w2.len(), h * s.intermediate)?;
-                match (s.gated, &w.gate) {
-                    (true, Some(g)) => expect_len("shared expert gate [H]", g.len(), h)?,
-                    (false, None) => {}
-                    (gated, _) => {
-                        return Err(MoeError::Config {
-                            field: "shared expert gate",
-                            expected: if gated { "a [H] gate" } else { "no gate" }.into(),
-                            found: if gated { "none" } else { "a gate" }.into(),
-                        })
-                    }
-                }
-            }
-            (want, _) => {
-                return Err(MoeError::Config {
-                    field: "shared expert",
-                    expected: if want.is_some() {
-                        "its weights"
-                    } else {
-                        "none"
-                    }
-                    .into(),
-                    found: if want.is_some() { "none" } else { "weights" }.into(),
-                })
-            }
-        }
-        Ok(())
+        check_sizes(
+            &self.config,
+            self.bias.as_deref(),
+            &WeightSizes {
+                gate: self.gate.len(),
+                w13: self.w13.len(),
+                w2: self.w2.len(),
+                shared: self.shared.as_ref().map(|w| SharedSizes {
+                    w13: w.w13.len(),
+                    w2: w.w2.len(),
+                    gate: w.gate.as_ref().map(Vec::len),
+                }),
+            },
+        )
     }
 
     /// Expert `e`'s `[2I, H]` slice of `w13`.

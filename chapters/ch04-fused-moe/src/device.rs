@@ -65,6 +65,7 @@ use ch01_router::chain::{
 use ch01_router::Routing;
 use ch02_grouped::error::expect_len;
 use ch02_grouped::layer::{experts_rows, rows_of, LayerOutput, MoeLayer};
+use ch02_grouped::weights::{check_sizes, SharedSizes, WeightSizes};
 use ch02_grouped::{Dtype, MoeConfig, MoeError, MoeWeights};
 use ch03_align::device::{AlignBuffers, DeviceAlign};
 use ch03_align::{choose_block_m, max_tiles, AlignError};
@@ -368,42 +369,29 @@ impl FusedDevice {
         bias: Option<&[f32]>,
         weights: DeviceWeights,
     ) -> Result<Self, MoeError> {
-        config.validate(bias)?;
-        let (h, e) = (config.hidden, config.experts);
-        expect_len("gate [E, H]", gate.len(), e * h)?;
-        expect_len("w13 [E, 2I, H]", weights.w13.len(), config.w13_len())?;
-        expect_len("w2 [E, H, I]", weights.w2.len(), config.w2_len())?;
-        match (config.shared, &weights.shared) {
-            (None, None) => {}
-            (Some(s), Some(w)) => {
-                expect_len(
-                    "shared expert w13 [2Is, H]",
-                    w.w13.len(),
-                    2 * s.intermediate * h,
-                )?;
-                expect_len("shared expert w2 [H, Is]", w.w2.len(), h * s.intermediate)?;
-                if s.gated != w.gate.is_some() || w.inter != s.intermediate {
-                    return Err(MoeError::Config {
-                        field: "shared expert",
-                        expected: format!("intermediate {}, gated {}", s.intermediate, s.gated),
-                        found: format!("intermediate {}, gated {}", w.inter, w.gate.is_some()),
-                    });
-                }
-                if let Some(g) = &w.gate {
-                    expect_len("shared expert gate [H]", g.len(), h)?;
-                }
-            }
-            (want, _) => {
+        check_sizes(
+            config,
+            bias,
+            &WeightSizes {
+                gate: gate.len(),
+                w13: weights.w13.len(),
+                w2: weights.w2.len(),
+                shared: weights.shared.as_ref().map(|w| SharedSizes {
+                    w13: w.w13.len(),
+                    w2: w.w2.len(),
+                    gate: w.gate.as_ref().map(|g| g.len()),
+                }),
+            },
+        )?;
+        // The one field the sizes do not imply: the shared expert's width, kept beside its
+        // buffers.
+        if let (Some(s), Some(w)) = (config.shared, &weights.shared) {
+            if w.inter != s.intermediate {
                 return Err(MoeError::Config {
                     field: "shared expert",
-                    expected: if want.is_some() {
-                        "its weights"
-                    } else {
-                        "none"
-                    }
-                    .into(),
-                    found: if want.is_some() { "none" } else { "weights" }.into(),
-                })
+                    expected: format!("intermediate {}", s.intermediate),
+                    found: format!("intermediate {}", w.inter),
+                });
             }
         }
         check_widths(config)?;
