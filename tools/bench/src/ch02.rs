@@ -292,12 +292,13 @@ fn layer(
     Ok(Rc::new(layer))
 }
 
-/// One call of the experts for one routing, ready to be captured.
-struct GroupedWork {
-    layer: Rc<GroupedDevice>,
-    ws: Workspace,
-    hidden: DeviceBuffer<f32>,
-    out: DeviceBuffer<f32>,
+/// One call of the experts for one routing, ready to be captured (chapter 4's bench times
+/// chapter 2's loop with it too).
+pub(crate) struct GroupedWork {
+    pub(crate) layer: Rc<GroupedDevice>,
+    pub(crate) ws: Workspace,
+    pub(crate) hidden: DeviceBuffer<f32>,
+    pub(crate) out: DeviceBuffer<f32>,
 }
 
 impl Work for GroupedWork {

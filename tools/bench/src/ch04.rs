@@ -50,11 +50,11 @@
 //! `samples` says how many).
 
 use crate::cases::{csv, peers_file, summary, Case, Ceilings, Session, SummaryLayout, Work};
+use crate::ch02::GroupedWork;
 use crate::ch02::{self, Shape};
 use ch01_router::inputs::patterned;
 use ch01_router::Routing;
 use ch02_grouped::compare::{check_output, output_error, OutputError, Tolerance};
-use ch02_grouped::device::Workspace;
 use ch02_grouped::{Dtype, GroupPlan, GroupedCpu, GroupedDevice, MoeLayer, MoeWeights};
 use ch04_fused_moe::{FusedDevice, FusedWorkspace, Fusion, Path as FusedPath};
 use moe_kernels::measure::{Harness, Plan};
@@ -501,22 +501,6 @@ impl Work for FusedWork {
     fn enqueue(&self) -> Result<(), String> {
         self.layer
             .enqueue_experts(&self.ws, &self.hidden, &self.ids, &self.weights, &self.out)
-            .map_err(|e| e.to_string())
-    }
-}
-
-/// One call of chapter 2's device loop for one routing, ready to be captured.
-struct GroupedWork {
-    layer: Rc<GroupedDevice>,
-    ws: Workspace,
-    hidden: DeviceBuffer<f32>,
-    out: DeviceBuffer<f32>,
-}
-
-impl Work for GroupedWork {
-    fn enqueue(&self) -> Result<(), String> {
-        self.layer
-            .enqueue_experts(&self.ws, &self.hidden, &self.out)
             .map_err(|e| e.to_string())
     }
 }
