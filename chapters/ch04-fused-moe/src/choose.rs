@@ -31,9 +31,10 @@ pub enum Path {
     /// [`Fusion::SwiGlu`] (GEMM 2 grouped too, then the combine kernel: a tile holds pairs of one
     /// expert, never the k pairs of one token); [`Fusion::SwiGluSumK`] keeps the per-token
     /// `decode_gemm2_sum` after a grouped GEMM 1 (w2 read once per pair again, one launch and
-    /// the `[T·k, H]` buffer fewer). Chosen only by [`crate::FusedDevice::with_path`] (or a
-    /// measured table that names it): neither [`choose_path`] nor the committed table picks it
-    /// until it has been measured on the GPU.
+    /// the `[T·k, H]` buffer fewer). [`choose_path`] never picks it (it costs three launches
+    /// more than [`Path::Decode`], and pays only once experts are chosen by several pairs); a
+    /// measured table that names it does (the committed H200 table, at 64 tokens of both
+    /// shapes), and [`crate::FusedDevice::with_path`] forces it.
     DecodeGrouped,
 }
 
@@ -445,9 +446,12 @@ impl TunedTable {
 
     // ANCHOR: lookup
     /// The bucket for `tokens` tokens of a layer of this shape: among the rows of the same
-    /// (H, I, E, k), the one with the smallest `tokens` at or above the batch, else the largest
-    /// (a batch past every measured size runs as the largest did). `None` when the shape was not
-    /// measured: the rule decides.
+    /// (H, I, E, k), the one nearest the batch on a log scale (the smallest ratio between the
+    /// larger and the smaller of the two sizes; a tie goes to the larger bucket). The buckets
+    /// grow by factors of 8, so a batch of 9 tokens runs as 8 did, not as 64: the winner at 64
+    /// tokens (four pairs per expert at Qwen3's shape) can be the wrong path at one pair per
+    /// expert. A batch past every measured size runs as the largest did. `None` when the shape
+    /// was not measured: the rule decides.
     pub fn lookup(
         &self,
         hidden: usize,
@@ -461,10 +465,17 @@ impl TunedTable {
                 (r.hidden, r.intermediate, r.experts, r.k) == (hidden, intermediate, experts, k)
             })
         };
-        same()
-            .filter(|r| r.tokens >= tokens)
-            .min_by_key(|r| r.tokens)
-            .or_else(|| same().max_by_key(|r| r.tokens))
+        let t = tokens.max(1) as u128;
+        // The ratio max(b, t) / min(b, t) as a fraction, compared exactly by cross-multiplying.
+        let ratio = |b: usize| (t.max(b as u128), t.min(b as u128));
+        same().reduce(|best, r| {
+            let ((n1, d1), (n2, d2)) = (ratio(best.tokens), ratio(r.tokens));
+            match (n2 * d1).cmp(&(n1 * d2)) {
+                std::cmp::Ordering::Less => r,
+                std::cmp::Ordering::Equal if r.tokens > best.tokens => r,
+                _ => best,
+            }
+        })
     }
     // ANCHOR_END: lookup
 }
@@ -521,12 +532,21 @@ mod tests {
         let c = Choice::parse("decode_grouped", "w8_c1").unwrap();
         assert_eq!((c.path, c.decode.warps), (Path::DecodeGrouped, 8));
         assert_eq!(c.config_name(), "w8_c1");
-        // Not chosen by the rule (until it is measured on the GPU), nor by the committed table.
+        // Never chosen by the rule; a table row that names it is what a batch in its bucket runs.
         for tokens in [1, 8, 64, 65, 512, 4096] {
             assert_ne!(choose_path(tokens, 8, 128), Path::DecodeGrouped);
         }
-        let t = TunedTable::parse(TUNED_CSV).unwrap();
-        assert!(t.rows.iter().all(|r| r.choice.path != Path::DecodeGrouped));
+        let t = TunedTable::parse(
+            "hidden,intermediate,experts,k,tokens,path,config,cold_us,warm_us,rule_path,rule_config,rule_cold_us\n\
+             64,48,8,2,4,decode,w4_c1,1.0,1.0,decode,w4_c1,1.0\n\
+             64,48,8,2,16,decode_grouped,w8_c1,1.0,1.0,decode,w4_c1,2.0\n",
+        )
+        .unwrap();
+        let path = |tokens| t.lookup(64, 48, 8, 2, tokens).map(|r| r.choice.path);
+        assert_eq!(path(4), Some(Path::Decode));
+        assert_eq!(path(7), Some(Path::Decode)); // 1.75× from 4, 2.3× from 16
+        assert_eq!(path(8), Some(Path::DecodeGrouped)); // 2× from both: the larger
+        assert_eq!(path(16), Some(Path::DecodeGrouped));
     }
 
     #[test]
@@ -565,10 +585,14 @@ hidden,intermediate,experts,k,tokens,path,config,cold_us,warm_us,rule_path,rule_
                 cols_per_warp: 1
             }
         );
-        assert_eq!(at(2).unwrap().tile, TILE_CONFIGS[1]); // bucket 16
+        // The nearest bucket on a log scale: 3 is 3× from 1 and 5.3× from 16.
+        assert_eq!(at(3).unwrap().path, Path::Decode);
+        assert_eq!(at(4).unwrap().tile, TILE_CONFIGS[1]); // 4× from both: the larger, 16
         assert_eq!(at(16).unwrap().tile, TILE_CONFIGS[1]);
-        assert_eq!(at(17).unwrap().tile, TILE_CONFIGS[2]); // bucket 64
+        assert_eq!(at(31).unwrap().tile, TILE_CONFIGS[1]); // 1.9× from 16, 2.1× from 64
+        assert_eq!(at(33).unwrap().tile, TILE_CONFIGS[2]);
         assert_eq!(at(5000).unwrap().tile, TILE_CONFIGS[2]); // past the largest
+        assert_eq!(at(0).unwrap().path, Path::Decode); // an empty batch: as one token
         assert_eq!(t.lookup(2048, 768, 64, 8, 1), None); // another shape
                                                          // It writes what it reads.
         assert_eq!(TunedTable::parse(&t.to_csv()).unwrap(), t);
