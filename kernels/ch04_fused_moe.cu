@@ -132,8 +132,8 @@
 // - The weighted down projection is kept in fp32 ([T·k, H] f32); upstream rounds it to the
 //   compute type (bf16) before moe_sum. The sum over k runs in fixed order in its own kernel, or
 //   inside decode_gemm2_sum.
-// - A handful of tile configurations, no tile swizzle, no software pipelining (cp.async,
-//   stages), no split-K, no quantized weights: correctness first.
+// - A handful of tile configurations, no tile swizzle, no split-K, no quantized weights;
+//   software pipelining (cp.async stages) only in the version-2 configurations `_s{STAGES}`.
 // - Experts outside 0..E (e.g. -1 for an expert held by another rank in expert parallelism)
 //   skip their tile or their pair: their rows of act and y are never written, and
 //   decode_gemm2_sum leaves them out of its sum (fused_combine would add whatever their y rows
@@ -158,9 +158,11 @@
 // ANCHOR: config
 // One tile configuration. GEMM 1 stages BN1 gate rows and the BN1 matching up rows; the plain
 // GEMM (GEMM 2, gate|up) stages BN output rows; either way BROWS = 16·WARPS·NF rows of B.
-template <int WARPS_, int BK_, int NF_>
+// STAGES 1 is version 1 of the main loop (stage, wait, multiply); STAGES ≥ 2 is version 2, with
+// STAGES buffers in dynamic shared memory filled by cp.async (fused_mainloop_async).
+template <int WARPS_, int BK_, int NF_, int STAGES_ = 1>
 struct FusedCfg {
-    static constexpr int WARPS = WARPS_, BK = BK_, NF = NF_;
+    static constexpr int WARPS = WARPS_, BK = BK_, NF = NF_, STAGES = STAGES_;
     static constexpr int THREADS = 32 * WARPS;
     static constexpr int SROW = BK + 8;            // a staged row's stride in bf16: 16-byte aligned rows, ldmatrix without bank conflicts
     static constexpr int NFRAG = 2 * NF;           // B fragments of 8 columns per warp
@@ -169,6 +171,35 @@ struct FusedCfg {
     static constexpr int BN = BROWS;               // plain GEMM: output columns per block
 };
 // ANCHOR_END: config
+
+// One staged slice of K (k0 … k0 + BK − 1) multiplied into the accumulators: for each k-step of
+// 16, the warp's B fragments, then each live sub-tile's A fragment and its NFRAG mma. Both
+// versions of the main loop call it, so they multiply in the same order.
+template <class C>
+__device__ __forceinline__ void fused_stage_mma(const __nv_bfloat16* sA, const __nv_bfloat16* sB, int k0, int K,
+                                                int subtiles, const int* s_live, const int* frag,
+                                                float acc[FUSED_MAX_SUBTILES][C::NFRAG][4]) {
+    const int lane = threadIdx.x & 31;
+    for (int kk = 0; kk < C::BK && k0 + kk < K; kk += 16) {
+        // B fragments: matrix 0 = k kk..kk+7, matrix 1 = k kk+8..kk+15 of 8 staged rows
+        // (rows are B's columns n: ldmatrix without .trans gives the col-major B fragment).
+        const int brow = lane & 7, bk = kk + ((lane >> 3) & 1) * 8;
+        unsigned b[C::NFRAG][2];
+#pragma unroll
+        for (int f = 0; f < C::NFRAG; ++f) moe_ldmatrix_x2(b[f], &sB[(frag[f] + brow) * C::SROW + bk]);
+        // A fragments: matrices 0..3 = (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7,
+        // k 8-15), (rows 8-15, k 8-15) of the sub-tile; lane l gives row l % 8 of matrix l / 8.
+        const int m = lane >> 3, arow = (lane & 7) + (m & 1) * 8, ak = kk + (m >> 1) * 8;
+#pragma unroll
+        for (int s = 0; s < FUSED_MAX_SUBTILES; ++s) {
+            if (s >= subtiles || !s_live[s]) continue;  // the same for the whole warp
+            unsigned a[4];
+            moe_ldmatrix_x4(a, &sA[(s * 16 + arow) * C::SROW + ak]);
+#pragma unroll
+            for (int f = 0; f < C::NFRAG; ++f) moe_mma_m16n8k16_bf16(acc[s][f], a, b[f], acc[s][f]);
+        }
+    }
+}
 
 // ANCHOR: mainloop
 // The tile's product, accumulated over K: acc[s][f] += A[sub-tile s] · B[fragment f]ᵀ for the
@@ -183,7 +214,7 @@ __device__ __forceinline__ void fused_mainloop(const __nv_bfloat16* __restrict__
                                                int subtiles, const int* s_live, const int* frag,
                                                __nv_bfloat16* sA, __nv_bfloat16* sB,
                                                float acc[FUSED_MAX_SUBTILES][C::NFRAG][4]) {
-    const int tid = threadIdx.x, lane = tid & 31;
+    const int tid = threadIdx.x;
     const int rows = subtiles * 16;
     const __nv_bfloat16 zero = __ushort_as_bfloat16(0);
     // Rows start 16-byte aligned when K is a multiple of 8: then copy 8 values at a time (a chunk
@@ -216,29 +247,96 @@ __device__ __forceinline__ void fused_mainloop(const __nv_bfloat16* __restrict__
             }
         }
         __syncthreads();
-        for (int kk = 0; kk < C::BK && k0 + kk < K; kk += 16) {
-            // B fragments: matrix 0 = k kk..kk+7, matrix 1 = k kk+8..kk+15 of 8 staged rows
-            // (rows are B's columns n: ldmatrix without .trans gives the col-major B fragment).
-            const int brow = lane & 7, bk = kk + ((lane >> 3) & 1) * 8;
-            unsigned b[C::NFRAG][2];
-#pragma unroll
-            for (int f = 0; f < C::NFRAG; ++f) moe_ldmatrix_x2(b[f], &sB[(frag[f] + brow) * C::SROW + bk]);
-            // A fragments: matrices 0..3 = (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7,
-            // k 8-15), (rows 8-15, k 8-15) of the sub-tile; lane l gives row l % 8 of matrix l / 8.
-            const int m = lane >> 3, arow = (lane & 7) + (m & 1) * 8, ak = kk + (m >> 1) * 8;
-#pragma unroll
-            for (int s = 0; s < FUSED_MAX_SUBTILES; ++s) {
-                if (s >= subtiles || !s_live[s]) continue;  // the same for the whole warp
-                unsigned a[4];
-                moe_ldmatrix_x4(a, &sA[(s * 16 + arow) * C::SROW + ak]);
-#pragma unroll
-                for (int f = 0; f < C::NFRAG; ++f) moe_mma_m16n8k16_bf16(acc[s][f], a, b[f], acc[s][f]);
-            }
-        }
+        fused_stage_mma<C>(sA, sB, k0, K, subtiles, s_live, frag, acc);
         __syncthreads();
     }
 }
 // ANCHOR_END: mainloop
+
+// ANCHOR: mainloop_async
+// Version 2 of the main loop: the same products in the same order as version 1 (so the same
+// bits), but K's slices go through C::STAGES shared-memory buffers filled by cp.async. While the
+// tensor cores multiply slice kt, the copies of slices kt + 1 … kt + STAGES − 1 are in flight,
+// so a block keeps its loads going instead of waiting for each slice in turn. Placeholder rows
+// and columns past K are zero-filled by the copy itself (a source size of 0).
+//   sA: STAGES buffers of subtiles · 16 rows, sB: STAGES buffers of C::BROWS rows (C::SROW each).
+template <class C>
+__device__ __forceinline__ void fused_mainloop_async(const __nv_bfloat16* __restrict__ A, const int* s_arow,
+                                                     const __nv_bfloat16* __restrict__ B, const int* s_brow, int K,
+                                                     int subtiles, const int* s_live, const int* frag,
+                                                     __nv_bfloat16* sA, __nv_bfloat16* sB,
+                                                     float acc[FUSED_MAX_SUBTILES][C::NFRAG][4]) {
+    static_assert(C::STAGES >= 2, "version 2 needs at least two stages");
+    const int tid = threadIdx.x, rows = subtiles * 16;
+    const int a_stage = rows * C::SROW, b_stage = C::BROWS * C::SROW;
+    const int ktiles = (K + C::BK - 1) / C::BK;
+    const bool vec = K % 8 == 0;  // 16-byte copies need 16-byte aligned rows
+    constexpr int CHUNKS = C::BK / 8;
+    // Queues the copies of K slice kt into buffer `slot`.
+    auto stage = [&](int kt, int slot) {
+        const int k0 = kt * C::BK;
+        __nv_bfloat16* a = sA + slot * a_stage;
+        __nv_bfloat16* b = sB + slot * b_stage;
+        if (vec) {
+            for (int i = tid; i < rows * CHUNKS; i += C::THREADS) {
+                const int r = i / CHUNKS, c = (i % CHUNKS) * 8, src = s_arow[r];
+                const bool ok = src >= 0 && k0 + c < K;
+                moe_cp_async16(&a[r * C::SROW + c], ok ? A + (size_t)src * K + k0 + c : A, ok);
+            }
+            for (int i = tid; i < C::BROWS * CHUNKS; i += C::THREADS) {
+                const int n = i / CHUNKS, c = (i % CHUNKS) * 8, src = s_brow[n];
+                const bool ok = src >= 0 && k0 + c < K;
+                moe_cp_async16(&b[n * C::SROW + c], ok ? B + (size_t)src * K + k0 + c : B, ok);
+            }
+        } else {  // plain loads and stores, visible after the barrier before the slice is used
+            const __nv_bfloat16 zero = __ushort_as_bfloat16(0);
+            for (int i = tid; i < rows * C::BK; i += C::THREADS) {
+                const int r = i / C::BK, c = i % C::BK, src = s_arow[r];
+                a[r * C::SROW + c] = (src >= 0 && k0 + c < K) ? A[(size_t)src * K + k0 + c] : zero;
+            }
+            for (int i = tid; i < C::BROWS * C::BK; i += C::THREADS) {
+                const int n = i / C::BK, c = i % C::BK, src = s_brow[n];
+                b[n * C::SROW + c] = (src >= 0 && k0 + c < K) ? B[(size_t)src * K + k0 + c] : zero;
+            }
+        }
+    };
+    // The first STAGES − 1 slices in flight; one commit group per slice, empty past K.
+    for (int s = 0; s < C::STAGES - 1; ++s) {
+        if (s < ktiles) stage(s, s);
+        moe_cp_async_commit();
+    }
+    for (int kt = 0; kt < ktiles; ++kt) {
+        moe_cp_async_wait(C::STAGES - 2);  // this thread's copies of slice kt have landed
+        __syncthreads();                   // everyone's have, and everyone is done with slice kt − 1
+        const int next = kt + C::STAGES - 1;  // refills the buffer slice kt − 1 used
+        if (next < ktiles) stage(next, next % C::STAGES);
+        moe_cp_async_commit();
+        const int slot = kt % C::STAGES;
+        fused_stage_mma<C>(sA + slot * a_stage, sB + slot * b_stage, kt * C::BK, K, subtiles, s_live, frag, acc);
+    }
+    moe_cp_async_wait(0);  // only empty groups are left; nothing in flight at exit
+}
+// ANCHOR_END: mainloop_async
+
+// The tile's product by the configuration's version of the main loop, with its staging buffers:
+// version 1 in static shared memory, one stage sized for the largest BLOCK_M; version 2 in
+// dynamic shared memory, C::STAGES stages sized for this launch's BLOCK_M (the host passes
+// fused_stage_bytes: STAGES · (block_m + BROWS) · SROW bf16).
+template <class C>
+__device__ __forceinline__ void fused_tile_product(const __nv_bfloat16* __restrict__ A, const int* s_arow,
+                                                   const __nv_bfloat16* __restrict__ B, const int* s_brow, int K,
+                                                   int subtiles, const int* s_live, const int* frag,
+                                                   float acc[FUSED_MAX_SUBTILES][C::NFRAG][4]) {
+    if constexpr (C::STAGES == 1) {
+        __shared__ __align__(16) __nv_bfloat16 sA[FUSED_MAX_BLOCK_M * C::SROW];
+        __shared__ __align__(16) __nv_bfloat16 sB[C::BROWS * C::SROW];
+        fused_mainloop<C>(A, s_arow, B, s_brow, K, subtiles, s_live, frag, sA, sB, acc);
+    } else {
+        DYNAMIC_SHARED(__nv_bfloat16, stages);
+        fused_mainloop_async<C>(A, s_arow, B, s_brow, K, subtiles, s_live, frag, stages,
+                                stages + C::STAGES * subtiles * 16 * C::SROW, acc);
+    }
+}
 
 // The tile's rows: the pair of each slot (-1 for a placeholder), the A row it reads
 // (pair / k: the token in GEMM 1; the pair itself in GEMM 2, k = 1), and whether each 16-row
@@ -276,8 +374,6 @@ __device__ __forceinline__ void fused_gemm1_swiglu_impl(const __nv_bfloat16* __r
                                                         const int* __restrict__ num_post,
                                                         __nv_bfloat16* __restrict__ act, int P, int k, int H, int I,
                                                         int E, int block_m) {
-    __shared__ __align__(16) __nv_bfloat16 sA[FUSED_MAX_BLOCK_M * C::SROW];
-    __shared__ __align__(16) __nv_bfloat16 sB[C::BROWS * C::SROW];
     __shared__ int s_pair[FUSED_MAX_BLOCK_M], s_arow[FUSED_MAX_BLOCK_M], s_brow[C::BROWS];
     __shared__ int s_live[FUSED_MAX_SUBTILES];
     const int tile = blockIdx.x, n0 = blockIdx.y * C::BN1;
@@ -304,7 +400,7 @@ __device__ __forceinline__ void fused_gemm1_swiglu_impl(const __nv_bfloat16* __r
     }
     float acc[FUSED_MAX_SUBTILES][C::NFRAG][4] = {};  // [sub-tile][gate fragments, up fragments][fragment]
     __syncthreads();
-    fused_mainloop<C>(x, s_arow, w, s_brow, H, subtiles, s_live, frag, sA, sB, acc);
+    fused_tile_product<C>(x, s_arow, w, s_brow, H, subtiles, s_live, frag, acc);
     // Epilogue: lane (g, t) = (lane / 4, lane % 4) holds rows g and g + 8 of each sub-tile,
     // columns 2t and 2t + 1 of each fragment, for the gate and for the up projection alike.
     const int g = lane >> 2, t = lane & 3;
@@ -341,8 +437,6 @@ __device__ __forceinline__ void fused_gemm_impl(const __nv_bfloat16* __restrict_
                                                 const int* __restrict__ num_post, const float* __restrict__ weight,
                                                 void* __restrict__ out, int P, int k, int N, int K, int E,
                                                 int block_m) {
-    __shared__ __align__(16) __nv_bfloat16 sA[FUSED_MAX_BLOCK_M * C::SROW];
-    __shared__ __align__(16) __nv_bfloat16 sB[C::BROWS * C::SROW];
     __shared__ int s_pair[FUSED_MAX_BLOCK_M], s_arow[FUSED_MAX_BLOCK_M], s_brow[C::BROWS];
     __shared__ int s_live[FUSED_MAX_SUBTILES];
     const int tile = blockIdx.x, n0 = blockIdx.y * C::BN;
@@ -358,7 +452,7 @@ __device__ __forceinline__ void fused_gemm_impl(const __nv_bfloat16* __restrict_
     for (int f = 0; f < C::NFRAG; ++f) frag[f] = 8 * (warp * C::NFRAG + f);
     float acc[FUSED_MAX_SUBTILES][C::NFRAG][4] = {};  // [sub-tile][fragment of 8 columns][fragment]
     __syncthreads();
-    fused_mainloop<C>(A, s_arow, w, s_brow, K, subtiles, s_live, frag, sA, sB, acc);
+    fused_tile_product<C>(A, s_arow, w, s_brow, K, subtiles, s_live, frag, acc);
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int s = 0; s < FUSED_MAX_SUBTILES; ++s) {
@@ -476,6 +570,96 @@ extern "C" __global__ void __launch_bounds__(128)
                           int I, int E, int block_m) {
     fused_gemm_impl<FusedW4K32N2, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E,
                                          block_m);
+}
+
+// Version 2 (cp.async, STAGES buffers in dynamic shared memory): the configurations `_s{STAGES}`.
+
+// w4_k64_n1_s3: the rule's tile, K in three stages in flight.
+typedef FusedCfg<4, 64, 1, 3> FusedW4K64N1S3;
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm1_swiglu_w4_k64_n1_s3(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                             const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H,
+                             int I, int E, int block_m) {
+    fused_gemm1_swiglu_impl<FusedW4K64N1S3>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);
+}
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm1_gateup_w4_k64_n1_s3(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                             const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k,
+                             int H, int I, int E, int block_m) {
+    fused_gemm_impl<FusedW4K64N1S3, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E,
+                                  block_m);
+}
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm2_w4_k64_n1_s3(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
+                      int I, int E, int block_m) {
+    fused_gemm_impl<FusedW4K64N1S3, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m);
+}
+
+// w4_k64_n1_s4: the same with four stages.
+typedef FusedCfg<4, 64, 1, 4> FusedW4K64N1S4;
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm1_swiglu_w4_k64_n1_s4(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                             const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H,
+                             int I, int E, int block_m) {
+    fused_gemm1_swiglu_impl<FusedW4K64N1S4>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);
+}
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm1_gateup_w4_k64_n1_s4(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                             const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k,
+                             int H, int I, int E, int block_m) {
+    fused_gemm_impl<FusedW4K64N1S4, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E,
+                                  block_m);
+}
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm2_w4_k64_n1_s4(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
+                      int I, int E, int block_m) {
+    fused_gemm_impl<FusedW4K64N1S4, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m);
+}
+
+// w8_k64_n1_s3: 8 warps (BN1 64, BN 128), three stages.
+typedef FusedCfg<8, 64, 1, 3> FusedW8K64N1S3;
+extern "C" __global__ void __launch_bounds__(256)
+    fused_gemm1_swiglu_w8_k64_n1_s3(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                             const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H,
+                             int I, int E, int block_m) {
+    fused_gemm1_swiglu_impl<FusedW8K64N1S3>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);
+}
+extern "C" __global__ void __launch_bounds__(256)
+    fused_gemm1_gateup_w8_k64_n1_s3(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                             const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k,
+                             int H, int I, int E, int block_m) {
+    fused_gemm_impl<FusedW8K64N1S3, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E,
+                                  block_m);
+}
+extern "C" __global__ void __launch_bounds__(256)
+    fused_gemm2_w8_k64_n1_s3(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
+                      int I, int E, int block_m) {
+    fused_gemm_impl<FusedW8K64N1S3, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m);
+}
+
+// w4_k32_n2_s4: two fragments per warp (BN1 64, BN 128), four stages of 32.
+typedef FusedCfg<4, 32, 2, 4> FusedW4K32N2S4;
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm1_swiglu_w4_k32_n2_s4(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                             const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H,
+                             int I, int E, int block_m) {
+    fused_gemm1_swiglu_impl<FusedW4K32N2S4>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);
+}
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm1_gateup_w4_k32_n2_s4(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                             const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k,
+                             int H, int I, int E, int block_m) {
+    fused_gemm_impl<FusedW4K32N2S4, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E,
+                                  block_m);
+}
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm2_w4_k32_n2_s4(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
+                      int I, int E, int block_m) {
+    fused_gemm_impl<FusedW4K32N2S4, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m);
 }
 
 // act[r, n] = bf16(silu(g) · u), g = gateup[r, n], u = gateup[r, I + n]: the unfused layer's

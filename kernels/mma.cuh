@@ -57,4 +57,35 @@ __device__ __forceinline__ void moe_ldmatrix_x1_trans(unsigned r[1], const void*
     const unsigned addr = (unsigned)__cvta_generic_to_shared(row);
     asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n" : "=r"(r[0]) : "r"(addr));
 }
+
+// ANCHOR: cp_async
+// Asynchronous copies, global to shared, 16 bytes each (sm_80 and later): the thread issues the
+// copy and goes on; the data lands in shared memory later. `full` false writes 16 zero bytes and
+// reads nothing (the copy's source size is 0: `src` must still be a valid address). Copies are
+// grouped by commit; moe_cp_async_wait(n) waits until at most the newest n committed groups of
+// this thread are still in flight. Other threads see the data only after a barrier.
+// Before sm_80 there is no cp.async: the copy is a plain load and store, done at once, and
+// commit and wait do nothing (still correct: a barrier comes before any other thread reads).
+__device__ __forceinline__ void moe_cp_async16(void* dst, const void* src, bool full) {
+#if __CUDA_ARCH__ >= 800
+    const unsigned addr = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(src), "r"(full ? 16 : 0)
+                 : "memory");
+#else
+    *reinterpret_cast<uint4*>(dst) = full ? *reinterpret_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
+#endif
+}
+__device__ __forceinline__ void moe_cp_async_commit() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void moe_cp_async_wait_n() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+#define moe_cp_async_wait(n) moe_cp_async_wait_n<(n)>()
+// ANCHOR_END: cp_async
 #endif  // !MOE_EMU: on the emulator, kernels/emu/mma.h defines the same names

@@ -190,3 +190,34 @@ extern "C" __global__ void selftest_ldmatrix(const unsigned short* __restrict__ 
     moe_ldmatrix_x1_trans(r + 13, row);
     for (int i = 0; i < 14; ++i) out[lane * 14 + i] = r[i];
 }
+
+// cp.async (mma.cuh), one block of 32 threads: thread l copies x[4l .. 4l + 3] into its 16-byte
+// slot of dynamic shared memory (thread 31 with `full` false: zeros), commits, waits, and after a
+// barrier writes its neighbour's slot to out[4l .. 4l + 3].
+extern "C" __global__ void selftest_cp_async(const int* __restrict__ x, int* __restrict__ out) {
+    DYNAMIC_SHARED(int, slots);
+    const int l = threadIdx.x, nb = (l + 1) % 32;
+    moe_cp_async16(&slots[4 * l], &x[4 * l], l != 31);
+    moe_cp_async_commit();
+    moe_cp_async_wait(0);
+    __syncthreads();
+    for (int j = 0; j < 4; ++j) out[4 * l + j] = slots[4 * nb + j];
+}
+
+// The same copies, read back too early (the emulator's test only: on the GPU this read races
+// with the copy): out[4l ..] before the wait, out[128 + 4l ..] after it. Two groups: the older one
+// lands at wait(1), the newer one only at wait(0).
+extern "C" __global__ void selftest_cp_async_unwaited(const int* __restrict__ x, int* __restrict__ out) {
+    DYNAMIC_SHARED(int, slots);
+    const int l = threadIdx.x;
+    moe_cp_async16(&slots[4 * l], &x[4 * l], true);
+    moe_cp_async_commit();
+    moe_cp_async16(&slots[128 + 4 * l], &x[4 * l], true);
+    moe_cp_async_commit();
+    for (int j = 0; j < 4; ++j) out[4 * l + j] = slots[4 * l + j];
+    moe_cp_async_wait(1);
+    for (int j = 0; j < 4; ++j) out[128 + 4 * l + j] = slots[4 * l + j];
+    for (int j = 0; j < 4; ++j) out[256 + 4 * l + j] = slots[128 + 4 * l + j];
+    moe_cp_async_wait(0);
+    for (int j = 0; j < 4; ++j) out[384 + 4 * l + j] = slots[128 + 4 * l + j];
+}

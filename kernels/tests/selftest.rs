@@ -743,6 +743,64 @@ fn mma_emulator_and_gpu_agree_bit_for_bit() {
 }
 // ANCHOR_END: mma_emu_vs_gpu
 
+fn cp_async_lands_by_the_wait_and_zero_fills(dev: &'static Device) {
+    let m = dev.load(&moe_kernels::families::SELFTEST).unwrap();
+    let x: Vec<i32> = (0..128).map(|i| (hash(i, 11) % 1000) as i32 + 1).collect();
+    let xd = dev.upload(&x).unwrap();
+    let out = dev.alloc::<i32>(128).unwrap();
+    m.launch(
+        "selftest_cp_async",
+        LaunchConfig::blocks(1, 32).with_shared(128 * 4),
+        &args![&xd, &out],
+    )
+    .unwrap();
+    let got = out.to_vec().unwrap();
+    for l in 0..32 {
+        let nb = (l + 1) % 32;
+        let want: Vec<i32> = if nb == 31 {
+            vec![0; 4]
+        } else {
+            x[4 * nb..4 * nb + 4].to_vec()
+        };
+        assert_eq!(
+            got[4 * l..4 * l + 4],
+            want[..],
+            "thread {l} reads thread {nb}'s slot"
+        );
+    }
+}
+
+// ANCHOR: cp_async_emu
+// The emulator lands a copy only when a wait lets it: a kernel that reads a stage too early reads
+// the dynamic shared memory's 0xFF fill, so a missing wait fails on the emulator as it may on the
+// GPU.
+#[test]
+fn emulator_lands_cp_async_copies_only_at_the_wait() {
+    let emu = Device::emu();
+    let m = emu.load(&moe_kernels::families::SELFTEST).unwrap();
+    let x: Vec<i32> = (0..128).map(|i| i + 7).collect();
+    let xd = emu.upload(&x).unwrap();
+    let out = emu.alloc::<i32>(512).unwrap();
+    m.launch(
+        "selftest_cp_async_unwaited",
+        LaunchConfig::blocks(1, 32).with_shared(256 * 4),
+        &args![&xd, &out],
+    )
+    .unwrap();
+    let got = out.to_vec().unwrap();
+    assert!(
+        got[..128].iter().all(|&v| v == -1),
+        "before any wait: the fill"
+    );
+    assert_eq!(got[128..256], x[..], "the older group, after wait(1)");
+    assert!(
+        got[256..384].iter().all(|&v| v == -1),
+        "the newer group, after wait(1)"
+    );
+    assert_eq!(got[384..], x[..], "the newer group, after wait(0)");
+}
+// ANCHOR_END: cp_async_emu
+
 moe_kernels::backend_tests!(
     indices_in_3d_grids_and_blocks,
     shared_memory_and_barriers_reduce_in_a_fixed_order,
@@ -755,4 +813,5 @@ moe_kernels::backend_tests!(
     mma_is_close_to_the_exact_dot,
     ldmatrix_follows_the_documented_layout,
     conversions_saturate_and_atomics_flush_like_the_gpu,
+    cp_async_lands_by_the_wait_and_zero_fills,
 );

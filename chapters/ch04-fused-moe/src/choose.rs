@@ -136,50 +136,58 @@ impl fmt::Display for Fusion {
 }
 
 // ANCHOR: tile_config
-/// A tile configuration of the tiled path (`FusedCfg<WARPS, BK, NF>` in the kernel): `warps`
-/// warps per block, K staged `bk` at a time, `nf` fragments of 8 columns per warp and
+/// A tile configuration of the tiled path (`FusedCfg<WARPS, BK, NF, STAGES>` in the kernel):
+/// `warps` warps per block, K staged `bk` at a time, `nf` fragments of 8 columns per warp and
 /// projection; so [`TileConfig::bn1`] intermediate columns per block of GEMM 1 and
-/// [`TileConfig::bn`] output columns per block of GEMM 2. Each is compiled as its own entry
-/// points; all give the same bits.
+/// [`TileConfig::bn`] output columns per block of GEMM 2. `stages` 1 is version 1 of the main
+/// loop (stage a slice of K, wait, multiply); 2 or more is version 2, whose slices go through
+/// that many shared-memory buffers filled by `cp.async`, so the copies of the next slices are
+/// in flight while the tensor cores multiply. Each is compiled as its own entry points; all give
+/// the same bits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TileConfig {
     pub warps: usize,
     pub bk: usize,
     pub nf: usize,
+    pub stages: usize,
 }
 
-/// The configurations the kernel file instantiates, the base (plain-named) one first.
-pub const TILE_CONFIGS: [TileConfig; 4] = [
+const fn tile(warps: usize, bk: usize, nf: usize, stages: usize) -> TileConfig {
+    TileConfig {
+        warps,
+        bk,
+        nf,
+        stages,
+    }
+}
+
+/// The configurations the kernel file instantiates, the base (plain-named) one first; version 1
+/// (one stage), then version 2 (`_s{stages}`).
+pub const TILE_CONFIGS: [TileConfig; 8] = [
     TileConfig::DEFAULT,
-    TileConfig {
-        warps: 4,
-        bk: 64,
-        nf: 1,
-    },
-    TileConfig {
-        warps: 8,
-        bk: 32,
-        nf: 1,
-    },
-    TileConfig {
-        warps: 4,
-        bk: 32,
-        nf: 2,
-    },
+    tile(4, 64, 1, 1),
+    tile(8, 32, 1, 1),
+    tile(4, 32, 2, 1),
+    tile(4, 64, 1, 3),
+    tile(4, 64, 1, 4),
+    tile(8, 64, 1, 3),
+    tile(4, 32, 2, 4),
 ];
 // ANCHOR_END: tile_config
 
 impl TileConfig {
     /// `w4_k32_n1`, the base configuration: the plain-named entry points (`FUSED_THREADS`,
     /// `FUSED_BK`, `FUSED_BN1`, `FUSED_BN2`). [`default_tile`] picks it for small layers.
-    pub const DEFAULT: TileConfig = TileConfig {
-        warps: 4,
-        bk: 32,
-        nf: 1,
-    };
-    /// `w{warps}_k{bk}_n{nf}`, as the kernels' suffixes and the CSVs spell it.
+    pub const DEFAULT: TileConfig = tile(4, 32, 1, 1);
+    /// `w{warps}_k{bk}_n{nf}`, then `_s{stages}` for version 2, as the kernels' suffixes and
+    /// the CSVs spell it.
     pub fn name(&self) -> String {
-        format!("w{}_k{}_n{}", self.warps, self.bk, self.nf)
+        let v1 = format!("w{}_k{}_n{}", self.warps, self.bk, self.nf);
+        if self.stages > 1 {
+            format!("{v1}_s{}", self.stages)
+        } else {
+            v1
+        }
     }
     /// One of [`TILE_CONFIGS`] by its name.
     pub fn parse(s: &str) -> Option<TileConfig> {
@@ -195,6 +203,16 @@ impl TileConfig {
     /// GEMM 2's (and gate|up's) output columns per block.
     pub fn bn(&self) -> usize {
         16 * self.warps * self.nf
+    }
+    /// The dynamic shared memory a block of this configuration needs at `block_m` (the kernel's
+    /// `fused_tile_product`): none for version 1 (its one stage is static), `stages` buffers
+    /// of `block_m` A rows and `bn()` B rows of `bk + 8` bf16 for version 2.
+    pub fn shared_bytes(&self, block_m: usize) -> usize {
+        if self.stages > 1 {
+            self.stages * (block_m + self.bn()) * (self.bk + 8) * 2
+        } else {
+            0
+        }
     }
     /// The kernel `base` of this configuration (`fused_gemm2_w8_k32_n1`; the default's is `base`).
     pub fn kernel(&self, base: &str) -> String {
@@ -221,12 +239,11 @@ pub fn default_matches_the_kernel_constants() -> bool {
 /// The default tile rule: K staged 64 at a time (`w4_k64_n1`: half the barriers and twice the
 /// bytes in flight per stage of the base configuration) when both GEMMs' K, H and I, are at least
 /// 128; the base configuration `w4_k32_n1` for smaller layers, where a 64-wide stage would be
-/// mostly zeros past K. In the committed run of `bench ch04-tune` on the H200
-/// (`bench/results/h200/ch04_tune_all.csv`), `w4_k64_n1` was the fastest tiled configuration at
-/// every bucket but one: at Qwen3-30B-A3B's shape and 4096 tokens the wider tiles `w4_k32_n2`
-/// and `w8_k32_n1` beat it (by about 6%), and the tuned table picks `w4_k32_n2` there. Any GPU
-/// since Volta runs all four (at most 29 KB of static shared memory, no register spills on
-/// sm_90).
+/// mostly zeros past K. Both are version 1 of the main loop: no `cp.async` and at most 29 KB of
+/// static shared memory, so they run on any GPU since Volta. On the H200 the version-2
+/// configurations won every tiled bucket of the committed run of `bench ch04-tune`
+/// (`bench/results/h200/ch04_tune_all.csv`: `w8_k64_n1_s3` at 512 and 4096 tokens, about twice
+/// as fast as `w4_k64_n1`), and the tuned table picks them there.
 pub fn default_tile(hidden: usize, intermediate: usize) -> TileConfig {
     if hidden.min(intermediate) >= 128 {
         TILE_CONFIGS[1]
@@ -318,30 +335,50 @@ pub struct Choice {
     pub tile: TileConfig,
     /// Used on the decode path.
     pub decode: DecodeGeometry,
+    /// How much each kernel of the path fuses ([`default_fusion`] unless measured faster).
+    pub fusion: Fusion,
 }
 
 impl Choice {
     /// The configuration column: the tile's name on the tiled path, the geometry's on the decode
-    /// paths.
+    /// paths; then `_{fusion}` when the fusion is not the path's default (`w4_c1_swiglu`: the
+    /// decode path with the sum over k in its own kernel).
     pub fn config_name(&self) -> String {
-        match self.path {
+        let base = match self.path {
             Path::Tiled => self.tile.name(),
             Path::Decode | Path::DecodeGrouped => self.decode.name(),
+        };
+        if self.fusion == default_fusion(self.path) {
+            base
+        } else {
+            format!("{base}_{}", self.fusion)
         }
     }
     /// From the `path` and `config` columns.
     pub fn parse(path: &str, config: &str) -> Option<Choice> {
         let path = Path::parse(path)?;
+        // The longest fusion name first: `_swiglu_sumk` also ends like no other.
+        let mut fusions = Fusion::ALL;
+        fusions.sort_by_key(|f| std::cmp::Reverse(f.name().len()));
+        let (config, fusion) = fusions
+            .into_iter()
+            .find_map(|f| config.strip_suffix(&format!("_{f}")).map(|c| (c, f)))
+            .unwrap_or((config, default_fusion(path)));
+        if !fusion.runs_on(path) {
+            return None;
+        }
         Some(match path {
             Path::Tiled => Choice {
                 path,
                 tile: TileConfig::parse(config)?,
                 decode: DecodeGeometry::DEFAULT,
+                fusion,
             },
             Path::Decode | Path::DecodeGrouped => Choice {
                 path,
                 tile: TileConfig::DEFAULT,
                 decode: DecodeGeometry::parse(config)?,
+                fusion,
             },
         })
     }
@@ -532,6 +569,21 @@ mod tests {
         let c = Choice::parse("decode_grouped", "w8_c1").unwrap();
         assert_eq!((c.path, c.decode.warps), (Path::DecodeGrouped, 8));
         assert_eq!(c.config_name(), "w8_c1");
+        // A fusion other than the path's default is a suffix of the configuration.
+        for (path, config, fusion) in [
+            ("decode", "w4_c1", Fusion::SwiGluSumK),
+            ("decode", "w4_c1_swiglu", Fusion::SwiGlu),
+            ("decode", "w2_c1_unfused", Fusion::Unfused),
+            ("decode_grouped", "w8_c1_swiglu_sumk", Fusion::SwiGluSumK),
+            ("tiled", "w4_k64_n1_s3", Fusion::SwiGlu),
+            ("tiled", "w4_k64_n1_unfused", Fusion::Unfused),
+        ] {
+            let c = Choice::parse(path, config).unwrap();
+            assert_eq!(c.fusion, fusion, "{path} {config}");
+            assert_eq!(c.config_name(), config);
+        }
+        assert_eq!(Choice::parse("tiled", "w4_k64_n1_swiglu_sumk"), None);
+        assert_eq!(Choice::parse("decode", "w4_c1_fast"), None);
         // Never chosen by the rule; a table row that names it is what a batch in its bucket runs.
         for tokens in [1, 8, 64, 65, 512, 4096] {
             assert_ne!(choose_path(tokens, 8, 128), Path::DecodeGrouped);

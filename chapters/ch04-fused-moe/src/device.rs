@@ -568,7 +568,11 @@ impl FusedDevice {
             .path
             .or(tuned.map(|t| t.path))
             .unwrap_or_else(|| choose_path(rows, k, e));
-        let fusion = self.fusion.unwrap_or(default_fusion(path));
+        let tuned_for = |p: Path| tuned.filter(|t| t.path == p);
+        let fusion = self
+            .fusion
+            .or(tuned_for(path).map(|t| t.fusion))
+            .unwrap_or(default_fusion(path));
         if !fusion.runs_on(path) {
             return Err(MoeError::Config {
                 field: "fusion",
@@ -579,7 +583,6 @@ impl FusedDevice {
             });
         }
         let pairs = rows * k;
-        let tuned_for = |p: Path| tuned.filter(|t| t.path == p);
         let (block_m, tile) = match path {
             Path::Tiled => {
                 let tile = self
@@ -808,7 +811,8 @@ impl FusedDevice {
     ) -> Result<(), MoeError> {
         let h = self.config.hidden;
         let tile = plan.tile;
-        let mut cfg = LaunchConfig::blocks(tiles as u32, tile.threads() as u32);
+        let mut cfg = LaunchConfig::blocks(tiles as u32, tile.threads() as u32)
+            .with_shared(tile.shared_bytes(block_m) as u32);
         let name = match plan.fusion {
             Fusion::Unfused => {
                 cfg.grid.1 = (2 * inter).div_ceil(tile.bn()) as u32;
@@ -855,7 +859,8 @@ impl FusedDevice {
         (pairs, inter, experts, block_m): (usize, usize, usize, usize),
     ) -> Result<(), MoeError> {
         let h = self.config.hidden;
-        let mut cfg = LaunchConfig::blocks(tiles as u32, tile.threads() as u32);
+        let mut cfg = LaunchConfig::blocks(tiles as u32, tile.threads() as u32)
+            .with_shared(tile.shared_bytes(block_m) as u32);
         cfg.grid.1 = h.div_ceil(tile.bn()) as u32;
         let (sorted, expert_ids, num_post) = layout;
         self.module.launch(

@@ -146,6 +146,18 @@ fn every_block_m_and_every_run_gives_the_same_bits(dev: &'static Device) {
             let got = layer.experts(&r.hidden, &o.routing).unwrap();
             assert_same_bits(&format!("{name}: tiles {tile}"), &got, &want);
         }
+        // Version 2 sizes its stages by BLOCK_M: every BLOCK_M through one pipelined tile.
+        let v2 = TILE_CONFIGS.into_iter().find(|t| t.stages > 1).unwrap();
+        for bm in BLOCK_MS {
+            let layer = base
+                .clone()
+                .with_tile(v2)
+                .unwrap()
+                .with_block_m(bm)
+                .unwrap();
+            let got = layer.experts(&r.hidden, &o.routing).unwrap();
+            assert_same_bits(&format!("{name}: tiles {v2}, BLOCK_M {bm}"), &got, &want);
+        }
         let decode = base
             .clone()
             .with_path(Path::Decode)
@@ -1038,6 +1050,7 @@ fn bad_inputs_are_typed_errors(dev: &'static Device) {
         warps: 3,
         bk: 32,
         nf: 1,
+        stages: 1,
     };
     let e = l.clone().with_tile(bad_tile).err().unwrap();
     assert!(

@@ -2,7 +2,10 @@
 //! CUDA backend does at run time (same options, includes pasted in), without needing a GPU.
 //! CI runs it for sm_90, the H200's architecture.
 //!
-//!     cargo run -p moe-kernels --bin nvrtc-check -- --arch sm_90 [--dir kernels]
+//!     cargo run -p moe-kernels --bin nvrtc-check -- --arch sm_90 [--dir kernels] [--ptx-dir DIR]
+//!
+//! `--ptx-dir DIR` also writes each file's PTX to `DIR/<file>.ptx`, for `ptxas -v` (registers,
+//! spills, shared memory per kernel; tools/gpu/run's `tests` stage runs it on the GPU machine).
 
 use moe_kernels::KernelSource;
 use std::path::PathBuf;
@@ -11,13 +14,21 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let mut arch = "sm_90".to_string();
     let mut dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut ptx_dir: Option<PathBuf> = None;
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         match a.as_str() {
             "--arch" => arch = it.next().unwrap_or_default(),
             "--dir" => dir = PathBuf::from(it.next().unwrap_or_default()),
+            "--ptx-dir" => match it.next() {
+                Some(d) => ptx_dir = Some(PathBuf::from(d)),
+                None => {
+                    eprintln!("nvrtc-check: --ptx-dir needs a folder");
+                    return ExitCode::from(2);
+                }
+            },
             "-h" | "--help" => {
-                println!("usage: nvrtc-check [--arch sm_90] [--dir kernels]");
+                println!("usage: nvrtc-check [--arch sm_90] [--dir kernels] [--ptx-dir DIR]");
                 return ExitCode::SUCCESS;
             }
             other => {
@@ -68,6 +79,15 @@ fn main() -> ExitCode {
         };
         match moe_kernels::cuda::compile_ptx(&source, arch) {
             Ok((ptx, _)) => {
+                if let Some(d) = &ptx_dir {
+                    let out = d.join(format!("{family}.ptx"));
+                    if let Err(e) =
+                        std::fs::create_dir_all(d).and_then(|_| std::fs::write(&out, &ptx))
+                    {
+                        eprintln!("nvrtc-check: cannot write {}: {e}", out.display());
+                        return ExitCode::from(2);
+                    }
+                }
                 let missing: Vec<&String> = names
                     .iter()
                     .filter(|n| !ptx.contains(&format!(".entry {n}(")))

@@ -56,7 +56,7 @@ use ch01_router::inputs::patterned;
 use ch01_router::Routing;
 use ch02_grouped::compare::{check_output, output_error, OutputError, Tolerance};
 use ch02_grouped::{Dtype, GroupPlan, GroupedCpu, GroupedDevice, MoeLayer, MoeWeights};
-use ch04_fused_moe::{FusedDevice, FusedWorkspace, Fusion, Path as FusedPath};
+use ch04_fused_moe::{FusedDevice, FusedWorkspace, Fusion, Path as FusedPath, TileConfig};
 use moe_kernels::measure::{Harness, Plan};
 use moe_kernels::safetensors::SafetensorsWriter;
 use moe_kernels::{record_launches, BackendKind, Device, DeviceBuffer};
@@ -189,6 +189,17 @@ pub const VARIANTS: &[Variant] = &[
         make: |l| l.with_path(FusedPath::Tiled),
     },
     Variant {
+        imp: "fused_tiled_v1",
+        about: "the tiled path at every T with chapter 4's first main loop: the rule's tile \
+                w4_k64_n1, one stage (stage a slice of K, wait, multiply)",
+        max_tokens: None,
+        make: |l| {
+            l.with_path(FusedPath::Tiled)
+                .with_tile(TILE_V1)
+                .expect("w4_k64_n1 is one of TILE_CONFIGS")
+        },
+    },
+    Variant {
         imp: "fused_tiled_unfused",
         about: "the tiled path, unfused: gate|up written, a SwiGLU kernel",
         max_tokens: None,
@@ -198,7 +209,12 @@ pub const VARIANTS: &[Variant] = &[
         imp: "fused_decode",
         about: "the decode path (SwiGLU in GEMM 1, the sum over k in GEMM 2)",
         max_tokens: Some(DECODE_MAX_TOKENS),
-        make: |l| l.with_path(FusedPath::Decode),
+        // The fusion named: with the path forced, the layer would take the tuned table's
+        // fusion for that path where the table has one.
+        make: |l| {
+            l.with_path(FusedPath::Decode)
+                .with_fusion(Fusion::SwiGluSumK)
+        },
     },
     Variant {
         imp: "fused_decode_swiglu",
@@ -222,10 +238,22 @@ pub const VARIANTS: &[Variant] = &[
     },
 ];
 
+/// Chapter 4's first tile, version 1 of the main loop: the `fused_tiled_v1` variant.
+const TILE_V1: TileConfig = TileConfig {
+    warps: 4,
+    bk: 64,
+    nf: 1,
+    stages: 1,
+};
+
 /// Variants that must give another's bits, not only agree within a tolerance: (variant, the one
 /// whose bits it must give). The grouped decode path is the decode path's arithmetic in another
-/// launch order (`kernels/ch04_fused_moe.cu`, "THE GROUPED DECODE PATH").
-pub const SAME_BITS: &[(&str, &str)] = &[("fused_decode_grouped", "fused_decode")];
+/// launch order (`kernels/ch04_fused_moe.cu`, "THE GROUPED DECODE PATH"); every tile
+/// configuration, either version of the main loop, multiplies in the same order.
+pub const SAME_BITS: &[(&str, &str)] = &[
+    ("fused_decode_grouped", "fused_decode"),
+    ("fused_tiled_v1", "fused_tiled"),
+];
 
 /// The largest T the decode variants are measured at.
 pub const DECODE_MAX_TOKENS: usize = 512;

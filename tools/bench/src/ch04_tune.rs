@@ -36,7 +36,7 @@ use crate::ch02::Shape;
 use ch02_grouped::compare::check_output;
 use ch03_align::regimes::routed_ids;
 use ch04_fused_moe::choose::{
-    Choice, DecodeGeometry, Path, TileConfig, TunedRow, TunedTable, TILE_CONFIGS,
+    Choice, DecodeGeometry, Fusion, Path, TileConfig, TunedRow, TunedTable, TILE_CONFIGS,
 };
 use ch04_fused_moe::FusedDevice;
 use moe_kernels::measure::{Harness, Plan};
@@ -170,15 +170,20 @@ pub fn candidates(shape: &Shape, tokens: usize) -> Vec<Choice> {
             path: Path::Tiled,
             tile,
             decode: DecodeGeometry::DEFAULT,
+            fusion: Fusion::SwiGlu,
         })
         .collect();
     if tokens * shape.k <= DECODE_MAX_PAIRS_PER_EXPERT * shape.experts {
+        // Both decode paths with the sum over k fused into GEMM 2 and in its own kernel.
         for path in [Path::Decode, Path::DecodeGrouped] {
-            v.extend(DECODE_GEOMETRIES.iter().map(|&decode| Choice {
-                path,
-                tile: TileConfig::DEFAULT,
-                decode,
-            }));
+            for fusion in [Fusion::SwiGluSumK, Fusion::SwiGlu] {
+                v.extend(DECODE_GEOMETRIES.iter().map(|&decode| Choice {
+                    path,
+                    tile: TileConfig::DEFAULT,
+                    decode,
+                    fusion,
+                }));
+            }
         }
     }
     v
@@ -186,7 +191,11 @@ pub fn candidates(shape: &Shape, tokens: usize) -> Vec<Choice> {
 
 /// The layer running `choice`, sharing `base`'s weights.
 fn variant(base: &FusedDevice, c: Choice) -> Result<FusedDevice, String> {
-    let l = base.clone().without_tuned_table().with_path(c.path);
+    let l = base
+        .clone()
+        .without_tuned_table()
+        .with_path(c.path)
+        .with_fusion(c.fusion);
     match c.path {
         Path::Tiled => l.with_tile(c.tile),
         Path::Decode | Path::DecodeGrouped => l.with_decode_geometry(c.decode),
@@ -322,6 +331,7 @@ fn rule_choice(base: &FusedDevice, tokens: usize) -> Result<Choice, String> {
         } else {
             DecodeGeometry::DEFAULT
         },
+        fusion: p.fusion,
     })
 }
 
@@ -526,8 +536,8 @@ mod tests {
                 .filter(|c| c.path == p)
                 .count()
         };
-        assert_eq!(n(1, Path::DecodeGrouped), DECODE_GEOMETRIES.len());
-        assert_eq!(n(1, Path::Decode), DECODE_GEOMETRIES.len());
+        assert_eq!(n(1, Path::DecodeGrouped), 2 * DECODE_GEOMETRIES.len());
+        assert_eq!(n(1, Path::Decode), 2 * DECODE_GEOMETRIES.len());
         let past = DECODE_MAX_PAIRS_PER_EXPERT * TINY.experts / TINY.k + 1;
         assert_eq!(n(past, Path::DecodeGrouped), 0);
     }
@@ -538,6 +548,7 @@ mod tests {
             path,
             tile: TileConfig::DEFAULT,
             decode: DecodeGeometry::DEFAULT,
+            fusion: ch04_fused_moe::choose::default_fusion(path),
         };
         let (a, b) = (
             vec![1.0f32, 2.0],

@@ -36,6 +36,20 @@ const CEILINGS_CSV: &str = "bench/results/h200/ch04_ceilings.csv";
 const SVG: &str = "book/src/figures/ch04-fused.svg";
 const FUSION_SVG: &str = "book/src/figures/ch04-fusion.svg";
 const RATES_SVG: &str = "book/src/figures/ch04-rates.svg";
+const FLOOR_SVG: &str = "book/src/figures/ch04-floor.svg";
+const PTXAS_LOG: &str = "bench/results/h200/logs/ptxas_ch04.log";
+const PTXAS_TABLE: &str = "book/src/figures/ch04-ptxas.md";
+const TARGETS_TABLE: &str = "book/src/figures/ch04-targets.md";
+/// Everything made from the bench's CSV, in the order [`generate`] writes it.
+const FROM_GPU_CSV: [&str; 7] = [
+    SVG,
+    FUSION_SVG,
+    RATES_SVG,
+    FLOOR_SVG,
+    TABLE,
+    TARGETS_TABLE,
+    FACTS,
+];
 const TABLE: &str = "book/src/figures/ch04-fused-table.md";
 const FACTS: &str = "book/src/figures/ch04-facts.md";
 
@@ -56,8 +70,16 @@ fn read(root: &Path, rel: &str) -> Result<String, String> {
 /// The group's files, generated from the repository at `root`.
 pub fn generate(root: &Path) -> Result<Vec<Generated>, String> {
     let mut out = tune_files(root)?;
+    if root.join(PTXAS_LOG).exists() {
+        out.push(Generated {
+            path: PTXAS_TABLE.into(),
+            content: ptxas_table(&parse_ptxas(&read(root, PTXAS_LOG)?)?),
+        });
+    } else if root.join(PTXAS_TABLE).exists() {
+        return Err(format!("{PTXAS_TABLE} exists but {PTXAS_LOG} does not"));
+    }
     if !root.join(GPU_CSV).exists() {
-        let committed: Vec<&str> = [SVG, FUSION_SVG, RATES_SVG, TABLE, FACTS]
+        let committed: Vec<&str> = FROM_GPU_CSV
             .into_iter()
             .filter(|p| root.join(p).exists())
             .collect();
@@ -98,8 +120,16 @@ pub fn generate(root: &Path) -> Result<Vec<Generated>, String> {
         content: rates_svg(&rows, copy_gbs, bf16_tflops),
     });
     out.push(Generated {
+        path: FLOOR_SVG.into(),
+        content: floor_svg(&rows),
+    });
+    out.push(Generated {
         path: TABLE.into(),
         content: table(&rows, &layout),
+    });
+    out.push(Generated {
+        path: TARGETS_TABLE.into(),
+        content: targets_table(&rows, bf16_tflops),
     });
     let mut f = Facts::default();
     f.add("copy_gbs", format!("{copy_gbs:.0}"), CEILINGS_CSV);
@@ -240,6 +270,9 @@ fn label(imp: &str) -> String {
         OURS => "ours: path, fusion and tiles by the chapter's rules".into(),
         "fused_tiled" => "ours, tiled path forced (SwiGLU fused into GEMM 1)".into(),
         "fused_tiled_unfused" => "ours, tiled path, unfused (gate|up, then a SwiGLU kernel)".into(),
+        "fused_tiled_v1" => {
+            "ours, tiled path, main loop v1 (w4_k64_n1: stage, wait, multiply)".into()
+        }
         "fused_decode" => "ours, decode path forced (SwiGLU and the sum over k fused)".into(),
         "fused_decode_swiglu" => "ours, decode path, the sum over k in its own kernel".into(),
         "fused_decode_unfused" => "ours, decode path, unfused".into(),
@@ -423,7 +456,7 @@ pub fn gpu_facts(rows: &[BenchRow], layout: &[Layout], f: &mut Facts) -> Result<
                 f.add(format!("{p}_floor"), fmt_us(r.floor_us), src);
                 f.add(
                     format!("{p}_over_floor"),
-                    format!("{:.1}", r.cold_median_us / r.floor_us),
+                    format!("{:.2}", r.cold_median_us / r.floor_us),
                     src,
                 );
                 f.add(format!("{p}_tbs"), format!("{:.2}", r.cold_gbs / 1e3), src);
@@ -835,6 +868,196 @@ pub fn fusion_svg(rows: &[BenchRow]) -> String {
         &panels,
         2,
     )
+}
+
+/// The floor figure: per shape, every implementation's cold time over its floor against T (the
+/// shipped layer, each variant of ours, chapter 2's loop and the peers): how far each is from
+/// the hardware's limit, on one scale for both shapes. Step 4b's targets are ratios on it.
+pub fn floor_svg(rows: &[BenchRow]) -> String {
+    // The kernel versions (the tiled path's first main loop, the decode paths), not every fusion.
+    const VERSIONS: [&str; 3] = ["fused_tiled_v1", "fused_decode", "fused_decode_grouped"];
+    let imps: Vec<String> = drawn(rows)
+        .into_iter()
+        .filter(|i| !is_variant(i) || VERSIONS.contains(&i.as_str()))
+        .collect();
+    let color = |imp: &str| match VERSIONS.iter().position(|v| *v == imp) {
+        Some(k) => ["#56b4e9", "#cc79a7", "#009e73"][k],
+        None => style(imp, 0).color,
+    };
+    let mut panels = Vec::new();
+    for shape in shapes(rows.iter().filter(|r| r.rows > 0)) {
+        let mut lines = Vec::new();
+        for imp in &imps {
+            let points: Vec<(f64, f64)> = token_counts(rows, &shape)
+                .into_iter()
+                .filter_map(|n| find(rows, &shape, n, imp))
+                .filter(|r| r.floor_us > 0.0)
+                .map(|r| (r.rows as f64, r.cold_median_us / r.floor_us))
+                .collect();
+            if !points.is_empty() {
+                lines.push(Line {
+                    imp: imp.clone(),
+                    color: color(imp),
+                    dashed: is_variant(imp),
+                    points,
+                });
+            }
+        }
+        panels.push(Panel {
+            title: panel_title(&shape),
+            key: shape.clone(),
+            y_label: "cold time ÷ the floor".into(),
+            lines,
+            reference: Some((1.0, "the floor".into())),
+        });
+    }
+    let legend: Vec<(String, &'static str, bool)> = imps
+        .iter()
+        .map(|i| (label(i), color(i), is_variant(i)))
+        .collect();
+    line_chart(
+        "How far from the floor: each implementation's cold time over its floor, against tokens",
+        &[
+            "Ours solid (the shipped layer), its variants dashed; chapter 2's loop and the PyTorch peers solid.",
+            "Floor: one launch + the touched weights at copy bandwidth, or the FLOPs at the bf16 rate (1 on this scale); x logarithmic, y linear.",
+        ],
+        &legend,
+        &panels,
+        2,
+    )
+}
+
+/// Step 4b's targets against the run, per shape (the targets are set at Qwen3-30B-A3B's shape;
+/// the GLM-like one is reported too): at 1 token the cold time within 1.3× of the floor, from 8
+/// to 512 tokens within 1.1×, at 4096 tokens at least 65% of the measured bf16 matrix rate on the
+/// layer's FLOPs; and at every T faster than the `torch._grouped_mm` layer.
+pub fn targets_table(rows: &[BenchRow], bf16_tflops: f64) -> String {
+    let mut s =
+        String::from("| shape | tokens | target | measured (cold) | |\n|---|---:|---|---|---|\n");
+    let verdict = |ok: bool| if ok { "met" } else { "**missed**" };
+    for shape in shapes(rows.iter().filter(|r| r.rows > 0)) {
+        for n in token_counts(rows, &shape) {
+            let Some(r) = find(rows, &shape, n, OURS) else {
+                continue;
+            };
+            let over = r.cold_median_us / r.floor_us;
+            let (target, measured, ok) = match n {
+                1 => (
+                    "≤ 1.3× the floor".to_string(),
+                    format!("{over:.2}× the floor"),
+                    over <= 1.3,
+                ),
+                8..=512 => (
+                    "≤ 1.1× the floor".to_string(),
+                    format!("{over:.2}× the floor"),
+                    over <= 1.1,
+                ),
+                _ => {
+                    let share = r.cold_tflops / bf16_tflops;
+                    (
+                        format!("≥ 65% of {bf16_tflops:.0} TFLOP/s"),
+                        format!("{:.0} TFLOP/s, {:.0}%", r.cold_tflops, 100.0 * share),
+                        share >= 0.65,
+                    )
+                }
+            };
+            s += &format!(
+                "| {} | {n} | {target} | {measured} | {} |\n",
+                short_title(&shape),
+                verdict(ok)
+            );
+            if let Some((c, _)) = over_ours(rows, &shape, n, TORCH_GMM) {
+                s += &format!(
+                    "| {} | {n} | faster than `torch._grouped_mm` | it takes {c:.2}× our time | {} |\n",
+                    short_title(&shape),
+                    verdict(c > 1.0)
+                );
+            }
+        }
+    }
+    s
+}
+
+/// One kernel of `ptxas -v`'s report: registers per thread, spill stores, static shared memory.
+#[derive(Debug, PartialEq)]
+pub struct PtxasKernel {
+    pub name: String,
+    pub registers: u32,
+    pub spill_bytes: u32,
+    pub smem_bytes: u32,
+}
+
+/// Reads `ptxas -v`'s report (tools/gpu/run's `ptxas_ch04.log`): for each `Compiling entry
+/// function 'NAME'`, its `N bytes spill stores` and `Used N registers, …, N bytes smem` lines.
+pub fn parse_ptxas(text: &str) -> Result<Vec<PtxasKernel>, String> {
+    let num_before = |line: &str, unit: &str| -> Option<u32> {
+        let at = line.find(unit)?;
+        line[..at].split_whitespace().last()?.parse().ok()
+    };
+    let mut out: Vec<PtxasKernel> = Vec::new();
+    for line in text.lines() {
+        if let Some(rest) = line.split("Compiling entry function '").nth(1) {
+            let name = rest.split('\'').next().unwrap_or_default().to_string();
+            out.push(PtxasKernel {
+                name,
+                registers: 0,
+                spill_bytes: 0,
+                smem_bytes: 0,
+            });
+        } else if let Some(k) = out.last_mut() {
+            if let Some(n) = num_before(line, "bytes spill stores") {
+                k.spill_bytes = n;
+            }
+            if line.contains("Used ") {
+                k.registers = num_before(line, "registers")
+                    .ok_or_else(|| format!("{PTXAS_LOG}: no register count in {line:?}"))?;
+                k.smem_bytes = num_before(line, "bytes smem").unwrap_or(0);
+            }
+        }
+    }
+    if out.is_empty() || out.iter().any(|k| k.registers == 0) {
+        return Err(format!("{PTXAS_LOG}: no complete kernel report"));
+    }
+    Ok(out)
+}
+
+/// The tiled path's GEMM kernels in every tile configuration: registers, spills and static shared
+/// memory (version 2's stages are dynamic: `TileConfig::shared_bytes`).
+pub fn ptxas_table(kernels: &[PtxasKernel]) -> String {
+    let mut s =
+        "`ptxas -v` for sm_90 on the GPU machine (bench/results/h200/logs/ptxas_ch04.log): \
+                 registers per thread, spill stores, static shared memory per block.\n\n\
+                 | tile configuration | GEMM 1 + SwiGLU | GEMM 2 |\n|---|---|---|\n"
+            .to_string();
+    let cell = |name: &str| {
+        kernels
+            .iter()
+            .find(|k| k.name == name)
+            .map(|k| {
+                format!(
+                    "{} regs · {} B spilled · {:.1} KB",
+                    k.registers,
+                    k.spill_bytes,
+                    k.smem_bytes as f64 / 1024.0
+                )
+            })
+            .unwrap_or_else(|| "–".into())
+    };
+    for k in kernels.iter().filter(|k| k.name.starts_with("fused_gemm2")) {
+        let suffix = k.name.trim_start_matches("fused_gemm2");
+        let config = suffix.trim_start_matches('_');
+        s += &format!(
+            "| {} | {} | {} |\n",
+            if config.is_empty() {
+                "w4_k32_n1"
+            } else {
+                config
+            },
+            cell(&format!("fused_gemm1_swiglu{suffix}")),
+            cell(&k.name)
+        );
+    }
+    s
 }
 
 /// The rates figure: per shape, our achieved TB/s on the expert weights the routing touches
@@ -1716,12 +1939,39 @@ mod tests {
     }
 
     #[test]
+    fn the_ptxas_report_is_read_per_kernel() {
+        let log = "ptxas info    : Compiling entry function 'fused_gemm2' for 'sm_90'\n\
+                   ptxas info    : Function properties for fused_gemm2\n    \
+                   8 bytes stack frame, 8 bytes spill stores, 8 bytes spill loads\n\
+                   ptxas info    : Used 111 registers, used 1 barriers, 16672 bytes smem\n\
+                   ptxas info    : Compiling entry function 'fused_gemm1_swiglu' for 'sm_90'\n\
+                   ptxas info    : Used 109 registers, used 1 barriers, 2048 bytes smem\n";
+        let k = parse_ptxas(log).unwrap();
+        assert_eq!(
+            k[0],
+            PtxasKernel {
+                name: "fused_gemm2".into(),
+                registers: 111,
+                spill_bytes: 8,
+                smem_bytes: 16672
+            }
+        );
+        assert_eq!(
+            (k[1].registers, k[1].spill_bytes, k[1].smem_bytes),
+            (109, 0, 2048)
+        );
+        let t = ptxas_table(&k);
+        assert!(t.contains("| w4_k32_n1 | 109 regs · 0 B spilled · 2.0 KB | 111 regs · 8 B spilled · 16.3 KB |"), "{t}");
+        assert!(parse_ptxas("nothing here").is_err());
+    }
+
+    #[test]
     fn the_group_from_a_synthetic_run() {
         let root = repo("full", Some(&gpu_csv(true)));
         let files = generate(&root).unwrap();
         std::fs::remove_dir_all(&root).unwrap();
         let paths: Vec<&str> = files.iter().map(|g| g.path.as_str()).collect();
-        assert_eq!(paths, [SVG, FUSION_SVG, RATES_SVG, TABLE, FACTS]);
+        assert_eq!(paths, FROM_GPU_CSV);
 
         let svg = content(&files, SVG);
         assert!(svg.starts_with("<svg ") && svg.trim_end().ends_with("</svg>"));
@@ -1759,6 +2009,58 @@ mod tests {
             "1.5 above the line at 1, 0.8 below"
         );
         assert!(fusion.contains("data-impl=\"fused_decode_warm\""));
+
+        // The floor figure: cold ÷ floor from the CSV's rows, on a linear axis: every point's
+        // distance from the line at 1 is proportional to its ratio minus 1.
+        let floor = content(&files, FLOOR_SVG);
+        let rows = parse_csv(&gpu_csv(true), "ch04.csv").unwrap();
+        let want: Vec<f64> = token_counts(&rows, shape)
+            .into_iter()
+            .filter_map(|n| find(&rows, shape, n, OURS))
+            .map(|r| r.cold_median_us / r.floor_us)
+            .collect();
+        let y = ys(floor, shape, OURS);
+        assert_eq!(y.len(), want.len());
+        let one = floor
+            .lines()
+            .find(|l| l.contains(r#"class="reference""#))
+            .and_then(|l| l.split("y1=\"").nth(1))
+            .and_then(|l| l.split('"').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap();
+        let scale: Vec<f64> = (0..y.len())
+            .filter(|&i| (want[i] - 1.0).abs() > 1e-3)
+            .map(|i| (one - y[i]) / (want[i] - 1.0))
+            .collect();
+        // (Coordinates are written to 0.1 px: a few percent of a short distance.)
+        assert!(
+            scale.len() >= 2
+                && scale
+                    .iter()
+                    .all(|k| *k > 0.0 && (k / scale[0] - 1.0).abs() < 5e-2),
+            "{scale:?}"
+        );
+        assert!(
+            !floor.contains("data-impl=\"fused_decode_swiglu\""),
+            "kernel versions only"
+        );
+
+        // The targets: each verdict from the ratio the CSV gives, computed here.
+        let targets = content(&files, TARGETS_TABLE);
+        for r in rows
+            .iter()
+            .filter(|r| r.imp == OURS && r.rows > 0 && r.rows <= 512)
+        {
+            let over = r.cold_median_us / r.floor_us;
+            let limit = if r.rows == 1 { 1.3 } else { 1.1 };
+            let line = format!(
+                "| {} | {} | ≤ {limit}× the floor | {over:.2}× the floor | {} |",
+                short_title(&r.shape),
+                r.rows,
+                if over <= limit { "met" } else { "**missed**" }
+            );
+            assert!(targets.contains(&line), "{line}\n{targets}");
+        }
 
         // The rates figure: TB/s = bytes / cold µs / 1e6, computed here from the definition.
         let rates = content(&files, RATES_SVG);
@@ -1831,7 +2133,7 @@ mod tests {
             ("glm_t1_over_ours_fused_decode", "1.50"),
             ("glm_over_ours_fused_decode_min", "0.80"),
             ("glm_over_ours_torch_grouped_mm_max", "2.00"),
-            ("glm_t64_over_floor", "2.2"),
+            ("glm_t64_over_floor", "2.20"),
             ("glm_t64_floor", "5.00"),
             ("glm_t1_active", "8"),
             ("glm_t4096_block_m", "64"),
@@ -1854,7 +2156,10 @@ mod tests {
         let files = generate(&root).unwrap();
         std::fs::remove_dir_all(&root).unwrap();
         let paths: Vec<&str> = files.iter().map(|g| g.path.as_str()).collect();
-        assert_eq!(paths, [SVG, RATES_SVG, TABLE, FACTS]);
+        assert_eq!(
+            paths,
+            [SVG, RATES_SVG, FLOOR_SVG, TABLE, TARGETS_TABLE, FACTS]
+        );
         assert!(!content(&files, TABLE).contains("fused_decode"));
     }
 
