@@ -187,6 +187,7 @@ __device__ __forceinline__ void fused_router(const float* __restrict__ logits,
 
     // k rounds of argmax: each lane's best free slot (slots in id order, so a strict > keeps the
     // lower id), then the warp's best. Lane r keeps round r's expert and score.
+    // ANCHOR: rounds
     int my_id = -1;
     float my_score = 0.0f;
     for (int round = 0; round < k; ++round) {
@@ -206,6 +207,7 @@ __device__ __forceinline__ void fused_router(const float* __restrict__ logits,
             my_score = bs;
         }
     }
+    // ANCHOR_END: rounds
 
     // The weights: the unbiased scores, divided by their sum (taken in selection order, as
     // chapter 1's router_row_sum does) plus 1e-20, then scaled.

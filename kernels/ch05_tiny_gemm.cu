@@ -62,6 +62,7 @@ __device__ __forceinline__ void tiny_gemm(const __nv_bfloat16* __restrict__ hidd
     for (int q = 0; q < EPB; ++q)
 #pragma unroll
         for (int r = 0; r < ROWS; ++r) acc[q][r] = 0.0f;
+    // ANCHOR: tiny_gemm_loop
     for (int s0 = threadIdx.x; s0 < slices; s0 += TINY_THREADS * TINY_SLICES) {
         // The gate weight first: it depends on no earlier kernel, and it is the cold read that
         // the kernel's time is made of. Its loads are in flight while the hidden rows load.
@@ -94,6 +95,7 @@ __device__ __forceinline__ void tiny_gemm(const __nv_bfloat16* __restrict__ hidd
             }
         }
     }
+    // ANCHOR_END: tiny_gemm_loop
     // The block's sum: a xor tree in each warp, then the warps' sums in warp order.
 #pragma unroll
     for (int q = 0; q < EPB; ++q) {
