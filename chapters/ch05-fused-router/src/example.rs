@@ -164,9 +164,14 @@ fn tour(device: &'static Device, out: Out) -> Result<(), String> {
     );
     say!(
         out,
-        "  chapter 1's chain launches {}: {}",
+        "  chapter 1's chain launches {}: router_{{{}}}",
         chain.launches_per_call(),
-        list(chain.launch_names().iter().map(|s| s.to_string()))
+        chain
+            .launch_names()
+            .iter()
+            .map(|s| s.trim_start_matches("router_"))
+            .collect::<Vec<_>>()
+            .join(",")
     );
     for row in 0..r.rows {
         say!(out, "{}", row_line(&got, row));
