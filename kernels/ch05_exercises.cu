@@ -1,10 +1,11 @@
-// ch05_exercises.cu -- the kernel of chapter 5's exercise 2, as a stub for you to write. The
+// ch05_exercises.cu -- the kernels of chapter 5's exercises 2 and 3, as stubs for you to write. The
 // tests in chapters/ch05-fused-router/tests/exercises.rs fail until you do; `tools/steps
-// exercises 5` runs them. The answer is in kernels/answers/ch05_exercises.cu (read it after
+// exercises 5` runs them. The answers are in kernels/answers/ch05_exercises.cu (read them after
 // trying).
 //
 // Upstream: the packed (key, index) reductions of top-k kernels, which move one 64-bit word per
-// shuffle instead of a key and an index.
+// shuffle instead of a key and an index (exercise 2); the ids sorted within each row that some
+// expert kernels' bookkeeping expects (exercise 3).
 #include "common.cuh"
 
 #define EX_ROWS_PER_BLOCK 4  // rows, one warp each, of one block
@@ -17,4 +18,15 @@
 extern "C" __global__ void ex_row_argmax(const float* __restrict__ keys, int* __restrict__ ids, int T, int E) {
     // TODO(exercise 2): each lane's best over its strided share, packed; a xor tree of max;
     // lane 0 writes the id.
+}
+
+// Exercise 3: each row's k picks sorted by expert id, the weights moving with their ids:
+// ids [T, k] i32 (distinct within a row) and weights [T, k] f32 in; sorted_ids and
+// sorted_weights [T, k] out. One warp per row, EX_ROWS_PER_BLOCK rows per block, k <= 32: lane r
+// holds pick r, counts with shuffles how many of the row's ids are smaller than its own, and
+// writes its pick at that place. No shared memory, no sort network.
+extern "C" __global__ void ex_sort_by_id(const int* __restrict__ ids, const float* __restrict__ weights,
+                                         int* __restrict__ sorted_ids, float* __restrict__ sorted_weights,
+                                         int T, int k) {
+    // TODO(exercise 3): lane r < k loads pick r; k shuffles of the ids give its rank; write.
 }

@@ -1,8 +1,9 @@
-// ch05_exercises.cu -- the answer to the kernel of chapter 5's exercise 2 (the stub is
-// kernels/ch05_exercises.cu). Built in place of the stub with `--features answers`.
+// ch05_exercises.cu -- the answers to the kernels of chapter 5's exercises 2 and 3 (the stubs are
+// in kernels/ch05_exercises.cu). Built in place of the stubs with `--features answers`.
 //
 // Upstream: the packed (key, index) reductions of top-k kernels, which move one 64-bit word per
-// shuffle instead of a key and an index.
+// shuffle instead of a key and an index (exercise 2); the ids sorted within each row that some
+// expert kernels' bookkeeping expects (exercise 3).
 #include "common.cuh"
 
 #define EX_ROWS_PER_BLOCK 4  // rows, one warp each, of one block
@@ -40,3 +41,25 @@ extern "C" __global__ void ex_row_argmax(const float* __restrict__ keys, int* __
     if (lane == 0) ids[t] = ~(unsigned int)(best & 0xffffffffull);
 }
 // ANCHOR_END: packed_argmax
+
+// ANCHOR: sort_by_id
+// Exercise 3: a rank sort in one warp. Every lane takes part in every shuffle (the loop bound k
+// is the same for all), lanes past k hold no pick and write nothing. The ids of a row are
+// distinct, so the ranks are 0..k-1, each once: every slot is written exactly once.
+extern "C" __global__ void ex_sort_by_id(const int* __restrict__ ids, const float* __restrict__ weights,
+                                         int* __restrict__ sorted_ids, float* __restrict__ sorted_weights,
+                                         int T, int k) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int t = blockIdx.x * EX_ROWS_PER_BLOCK + warp;
+    if (t >= T) return;
+    const size_t row = (size_t)t * k;
+    const int id = lane < k ? ids[row + lane] : 0;
+    const float w = lane < k ? weights[row + lane] : 0.0f;
+    int rank = 0;
+    for (int j = 0; j < k; ++j) rank += __shfl_sync(MOE_FULL_MASK, id, j) < id;
+    if (lane < k) {
+        sorted_ids[row + rank] = id;
+        sorted_weights[row + rank] = w;
+    }
+}
+// ANCHOR_END: sort_by_id

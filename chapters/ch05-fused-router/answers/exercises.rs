@@ -2,9 +2,10 @@
 //! `--features answers`; `tools/steps check` runs the exercise tests on these.
 
 use crate::fused::route_logits_fused;
-use ch01_router::chain::{expect_len, DeviceRouterError};
+use ch01_router::chain::{download, expect_len, DeviceRouterError};
 use ch01_router::config::RouterConfig;
 use ch01_router::error::RouterError;
+use ch01_router::routing::Routing;
 use half::bf16;
 use moe_kernels::{args, Device, KernelSource, LaunchConfig};
 
@@ -68,3 +69,43 @@ pub fn row_argmax_on_device(
     Ok(ids.to_vec()?)
 }
 // ANCHOR_END: exercise_2
+
+// ANCHOR: exercise_3
+/// Exercise 3: one warp per row, `EX_ROWS_PER_BLOCK` rows per block; a lane per pick, so k ≤ 32.
+pub fn sort_by_id_on_device(
+    device: &'static Device,
+    routing: &Routing,
+) -> Result<Routing, DeviceRouterError> {
+    let Routing { rows, k, .. } = *routing;
+    if k > 32 {
+        return Err(DeviceRouterError::Limit {
+            what: "k (ex_sort_by_id keeps one pick per lane)",
+            limit: 32,
+            got: k,
+        });
+    }
+    if rows == 0 {
+        return Ok(routing.clone());
+    }
+    let m = device.load(&KERNELS)?;
+    let ids: Vec<i32> = routing.ids.iter().map(|&e| e as i32).collect();
+    let ids = device.upload(&ids)?;
+    let weights = device.upload(&routing.weights)?;
+    let sorted_ids = device.alloc::<i32>(rows * k)?;
+    let sorted_weights = device.alloc::<f32>(rows * k)?;
+    let per = geometry::EX_ROWS_PER_BLOCK;
+    m.launch(
+        "ex_sort_by_id",
+        LaunchConfig::blocks(rows.div_ceil(per) as u32, 32 * per as u32),
+        &args![
+            &ids,
+            &weights,
+            &sorted_ids,
+            &sorted_weights,
+            rows as i32,
+            k as i32
+        ],
+    )?;
+    download(rows, k, &sorted_ids, &sorted_weights)
+}
+// ANCHOR_END: exercise_3

@@ -1,12 +1,13 @@
 //! Chapter 5's exercises, as stubs for you to fill in (the book's page states them). Each has a
 //! test in `tests/exercises.rs` that fails until you do; run them with
 //! `tools/steps exercises 5` (or `cargo test -p ch05-fused-router --test exercises -- --ignored`).
-//! The kernel of exercise 2 is in `kernels/ch05_exercises.cu`. The answers live apart, in
+//! The kernels of exercises 2 and 3 are in `kernels/ch05_exercises.cu`. The answers live apart, in
 //! `chapters/ch05-fused-router/answers/` and `kernels/answers/`; `--features answers` builds them
 //! in place of these stubs.
 
 use ch01_router::chain::DeviceRouterError;
 use ch01_router::config::RouterConfig;
+use ch01_router::routing::Routing;
 use moe_kernels::{Device, KernelSource};
 
 /// `kernels/ch05_exercises.cu` (the answer's version with `--features answers`).
@@ -49,3 +50,16 @@ pub fn row_argmax_on_device(
     todo!("exercise 2: check, upload, one launch of ex_row_argmax, download")
 }
 // ANCHOR_END: exercise_2
+
+// ANCHOR: exercise_3
+/// Exercise 3: each row of `routing` with its picks sorted by expert id (the weights move with
+/// their ids), on the device, by one launch of your kernel `ex_sort_by_id`. Check `k ≤ 32` (a
+/// [`DeviceRouterError::Limit`]); an empty routing launches nothing.
+pub fn sort_by_id_on_device(
+    device: &'static Device,
+    routing: &Routing,
+) -> Result<Routing, DeviceRouterError> {
+    let _ = (device, routing);
+    todo!("exercise 3: check k, upload ids and weights, one launch of ex_sort_by_id, download")
+}
+// ANCHOR_END: exercise_3

@@ -11,6 +11,7 @@ use ch01_router::literal::{select_topk, LiteralRouter};
 use ch01_router::regimes::{regime, REGIMES};
 use ch01_router::RouterError;
 use ch05_fused_router::exercises;
+use ch05_fused_router::route_logits_fused;
 use moe_kernels::record_launches;
 use moe_kernels::testing::device;
 
@@ -128,4 +129,74 @@ fn exercise_2_the_packed_argmax_is_the_first_pick() {
             .to_string(),
         "keys [T, E] has 7 elements, expected 8"
     );
+}
+
+/// Exercise 3: on the fused kernel's routing of every regime, and of a k = 32 routing over 1000
+/// experts, each row's (id, weight) pairs sorted by id on the host; k = 33 is a typed error.
+#[test]
+#[ignore = "an exercise: tools/steps exercises 5"]
+fn exercise_3_each_row_sorted_by_id_with_its_weights() {
+    let dev = device();
+    let mut routings: Vec<ch01_router::routing::Routing> = REGIMES
+        .iter()
+        .map(|n| {
+            let r = regime(n).unwrap();
+            route_logits_fused(
+                dev,
+                &r.config,
+                r.rows,
+                r.experts,
+                &r.logits_f32(),
+                r.bias.as_deref(),
+            )
+            .unwrap()
+        })
+        .collect();
+    let wide = patterned(37 * 1000, 57, 2.0);
+    routings
+        .push(route_logits_fused(dev, &RouterConfig::qwen3(32), 37, 1000, &wide, None).unwrap());
+    for routing in &routings {
+        let (got, launched) = record_launches(|| exercises::sort_by_id_on_device(dev, routing));
+        let got = got.unwrap();
+        assert_eq!(
+            launched,
+            ["ch05_exercises::ex_sort_by_id"],
+            "k = {}",
+            routing.k
+        );
+        assert_eq!((got.rows, got.k), (routing.rows, routing.k));
+        for r in 0..routing.rows {
+            let mut want: Vec<(u32, u32)> = routing
+                .row_ids(r)
+                .iter()
+                .zip(routing.row_weights(r))
+                .map(|(&e, w)| (e, w.to_bits()))
+                .collect();
+            want.sort_unstable();
+            let have: Vec<(u32, u32)> = got
+                .row_ids(r)
+                .iter()
+                .zip(got.row_weights(r))
+                .map(|(&e, w)| (e, w.to_bits()))
+                .collect();
+            assert_eq!(have, want, "row {r}, k = {}", routing.k);
+        }
+    }
+    let empty = ch01_router::routing::Routing::empty(8);
+    let (got, launched) = record_launches(|| exercises::sort_by_id_on_device(dev, &empty));
+    assert_eq!((got.unwrap().rows, launched.len()), (0, 0));
+    let too_many = ch01_router::routing::Routing {
+        rows: 1,
+        k: 33,
+        ids: (0..33).collect(),
+        weights: vec![0.0; 33],
+    };
+    assert!(matches!(
+        exercises::sort_by_id_on_device(dev, &too_many).unwrap_err(),
+        DeviceRouterError::Limit {
+            limit: 32,
+            got: 33,
+            ..
+        }
+    ));
 }
