@@ -30,20 +30,25 @@ fn shape(r: &RegimeInput) -> GateShape {
     }
 }
 
+/// The comparison must not pass by calling everything a near tie: most rows of a regime are
+/// compared exactly (all but a few in `ties` and `nan_logits`, which are made of near ties).
+fn assert_clear_cuts(res: &RegimeResult) {
+    assert!(
+        res.exact_rows * 10 >= res.rows * 9 || matches!(res.name, "ties" | "nan_logits"),
+        "regime {}: only {} of {} rows had a clear cut",
+        res.name,
+        res.exact_rows,
+        res.rows
+    );
+}
+
 /// The regime's results must compare most rows exactly and print the regime's snapshot
-/// (`tests/snapshots/ch05_<regime>.snap`): the pair's, which every combination must print too.
+/// (`tests/snapshots/ch05_<regime>.snap`): the pair's, which the tiny GEMM + chain prints too.
 /// (Chapter 1's snapshots are of fp32 inputs; these routers read the inputs rounded to bf16, so
 /// their weights differ in the third decimal.)
 fn check_snapshots(results: &[RegimeResult]) {
     for res in results {
-        // The comparison must not pass by calling everything a near tie.
-        assert!(
-            res.exact_rows * 10 >= res.rows * 9 || matches!(res.name, "ties" | "nan_logits"),
-            "regime {}: only {} of {} rows had a clear cut",
-            res.name,
-            res.exact_rows,
-            res.rows
-        );
+        assert_clear_cuts(res);
         insta::with_settings!({ prepend_module_to_snapshot => false }, {
             insta::assert_snapshot!(format!("ch05_{}", res.name), res.text);
         });
@@ -68,7 +73,10 @@ fn fused_pair_matches_the_oracle_on_every_regime(dev: &'static Device) {
 // ANCHOR_END: pair_matches_the_oracle
 
 /// The two combinations: the library GEMM's logits through the fused kernel, and the tiny
-/// GEMM's logits through chapter 1's chain. Both print the pair's snapshots.
+/// GEMM's logits through chapter 1's chain. The chain prints the pair's snapshots (the same
+/// logits, and kernels that give the same bits on both backends). The library GEMM is checked
+/// against the oracle only: cuBLAS sums in its own order, so a printed weight could land on the
+/// other side of a 4-decimal rounding on the GPU.
 fn combinations_match_the_oracle_on_every_regime(dev: &'static Device) {
     let blas = |dev: &'static Device, r: &RegimeInput| {
         let pair = FusedRouter::with_logits(
@@ -80,7 +88,8 @@ fn combinations_match_the_oracle_on_every_regime(dev: &'static Device) {
         )?;
         Ok(Box::new(pair) as Box<dyn DeviceRouter>)
     };
-    check_snapshots(&every_regime(dev, &blas));
+    let results = every_regime(dev, &blas);
+    results.iter().for_each(assert_clear_cuts);
     let chain = |dev: &'static Device, r: &RegimeInput| {
         let c = TinyGemmChain::new(dev, &r.config, shape(r), r.bias.as_deref())?;
         Ok(Box::new(c) as Box<dyn DeviceRouter>)
