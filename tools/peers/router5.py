@@ -1,5 +1,5 @@
-"""The PyTorch peer of chapter 1: the five-line router, measured exactly as tools/bench measures
-our chain (kernels/ch01_router.cu), in the same GPU session.
+"""The PyTorch peer of chapters 1 and 5: the five-line router, measured exactly as tools/bench
+measures our routers (chapter 1's chain, chapter 5's fused pair), in the same GPU session.
 
 Method (the same as moe_kernels::measure): the five lines are captured once in a CUDA graph.
 Cold: before each sample, a buffer four times the L2 is read (outside the timed events; a read,
@@ -8,6 +8,10 @@ around one replay. Warm: a second graph holds N copies; time / N. The launch cou
 the profiler on one eager call.
 
     python3 tools/peers/router5.py --samples RESULTS/ch01_torch.csv [--quick]
+    python3 tools/peers/router5.py --chapter ch05 --samples RESULTS/ch05_torch.csv [--quick]
+
+--chapter names the rows of the samples file and picks the row counts (chapter 5 measures the
+row axis more finely: 1, 2, 4, 6, 16, 32, 64, 96, 8192); --rows overrides them.
 
 Writes the raw samples, not statistics: tools/bench summarises them with the same code as its
 own measurements (one definition of a median), and gives them the floor of its own case at the
@@ -23,7 +27,7 @@ import torch
 COLUMNS = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "columns.txt")).read().strip().split(",")
 IDENTITY = [c for c in COLUMNS if c in ("chapter", "shape", "impl", "rows", "launches", "device")]
 assert IDENTITY == ["chapter", "shape", "impl", "rows", "launches", "device"], IDENTITY
-ROWS = [1, 6, 16, 96, 8192]
+ROWS = {"ch01": [1, 6, 16, 96, 8192], "ch05": [1, 2, 4, 6, 16, 32, 64, 96, 8192]}
 SHAPES = [
     # name, hidden, experts, k, scoring
     ("glm_h4096_e288_k8", 4096, 288, 8, "sigmoid"),
@@ -89,7 +93,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--samples", required=True, help="where the raw samples go (CSV)")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--chapter", choices=sorted(ROWS), default="ch01",
+                    help="the chapter whose bench merges these samples (default ch01)")
+    ap.add_argument("--rows", help="comma-separated row counts (default: the chapter's)")
     args = ap.parse_args()
+    rows_list = [int(r) for r in args.rows.split(",")] if args.rows else ROWS[args.chapter]
     cold_n, warm_n, copies = (20, 5, 5) if args.quick else (200, 50, 20)
     torch.manual_seed(0)
     device = torch.cuda.get_device_name(0).replace(" ", "_")
@@ -99,12 +107,12 @@ def main():
     for name, hidden_size, experts, k, scoring in SHAPES:
         weight = torch.randn(experts, hidden_size, device="cuda") * 0.02
         bias = (8.0 + 0.05 * torch.randn(experts, device="cuda")) if scoring == "sigmoid" else None
-        for rows in ROWS:
+        for rows in rows_list:
             hidden = torch.randn(rows, hidden_size, device="cuda")
             fn = lambda: five_lines(hidden, weight, bias, k, scoring)  # noqa: E731
             n = launches(fn)
             cold, warm = measure(fn, flush, cold_n, warm_n, copies)
-            record = {"chapter": "ch01", "shape": name, "impl": "torch_5line", "rows": rows,
+            record = {"chapter": args.chapter, "shape": name, "impl": "torch_5line", "rows": rows,
                       "launches": n, "device": device}
             lines.append(",".join(str(record[c]) for c in IDENTITY)
                          + "," + " ".join(f"{x:.3f}" for x in cold)

@@ -18,8 +18,8 @@
 
 use crate::config::{RouterConfig, Scoring};
 pub use crate::device_router::{
-    download, expect_len, route_on_device, DeviceMatrix, DeviceRouter, DeviceRouterError,
-    GateDtype, GateInputs, GateShape, RouterOutputs,
+    download, expect_len, route_logits_with, route_on_device, DeviceMatrix, DeviceRouter,
+    DeviceRouterError, GateDtype, GateInputs, GateShape, RouterOutputs,
 };
 use crate::error::RouterError;
 use crate::routing::Routing;
@@ -419,18 +419,13 @@ pub fn route_logits_on_device(
         experts,
     };
     let chain = FiveLineChain::new(device, config, shape, bias)?;
-    let logits = device.upload(logits)?;
-    let bias = bias.map(|b| device.upload(b)).transpose()?;
-    let k = config.k;
-    let ids = device.alloc::<i32>(rows * k)?;
-    let weights = device.alloc::<f32>(rows * k)?;
-    chain.enqueue_from_logits(
-        &logits,
-        bias.as_ref(),
-        &RouterOutputs {
-            ids: &ids,
-            weights: &weights,
-        },
-    )?;
-    download(rows, k, &ids, &weights)
+    route_logits_with(
+        device,
+        rows,
+        experts,
+        config.k,
+        logits,
+        bias,
+        &|logits, bias, outputs| chain.enqueue_from_logits(logits, bias, outputs),
+    )
 }

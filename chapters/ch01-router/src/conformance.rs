@@ -52,6 +52,20 @@ pub fn regime_title(r: &RegimeInput) -> String {
     )
 }
 
+/// A regime's router in a few words for a table: `Sigmoid+bias+groups`, `Softmax`, …
+pub fn scoring_label(r: &RegimeInput) -> String {
+    format!(
+        "{:?}{}{}",
+        r.config.scoring,
+        if r.bias.is_some() { "+bias" } else { "" },
+        if r.config.grouping.is_some() {
+            "+groups"
+        } else {
+            ""
+        }
+    )
+}
+
 /// A regime as a router of element type `dtype` sees it: for bf16, the hidden states and the
 /// gate weight rounded to bf16 (so the oracle's logits, computed from these values, are the
 /// exact logits of what the router receives).

@@ -218,6 +218,41 @@ pub fn route_on_device(
     download(rows, k, &ids, &weights)
 }
 
+/// What a router that starts from logits queues: `(logits [T, E], bias [E], outputs)`.
+pub type EnqueueFromLogits<'a> = &'a dyn Fn(
+    &DeviceBuffer<f32>,
+    Option<&DeviceBuffer<f32>>,
+    &RouterOutputs<'_>,
+) -> Result<(), DeviceRouterError>;
+
+/// Host in, host out, from logits: uploads `logits` [rows, experts] f32 and `bias` [E] f32,
+/// allocates ids and weights for `k` picks a row, queues `enqueue` and downloads the routing
+/// (chapter 1's chain after its GEMM, chapter 5's fused kernel).
+pub fn route_logits_with(
+    device: &'static Device,
+    rows: usize,
+    experts: usize,
+    k: usize,
+    logits: &[f32],
+    bias: Option<&[f32]>,
+    enqueue: EnqueueFromLogits<'_>,
+) -> Result<Routing, DeviceRouterError> {
+    expect_len("logits [T, E]", logits.len(), rows * experts)?;
+    let logits = device.upload(logits)?;
+    let bias = bias.map(|b| device.upload(b)).transpose()?;
+    let ids = device.alloc::<i32>(rows * k)?;
+    let weights = device.alloc::<f32>(rows * k)?;
+    enqueue(
+        &logits,
+        bias.as_ref(),
+        &RouterOutputs {
+            ids: &ids,
+            weights: &weights,
+        },
+    )?;
+    download(rows, k, &ids, &weights)
+}
+
 /// Brings a routing's ids and weights back to the host: how every `route_*` helper ends.
 pub fn download(
     rows: usize,

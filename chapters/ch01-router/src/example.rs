@@ -11,7 +11,7 @@
 use crate::chain::{route_logits_on_device, DeviceRouter, FiveLineChain, GateDtype, GateShape};
 use crate::compare::{check_routing, Tolerance};
 use crate::config::RouterConfig;
-use crate::conformance::check_every_regime;
+use crate::conformance::{check_every_regime, scoring_label};
 use crate::literal::{LiteralRouter, RowDetail};
 use crate::reference::ReferenceRouter;
 use crate::regimes::RegimeInput;
@@ -203,19 +203,12 @@ fn tour(device: &'static Device, out: Out) -> Result<(), String> {
             experts: r.experts,
         };
         let chain = FiveLineChain::new(dev, &r.config, shape, r.bias.as_deref())?;
-        let scoring = format!(
-            "{:?}{}{}",
-            r.config.scoring,
-            if r.bias.is_some() { "+bias" } else { "" },
-            if r.config.grouping.is_some() {
-                "+groups"
-            } else {
-                ""
-            }
-        );
-        built
-            .borrow_mut()
-            .push((r.experts, r.config.k, scoring, chain.launches_per_call()));
+        built.borrow_mut().push((
+            r.experts,
+            r.config.k,
+            scoring_label(r),
+            chain.launches_per_call(),
+        ));
         Ok(Box::new(chain) as Box<dyn DeviceRouter>)
     };
     let results = check_every_regime(device, GateDtype::F32, &make, Tolerance::OWN_LOGITS)?;

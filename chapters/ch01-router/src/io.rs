@@ -12,14 +12,7 @@ use crate::routing::Routing;
 /// Reads `logits` (`[T, E]` f32, required) and `bias` (`[E]` f32, optional) from a
 /// safetensors file. The router validates the bias length against `E` when it routes.
 pub fn read_router_input(path: &Path) -> Result<(Tensor, Option<Tensor>), RouterError> {
-    // A missing or unreadable file is an Io error; bytes that are not safetensors are Candle's.
-    let bytes =
-        std::fs::read(path).map_err(|e| RouterError::Io(format!("{}: {e}", path.display())))?;
-    check_safetensors(&bytes).map_err(|why| RouterError::NotSafetensors {
-        path: path.display().to_string(),
-        why,
-    })?;
-    let mut tensors = candle_core::safetensors::load_buffer(&bytes, &Device::Cpu)?;
+    let mut tensors = read_tensors(path)?;
     let Some(logits) = tensors.remove("logits") else {
         let mut found: Vec<&String> = tensors.keys().collect();
         found.sort();
@@ -49,6 +42,18 @@ pub fn read_router_input(path: &Path) -> Result<(Tensor, Option<Tensor>), Router
         }
     }
     Ok((logits, bias))
+}
+
+/// Every tensor of a safetensors file, on the CPU: a missing or unreadable file is an Io error,
+/// a file of another kind a [`RouterError::NotSafetensors`] that says so.
+pub fn read_tensors(path: &Path) -> Result<HashMap<String, Tensor>, RouterError> {
+    let bytes =
+        std::fs::read(path).map_err(|e| RouterError::Io(format!("{}: {e}", path.display())))?;
+    check_safetensors(&bytes).map_err(|why| RouterError::NotSafetensors {
+        path: path.display().to_string(),
+        why,
+    })?;
+    Ok(candle_core::safetensors::load_buffer(&bytes, &Device::Cpu)?)
 }
 
 /// The format's frame, checked before the parser sees the bytes, so that a file of another

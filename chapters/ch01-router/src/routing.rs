@@ -73,23 +73,24 @@ pub fn check_inputs(
             dtype: format!("{:?}", logits.dtype()),
         });
     }
-    let bias = match bias {
-        None => None,
-        Some(b) => {
-            if b.dtype() != DType::F32 {
-                return Err(RouterError::WrongDtype {
-                    what: "bias",
-                    dtype: format!("{:?}", b.dtype()),
-                });
-            }
-            if b.rank() != 1 {
-                return Err(RouterError::BiasShape {
-                    dims: b.dims().to_vec(),
-                });
-            }
-            Some(b.to_vec1::<f32>()?)
-        }
-    };
+    let bias = bias.map(bias_vector).transpose()?;
     config.validate(experts, bias.as_deref())?;
     Ok((rows, experts, bias))
+}
+
+/// A selection bias tensor as the `[E]` fp32 values a router takes: f32 and one-dimensional, or
+/// the error that says which it is not (its length is checked against `E` by the config).
+pub fn bias_vector(bias: &Tensor) -> Result<Vec<f32>, RouterError> {
+    if bias.dtype() != DType::F32 {
+        return Err(RouterError::WrongDtype {
+            what: "bias",
+            dtype: format!("{:?}", bias.dtype()),
+        });
+    }
+    if bias.rank() != 1 {
+        return Err(RouterError::BiasShape {
+            dims: bias.dims().to_vec(),
+        });
+    }
+    Ok(bias.to_vec1::<f32>()?)
 }

@@ -5,7 +5,7 @@
 
 use moe_kernels::measure::{Harness, Measurement, Plan};
 use moe_kernels::Device;
-use moe_tools::bench_row::{header, BenchRow, StepRow};
+use moe_tools::bench_row::{header, BenchRow, StepRow, STEP_COLUMNS};
 use std::path::Path;
 
 /// A piece of work built for one case: queues one call (launches only, so a graph can capture
@@ -221,6 +221,36 @@ impl Session {
         Ok(())
     }
 
+    /// Every case of `chapter` in order after settling ([`Session::settle`]), with a progress
+    /// bar, then the peers' rows from `peers` (their samples file): the rows (the empty kernel's
+    /// first) and the step rows. `unit` names the rows column in messages (`rows`, `tokens`).
+    pub fn run_all(
+        &self,
+        chapter: &str,
+        unit: &str,
+        cases: &[Case],
+        peers: Option<&Path>,
+    ) -> Result<(Vec<BenchRow>, Vec<StepRow>), String> {
+        let mut rows: Vec<BenchRow> = vec![self.empty_row(chapter)];
+        let mut steps: Vec<StepRow> = Vec::new();
+        self.settle(cases)?;
+        let b = crate::bar(cases.len(), chapter);
+        for case in cases {
+            b.set_message(format!("{} {} {} {unit}", case.shape, case.imp, case.rows));
+            let (r, s) = self
+                .run(case)
+                .map_err(|e| format!("{} {} {} {unit}: {e}", case.shape, case.imp, case.rows))?;
+            rows.extend(r);
+            steps.extend(s);
+            b.inc(1);
+        }
+        b.finish_and_clear();
+        if let Some(p) = peers {
+            rows.extend(peers_file(p, cases, &self.ceilings)?);
+        }
+        Ok((rows, steps))
+    }
+
     /// Measures one case ([`run_case`]).
     pub fn run(&self, case: &Case) -> Result<(Vec<BenchRow>, Vec<StepRow>), String> {
         run_case(&self.h, self.dev, case, &self.ceilings, &self.device)
@@ -238,6 +268,19 @@ impl Session {
             self.device
         )
     }
+}
+
+/// Is `MOE_BENCH_QUICK` set (to anything but nothing), as `tools/gpu/run` reads it?
+pub fn quick_from_env() -> bool {
+    std::env::var_os("MOE_BENCH_QUICK").is_some_and(|v| !v.is_empty())
+}
+
+/// The step rows as a CSV (`<chapter>_steps.csv`), header first.
+pub fn steps_csv(steps: &[StepRow]) -> String {
+    std::iter::once(STEP_COLUMNS.to_string())
+        .chain(steps.iter().map(StepRow::to_csv))
+        .map(|l| l + "\n")
+        .collect()
 }
 
 /// The rows as a CSV, header first.

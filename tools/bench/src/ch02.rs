@@ -265,11 +265,6 @@ pub fn routings(shape: &Shape, tokens: &[usize]) -> Result<Vec<(usize, Routing)>
         .collect()
 }
 
-/// Is `MOE_BENCH_QUICK` set (to anything but nothing), as `tools/gpu/run` reads it?
-fn quick_from_env() -> bool {
-    std::env::var_os("MOE_BENCH_QUICK").is_some_and(|v| !v.is_empty())
-}
-
 /// The benchmarked layer's weights (f32 values; each layer rounds them to bf16).
 fn weights(shape: &Shape) -> MoeWeights {
     MoeWeights::patterned(&shape.config(), WEIGHT_SEED, 0.02, false)
@@ -411,7 +406,7 @@ fn cases(
 
 /// `bench ch02`.
 pub fn run(args: &Ch02Args) -> Result<(), String> {
-    let quick = args.quick || quick_from_env();
+    let quick = args.quick || crate::cases::quick_from_env();
     if let Some(p) = &args.export_routing {
         let r = routings(&QWEN3, &TOKENS)?;
         if let Some(d) = p.parent().filter(|d| !d.as_os_str().is_empty()) {

@@ -38,7 +38,7 @@
 //! value) and compared with the reference. Every size must give one hash, the reference's, in
 //! every run; else the command fails after writing the CSV.
 
-use crate::cases::{csv, peers_file, summary, Case, Session, SummaryLayout, Work};
+use crate::cases::{csv, steps_csv, summary, Case, Session, SummaryLayout, Work};
 use ch03_align::device::geometry::ALIGN_ONE_BLOCK_MAX_PAIRS;
 use ch03_align::device::{AlignBuffers, DeviceAlign, Order};
 use ch03_align::layout::{capacity, choose_block_m, max_tiles, padding_share};
@@ -47,7 +47,7 @@ use ch03_align::regimes::routed_ids;
 use ch03_align::Aligned;
 use moe_kernels::safetensors::SafetensorsWriter;
 use moe_kernels::{record_launches, BackendKind, Device, DeviceBuffer};
-use moe_tools::bench_row::{BenchRow, StepRow, STEP_COLUMNS};
+use moe_tools::bench_row::BenchRow;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -500,13 +500,8 @@ pub fn layout_csv(inputs: &[Input]) -> String {
 // ---------------------------------------------------------------------------------------------
 // `bench ch03`.
 
-/// Is `MOE_BENCH_QUICK` set (to anything but nothing), as `tools/gpu/run` reads it?
-fn quick_from_env() -> bool {
-    std::env::var_os("MOE_BENCH_QUICK").is_some_and(|v| !v.is_empty())
-}
-
 pub fn run(args: &Ch03Args) -> Result<(), String> {
-    let quick = args.quick || quick_from_env();
+    let quick = args.quick || crate::cases::quick_from_env();
     if let Some(p) = &args.export_ids {
         let inputs = inputs(&TOKENS);
         if let Some(d) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -576,31 +571,11 @@ fn gpu(dev: &'static Device, args: &Ch03Args, quick: bool) -> Result<(), String>
     );
     check_on_device(dev, &inputs)?;
     let cases = cases(&inputs);
-    let mut rows: Vec<BenchRow> = vec![session.empty_row("ch03")];
-    let mut steps: Vec<StepRow> = Vec::new();
-    session.settle(&cases)?;
-    let b = crate::bar(cases.len(), "ch03");
-    for case in &cases {
-        b.set_message(format!("{} {} tokens", case.shape, case.rows));
-        let (r, s) = session
-            .run(case)
-            .map_err(|e| format!("{} {} tokens: {e}", case.shape, case.rows))?;
-        rows.extend(r);
-        steps.extend(s);
-        b.inc(1);
-    }
-    b.finish_and_clear();
-    if let Some(p) = &args.peers {
-        rows.extend(peers_file(p, &cases, ceilings)?);
-    }
+    let (rows, steps) = session.run_all("ch03", "tokens", &cases, args.peers.as_deref())?;
 
     let out = &args.out_dir;
-    let steps_csv: String = std::iter::once(STEP_COLUMNS.to_string())
-        .chain(steps.iter().map(StepRow::to_csv))
-        .map(|l| l + "\n")
-        .collect();
     crate::write(&out.join("ch03.csv"), &csv(&rows))?;
-    crate::write(&out.join("ch03_steps.csv"), &steps_csv)?;
+    crate::write(&out.join("ch03_steps.csv"), &steps_csv(&steps))?;
     crate::write(&out.join("ch03_layout.csv"), &layout_csv(&inputs))?;
     crate::write(&out.join("ch03_ceilings.csv"), &session.ceilings_csv())?;
     print!(

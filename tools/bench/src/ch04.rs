@@ -970,13 +970,8 @@ fn stub(c: &Case) -> Case {
 // ---------------------------------------------------------------------------------------------
 // `bench ch04`.
 
-/// Is `MOE_BENCH_QUICK` set (to anything but nothing), as `tools/gpu/run` reads it?
-fn quick_from_env() -> bool {
-    std::env::var_os("MOE_BENCH_QUICK").is_some_and(|v| !v.is_empty())
-}
-
 pub fn run(args: &Ch04Args) -> Result<(), String> {
-    let quick = args.quick || quick_from_env();
+    let quick = args.quick || crate::cases::quick_from_env();
     if let Some(p) = &args.export_routing {
         let (shapes, tokens): (&[Shape], &[usize]) = if args.tiny {
             (&TINY, &TINY_TOKENS)

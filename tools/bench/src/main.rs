@@ -11,6 +11,7 @@
 //!     tools/bench/run ch03 [--ids F --peers S --out-dir D | --export-ids F | --hashes [--peer-hashes H] | --padding] [--quick]
 //!     tools/bench/run ch04 [--routing R --peers S --peer-outputs O --out-dir D | --export-routing R [--tiny]] [--quick]
 //!     tools/bench/run ch04-tune [--shapes qwen3,glm] [--tokens 1,2,4,…] [--out-dir D] [--quick]
+//!     tools/bench/run ch05 [--peers S --out-dir D] [--quick]
 
 mod cases;
 mod ch01;
@@ -18,6 +19,7 @@ mod ch02;
 mod ch03;
 mod ch04;
 mod ch04_tune;
+mod ch05;
 mod emu;
 mod peers;
 
@@ -56,6 +58,9 @@ enum Cmd {
     /// per batch bucket (GPU) into `ch04_tuned.csv`; `--quick` without a GPU: a smoke test.
     #[command(name = "ch04-tune")]
     Ch04Tune(ch04_tune::TuneArgs),
+    /// Chapter 5: the fused router pair along the row axis, beside cuBLAS + the fused kernel,
+    /// chapter 1's chain and PyTorch's five lines (GPU); `--quick` without a GPU: a smoke test.
+    Ch05(GpuArgs),
     /// The emulator's GEMM rate on this CPU (no GPU needed).
     Emu(EmuArgs),
 }
@@ -65,10 +70,13 @@ struct GpuArgs {
     /// Where the CSVs go.
     #[arg(long, default_value = "bench/results/h200")]
     out_dir: PathBuf,
-    /// The PyTorch peer's samples to merge (from `tools/peers/router5.py --samples`).
+    /// The PyTorch peer's samples to merge (from `tools/peers/router5.py [--chapter ch05]
+    /// --samples`).
     #[arg(long)]
     peers: Option<PathBuf>,
-    /// Fewer samples: a smoke test of the pipeline, not numbers to publish.
+    /// Fewer samples: a smoke test of the pipeline, not numbers to publish (chapter 5 without a
+    /// GPU: every case built and checked on the emulator at a few rows; also
+    /// `MOE_BENCH_QUICK=1`).
     #[arg(long)]
     quick: bool,
 }
@@ -282,6 +290,7 @@ fn main() -> ExitCode {
         Cmd::Ch03(a) => ch03::run(a),
         Cmd::Ch04(a) => ch04::run(a),
         Cmd::Ch04Tune(a) => ch04_tune::run(a),
+        Cmd::Ch05(a) => ch05::run(a),
         Cmd::Emu(a) => emu(a),
     };
     match result {

@@ -54,21 +54,14 @@ pub fn generate(root: &Path) -> Result<Vec<Generated>, String> {
             content: facts(&rows, &ceilings)?.render("Chapter 2's numbers"),
         });
     } else {
-        let committed: Vec<&str> = [SVG, TABLE, FACTS]
-            .into_iter()
-            .filter(|p| root.join(p).exists())
-            .collect();
-        if !committed.is_empty() {
-            return Err(format!(
-                "{} exist but {GPU_CSV} does not: they cannot be regenerated",
-                committed.join(", ")
-            ));
-        }
-        eprintln!(
-            "plot: ch02: no {GPU_CSV} yet (tools/gpu/run … bench makes it on the GPU machine; copy \
-             ch02.csv and ch02_ceilings.csv back): the figure, the table and the GPU numbers are left \
-             out, the CPU numbers are made"
-        );
+        super::no_gpu_csv_yet(
+            root,
+            "ch02",
+            GPU_CSV,
+            &[SVG, TABLE, FACTS],
+            "ch02.csv and ch02_ceilings.csv",
+            "the figure, the table and the GPU numbers are left out, the CPU numbers are made",
+        )?;
     }
     let cpu = Table::parse(&read(root, CPU_CSV)?, CPU_CSV)?;
     out.push(Generated {
@@ -156,16 +149,7 @@ pub fn table(rows: &[BenchRow]) -> String {
             "**{}**, bf16: µs per call, cold / warm\n",
             describe(&shape)
         );
-        let _ = writeln!(
-            s,
-            "| | {} |",
-            counts
-                .iter()
-                .map(|n| format!("{n} token{}", if *n == 1 { "" } else { "s" }))
-                .collect::<Vec<_>>()
-                .join(" | ")
-        );
-        let _ = writeln!(s, "|---|{}", "---:|".repeat(counts.len()));
+        s += &super::tables::count_header(&counts, "token");
         let labels = [
             (OURS, "grouped (ours)"),
             (LOOP, "HF eager loop (PyTorch)"),

@@ -84,21 +84,14 @@ pub fn generate(root: &Path) -> Result<Vec<Generated>, String> {
             }
         }
     } else {
-        let committed: Vec<&str> = [SVG, TABLE]
-            .into_iter()
-            .filter(|p| root.join(p).exists())
-            .collect();
-        if !committed.is_empty() {
-            return Err(format!(
-                "{} exist but {GPU_CSV} does not: they cannot be regenerated",
-                committed.join(", ")
-            ));
-        }
-        eprintln!(
-            "plot: ch03: no {GPU_CSV} yet (tools/gpu/run … bench makes it on the GPU machine; copy \
-             ch03.csv, ch03_layout.csv, ch03_steps.csv and ch03_ceilings.csv back): the timing \
-             figure, the table and the GPU numbers are left out; the padding figure and numbers are made"
-        );
+        super::no_gpu_csv_yet(
+            root,
+            "ch03",
+            GPU_CSV,
+            &[SVG, TABLE],
+            "ch03.csv, ch03_layout.csv, ch03_steps.csv and ch03_ceilings.csv",
+            "the timing figure, the table and the GPU numbers are left out; the padding figure and numbers are made",
+        )?;
     }
     if root.join(HASHES_CSV).exists() {
         let t = Table::parse(&read(root, HASHES_CSV)?, HASHES_CSV)?;

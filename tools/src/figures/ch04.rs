@@ -79,21 +79,14 @@ pub fn generate(root: &Path) -> Result<Vec<Generated>, String> {
         return Err(format!("{PTXAS_TABLE} exists but {PTXAS_LOG} does not"));
     }
     if !root.join(GPU_CSV).exists() {
-        let committed: Vec<&str> = FROM_GPU_CSV
-            .into_iter()
-            .filter(|p| root.join(p).exists())
-            .collect();
-        if !committed.is_empty() {
-            return Err(format!(
-                "{} exist but {GPU_CSV} does not: they cannot be regenerated",
-                committed.join(", ")
-            ));
-        }
-        eprintln!(
-            "plot: ch04: no {GPU_CSV} yet (tools/gpu/run … bench makes it on the GPU machine; copy \
-             ch04.csv, ch04_layout.csv, ch04_steps.csv, ch04_check.csv and ch04_ceilings.csv \
-             back): the figures, the table and the facts are left out"
-        );
+        super::no_gpu_csv_yet(
+            root,
+            "ch04",
+            GPU_CSV,
+            &FROM_GPU_CSV,
+            "ch04.csv, ch04_layout.csv, ch04_steps.csv, ch04_check.csv and ch04_ceilings.csv",
+            "the figures, the table and the facts are left out",
+        )?;
         return Ok(out);
     }
     let rows = parse_csv(&read(root, GPU_CSV)?, GPU_CSV)?;
@@ -317,16 +310,7 @@ pub fn table(rows: &[BenchRow], layout: &[Layout]) -> String {
             let _ = write!(s, "; one empty launch: {}", cw(e));
         }
         s += "\n\n";
-        let _ = writeln!(
-            s,
-            "| | {} |",
-            counts
-                .iter()
-                .map(|n| format!("{n} token{}", if *n == 1 { "" } else { "s" }))
-                .collect::<Vec<_>>()
-                .join(" | ")
-        );
-        let _ = writeln!(s, "|---|{}", "---:|".repeat(counts.len()));
+        s += &super::tables::count_header(&counts, "token");
         line(&mut s, "active experts · BLOCK_M", &|n| {
             here(n)
                 .map(|l| format!("{} · {}", l.active, l.block_m))

@@ -7,6 +7,7 @@
 pub mod ch02;
 pub mod ch03;
 pub mod ch04;
+pub mod ch05;
 pub mod facts;
 pub mod svg;
 pub mod tables;
@@ -24,7 +25,7 @@ pub struct Generated {
 }
 
 /// The groups of generated files, by the page that uses them.
-pub const GROUPS: [&str; 5] = ["runtime", "ch01", "ch02", "ch03", "ch04"];
+pub const GROUPS: [&str; 6] = ["runtime", "ch01", "ch02", "ch03", "ch04", "ch05"];
 
 fn read(root: &Path, rel: &str) -> Result<String, String> {
     std::fs::read_to_string(root.join(rel)).map_err(|e| format!("cannot read {rel}: {e}"))
@@ -54,6 +55,13 @@ pub fn generate(root: &Path, group: &str) -> Result<Vec<Generated>, String> {
         "ch04" => {
             let mut v = ch04::generate(root)?;
             v.extend(example_and_tree(root, 4)?);
+            Ok(v)
+        }
+        // The GPU run's figure, table and facts (none until `ch05.csv` is committed), with the
+        // page's example and tree.
+        "ch05" => {
+            let mut v = ch05::generate(root)?;
+            v.extend(example_and_tree(root, 5)?);
             Ok(v)
         }
         "runtime" => runtime(root),
@@ -338,6 +346,36 @@ fn runtime(root: &Path) -> Result<Vec<Generated>, String> {
         path: "book/src/figures/runtime-facts.md".into(),
         content: f.render("The runtime page's numbers"),
     }])
+}
+
+/// What a group does while its GPU CSV is not committed yet: none of the files made from it may
+/// be committed either (they could not be regenerated: an error naming them), and stderr says
+/// what is left out. `copy` names the CSVs to copy back from the GPU run, `left_out` what is
+/// not made without them.
+pub(crate) fn no_gpu_csv_yet(
+    root: &Path,
+    group: &str,
+    csv: &str,
+    made_from_it: &[&str],
+    copy: &str,
+    left_out: &str,
+) -> Result<(), String> {
+    let committed: Vec<&str> = made_from_it
+        .iter()
+        .copied()
+        .filter(|p| root.join(p).exists())
+        .collect();
+    if !committed.is_empty() {
+        return Err(format!(
+            "{} exist but {csv} does not: they cannot be regenerated",
+            committed.join(", ")
+        ));
+    }
+    eprintln!(
+        "plot: {group}: no {csv} yet (tools/gpu/run … bench makes it on the GPU machine; copy \
+         {copy} back): {left_out}"
+    );
+    Ok(())
 }
 
 /// Writes `files` under `dir` (the repository root, or a temporary folder), creating folders.

@@ -19,6 +19,20 @@ pub fn fmt_us(v: f64) -> String {
     }
 }
 
+/// The head of a pivoted table: `| | 1 row | 2 rows | … |` and its alignment line (`unit` is
+/// `row` or `token`).
+pub fn count_header(counts: &[u64], unit: &str) -> String {
+    let names: Vec<String> = counts
+        .iter()
+        .map(|n| format!("{n} {unit}{}", if *n == 1 { "" } else { "s" }))
+        .collect();
+    format!(
+        "| | {} |\n|---|{}\n",
+        names.join(" | "),
+        "---:|".repeat(counts.len())
+    )
+}
+
 fn row_counts<'a>(rows: impl Iterator<Item = &'a u64>) -> Vec<u64> {
     rows.copied().collect::<BTreeSet<_>>().into_iter().collect()
 }
@@ -57,16 +71,7 @@ pub fn measurements(rows: &[BenchRow]) -> String {
             "**{}**: µs per call, cold / warm (chain: cold ratio to PyTorch)\n",
             describe_shape(&shape)
         );
-        let _ = writeln!(
-            s,
-            "| | {} |",
-            counts
-                .iter()
-                .map(|n| format!("{n} row{}", if *n == 1 { "" } else { "s" }))
-                .collect::<Vec<_>>()
-                .join(" | ")
-        );
-        let _ = writeln!(s, "|---|{}", "---:|".repeat(counts.len()));
+        s += &count_header(&counts, "row");
         for imp in impls(&rows) {
             let mine: Vec<&BenchRow> = here.iter().copied().filter(|r| r.imp == imp).collect();
             if mine.is_empty() {

@@ -1,0 +1,461 @@
+//! The fused router (`kernels/ch05_fused_router.cu`) and the routers built on it.
+//!
+//! | router | logits | steps 2 and 3 | launches |
+//! |---|---|---|---|
+//! | [`FusedRouter`] (`fused`) | tiny GEMM, bf16 in, fp32 out | `fused_router_e{128,256,512,1024}` | 2 |
+//! | [`FusedRouter`] with [`LogitsFrom::Blas`] (`blas+fused`) | cuBLAS (the emulator: a reference GEMM) | the same | 1 + cuBLAS's |
+//! | [`TinyGemmChain`] (`tiny+chain`) | tiny GEMM | chapter 1's chain after its GEMM | 6 or 7 |
+//!
+//! Every one takes bf16 hidden states and a bf16 gate weight (as engines store them), fp32
+//! logits and an fp32 bias. The limits of the fused kernel: E ≤ 1024, k ≤ 32, at most 32 groups;
+//! larger sizes are a [`DeviceRouterError::Limit`].
+
+use crate::tiny_gemm;
+use ch01_router::chain::{
+    expect_len, route_logits_with, route_on_device, DeviceMatrix, DeviceRouter, DeviceRouterError,
+    FiveLineChain, GateDtype, GateInputs, GateShape, RouterOutputs,
+};
+use ch01_router::config::{RouterConfig, Scoring};
+use ch01_router::error::RouterError;
+use ch01_router::routing::Routing;
+use half::bf16;
+use moe_kernels::blas::{linear, Linear};
+use moe_kernels::{args, Device, DeviceBuffer, KernelArg, KernelSource, LaunchConfig, Module};
+use std::sync::Arc;
+
+/// `kernels/ch05_fused_router.cu`, built for the GPU (NVRTC at run time) and for the emulator.
+pub static KERNELS: KernelSource = moe_kernels::kernel_family!("ch05_fused_router");
+
+/// The launch geometry and limits, as `kernels/ch05_fused_router.cu` defines them.
+pub mod geometry {
+    moe_kernels::kernel_constants!("ch05_fused_router");
+}
+use geometry::*;
+
+/// The row widths the kernel is compiled for (experts per row, at most), with their entry points.
+const WIDTHS: [(usize, &str); 4] = [
+    (128, "fused_router_e128"),
+    (256, "fused_router_e256"),
+    (512, "fused_router_e512"),
+    (1024, "fused_router_e1024"),
+];
+
+/// The fused kernel's entry point for `experts` experts (the narrowest that holds the row).
+pub fn kernel_for(experts: usize) -> Option<&'static str> {
+    WIDTHS.iter().find(|(w, _)| *w >= experts).map(|(_, n)| *n)
+}
+
+/// The launch of the fused kernel for `rows` rows: one warp per row, 4 rows per block.
+pub fn launch(rows: usize) -> LaunchConfig {
+    LaunchConfig::blocks(
+        rows.div_ceil(FR_ROWS_PER_BLOCK) as u32,
+        32 * FR_ROWS_PER_BLOCK as u32,
+    )
+}
+
+// ANCHOR: limits
+/// Checks `config` and the bias against `experts` (chapter 1's rules, in chapter 1's order),
+/// then the fused kernel's limits: E ≤ 1024 (32 experts per lane), k ≤ 32 (a lane per pick),
+/// at most 32 groups (a lane per group).
+pub fn check_limits(
+    config: &RouterConfig,
+    experts: usize,
+    bias: Option<&[f32]>,
+) -> Result<(), DeviceRouterError> {
+    config.validate(experts, bias)?;
+    let limit = |what, limit, got| {
+        if got > limit {
+            Err(DeviceRouterError::Limit { what, limit, got })
+        } else {
+            Ok(())
+        }
+    };
+    limit(
+        "experts (the fused router keeps 32 per lane)",
+        FR_MAX_EXPERTS,
+        experts,
+    )?;
+    limit(
+        "k (the fused router keeps one pick per lane)",
+        FR_MAX_K,
+        config.k,
+    )?;
+    if let Some(g) = config.grouping {
+        limit(
+            "n_group (the fused router keeps one group per lane)",
+            FR_MAX_GROUPS,
+            g.n_group,
+        )?;
+    }
+    Ok(())
+}
+// ANCHOR_END: limits
+
+/// Steps 2 and 3 in one kernel, for one shape: from `[rows, experts]` fp32 logits (and an fp32
+/// bias when built with one) to ids and weights. What [`FusedRouter`] runs after its GEMM, and
+/// what routes logits that are already on the device.
+pub struct FusedTopk {
+    module: Arc<Module>,
+    config: RouterConfig,
+    rows: usize,
+    experts: usize,
+    has_bias: bool,
+}
+
+impl FusedTopk {
+    /// Validates `config` and the bias against `experts` and the kernel's limits
+    /// ([`check_limits`]); loads the kernels.
+    pub fn new(
+        device: &'static Device,
+        config: &RouterConfig,
+        rows: usize,
+        experts: usize,
+        bias: Option<&[f32]>,
+    ) -> Result<Self, DeviceRouterError> {
+        check_limits(config, experts, bias)?;
+        Ok(FusedTopk {
+            module: device.load(&KERNELS)?,
+            config: config.clone(),
+            rows,
+            experts,
+            has_bias: bias.is_some(),
+        })
+    }
+
+    /// The kernel one call launches.
+    pub fn kernel(&self) -> &'static str {
+        kernel_for(self.experts).expect("experts checked against FR_MAX_EXPERTS")
+    }
+
+    fn check(
+        &self,
+        bias: Option<&DeviceBuffer<f32>>,
+        outputs: &RouterOutputs<'_>,
+    ) -> Result<(), DeviceRouterError> {
+        let k = self.config.k;
+        expect_len("ids [T, k]", outputs.ids.len(), self.rows * k)?;
+        expect_len("weights [T, k]", outputs.weights.len(), self.rows * k)?;
+        match bias {
+            Some(b) if self.has_bias => expect_len("bias [E]", b.len(), self.experts),
+            None if !self.has_bias => Ok(()),
+            _ => Err(DeviceRouterError::Shape {
+                what: if self.has_bias {
+                    "bias (the router was built with one)"
+                } else {
+                    "bias (the router was built without one)"
+                },
+                expected: if self.has_bias { self.experts } else { 0 },
+                got: bias.map_or(0, |b| b.len()),
+            }),
+        }
+    }
+
+    // ANCHOR: enqueue_fused
+    /// Queues the fused kernel on `logits [rows, experts]` f32 and the bias. Kernel:
+    /// `fused_router_e{128,256,512,1024}(const float* logits, const float* bias, int* ids,
+    /// float* weights, int T, int E, int k, int scoring, int n_group, int topk_group,
+    /// int renormalize, float scale)`; grid `⌈T / 4⌉`, blocks of 4 warps, one warp per row. An
+    /// empty batch launches nothing.
+    pub fn enqueue(
+        &self,
+        logits: &DeviceBuffer<f32>,
+        bias: Option<&DeviceBuffer<f32>>,
+        outputs: &RouterOutputs<'_>,
+    ) -> Result<(), DeviceRouterError> {
+        expect_len("logits [T, E]", logits.len(), self.rows * self.experts)?;
+        self.check(bias, outputs)?;
+        if self.rows == 0 {
+            return Ok(());
+        }
+        let c = &self.config;
+        let scoring = match c.scoring {
+            Scoring::Softmax => FR_SCORING_SOFTMAX,
+            Scoring::Sigmoid => FR_SCORING_SIGMOID,
+            Scoring::SqrtSoftplus => FR_SCORING_SQRT_SOFTPLUS,
+        };
+        let (n_group, topk_group) = c.grouping.map_or((0, 0), |g| (g.n_group, g.topk_group));
+        let bias = bias.map_or(KernelArg::Ptr(0), KernelArg::from); // null: no bias
+        self.module.launch(
+            self.kernel(),
+            launch(self.rows),
+            &args![
+                logits,
+                bias,
+                outputs.ids,
+                outputs.weights,
+                self.rows as i32,
+                self.experts as i32,
+                c.k as i32,
+                scoring as i32,
+                n_group as i32,
+                topk_group as i32,
+                i32::from(c.renormalize),
+                c.routed_scaling
+            ],
+        )?;
+        Ok(())
+    }
+    // ANCHOR_END: enqueue_fused
+}
+
+/// Where a [`FusedRouter`] takes its logits from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogitsFrom {
+    /// The tiny GEMM, at every row count (the same bits for a row whatever its batch).
+    TinyGemm,
+    /// The library GEMM: cuBLAS on the GPU (bf16 in, fp32 out; it picks its own kernels by
+    /// shape, and may split the sum and add the parts in a second kernel), a reference GEMM on
+    /// the emulator. What an engine runs above 16 rows.
+    Blas,
+}
+
+/// The sizes the router's GEMM checks before it is built: E ≥ 1, and for the tiny GEMM whole
+/// 16-byte slices of H.
+fn check_shape(shape: GateShape, from: LogitsFrom) -> Result<(), DeviceRouterError> {
+    if shape.experts == 0 {
+        return Err(RouterError::NoExperts.into());
+    }
+    if from == LogitsFrom::TinyGemm {
+        tiny_gemm::check_hidden(shape.hidden)?;
+    }
+    Ok(())
+}
+
+/// The inputs' bf16 buffers, checked against `shape` (`hidden` [T, H], `weight` [E, H]), or the
+/// typed error naming the one that is not bf16 or not of its size.
+fn bf16_inputs<'a>(
+    router: &'static str,
+    inputs: &GateInputs<'a>,
+    shape: GateShape,
+) -> Result<(&'a DeviceBuffer<bf16>, &'a DeviceBuffer<bf16>), DeviceRouterError> {
+    match (inputs.hidden, inputs.weight) {
+        (DeviceMatrix::Bf16(h), DeviceMatrix::Bf16(w)) => {
+            expect_len("hidden [T, H]", h.len(), shape.rows * shape.hidden)?;
+            expect_len("gate weight [E, H]", w.len(), shape.experts * shape.hidden)?;
+            Ok((h, w))
+        }
+        (h, w) => {
+            let (what, got) = if h.dtype() != GateDtype::Bf16 {
+                ("hidden states", h.dtype())
+            } else {
+                ("gate weight", w.dtype())
+            };
+            Err(DeviceRouterError::Dtype { router, what, got })
+        }
+    }
+}
+
+// ANCHOR: fused_router
+/// The fused pair for one shape on one device: a GEMM into fp32 logits (the tiny GEMM, or the
+/// library GEMM with [`LogitsFrom::Blas`]), then the fused kernel. The logits buffer is
+/// allocated up front, so [`DeviceRouter::enqueue`] only launches.
+pub struct FusedRouter {
+    device: &'static Device,
+    tiny: Arc<Module>,
+    topk: FusedTopk,
+    shape: GateShape,
+    from: LogitsFrom,
+    logits: DeviceBuffer<f32>, // [T, E] fp32
+}
+
+impl FusedRouter {
+    /// The tiny GEMM + the fused kernel.
+    pub fn new(
+        device: &'static Device,
+        config: &RouterConfig,
+        shape: GateShape,
+        bias: Option<&[f32]>,
+    ) -> Result<Self, DeviceRouterError> {
+        Self::with_logits(device, config, shape, bias, LogitsFrom::TinyGemm)
+    }
+
+    /// The fused kernel after the GEMM `from`.
+    pub fn with_logits(
+        device: &'static Device,
+        config: &RouterConfig,
+        shape: GateShape,
+        bias: Option<&[f32]>,
+        from: LogitsFrom,
+    ) -> Result<Self, DeviceRouterError> {
+        check_shape(shape, from)?;
+        let topk = FusedTopk::new(device, config, shape.rows, shape.experts, bias)?;
+        Ok(FusedRouter {
+            device,
+            tiny: device.load(&tiny_gemm::KERNELS)?,
+            topk,
+            shape,
+            from,
+            logits: device.alloc(shape.rows * shape.experts)?,
+        })
+    }
+
+    /// The `[T, E]` fp32 logits of the last call (the example writes them out).
+    pub fn logits(&self) -> &DeviceBuffer<f32> {
+        &self.logits
+    }
+
+    /// The kernels one call launches, in order (cuBLAS's own kernels are one entry, `blas`).
+    pub fn launch_names(&self) -> Vec<&'static str> {
+        let gemm = match self.from {
+            LogitsFrom::TinyGemm => tiny_gemm::launch(self.shape.rows, self.shape.experts).0,
+            LogitsFrom::Blas => "blas",
+        };
+        vec![gemm, self.topk.kernel()]
+    }
+}
+
+impl DeviceRouter for FusedRouter {
+    fn name(&self) -> &'static str {
+        match self.from {
+            LogitsFrom::TinyGemm => "fused",
+            LogitsFrom::Blas => "blas+fused",
+        }
+    }
+
+    fn shape(&self) -> GateShape {
+        self.shape
+    }
+
+    fn config(&self) -> &RouterConfig {
+        &self.topk.config
+    }
+
+    /// `hidden` [T, H] bf16, `weight` [E, H] bf16 and `bias` [E] f32 in; `ids` [T, k] i32 and
+    /// `weights` [T, k] f32 out.
+    fn enqueue(
+        &self,
+        inputs: &GateInputs<'_>,
+        outputs: &RouterOutputs<'_>,
+    ) -> Result<(), DeviceRouterError> {
+        let (hidden, weight) = bf16_inputs(self.name(), inputs, self.shape)?;
+        let GateShape {
+            rows,
+            hidden: h,
+            experts,
+        } = self.shape;
+        self.topk.check(inputs.bias, outputs)?;
+        if rows == 0 {
+            return Ok(());
+        }
+        match self.from {
+            LogitsFrom::TinyGemm => {
+                tiny_gemm::enqueue(&self.tiny, hidden, weight, &self.logits, rows, h, experts)?
+            }
+            LogitsFrom::Blas => linear(
+                self.device,
+                Linear {
+                    rows,
+                    in_features: h,
+                    out_features: experts,
+                },
+                &hidden.as_view(),
+                &weight.as_view(),
+                &self.logits.as_view(),
+                false,
+            )?,
+        }
+        self.topk.enqueue(&self.logits, inputs.bias, outputs)
+    }
+}
+// ANCHOR_END: fused_router
+
+/// The tiny GEMM, then chapter 1's chain from the logits on: what the fused kernel replaces,
+/// with the same logits (the difference between the two is steps 2 and 3 alone).
+pub struct TinyGemmChain {
+    tiny: Arc<Module>,
+    chain: FiveLineChain,
+    shape: GateShape,
+    logits: DeviceBuffer<f32>, // [T, E] fp32
+}
+
+impl TinyGemmChain {
+    pub fn new(
+        device: &'static Device,
+        config: &RouterConfig,
+        shape: GateShape,
+        bias: Option<&[f32]>,
+    ) -> Result<Self, DeviceRouterError> {
+        check_shape(shape, LogitsFrom::TinyGemm)?;
+        Ok(TinyGemmChain {
+            tiny: device.load(&tiny_gemm::KERNELS)?,
+            chain: FiveLineChain::new(device, config, shape, bias)?,
+            shape,
+            logits: device.alloc(shape.rows * shape.experts)?,
+        })
+    }
+
+    /// How many kernels one call launches: the tiny GEMM and the chain's after its GEMM.
+    pub fn launches_per_call(&self) -> usize {
+        self.chain.launches_per_call()
+    }
+}
+
+impl DeviceRouter for TinyGemmChain {
+    fn name(&self) -> &'static str {
+        "tiny+chain"
+    }
+
+    fn shape(&self) -> GateShape {
+        self.shape
+    }
+
+    fn config(&self) -> &RouterConfig {
+        self.chain.config()
+    }
+
+    fn enqueue(
+        &self,
+        inputs: &GateInputs<'_>,
+        outputs: &RouterOutputs<'_>,
+    ) -> Result<(), DeviceRouterError> {
+        let (hidden, weight) = bf16_inputs(self.name(), inputs, self.shape)?;
+        let s = self.shape;
+        // The chain checks the outputs and the bias.
+        tiny_gemm::enqueue(
+            &self.tiny,
+            hidden,
+            weight,
+            &self.logits,
+            s.rows,
+            s.hidden,
+            s.experts,
+        )?;
+        self.chain
+            .enqueue_from_logits(&self.logits, inputs.bias, outputs)
+    }
+}
+
+/// Host in, host out, through the fused pair: `hidden` [T, H] and `weight` [E, H] (rounded to
+/// bf16 on the way up), `bias` [E] f32; returns ids and weights.
+pub fn route_fused(
+    device: &'static Device,
+    config: &RouterConfig,
+    shape: GateShape,
+    hidden: &[f32],
+    weight: &[f32],
+    bias: Option<&[f32]>,
+) -> Result<Routing, DeviceRouterError> {
+    let router = FusedRouter::new(device, config, shape, bias)?;
+    route_on_device(&router, device, GateDtype::Bf16, hidden, weight, bias)
+}
+
+/// Host in, host out, from logits: `logits` [rows, experts] f32 through the fused kernel alone.
+pub fn route_logits_fused(
+    device: &'static Device,
+    config: &RouterConfig,
+    rows: usize,
+    experts: usize,
+    logits: &[f32],
+    bias: Option<&[f32]>,
+) -> Result<Routing, DeviceRouterError> {
+    let topk = FusedTopk::new(device, config, rows, experts, bias)?;
+    route_logits_with(
+        device,
+        rows,
+        experts,
+        config.k,
+        logits,
+        bias,
+        &|logits, bias, outputs| topk.enqueue(logits, bias, outputs),
+    )
+}

@@ -1,0 +1,98 @@
+//! The tiny GEMM (`kernels/ch05_tiny_gemm.cu`): `logits [T, E] f32 = hidden [T, H] bf16 ·
+//! gate [E, H] bf16ᵀ`, fp32 accumulation, for few rows.
+//!
+//! One safe wrapper, [`enqueue`], checks every length and size and then only launches. Any T
+//! runs (more blocks along y above 16 rows), and a row's logits have the same bits whatever the
+//! batch around it, on the emulator and on the GPU.
+
+use ch01_router::chain::{expect_len, DeviceRouterError};
+use half::bf16;
+use moe_kernels::{args, DeviceBuffer, KernelSource, LaunchConfig, Module};
+
+/// `kernels/ch05_tiny_gemm.cu`, built for the GPU (NVRTC at run time) and for the emulator.
+pub static KERNELS: KernelSource = moe_kernels::kernel_family!("ch05_tiny_gemm");
+
+/// The launch geometry, as `kernels/ch05_tiny_gemm.cu` defines it (`TINY_THREADS`, …).
+pub mod geometry {
+    moe_kernels::kernel_constants!("ch05_tiny_gemm");
+}
+use geometry::*;
+
+/// The bf16 elements of one 16-byte slice: H must be a multiple of this.
+pub const SLICE: usize = 8;
+
+/// The block heights the kernel is compiled for, smallest first, with their entry points.
+const HEIGHTS: [(usize, &str); 5] = [
+    (1, "tiny_gemm_r1"),
+    (2, "tiny_gemm_r2"),
+    (4, "tiny_gemm_r4"),
+    (8, "tiny_gemm_r8"),
+    (16, "tiny_gemm_r16"),
+];
+
+/// The entry point and the launch for `rows` rows of `experts` experts: the smallest block
+/// height that holds `min(rows, 16)` rows, 2 experts per block along x, blocks of that height
+/// along y.
+pub fn launch(rows: usize, experts: usize) -> (&'static str, LaunchConfig) {
+    let want = rows.clamp(1, TINY_ROWS);
+    let (height, name) = *HEIGHTS
+        .iter()
+        .find(|(h, _)| *h >= want)
+        .expect("TINY_ROWS is the last height");
+    let cfg = LaunchConfig {
+        grid: (
+            experts.div_ceil(TINY_EXPERTS_PER_BLOCK) as u32,
+            rows.div_ceil(height) as u32,
+            1,
+        ),
+        block: (TINY_THREADS as u32, 1, 1),
+        shared_bytes: 0,
+    };
+    (name, cfg)
+}
+
+/// Checks the sizes the kernel takes: H a whole number of 16-byte slices.
+pub fn check_hidden(hidden: usize) -> Result<(), DeviceRouterError> {
+    // `%` rather than `is_multiple_of`, which needs Rust 1.87 (the workspace's MSRV is 1.85).
+    #[allow(clippy::manual_is_multiple_of)]
+    if hidden % SLICE == 0 {
+        Ok(())
+    } else {
+        Err(DeviceRouterError::Limit {
+            what: "hidden size modulo 8 (the tiny GEMM loads whole 16-byte slices of bf16)",
+            limit: 0,
+            got: hidden % SLICE,
+        })
+    }
+}
+
+// ANCHOR: enqueue
+/// Queues `logits [rows, experts] = hidden [rows, h] · gate [experts, h]ᵀ` on `module` (this
+/// family, loaded on the buffers' device). Kernel: `tiny_gemm_r{1,2,4,8,16}(const bf16* hidden,
+/// const bf16* gate, float* logits, int T, int H, int E)`; grid `(⌈E / 2⌉, ⌈T / height⌉)`,
+/// blocks of 256 threads ([`launch`]). An empty batch launches nothing.
+pub fn enqueue(
+    module: &Module,
+    hidden: &DeviceBuffer<bf16>,
+    gate: &DeviceBuffer<bf16>,
+    logits: &DeviceBuffer<f32>,
+    rows: usize,
+    h: usize,
+    experts: usize,
+) -> Result<(), DeviceRouterError> {
+    check_hidden(h)?;
+    expect_len("hidden [T, H]", hidden.len(), rows * h)?;
+    expect_len("gate weight [E, H]", gate.len(), experts * h)?;
+    expect_len("logits [T, E]", logits.len(), rows * experts)?;
+    if rows == 0 || experts == 0 {
+        return Ok(());
+    }
+    let (name, cfg) = launch(rows, experts);
+    module.launch(
+        name,
+        cfg,
+        &args![hidden, gate, logits, rows as i32, h as i32, experts as i32],
+    )?;
+    Ok(())
+}
+// ANCHOR_END: enqueue

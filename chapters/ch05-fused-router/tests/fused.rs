@@ -1,0 +1,527 @@
+//! The fused pair on every backend (the emulator always, the GPU with `--include-ignored` on a
+//! GPU machine): chapter 1's test body on every regime, against the f64 oracle and the regime
+//! snapshots; the launches, the limits and every bad input; the tiny GEMM's bits
+//! against the batch; and, on a GPU machine, the emulator and the GPU compared bit for bit, and
+//! 100,000 random rows at GLM-like and Qwen3-like shapes.
+
+use ch01_router::chain::{
+    route_on_device, DeviceMatrix, DeviceRouter, DeviceRouterError, GateDtype, GateInputs,
+    GateShape, RouterOutputs,
+};
+use ch01_router::compare::{check_routing, Tolerance};
+use ch01_router::config::{Grouping, RouterConfig, Scoring};
+use ch01_router::conformance::{as_dtype, check_every_regime, MakeRouter, RegimeResult};
+use ch01_router::inputs::patterned;
+use ch01_router::literal::LiteralRouter;
+use ch01_router::regimes::{regime, RegimeInput, REGIMES};
+use ch01_router::routing::Routing;
+use ch01_router::RouterError;
+use ch05_fused_router::fused::{kernel_for, route_fused, route_logits_fused};
+use ch05_fused_router::{tiny_gemm, FusedRouter, LogitsFrom, TinyGemmChain};
+use half::bf16;
+use moe_kernels::testing::assert_same_bits;
+use moe_kernels::{record_launches, Device};
+
+fn shape(r: &RegimeInput) -> GateShape {
+    GateShape {
+        rows: r.rows,
+        hidden: r.hidden,
+        experts: r.experts,
+    }
+}
+
+/// The comparison must not pass by calling everything a near tie: most rows of a regime are
+/// compared exactly (all but a few in `ties` and `nan_logits`, which are made of near ties).
+fn assert_clear_cuts(res: &RegimeResult) {
+    assert!(
+        res.exact_rows * 10 >= res.rows * 9 || matches!(res.name, "ties" | "nan_logits"),
+        "regime {}: only {} of {} rows had a clear cut",
+        res.name,
+        res.exact_rows,
+        res.rows
+    );
+}
+
+/// The regime's results must compare most rows exactly and print the regime's snapshot
+/// (`tests/snapshots/ch05_<regime>.snap`): the pair's, which the tiny GEMM + chain prints too.
+/// (Chapter 1's snapshots are of fp32 inputs; these routers read the inputs rounded to bf16, so
+/// their weights differ in the third decimal.)
+fn check_snapshots(results: &[RegimeResult]) {
+    for res in results {
+        assert_clear_cuts(res);
+        insta::with_settings!({ prepend_module_to_snapshot => false }, {
+            insta::assert_snapshot!(format!("ch05_{}", res.name), res.text);
+        });
+    }
+}
+
+fn every_regime(dev: &'static Device, make: MakeRouter<'_>) -> Vec<RegimeResult> {
+    check_every_regime(dev, GateDtype::Bf16, make, Tolerance::OWN_LOGITS)
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+// ANCHOR: pair_matches_the_oracle
+/// Chapter 1's test body, with the fused pair: every regime (bf16 hidden states and gate
+/// weight) against the f64 oracle, and a snapshot of every regime.
+fn fused_pair_matches_the_oracle_on_every_regime(dev: &'static Device) {
+    let make = |dev: &'static Device, r: &RegimeInput| {
+        let pair = FusedRouter::new(dev, &r.config, shape(r), r.bias.as_deref())?;
+        Ok(Box::new(pair) as Box<dyn DeviceRouter>)
+    };
+    check_snapshots(&every_regime(dev, &make));
+}
+// ANCHOR_END: pair_matches_the_oracle
+
+/// The two combinations: the library GEMM's logits through the fused kernel, and the tiny
+/// GEMM's logits through chapter 1's chain. The chain prints the pair's snapshots (the same
+/// logits, and kernels that give the same bits on both backends). The library GEMM is checked
+/// against the oracle only: cuBLAS sums in its own order, so a printed weight could land on the
+/// other side of a 4-decimal rounding on the GPU.
+fn combinations_match_the_oracle_on_every_regime(dev: &'static Device) {
+    let blas = |dev: &'static Device, r: &RegimeInput| {
+        let pair = FusedRouter::with_logits(
+            dev,
+            &r.config,
+            shape(r),
+            r.bias.as_deref(),
+            LogitsFrom::Blas,
+        )?;
+        Ok(Box::new(pair) as Box<dyn DeviceRouter>)
+    };
+    let results = every_regime(dev, &blas);
+    results.iter().for_each(assert_clear_cuts);
+    let chain = |dev: &'static Device, r: &RegimeInput| {
+        let c = TinyGemmChain::new(dev, &r.config, shape(r), r.bias.as_deref())?;
+        Ok(Box::new(c) as Box<dyn DeviceRouter>)
+    };
+    check_snapshots(&every_regime(dev, &chain));
+}
+
+/// The fused kernel alone, on the f32 logits the oracle routes (every regime), and on the
+/// pair's own logits: the same bits as the pair.
+fn fused_kernel_from_logits_matches_the_oracle(dev: &'static Device) {
+    for name in REGIMES {
+        let r = regime(name).unwrap();
+        let logits = r.logits_f32();
+        let bias = r.bias.as_deref();
+        let got = route_logits_fused(dev, &r.config, r.rows, r.experts, &logits, bias).unwrap();
+        let oracle = LiteralRouter {
+            config: r.config.clone(),
+        }
+        .route_rows(&logits, r.rows, r.experts, bias)
+        .unwrap();
+        check_routing(name, &oracle, &got, Tolerance::SAME_LOGITS)
+            .unwrap_or_else(|e| panic!("from logits: {e}"));
+        // The pair = its tiny GEMM's logits through the kernel alone.
+        let rb = as_dtype(&r, GateDtype::Bf16);
+        let pair = FusedRouter::new(dev, &r.config, shape(&r), bias).unwrap();
+        let a = route_on_device(
+            &pair,
+            dev,
+            GateDtype::Bf16,
+            &rb.hidden_states,
+            &rb.gate_weight,
+            bias,
+        )
+        .unwrap();
+        let own = pair.logits().to_vec().unwrap();
+        let b = route_logits_fused(dev, &r.config, r.rows, r.experts, &own, bias).unwrap();
+        assert_same_bits(&format!("{name} ids"), &a.ids, &b.ids);
+        assert_same_bits(&format!("{name} weights"), &a.weights, &b.weights);
+    }
+}
+
+/// Rows of every width the kernel is compiled for (E = 129, 300, 1000 and 1024, not multiples
+/// of 32), k up to 32, every scoring, with exact ties and non-finite logits, grouped and not:
+/// against the oracle on the same logits.
+fn wide_rows_and_large_k_match_the_oracle(dev: &'static Device) {
+    let cases = [
+        (129, RouterConfig::qwen3(32)),
+        (300, RouterConfig::glm5(8)),
+        (1000, RouterConfig::deepseek_v4(32)),
+        (
+            1024,
+            RouterConfig {
+                k: 16,
+                grouping: Some(Grouping {
+                    n_group: 32,
+                    topk_group: 5,
+                }),
+                ..RouterConfig::deepseek_v3()
+            },
+        ),
+        (
+            96,
+            RouterConfig {
+                renormalize: false,
+                routed_scaling: 2.5,
+                ..RouterConfig::mixtral()
+            },
+        ),
+    ];
+    for (i, (experts, config)) in cases.into_iter().enumerate() {
+        let rows = 13;
+        let mut logits = patterned(rows * experts, 500 + i as u64, 4.0);
+        // Exact ties: row 1 repeats one value; non-finite logits in row 2; row 3 all NaN.
+        logits[experts..2 * experts].fill(0.75);
+        logits[2 * experts + 3] = f32::NAN;
+        logits[2 * experts + 7] = f32::INFINITY;
+        logits[2 * experts + 8] = f32::NEG_INFINITY;
+        logits[3 * experts..4 * experts].fill(f32::NAN);
+        let bias = (config.scoring == Scoring::Sigmoid).then(|| {
+            patterned(experts, 600 + i as u64, 0.05)
+                .iter()
+                .map(|b| 8.0 + b)
+                .collect::<Vec<f32>>()
+        });
+        let got =
+            route_logits_fused(dev, &config, rows, experts, &logits, bias.as_deref()).unwrap();
+        let oracle = LiteralRouter {
+            config: config.clone(),
+        }
+        .route_rows(&logits, rows, experts, bias.as_deref())
+        .unwrap();
+        let exact = check_routing("wide", &oracle, &got, Tolerance::SAME_LOGITS)
+            .unwrap_or_else(|e| panic!("E = {experts}: {e}"));
+        assert!(exact >= rows - 3, "E = {experts}: {exact} clear cuts");
+        assert!(got.weights.iter().all(|w| !w.is_nan()), "E = {experts}");
+        // The all-equal row without a bias: experts 0..k in order; the all-NaN row: weights 0
+        // (the zero-sum guard).
+        let first: Vec<u32> = (0..config.k as u32).collect();
+        if config.grouping.is_none() && bias.is_none() {
+            assert_eq!(got.row_ids(1), &first[..], "E = {experts}");
+        }
+        assert!(
+            got.row_weights(3).iter().all(|&w| w == 0.0),
+            "E = {experts}"
+        );
+    }
+}
+
+fn launches_are_the_pair(dev: &'static Device) {
+    let config = RouterConfig::glm5(8);
+    for (rows, experts, gemm) in [
+        (1, 288, "tiny_gemm_r1"),
+        (3, 288, "tiny_gemm_r4"),
+        (6, 128, "tiny_gemm_r8"),
+        (16, 100, "tiny_gemm_r16"),
+        (40, 33, "tiny_gemm_r16"),
+    ] {
+        let shape = GateShape {
+            rows,
+            hidden: 64,
+            experts,
+        };
+        let bias = vec![8.0f32; experts];
+        let pair = FusedRouter::new(dev, &config, shape, Some(&bias)).unwrap();
+        let h = patterned(rows * 64, 7, 1.0);
+        let w = patterned(experts * 64, 8, 0.3);
+        let (got, launched) = record_launches(|| {
+            route_on_device(&pair, dev, GateDtype::Bf16, &h, &w, Some(&bias)).unwrap()
+        });
+        let fused = kernel_for(experts).unwrap();
+        assert_eq!(
+            launched,
+            vec![
+                format!("ch05_tiny_gemm::{gemm}"),
+                format!("ch05_fused_router::{fused}")
+            ],
+            "{rows} rows, {experts} experts"
+        );
+        assert_eq!(pair.launch_names(), vec![gemm, fused]);
+        assert_eq!(got.rows, rows);
+    }
+    assert_eq!(kernel_for(128), Some("fused_router_e128"));
+    assert_eq!(kernel_for(129), Some("fused_router_e256"));
+    assert_eq!(kernel_for(288), Some("fused_router_e512"));
+    assert_eq!(kernel_for(1025), None);
+}
+
+fn empty_batch_launches_nothing_and_returns_empty(dev: &'static Device) {
+    let shape = GateShape {
+        rows: 0,
+        hidden: 32,
+        experts: 16,
+    };
+    let (got, launched) = record_launches(|| {
+        route_fused(
+            dev,
+            &RouterConfig::glm5(4),
+            shape,
+            &[],
+            &vec![0.0; 16 * 32],
+            Some(&[0.0; 16]),
+        )
+        .unwrap()
+    });
+    assert_eq!((got.rows, got.ids.len(), got.weights.len()), (0, 0, 0));
+    assert_eq!(launched, Vec::<String>::new());
+}
+
+// ANCHOR: limits_are_typed_errors
+fn limits_and_bad_inputs_are_typed_errors(dev: &'static Device) {
+    let shape = |rows, hidden, experts| GateShape {
+        rows,
+        hidden,
+        experts,
+    };
+    let limit = |e: DeviceRouterError| match e {
+        DeviceRouterError::Limit { limit, got, .. } => (limit, got),
+        other => panic!("expected a Limit error, got {other:?}"),
+    };
+    let new = |c: &RouterConfig, s: GateShape| FusedRouter::new(dev, c, s, None).err().unwrap();
+    assert_eq!(
+        limit(new(&RouterConfig::qwen3(8), shape(1, 64, 1025))),
+        (1024, 1025)
+    );
+    assert_eq!(
+        limit(new(&RouterConfig::qwen3(33), shape(1, 64, 64))),
+        (32, 33)
+    );
+    let grouped = RouterConfig {
+        k: 8,
+        grouping: Some(Grouping {
+            n_group: 64,
+            topk_group: 8,
+        }),
+        ..RouterConfig::deepseek_v3()
+    };
+    assert_eq!(limit(new(&grouped, shape(1, 64, 128))), (32, 64));
+    let e = new(&RouterConfig::qwen3(8), shape(1, 12, 64));
+    assert!(e.to_string().starts_with("hidden size modulo 8"), "{e}");
+    // Chapter 1's rules come first, with chapter 1's errors.
+    assert_eq!(
+        new(&RouterConfig::qwen3(65), shape(1, 64, 64)),
+        DeviceRouterError::Router(RouterError::KTooLarge { k: 65, experts: 64 })
+    );
+    assert_eq!(
+        new(&RouterConfig::qwen3(8), shape(1, 64, 0)),
+        DeviceRouterError::Router(RouterError::NoExperts)
+    );
+    let e = FusedRouter::new(
+        dev,
+        &RouterConfig::glm5(4),
+        shape(2, 8, 16),
+        Some(&[0.0; 15]),
+    )
+    .err()
+    .unwrap();
+    assert_eq!(
+        e,
+        DeviceRouterError::Router(RouterError::BiasLength {
+            len: 15,
+            experts: 16
+        })
+    );
+    // Wrong lengths and types at enqueue.
+    let s = shape(2, 8, 16);
+    let e = route_fused(
+        dev,
+        &RouterConfig::qwen3(4),
+        s,
+        &[0.0; 15],
+        &[0.0; 128],
+        None,
+    )
+    .unwrap_err();
+    assert_eq!(e.to_string(), "hidden [T, H] has 15 elements, expected 16");
+    let pair = FusedRouter::new(dev, &RouterConfig::qwen3(4), s, None).unwrap();
+    let h32 = dev.upload(&[0.0f32; 16]).unwrap();
+    let w16 = dev.upload(&[bf16::ZERO; 128]).unwrap();
+    let bias = dev.upload(&[0.0f32; 16]).unwrap();
+    let ids = dev.alloc::<i32>(8).unwrap();
+    let ws = dev.alloc::<f32>(8).unwrap();
+    let outputs = RouterOutputs {
+        ids: &ids,
+        weights: &ws,
+    };
+    let e = pair
+        .enqueue(
+            &GateInputs {
+                hidden: DeviceMatrix::F32(&h32),
+                weight: DeviceMatrix::Bf16(&w16),
+                bias: None,
+            },
+            &outputs,
+        )
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "the fused router does not take hidden states in F32"
+    );
+    let h16 = dev.upload(&[bf16::ZERO; 16]).unwrap();
+    let e = pair
+        .enqueue(
+            &GateInputs {
+                hidden: DeviceMatrix::Bf16(&h16),
+                weight: DeviceMatrix::Bf16(&w16),
+                bias: Some(&bias),
+            },
+            &outputs,
+        )
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "bias (the router was built without one) has 16 elements, expected 0"
+    );
+    let e = route_logits_fused(dev, &RouterConfig::qwen3(4), 2, 16, &[0.0; 31], None).unwrap_err();
+    assert_eq!(e.to_string(), "logits [T, E] has 31 elements, expected 32");
+}
+// ANCHOR_END: limits_are_typed_errors
+
+// ANCHOR: batch_invariance
+/// A row's logits do not depend on its batch: the same bits alone, in a batch of 5, of 16 (one
+/// block along y) and of 40 (three), because every block height adds in the same order.
+fn tiny_gemm_bits_do_not_depend_on_the_batch(dev: &'static Device) {
+    let (hidden, experts) = (2056, 37); // 257 slices: a thread with two slices, one with none
+    let h: Vec<bf16> = patterned(40 * hidden, 41, 1.0)
+        .into_iter()
+        .map(bf16::from_f32)
+        .collect();
+    let w: Vec<bf16> = patterned(experts * hidden, 42, 0.05)
+        .into_iter()
+        .map(bf16::from_f32)
+        .collect();
+    let m = dev.load(&tiny_gemm::KERNELS).unwrap();
+    let wd = dev.upload(&w).unwrap();
+    let logits_of = |rows: usize| {
+        let hd = dev.upload(&h[..rows * hidden]).unwrap();
+        let out = dev.alloc::<f32>(rows * experts).unwrap();
+        tiny_gemm::enqueue(&m, &hd, &wd, &out, rows, hidden, experts).unwrap();
+        out.to_vec().unwrap()
+    };
+    let all = logits_of(40);
+    for rows in [1, 5, 16] {
+        assert_same_bits(
+            &format!("{rows} rows"),
+            &logits_of(rows),
+            &all[..rows * experts],
+        );
+    }
+    // Against the exact dot products: the error of an fp32 sum of 2056 exact products.
+    for t in 0..40 {
+        for e in 0..experts {
+            let (mut exact, mut size) = (0.0f64, 0.0f64);
+            for j in 0..hidden {
+                let p = h[t * hidden + j].to_f64() * w[e * hidden + j].to_f64();
+                exact += p;
+                size += p.abs();
+            }
+            let got = all[t * experts + e] as f64;
+            assert!(
+                (got - exact).abs() <= 1e-6 * size,
+                "row {t} expert {e}: {got} vs {exact}"
+            );
+        }
+    }
+}
+// ANCHOR_END: batch_invariance
+
+moe_kernels::backend_tests!(
+    fused_pair_matches_the_oracle_on_every_regime,
+    combinations_match_the_oracle_on_every_regime,
+    fused_kernel_from_logits_matches_the_oracle,
+    wide_rows_and_large_k_match_the_oracle,
+    launches_are_the_pair,
+    empty_batch_launches_nothing_and_returns_empty,
+    limits_and_bad_inputs_are_typed_errors,
+    tiny_gemm_bits_do_not_depend_on_the_batch,
+);
+
+fn run(dev: &'static Device, r: &RegimeInput) -> (Routing, Vec<f32>) {
+    let rb = as_dtype(r, GateDtype::Bf16);
+    let pair = FusedRouter::new(dev, &r.config, shape(r), r.bias.as_deref()).unwrap();
+    let got = route_on_device(
+        &pair,
+        dev,
+        GateDtype::Bf16,
+        &rb.hidden_states,
+        &rb.gate_weight,
+        r.bias.as_deref(),
+    )
+    .unwrap_or_else(|e| panic!("regime {}: {e}", r.name));
+    (got, pair.logits().to_vec().unwrap())
+}
+
+// ANCHOR: emu_and_gpu_same_bits
+/// Every regime on the emulator and on the GPU: the same logits, ids and weights, bit for bit.
+#[test]
+#[ignore = "needs a GPU"]
+fn emulator_and_gpu_give_the_same_bits_on_every_regime() {
+    let (gpu, emu) = (moe_kernels::testing::cuda(), moe_kernels::testing::emu());
+    for name in REGIMES {
+        let r = regime(name).unwrap();
+        let ((g, gl), (c, cl)) = (run(gpu, &r), run(emu, &r));
+        moe_kernels::testing::assert_same_bits_up_to_nan_payload(
+            &format!("{name} logits"),
+            &gl,
+            &cl,
+        );
+        assert_same_bits(&format!("{name} ids"), &g.ids, &c.ids);
+        assert_same_bits(&format!("{name} weights"), &g.weights, &c.weights);
+    }
+}
+// ANCHOR_END: emu_and_gpu_same_bits
+
+/// `rows` random rows through the pair on the GPU in chunks: the ids of every clear cut equal
+/// the f64 oracle's on the pair's own logits, every weight within 2e-6 of it and never NaN; and
+/// the fused kernel on the emulator, given the GPU's logits, gives the same ids and weights bit
+/// for bit. The logits' bits are compared with the emulator on the first chunk's first 64 rows
+/// (the emulator's GEMM at this size would take minutes).
+fn random_rows(hidden: usize, experts: usize, config: RouterConfig, with_bias: bool, salt: u64) {
+    let (gpu, emu) = (moe_kernels::testing::cuda(), moe_kernels::testing::emu());
+    let (rows, chunk) = (100_000usize, 10_000usize);
+    let w = patterned(experts * hidden, salt, 0.02);
+    let bias: Option<Vec<f32>> = with_bias.then(|| {
+        patterned(experts, salt + 1, 0.05)
+            .iter()
+            .map(|b| 8.0 + b)
+            .collect()
+    });
+    let bias = bias.as_deref();
+    let mut exact = 0;
+    for c in 0..rows / chunk {
+        let h = patterned(chunk * hidden, salt + 10 + c as u64, 1.0);
+        let s = GateShape {
+            rows: chunk,
+            hidden,
+            experts,
+        };
+        let pair = FusedRouter::new(gpu, &config, s, bias).unwrap();
+        let got = route_on_device(&pair, gpu, GateDtype::Bf16, &h, &w, bias).unwrap();
+        let logits = pair.logits().to_vec().unwrap();
+        let oracle = LiteralRouter {
+            config: config.clone(),
+        }
+        .route_rows(&logits, chunk, experts, bias)
+        .unwrap();
+        exact += check_routing("random", &oracle, &got, Tolerance::SAME_LOGITS)
+            .unwrap_or_else(|e| panic!("chunk {c}: {e}"));
+        let on_emu = route_logits_fused(emu, &config, chunk, experts, &logits, bias).unwrap();
+        assert_same_bits(&format!("chunk {c} ids"), &got.ids, &on_emu.ids);
+        assert_same_bits(&format!("chunk {c} weights"), &got.weights, &on_emu.weights);
+        if c == 0 {
+            let few = GateShape { rows: 64, ..s };
+            let on_emu = FusedRouter::new(emu, &config, few, bias).unwrap();
+            route_on_device(&on_emu, emu, GateDtype::Bf16, &h[..64 * hidden], &w, bias).unwrap();
+            let el = on_emu.logits().to_vec().unwrap();
+            assert_same_bits("logits of 64 rows", &el, &logits[..64 * experts]);
+        }
+    }
+    eprintln!(
+        "{rows} random rows, {experts} experts: {exact} clear cuts, every one the oracle's ids"
+    );
+    assert!(exact * 10 >= rows * 9, "only {exact} clear cuts");
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn random_100k_rows_glm_like() {
+    random_rows(4096, 288, RouterConfig::glm5(8), true, 9100);
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn random_100k_rows_qwen3_like() {
+    random_rows(2048, 128, RouterConfig::qwen3(8), false, 9200);
+}

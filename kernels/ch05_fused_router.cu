@@ -1,0 +1,253 @@
+// ch05_fused_router.cu — steps 2 and 3 of the router in one kernel: scores, rank keys, the
+// top-k, the weights, their renormalisation and scaling, from [T, E] fp32 logits and an [E] fp32
+// bias to ids [T, k] i32 and weights [T, k] f32.
+//
+// Chapter 1's chain runs these steps as six or seven kernels, each reading its input from global
+// memory and writing its output back. Here one warp owns one token row: each lane loads its
+// share of the row's logits once (expert lane, lane+32, ...), keeps the scores and rank keys in
+// registers, and the warp selects in k rounds of argmax with shuffles. The row never goes back
+// to memory; only the k ids and k weights are stored.
+//
+// Upstream: SGLang's fused router (`_router_triton_kernel` in a profile; the biased grouped
+// top-k of sgl-kernel's moe_fused_gate and vLLM's grouped_topk kernels are the same idea in
+// CUDA): one warp per row, the row in registers, k rounds of warp argmax, the weight read from
+// the unbiased score, renormalised with a small epsilon, times the routed scaling factor.
+//
+// Differences:
+// - One kernel for every family: softmax (Qwen3, Mixtral), sigmoid + bias (DeepSeek-V3, GLM-5,
+//   Kimi), sqrt-softplus (DeepSeek-V4), with or without DeepSeek-V3's grouped selection, chosen by
+//   arguments (the branches are uniform across the warp).
+// - The rules are chapter 1's, exactly: a non-finite logit scores 0 and ranks -inf; equal keys go
+//   to the lowest expert id; groups are ranked by the sum of their two best keys; weights are
+//   s / (sum + 1e-20) * scale, the sum taken in selection order.
+// - Exponentials and logarithms come from common.cuh (moe_expf, moe_softplusf), and every sum
+//   has a fixed order, so the emulator and the GPU give the same bits.
+// - Limits: E <= 1024 (32 experts per lane), k <= 32 (lane r keeps the r-th pick), at most 32
+//   groups (lane g keeps group g's value). The host refuses larger sizes with a typed error.
+#include "common.cuh"
+
+#define FR_ROWS_PER_BLOCK 4  // token rows, one warp each, of one block
+#define FR_MAX_EXPERTS 1024  // 32 experts per lane
+#define FR_MAX_K 32          // lane r keeps the r-th selected expert
+#define FR_MAX_GROUPS 32     // lane g keeps group g's value
+#define FR_SCORING_SOFTMAX 0  // the `scoring` argument
+#define FR_SCORING_SIGMOID 1
+#define FR_SCORING_SQRT_SOFTPLUS 2
+
+// The order of every selection: a larger key first, equal keys to the lower id. A candidate id
+// of -1 means "none" and loses to any real one.
+__device__ __forceinline__ bool fr_better(float a, int ia, float b, int ib) {
+    if (ia < 0) return false;
+    if (ib < 0) return true;
+    return a > b || (a == b && ia < ib);
+}
+
+// The warp's best (key, id, score) of the 32 lanes' candidates: a xor tree, so every lane ends
+// with the same winner (fr_better is a total order over distinct ids).
+__device__ __forceinline__ void fr_warp_best(float& key, int& id, float& score) {
+    for (int off = 16; off > 0; off >>= 1) {
+        const float ok = __shfl_xor_sync(MOE_FULL_MASK, key, off);
+        const int oi = __shfl_xor_sync(MOE_FULL_MASK, id, off);
+        const float os = __shfl_xor_sync(MOE_FULL_MASK, score, off);
+        if (fr_better(ok, oi, key, id)) {
+            key = ok;
+            id = oi;
+            score = os;
+        }
+    }
+}
+
+// ANCHOR: scores
+// Step 2 for one lane's SLOTS experts (expert lane + 32*j in slot j): the logits become scores,
+// in place, and the rank keys. A non-finite logit (or a slot past E) gets score 0, key -inf.
+template <int SLOTS>
+__device__ __forceinline__ void fr_scores(float* s, float* key, const float* __restrict__ bias,
+                                          int E, int scoring) {
+    const int lane = threadIdx.x & 31;
+    const float neg_inf = -__int_as_float(0x7f800000);
+    if (scoring == FR_SCORING_SOFTMAX) {
+        // Softmax over the finite logits: the row's max and the sum of exponentials, each a
+        // lane's serial pass then a xor tree (max is exact in any order; the sum's order is fixed).
+        float m = neg_inf;
+#pragma unroll
+        for (int j = 0; j < SLOTS; ++j)
+            if (moe_isfinite(s[j])) m = fmaxf(m, s[j]);
+        for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(MOE_FULL_MASK, m, off));
+        float sum = 0.0f;
+#pragma unroll
+        for (int j = 0; j < SLOTS; ++j) {
+            const bool finite = moe_isfinite(s[j]);
+            key[j] = finite ? 0.0f : neg_inf;  // remembers which logits were finite
+            s[j] = finite ? moe_expf(s[j] - m) : 0.0f;
+            sum += s[j];
+        }
+        for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(MOE_FULL_MASK, sum, off);
+#pragma unroll
+        for (int j = 0; j < SLOTS; ++j) s[j] = (key[j] == 0.0f && sum > 0.0f) ? s[j] / sum : 0.0f;
+    } else {
+#pragma unroll
+        for (int j = 0; j < SLOTS; ++j) {
+            const bool finite = moe_isfinite(s[j]);
+            key[j] = finite ? 0.0f : neg_inf;
+            if (!finite)
+                s[j] = 0.0f;
+            else if (scoring == FR_SCORING_SIGMOID)
+                s[j] = moe_sigmoidf(s[j]);
+            else
+                s[j] = sqrtf(moe_softplusf(s[j]));
+        }
+    }
+    // The rank key: score + bias selects; the unbiased score stays the weight.
+#pragma unroll
+    for (int j = 0; j < SLOTS; ++j) {
+        const int e = lane + 32 * j;
+        if (key[j] == 0.0f) key[j] = (bias != nullptr && e < E) ? s[j] + bias[e] : s[j];
+    }
+}
+// ANCHOR_END: scores
+
+// ANCHOR: groups
+// DeepSeek-V3's grouped selection: experts form n_group contiguous groups of E / n_group; a
+// group's value is the sum of its two best keys (its one key when groups have one expert); the
+// topk_group best groups stay (ties to the lower group id). Returns the lane's slots that lie
+// in a dropped group, as a bit mask. Lane g holds group g's value (n_group <= 32).
+template <int SLOTS>
+__device__ __forceinline__ unsigned fr_dropped_slots(const float* key, int E, int n_group,
+                                                     int topk_group) {
+    const int lane = threadIdx.x & 31;
+    const int per = E / n_group;
+    const float neg_inf = -__int_as_float(0x7f800000);
+    float mine = neg_inf;  // this lane's group's value
+    for (int g = 0; g < n_group; ++g) {
+        float b1 = neg_inf, b2 = neg_inf;  // the lane's two best keys in group g
+#pragma unroll
+        for (int j = 0; j < SLOTS; ++j) {
+            const int e = lane + 32 * j;
+            if (e < E && e / per == g) {
+                if (key[j] > b1) {
+                    b2 = b1;
+                    b1 = key[j];
+                } else if (key[j] > b2) {
+                    b2 = key[j];
+                }
+            }
+        }
+        // The two best of the warp: merge the lanes' pairs (the two largest of four values).
+        for (int off = 16; off > 0; off >>= 1) {
+            const float o1 = __shfl_xor_sync(MOE_FULL_MASK, b1, off);
+            const float o2 = __shfl_xor_sync(MOE_FULL_MASK, b2, off);
+            b2 = fmaxf(fminf(b1, o1), fmaxf(b2, o2));
+            b1 = fmaxf(b1, o1);
+        }
+        if (lane == g) mine = per >= 2 ? b1 + b2 : b1;
+    }
+    unsigned kept = 0;
+    for (int round = 0; round < topk_group; ++round) {
+        float v = mine, unused = 0.0f;
+        int g = (lane < n_group && !(kept >> lane & 1u)) ? lane : -1;
+        fr_warp_best(v, g, unused);
+        kept |= 1u << g;
+    }
+    unsigned dropped = 0;
+#pragma unroll
+    for (int j = 0; j < SLOTS; ++j) {
+        const int e = lane + 32 * j;
+        if (e < E && !(kept >> (e / per) & 1u)) dropped |= 1u << j;
+    }
+    return dropped;
+}
+// ANCHOR_END: groups
+
+// ANCHOR: fused_router
+// One warp per token row, FR_ROWS_PER_BLOCK rows per block; grid ceil(T / FR_ROWS_PER_BLOCK).
+// SLOTS = experts per lane (E <= 32 * SLOTS), a template parameter so that the row stays in
+// registers (the unrolled loops index the arrays with constants).
+//   logits [T, E] f32, bias [E] f32 or null, ids [T, k] i32, weights [T, k] f32
+template <int SLOTS>
+__device__ __forceinline__ void fused_router(const float* __restrict__ logits,
+                                             const float* __restrict__ bias, int* __restrict__ ids,
+                                             float* __restrict__ weights, int T, int E, int k,
+                                             int scoring, int n_group, int topk_group,
+                                             int renormalize, float scale) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int t = blockIdx.x * FR_ROWS_PER_BLOCK + warp;
+    if (t >= T) return;  // the whole warp leaves; nothing waits for the other warps
+    const float* x = logits + (size_t)t * E;
+    float s[SLOTS], key[SLOTS];
+    unsigned used = 0;  // bit j: slot j is taken, past E, or in a dropped group
+#pragma unroll
+    for (int j = 0; j < SLOTS; ++j) {
+        const int e = lane + 32 * j;
+        // A slot past E holds a NaN: non-finite, it scores 0 and adds nothing to a softmax.
+        s[j] = e < E ? x[e] : __int_as_float(0x7fc00000);
+        if (e >= E) used |= 1u << j;
+    }
+    fr_scores<SLOTS>(s, key, bias, E, scoring);
+    if (n_group > 1) used |= fr_dropped_slots<SLOTS>(key, E, n_group, topk_group);
+
+    // k rounds of argmax: each lane's best free slot (slots in id order, so a strict > keeps the
+    // lower id), then the warp's best. Lane r keeps round r's expert and score.
+    // ANCHOR: rounds
+    int my_id = -1;
+    float my_score = 0.0f;
+    for (int round = 0; round < k; ++round) {
+        float bk = 0.0f, bs = 0.0f;
+        int bi = -1;
+#pragma unroll
+        for (int j = 0; j < SLOTS; ++j)
+            if (!(used >> j & 1u) && fr_better(key[j], lane + 32 * j, bk, bi)) {
+                bk = key[j];
+                bi = lane + 32 * j;
+                bs = s[j];
+            }
+        fr_warp_best(bk, bi, bs);
+        if (bi >= 0 && (bi & 31) == lane) used |= 1u << (bi >> 5);
+        if (lane == round) {
+            my_id = bi;
+            my_score = bs;
+        }
+    }
+    // ANCHOR_END: rounds
+
+    // The weights: the unbiased scores, divided by their sum (taken in selection order, as
+    // chapter 1's router_row_sum does) plus 1e-20, then scaled.
+    float w = my_score;
+    if (renormalize) {
+        float sum = 0.0f;
+        for (int r = 0; r < k; ++r) sum += __shfl_sync(MOE_FULL_MASK, my_score, r);
+        w = my_score / (sum + 1e-20f) * scale;
+    } else if (scale != 1.0f) {
+        w = my_score * scale;
+    }
+    if (lane < k) {
+        ids[(size_t)t * k + lane] = my_id;
+        weights[(size_t)t * k + lane] = w;
+    }
+}
+// ANCHOR_END: fused_router
+
+// One entry point per row width: up to 128, 256, 512 and 1024 experts (4, 8, 16, 32 per lane).
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e128(
+    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
+    float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
+    int renormalize, float scale) {
+    fused_router<4>(logits, bias, ids, weights, T, E, k, scoring, n_group, topk_group, renormalize, scale);
+}
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e256(
+    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
+    float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
+    int renormalize, float scale) {
+    fused_router<8>(logits, bias, ids, weights, T, E, k, scoring, n_group, topk_group, renormalize, scale);
+}
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e512(
+    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
+    float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
+    int renormalize, float scale) {
+    fused_router<16>(logits, bias, ids, weights, T, E, k, scoring, n_group, topk_group, renormalize, scale);
+}
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e1024(
+    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
+    float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
+    int renormalize, float scale) {
+    fused_router<32>(logits, bias, ids, weights, T, E, k, scoring, n_group, topk_group, renormalize, scale);
+}

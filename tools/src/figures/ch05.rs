@@ -1,0 +1,411 @@
+//! Chapter 5's generated files, from the GPU run of `bench ch05` (`tools/bench/src/ch05.rs`):
+//! `bench/results/h200/ch05.csv` (the tiny GEMM `tiny_gemm`, the fused kernel `fused_router`,
+//! the pair `pair`, cuBLAS + the fused kernel `blas_fused`, chapter 1's chain `chain`, the PyTorch
+//! five lines `torch_5line`, a floor probe per case and one empty launch).
+//!
+//! Made from it: the row-axis figure (µs per call against rows, the routers beside the floor, as
+//! the router article draws its figure of the pair), the table (one line per implementation, a
+//! column per row count, cells `cold / warm` with the pair's ratio over the others) and the facts
+//! file. Until `ch05.csv` is committed nothing of that is made and stderr says so; once a
+//! generated file is committed, a missing CSV is an error.
+//!
+//! Two floors are read off the probes at each shape and row count (every case has its probe,
+//! one launch reading the case's input bytes cold): the router's, the largest read (the bf16
+//! gate weight, the hidden rows and the bias, what the pair, cuBLAS + fused, the chain and the
+//! tiny GEMM are held to), and the logits', the smallest (the fused kernel alone reads only the
+//! logits and the bias).
+
+use super::facts::Facts;
+use super::svg::{describe_shape, shapes, Figure, Marker, Series};
+use super::tables::fmt_us;
+use super::Generated;
+use crate::bench_row::{parse_csv, BenchRow};
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::path::Path;
+
+const GPU_CSV: &str = "bench/results/h200/ch05.csv";
+const SVG: &str = "book/src/figures/ch05-router.svg";
+const TABLE: &str = "book/src/figures/ch05-router-table.md";
+const FACTS: &str = "book/src/figures/ch05-facts.md";
+
+/// The implementations, as the CSV names them, in the order the table lists them.
+const PAIR: &str = "pair";
+const IMPLS: [&str; 6] = [
+    "pair",
+    "blas_fused",
+    "tiny_gemm",
+    "fused_router",
+    "chain",
+    "torch_5line",
+];
+/// The ones the figure draws: the routers (the two kernels alone are in the table).
+const DRAWN: [&str; 4] = ["pair", "blas_fused", "chain", "torch_5line"];
+
+fn read(root: &Path, rel: &str) -> Result<String, String> {
+    std::fs::read_to_string(root.join(rel)).map_err(|e| format!("cannot read {rel}: {e}"))
+}
+
+/// The group's files, generated from the repository at `root` (the page's example and tree
+/// join them in `figures::generate`).
+pub fn generate(root: &Path) -> Result<Vec<Generated>, String> {
+    if !root.join(GPU_CSV).exists() {
+        super::no_gpu_csv_yet(
+            root,
+            "ch05",
+            GPU_CSV,
+            &[SVG, TABLE, FACTS],
+            "ch05.csv, ch05_steps.csv and ch05_ceilings.csv",
+            "the figure, the table and the facts are left out",
+        )?;
+        return Ok(Vec::new());
+    }
+    let rows = parse_csv(&read(root, GPU_CSV)?, GPU_CSV)?;
+    Ok(vec![
+        Generated {
+            path: SVG.into(),
+            content: render_svg(&rows),
+        },
+        Generated {
+            path: TABLE.into(),
+            content: table(&rows),
+        },
+        Generated {
+            path: FACTS.into(),
+            content: facts(&rows).render("Chapter 5's numbers"),
+        },
+    ])
+}
+
+fn style(imp: &str) -> Series {
+    let (color, marker, label) = match imp {
+        "pair" => (
+            "#0072b2",
+            Marker::Circle,
+            "pair: the tiny GEMM + the fused router, 2 launches",
+        ),
+        "blas_fused" => (
+            "#009e73",
+            Marker::Triangle,
+            "blas_fused: cuBLAS's fp32 logits + the fused router",
+        ),
+        "chain" => (
+            "#cc79a7",
+            Marker::Diamond,
+            "chain: chapter 1's plain kernels, fp32",
+        ),
+        _ => (
+            "#d55e00",
+            Marker::Square,
+            "torch_5line: the PyTorch five lines, fp32",
+        ),
+    };
+    Series {
+        imp: imp.to_string(),
+        color,
+        marker,
+        label: label.to_string(),
+    }
+}
+
+/// The row-axis figure: one panel per shape, the routers' cold (and warm) time against rows,
+/// with the pair's floor.
+pub fn render_svg(rows: &[BenchRow]) -> String {
+    let drawn: Vec<&BenchRow> = rows
+        .iter()
+        .filter(|r| r.rows > 0 && (DRAWN.contains(&r.imp.as_str()) || r.imp == "floor_probe"))
+        .collect();
+    Figure {
+        panel_w: 440.0,
+        panel_h: 320.0,
+        left: 62.0,
+        title: "The fused router pair along the row axis: µs per call against rows",
+        notes: &[
+            "Cold: the L2 flushed before each graph replay; marker = median, whisker = p10–p90.",
+            "Warm: back-to-back copies in one graph, divided by their number. Both axes logarithmic.",
+        ],
+        panel_title: describe_shape,
+        x_label: "rows routed (tokens), log scale",
+        series: DRAWN
+            .into_iter()
+            .filter(|i| rows.iter().any(|r| r.imp == *i))
+            .map(style)
+            .collect(),
+        floor_label: "floor: one launch + the pair's bytes at copy bw (or FLOPs at bf16 rate)",
+        floor_from: PAIR,
+    }
+    .render(&drawn)
+}
+
+fn find<'a>(rows: &'a [BenchRow], shape: &str, n: u64, imp: &str) -> Option<&'a BenchRow> {
+    rows.iter()
+        .find(|r| r.shape == shape && r.rows == n && r.imp == imp)
+}
+
+/// The router's floor probe (the largest read at this shape and row count) and the logits'
+/// (the smallest), cold medians.
+fn probes(rows: &[BenchRow], shape: &str, n: u64) -> Option<(f64, f64)> {
+    let mut p: Vec<&BenchRow> = rows
+        .iter()
+        .filter(|r| r.shape == shape && r.rows == n && r.imp == "floor_probe")
+        .collect();
+    p.sort_by(|a, b| a.bytes.total_cmp(&b.bytes));
+    Some((p.last()?.cold_median_us, p.first()?.cold_median_us))
+}
+
+fn row_counts(rows: &[BenchRow], shape: &str) -> Vec<u64> {
+    rows.iter()
+        .filter(|r| r.shape == shape && r.rows > 0)
+        .map(|r| r.rows)
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect()
+}
+
+/// The table: per shape, one line per implementation and a column per row count; cells
+/// `cold / warm` µs, and for every implementation but the pair its cold time over the pair's;
+/// then the router's floor probe and the pair over it.
+pub fn table(rows: &[BenchRow]) -> String {
+    let mut s = String::new();
+    for shape in shapes(rows.iter().filter(|r| r.rows > 0)) {
+        let counts = row_counts(rows, &shape);
+        let _ = writeln!(
+            s,
+            "**{}**: µs per call, cold / warm (× = cold time over the pair's)\n",
+            describe_shape(&shape)
+        );
+        s += &super::tables::count_header(&counts, "row");
+        for imp in IMPLS {
+            let mine: Vec<&BenchRow> = rows
+                .iter()
+                .filter(|r| r.shape == shape && r.imp == imp)
+                .collect();
+            if mine.is_empty() {
+                continue;
+            }
+            let launches: BTreeSet<u32> = mine.iter().map(|r| r.launches).collect();
+            let launches: Vec<String> = launches.iter().map(|l| l.to_string()).collect();
+            let cells: Vec<String> = counts
+                .iter()
+                .map(|&n| {
+                    let Some(r) = mine.iter().find(|r| r.rows == n) else {
+                        return String::new();
+                    };
+                    let mut c = format!(
+                        "{} / {}",
+                        fmt_us(r.cold_median_us),
+                        fmt_us(r.warm_median_us)
+                    );
+                    if imp != PAIR {
+                        if let Some(p) = find(rows, &shape, n, PAIR) {
+                            let _ = write!(c, " ({:.2}×)", r.cold_median_us / p.cold_median_us);
+                        }
+                    }
+                    c
+                })
+                .collect();
+            let _ = writeln!(
+                s,
+                "| {imp} ({} launch{}) | {} |",
+                launches.join("–"),
+                if launches == ["1"] { "" } else { "es" },
+                cells.join(" | ")
+            );
+        }
+        let probe_cells: Vec<String> = counts
+            .iter()
+            .map(
+                |&n| match (probes(rows, &shape, n), find(rows, &shape, n, PAIR)) {
+                    (Some((router, _)), Some(p)) => format!(
+                        "{} (pair {:.2}×)",
+                        fmt_us(router),
+                        p.cold_median_us / router
+                    ),
+                    (Some((router, _)), None) => fmt_us(router),
+                    _ => String::new(),
+                },
+            )
+            .collect();
+        let _ = writeln!(
+            s,
+            "| floor probe: one launch reading the gate weight, hidden rows and bias, cold | {} |\n",
+            probe_cells.join(" | ")
+        );
+    }
+    s
+}
+
+/// The numbers the page quotes. Per shape `s` (`glm`, `qwen3`) and row count `n`:
+/// `{s}_{n}_{imp}_cold` / `_warm` (imp: pair, blas, tiny, fused, chain, torch), `{s}_{n}_probe`
+/// (the router's floor probe), `{s}_{n}_pair_over_probe`; at 1 row `{s}_1_tiny_over_probe`; over
+/// the rows up to 96 `{s}_chain_over_pair_min/_max` and `{s}_torch_over_pair_min/_max`;
+/// `{s}_pair_launches`, `{s}_chain_launches`; at 8192 rows `{s}_8192_fused_over_logits_probe`.
+pub fn facts(rows: &[BenchRow]) -> Facts {
+    let mut f = Facts::default();
+    let src = GPU_CSV;
+    if let Some(e) = rows.iter().find(|r| r.imp == "empty_kernel") {
+        f.add("empty_cold", fmt_us(e.cold_median_us), src);
+        f.add("empty_warm", fmt_us(e.warm_median_us), src);
+    }
+    fn short(imp: &str) -> &str {
+        match imp {
+            "blas_fused" => "blas",
+            "tiny_gemm" => "tiny",
+            "fused_router" => "fused",
+            "torch_5line" => "torch",
+            other => other,
+        }
+    }
+    for shape in shapes(rows.iter().filter(|r| r.rows > 0)) {
+        let s = shape.split('_').next().unwrap_or(&shape).to_string();
+        let counts = row_counts(rows, &shape);
+        for &n in &counts {
+            for imp in IMPLS {
+                if let Some(r) = find(rows, &shape, n, imp) {
+                    let k = format!("{s}_{n}_{}", short(imp));
+                    f.add(format!("{k}_cold"), fmt_us(r.cold_median_us), src);
+                    f.add(format!("{k}_warm"), fmt_us(r.warm_median_us), src);
+                }
+            }
+            if let Some((router, logits)) = probes(rows, &shape, n) {
+                f.add(format!("{s}_{n}_probe"), fmt_us(router), src);
+                if let Some(p) = find(rows, &shape, n, PAIR) {
+                    f.add(
+                        format!("{s}_{n}_pair_over_probe"),
+                        format!("{:.2}", p.cold_median_us / router),
+                        src,
+                    );
+                }
+                if n == 1 {
+                    if let Some(t) = find(rows, &shape, n, "tiny_gemm") {
+                        f.add(
+                            format!("{s}_1_tiny_over_probe"),
+                            format!("{:.2}", t.cold_median_us / router),
+                            src,
+                        );
+                    }
+                }
+                if n == 8192 {
+                    if let Some(t) = find(rows, &shape, n, "fused_router") {
+                        f.add(
+                            format!("{s}_8192_fused_over_logits_probe"),
+                            format!("{:.2}", t.cold_median_us / logits),
+                            src,
+                        );
+                    }
+                }
+            }
+        }
+        for (other, name) in [("chain", "chain"), ("torch_5line", "torch")] {
+            let ratios: Vec<f64> = counts
+                .iter()
+                .filter(|&&n| n <= 96)
+                .filter_map(|&n| {
+                    Some(
+                        find(rows, &shape, n, other)?.cold_median_us
+                            / find(rows, &shape, n, PAIR)?.cold_median_us,
+                    )
+                })
+                .collect();
+            if !ratios.is_empty() {
+                let lo = ratios.iter().cloned().fold(f64::INFINITY, f64::min);
+                let hi = ratios.iter().cloned().fold(0.0, f64::max);
+                f.add(format!("{s}_{name}_over_pair_min"), format!("{lo:.1}"), src);
+                f.add(format!("{s}_{name}_over_pair_max"), format!("{hi:.1}"), src);
+            }
+        }
+        for imp in ["pair", "chain"] {
+            let l: BTreeSet<u32> = rows
+                .iter()
+                .filter(|r| r.shape == shape && r.imp == imp)
+                .map(|r| r.launches)
+                .collect();
+            let l: Vec<String> = l.iter().map(|x| x.to_string()).collect();
+            if !l.is_empty() {
+                f.add(format!("{s}_{imp}_launches"), l.join("–"), src);
+            }
+        }
+    }
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench_row::header;
+
+    /// A small CSV as the bench writes it: one shape, two row counts.
+    fn rows() -> Vec<BenchRow> {
+        let line = |imp: &str, n: u64, launches: u32, cold: f64, bytes: f64| {
+            format!(
+                "ch05,glm_h4096_e288_k8,{imp},{n},{launches},{cold},{cold},{cold},{w},{w},{w},3.0,{bytes},0,0,0,200,H200",
+                w = cold / 2.0
+            )
+        };
+        let text = [
+            header(),
+            "ch05,none,empty_kernel,0,1,2.0,2.0,2.0,1.0,1.0,1.0,2.0,0,0,0,0,200,H200".to_string(),
+            line("pair", 1, 2, 4.0, 2.4e6),
+            line("floor_probe", 1, 1, 3.0, 2.4e6),
+            line("floor_probe", 1, 1, 2.1, 2.3e3),
+            line("tiny_gemm", 1, 1, 3.1, 2.4e6),
+            line("chain", 1, 7, 16.0, 2.4e6),
+            line("pair", 8192, 2, 40.0, 7e7),
+            line("fused_router", 8192, 1, 12.0, 9.5e6),
+            line("floor_probe", 8192, 1, 30.0, 7e7),
+            line("floor_probe", 8192, 1, 8.0, 9.4e6),
+            line("chain", 8192, 7, 90.0, 7e7),
+        ]
+        .join("\n");
+        parse_csv(&format!("{text}\n"), "test.csv").unwrap()
+    }
+
+    #[test]
+    fn facts_are_ratios_of_the_rows() {
+        let f = facts(&rows());
+        assert_eq!(f.get("glm_1_pair_cold"), Some("4.00"));
+        assert_eq!(f.get("glm_1_probe"), Some("3.00"));
+        assert_eq!(f.get("glm_1_pair_over_probe"), Some("1.33"));
+        assert_eq!(f.get("glm_1_tiny_over_probe"), Some("1.03"));
+        // The fused kernel alone against the smaller probe (its logits).
+        assert_eq!(f.get("glm_8192_fused_over_logits_probe"), Some("1.50"));
+        // Only rows up to 96 count for the chain's ratio.
+        assert_eq!(f.get("glm_chain_over_pair_min"), Some("4.0"));
+        assert_eq!(f.get("glm_chain_over_pair_max"), Some("4.0"));
+        assert_eq!(f.get("glm_chain_launches"), Some("7"));
+        assert_eq!(f.get("glm_torch_over_pair_min"), None);
+    }
+
+    #[test]
+    fn the_table_and_the_figure_name_every_router() {
+        let rows = rows();
+        let t = table(&rows);
+        assert!(
+            t.contains("| pair (2 launches) | 4.00 / 2.00 | 40.0 / 20.0 |"),
+            "{t}"
+        );
+        assert!(
+            t.contains("| chain (7 launches) | 16.0 / 8.00 (4.00×) | 90.0 / 45.0 (2.25×) |"),
+            "{t}"
+        );
+        assert!(t.contains("3.00 (pair 1.33×)"), "{t}");
+        let svg = render_svg(&rows);
+        for imp in ["pair", "chain"] {
+            assert!(svg.contains(&format!("data-impl=\"{imp}\"")), "{imp}");
+        }
+        assert!(!svg.contains("data-impl=\"tiny_gemm\""));
+    }
+
+    #[test]
+    fn no_csv_no_files() {
+        let dir = std::env::temp_dir().join(format!("ch05-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert_eq!(generate(&dir).unwrap(), Vec::new());
+        let fig = dir.join("book/src/figures");
+        std::fs::create_dir_all(&fig).unwrap();
+        std::fs::write(dir.join(TABLE), "stale").unwrap();
+        let e = generate(&dir).unwrap_err();
+        assert!(e.contains("cannot be regenerated"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
