@@ -112,18 +112,29 @@ impl Dir {
     }
 }
 
+/// Whether a path is one of the GPU runs' logs (`bench/results/<gpu>/logs/…`): records of
+/// measurements, not files a reader builds; each run adds some, so the tree leaves them out
+/// (and stays the same from one run to the next).
+fn is_run_log(path: &str) -> bool {
+    let parts: Vec<&str> = path.split('/').collect();
+    parts.len() > 4 && parts[0] == "bench" && parts[1] == "results" && parts[3] == "logs"
+}
+
 /// Renders the tree after chapter `n` of the given repository-relative paths (`/`-separated).
-/// Files of later chapters are left out.
+/// Files of later chapters are left out, and so are the GPU runs' logs.
 pub fn render(paths: &[String], n: u32, root_name: &str) -> String {
     let mut root = Dir::default();
-    for p in paths {
+    for p in paths.iter().filter(|p| !is_run_log(p)) {
         let c = chapter_of(p);
         if c <= n {
             root.insert(p, c);
         }
     }
     let (total, new) = root.count(n);
-    let mut out = format!("Files so far: {total} ({new} new in chapter {n})\n\n{root_name}/\n");
+    let mut out = format!(
+        "Files so far: {total} ({new} new in chapter {n}; the GPU runs' logs under \
+         bench/results/*/logs/ not shown)\n\n{root_name}/\n"
+    );
     root.render(n, "", &mut out);
     out
 }
@@ -175,6 +186,8 @@ mod tests {
             "chapters/ch02-grouped/src/lib.rs",
             "chapters/ch03-align/src/lib.rs",
             "tools/src/lib.rs",
+            // A GPU run's log: never drawn, never counted.
+            "bench/results/h200/logs/run_ch02.log",
         ]
         .iter()
         .map(|s| s.to_string())
@@ -185,7 +198,7 @@ mod tests {
     fn tree_after_chapter_two() {
         let t = render(&paths(), 2, "moe");
         let expected = "\
-Files so far: 9 (2 new in chapter 2)
+Files so far: 9 (2 new in chapter 2; the GPU runs' logs under bench/results/*/logs/ not shown)
 
 moe/
 ├── Cargo.toml
@@ -208,12 +221,12 @@ moe/
     fn chapter_one_owns_the_foundation() {
         let t = render(&paths(), 1, "moe");
         assert!(
-            t.starts_with("Files so far: 7 (7 new in chapter 1)\n"),
+            t.starts_with("Files so far: 7 (7 new in chapter 1; "),
             "{t}"
         );
         assert!(t.contains("│   └── ch01-router/\n"), "{t}");
         assert!(t.contains("│   └── cuda.h  ← new in chapter 1\n"), "{t}");
         assert!(!t.contains("ch02") && !t.contains("ch03"), "{t}");
-        assert!(!t.contains("none new"), "{t}");
+        assert!(!t.contains("none new") && !t.contains("run_ch02.log"), "{t}");
     }
 }
