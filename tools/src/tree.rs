@@ -227,6 +227,9 @@ moe/
         assert!(t.contains("│   └── ch01-router/\n"), "{t}");
         assert!(t.contains("│   └── cuda.h  ← new in chapter 1\n"), "{t}");
         assert!(!t.contains("ch02") && !t.contains("ch03"), "{t}");
-        assert!(!t.contains("none new") && !t.contains("run_ch02.log"), "{t}");
+        assert!(
+            !t.contains("none new") && !t.contains("run_ch02.log"),
+            "{t}"
+        );
     }
 }

@@ -337,16 +337,21 @@ pub struct Choice {
     pub decode: DecodeGeometry,
     /// How much each kernel of the path fuses ([`default_fusion`] unless measured faster).
     pub fusion: Fusion,
+    /// The tiled path's BLOCK_M when it is not chapter 3's rule (`None`): a larger tile reads
+    /// an expert's weights for more of its pairs at once.
+    pub block_m: Option<usize>,
 }
 
 impl Choice {
-    /// The configuration column: the tile's name on the tiled path, the geometry's on the decode
-    /// paths; then `_{fusion}` when the fusion is not the path's default (`w4_c1_swiglu`: the
-    /// decode path with the sum over k in its own kernel).
+    /// The configuration column: the tile's name on the tiled path (then `_m{BLOCK_M}` when it
+    /// is not chapter 3's rule), the geometry's on the decode paths; then `_{fusion}` when the
+    /// fusion is not the path's default (`w4_c1_swiglu`: the decode path with the sum over k in
+    /// its own kernel).
     pub fn config_name(&self) -> String {
-        let base = match self.path {
-            Path::Tiled => self.tile.name(),
-            Path::Decode | Path::DecodeGrouped => self.decode.name(),
+        let base = match (self.path, self.block_m) {
+            (Path::Tiled, Some(m)) => format!("{}_m{m}", self.tile.name()),
+            (Path::Tiled, None) => self.tile.name(),
+            (Path::Decode | Path::DecodeGrouped, _) => self.decode.name(),
         };
         if self.fusion == default_fusion(self.path) {
             base
@@ -368,17 +373,32 @@ impl Choice {
             return None;
         }
         Some(match path {
-            Path::Tiled => Choice {
-                path,
-                tile: TileConfig::parse(config)?,
-                decode: DecodeGeometry::DEFAULT,
-                fusion,
-            },
+            Path::Tiled => {
+                // `_m{BLOCK_M}` last, when the table names a BLOCK_M (one of 16, 32, 64, 128).
+                let (tile, block_m) = match config.rsplit_once("_m") {
+                    Some((t, m)) if !m.is_empty() && m.bytes().all(|b| b.is_ascii_digit()) => {
+                        let m: usize = m.parse().ok()?;
+                        if ![16, 32, 64, 128].contains(&m) {
+                            return None;
+                        }
+                        (t, Some(m))
+                    }
+                    _ => (config, None),
+                };
+                Choice {
+                    path,
+                    tile: TileConfig::parse(tile)?,
+                    decode: DecodeGeometry::DEFAULT,
+                    fusion,
+                    block_m,
+                }
+            }
             Path::Decode | Path::DecodeGrouped => Choice {
                 path,
                 tile: TileConfig::DEFAULT,
                 decode: DecodeGeometry::parse(config)?,
                 fusion,
+                block_m: None,
             },
         })
     }
@@ -577,12 +597,21 @@ mod tests {
             ("decode_grouped", "w8_c1_swiglu_sumk", Fusion::SwiGluSumK),
             ("tiled", "w4_k64_n1_s3", Fusion::SwiGlu),
             ("tiled", "w4_k64_n1_unfused", Fusion::Unfused),
+            ("tiled", "w8_k64_n1_s3_m64", Fusion::SwiGlu),
+            ("tiled", "w4_k32_n1_m128_unfused", Fusion::Unfused),
         ] {
             let c = Choice::parse(path, config).unwrap();
             assert_eq!(c.fusion, fusion, "{path} {config}");
             assert_eq!(c.config_name(), config);
         }
         assert_eq!(Choice::parse("tiled", "w4_k64_n1_swiglu_sumk"), None);
+        assert_eq!(
+            Choice::parse("tiled", "w8_k64_n1_s3_m64").unwrap().block_m,
+            Some(64)
+        );
+        assert_eq!(Choice::parse("tiled", "w4_k64_n1").unwrap().block_m, None);
+        assert_eq!(Choice::parse("tiled", "w4_k64_n1_m48"), None);
+        assert_eq!(Choice::parse("tiled", "w4_k64_n1_m"), None);
         assert_eq!(Choice::parse("decode", "w4_c1_fast"), None);
         // Never chosen by the rule; a table row that names it is what a batch in its bucket runs.
         for tokens in [1, 8, 64, 65, 512, 4096] {

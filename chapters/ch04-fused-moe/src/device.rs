@@ -554,8 +554,9 @@ impl FusedDevice {
 
     // ANCHOR: plan_for
     /// What runs a batch of `rows` tokens: each of the caller's overrides, else the measured
-    /// table's bucket for this shape ([`tuned_table`]), else the rules ([`choose_path`],
-    /// [`default_fusion`], chapter 3's BLOCK_M, [`default_tile`], [`DecodeGeometry::DEFAULT`]).
+    /// table's bucket for this shape ([`tuned_table`]: path, fusion, tile, BLOCK_M where it names
+    /// one, decode geometry), else the rules ([`choose_path`], [`default_fusion`], chapter 3's
+    /// BLOCK_M, [`default_tile`], [`DecodeGeometry::DEFAULT`]).
     pub fn plan_for(&self, rows: usize) -> Result<BatchPlan, MoeError> {
         let c = &self.config;
         let (k, h, i, e) = (c.router.k, c.hidden, c.intermediate, c.experts);
@@ -589,7 +590,11 @@ impl FusedDevice {
                     .tile
                     .or(tuned_for(Path::Tiled).map(|t| t.tile))
                     .unwrap_or_else(|| default_tile(h, i));
-                (self.block_m_for(pairs), tile)
+                let block_m = self
+                    .block_m
+                    .or(tuned_for(Path::Tiled).and_then(|t| t.block_m))
+                    .unwrap_or_else(|| self.block_m_for(pairs));
+                (block_m, tile)
             }
             Path::Decode => (0, self.tile.unwrap_or(TileConfig::DEFAULT)),
             Path::DecodeGrouped => (

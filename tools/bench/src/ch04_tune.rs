@@ -34,6 +34,7 @@ use crate::bar;
 use crate::cases::BenchError;
 use crate::ch02::Shape;
 use ch02_grouped::compare::check_output;
+use ch03_align::layout::choose_block_m;
 use ch03_align::regimes::routed_ids;
 use ch04_fused_moe::choose::{
     Choice, DecodeGeometry, Fusion, Path, TileConfig, TunedRow, TunedTable, TILE_CONFIGS,
@@ -166,11 +167,19 @@ fn plan(quick: bool) -> Plan {
 pub fn candidates(shape: &Shape, tokens: usize) -> Vec<Choice> {
     let mut v: Vec<Choice> = TILE_CONFIGS
         .iter()
-        .map(|&tile| Choice {
-            path: Path::Tiled,
-            tile,
-            decode: DecodeGeometry::DEFAULT,
-            fusion: Fusion::SwiGlu,
+        .flat_map(|&tile| {
+            // Chapter 3's BLOCK_M, and the next larger tile: an expert's weights read for twice
+            // as many of its pairs at once.
+            let rule = choose_block_m(tokens * shape.k, shape.experts);
+            std::iter::once(None)
+                .chain((rule < 128).then_some(Some(2 * rule)))
+                .map(move |block_m| Choice {
+                    path: Path::Tiled,
+                    tile,
+                    decode: DecodeGeometry::DEFAULT,
+                    fusion: Fusion::SwiGlu,
+                    block_m,
+                })
         })
         .collect();
     if tokens * shape.k <= DECODE_MAX_PAIRS_PER_EXPERT * shape.experts {
@@ -182,6 +191,7 @@ pub fn candidates(shape: &Shape, tokens: usize) -> Vec<Choice> {
                     tile: TileConfig::DEFAULT,
                     decode,
                     fusion,
+                    block_m: None,
                 }));
             }
         }
@@ -196,9 +206,10 @@ fn variant(base: &FusedDevice, c: Choice) -> Result<FusedDevice, String> {
         .without_tuned_table()
         .with_path(c.path)
         .with_fusion(c.fusion);
-    match c.path {
-        Path::Tiled => l.with_tile(c.tile),
-        Path::Decode | Path::DecodeGrouped => l.with_decode_geometry(c.decode),
+    match (c.path, c.block_m) {
+        (Path::Tiled, Some(m)) => l.with_tile(c.tile).and_then(|l| l.with_block_m(m)),
+        (Path::Tiled, None) => l.with_tile(c.tile),
+        (Path::Decode | Path::DecodeGrouped, _) => l.with_decode_geometry(c.decode),
     }
     .map_err(|e| e.to_string())
 }
@@ -332,6 +343,7 @@ fn rule_choice(base: &FusedDevice, tokens: usize) -> Result<Choice, String> {
             DecodeGeometry::DEFAULT
         },
         fusion: p.fusion,
+        block_m: None,
     })
 }
 
@@ -529,6 +541,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn tiled_candidates_try_the_next_larger_block_m() {
+        let tiled = |tokens| -> Vec<Option<usize>> {
+            candidates(&TINY, tokens)
+                .iter()
+                .filter(|c| c.path == Path::Tiled)
+                .map(|c| c.block_m)
+                .collect()
+        };
+        let rule = choose_block_m(TINY.k, TINY.experts);
+        assert!(rule < 128);
+        let one = tiled(1);
+        assert_eq!(one.len(), 2 * TILE_CONFIGS.len());
+        assert_eq!(
+            one.iter().filter(|m| **m == Some(2 * rule)).count(),
+            TILE_CONFIGS.len()
+        );
+        // Where the rule already takes 128, only the rule.
+        let big = 128 * TINY.experts / TINY.k;
+        assert_eq!(choose_block_m(big * TINY.k, TINY.experts), 128);
+        assert!(tiled(big).iter().all(|m| m.is_none()));
+        assert_eq!(tiled(big).len(), TILE_CONFIGS.len());
+    }
+
+    #[test]
     fn grouped_decode_candidates_run_where_the_decode_ones_do() {
         let n = |tokens, p: Path| {
             candidates(&TINY, tokens)
@@ -549,6 +585,7 @@ mod tests {
             tile: TileConfig::DEFAULT,
             decode: DecodeGeometry::DEFAULT,
             fusion: ch04_fused_moe::choose::default_fusion(path),
+            block_m: None,
         };
         let (a, b) = (
             vec![1.0f32, 2.0],
