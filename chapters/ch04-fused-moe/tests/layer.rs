@@ -539,32 +539,51 @@ fn kernels_skip_placeholders_garbage_and_foreign_tiles(dev: &'static Device) {
     }
     // f64 on the same bf16 values: act rounded to bf16 as the kernel stores it, y from the
     // kernel's own act (so only GEMM 2's sums are compared there).
-    let dot =
-        |a: &[f32], b: &[f32]| -> f64 { a.iter().zip(b).map(|(&u, &v)| u as f64 * v as f64).sum() };
     let (mut want_act, mut got_act, mut want_y, mut got_y) = (vec![], vec![], vec![], vec![]);
     for &(pair, ex) in &layout {
-        let xr = &x[pair / k * h..(pair / k + 1) * h];
-        let w = &w13[ex * 2 * i * h..(ex + 1) * 2 * i * h];
-        for c in 0..i {
-            let g = dot(xr, &w[c * h..(c + 1) * h]);
-            let u = dot(xr, &w[(i + c) * h..(i + c + 1) * h]);
-            want_act.push((g / (1.0 + (-g).exp()) * u) as f32);
-            got_act.push(act[pair * i + c].to_f32());
-        }
         let ar: Vec<f32> = act[pair * i..(pair + 1) * i]
             .iter()
             .map(|v| v.to_f32())
             .collect();
-        let w = &w2[ex * h * i..(ex + 1) * h * i];
-        for c in 0..h {
-            want_y.push((weight[pair] as f64 * dot(&ar, &w[c * i..(c + 1) * i])) as f32);
-            got_y.push(y[pair * h + c]);
-        }
+        let xr = &x[pair / k * h..(pair / k + 1) * h];
+        let (a, down) = pair_oracle(xr, &ar, &w13, &w2, ex, (h, i));
+        want_act.extend(a.iter().map(|&v| v as f32));
+        got_act.extend_from_slice(&ar);
+        want_y.extend(down.iter().map(|&d| (weight[pair] as f64 * d) as f32));
+        got_y.extend_from_slice(&y[pair * h..(pair + 1) * h]);
     }
     check_output("gemm1 act", &want_act, &got_act, Tolerance::BF16_VS_ORACLE).unwrap();
     // GEMM 2 alone: fp32 sums of bf16 products, no bf16 rounding on the way.
     check_output("gemm2 y", &want_y, &got_y, Tolerance::F32).unwrap();
     grouped_kernels_on_a_hand_made_layout(dev, &x, &w13, &w2, &weight);
+}
+
+/// The f64 oracle of one pair on the kernels' own bf16 values: its `act` row (SwiGLU of
+/// x_row · w13[e]ᵀ, unrounded) and its unweighted down projection from `act_row` (the kernel's
+/// own act, so only GEMM 2's sums are compared). w13 [E, 2I, H], w2 [E, H, I], flattened.
+fn pair_oracle(
+    x_row: &[f32],
+    act_row: &[f32],
+    w13: &[f32],
+    w2: &[f32],
+    e: usize,
+    (h, i): (usize, usize),
+) -> (Vec<f64>, Vec<f64>) {
+    let dot =
+        |a: &[f32], b: &[f32]| -> f64 { a.iter().zip(b).map(|(&u, &v)| u as f64 * v as f64).sum() };
+    let w = &w13[e * 2 * i * h..(e + 1) * 2 * i * h];
+    let act = (0..i)
+        .map(|c| {
+            let g = dot(x_row, &w[c * h..(c + 1) * h]);
+            let u = dot(x_row, &w[(i + c) * h..(i + c + 1) * h]);
+            g / (1.0 + (-g).exp()) * u
+        })
+        .collect();
+    let w = &w2[e * h * i..(e + 1) * h * i];
+    let down = (0..h)
+        .map(|c| dot(act_row, &w[c * i..(c + 1) * i]))
+        .collect();
+    (act, down)
 }
 
 /// The grouped decode kernels on a layout of their own (BLOCK_M 64, so two ballots per tile):
@@ -775,8 +794,6 @@ fn decode_kernels_skip_foreign_ids(dev: &'static Device) {
     );
     assert_same_bits("y, this backend vs the emulator", &y, &emu_y);
     assert_same_bits("out, this backend vs the emulator", &out, &emu_out);
-    let dot =
-        |a: &[f32], b: &[f32]| -> f64 { a.iter().zip(b).map(|(&u, &v)| u as f64 * v as f64).sum() };
     let (mut want_act, mut got_act, mut want_out) = (vec![], vec![], vec![0f64; t * h]);
     let mut combined = vec![0f32; t * h];
     for pair in 0..p {
@@ -792,22 +809,16 @@ fn decode_kernels_skip_foreign_ids(dev: &'static Device) {
             );
             continue;
         }
-        let ex = ex as usize;
-        let xr = &xq[pair / k * h..(pair / k + 1) * h];
-        let w = &w13[ex * 2 * i * h..(ex + 1) * 2 * i * h];
-        for c in 0..i {
-            let g = dot(xr, &w[c * h..(c + 1) * h]);
-            let u = dot(xr, &w[(i + c) * h..(i + c + 1) * h]);
-            want_act.push((g / (1.0 + (-g).exp()) * u) as f32);
-            got_act.push(act[pair * i + c].to_f32());
-        }
         let ar: Vec<f32> = act[pair * i..(pair + 1) * i]
             .iter()
             .map(|v| v.to_f32())
             .collect();
-        let w = &w2[ex * h * i..(ex + 1) * h * i];
+        let xr = &xq[pair / k * h..(pair / k + 1) * h];
+        let (a, down) = pair_oracle(xr, &ar, &w13, &w2, ex as usize, (h, i));
+        want_act.extend(a.iter().map(|&v| v as f32));
+        got_act.extend_from_slice(&ar);
         for c in 0..h {
-            want_out[pair / k * h + c] += weight[pair] as f64 * dot(&ar, &w[c * i..(c + 1) * i]);
+            want_out[pair / k * h + c] += weight[pair] as f64 * down[c];
             // fused_combine's order on the kernel's own y: j in order, skipped pairs adding nothing.
             combined[pair / k * h + c] += y[pair * h + c];
         }

@@ -192,6 +192,19 @@ impl Session {
         })
     }
 
+    /// One line for the log: the device, its measured copy bandwidth and bf16 rate, and one
+    /// empty launch cold and warm.
+    pub fn describe(&self) -> String {
+        format!(
+            "{}: copy {:.0} GB/s, bf16 cuBLAS {:.0} TFLOP/s; empty kernel cold {:.2} µs, warm {:.2} µs",
+            self.dev.describe(),
+            self.ceilings.copy_gbs,
+            self.ceilings.bf16_tflops,
+            self.empty.cold.median_us,
+            self.empty.warm.median_us
+        )
+    }
+
     /// The empty kernel's row of `chapter`'s CSV (its floor is itself).
     pub fn empty_row(&self, chapter: &str) -> BenchRow {
         row(

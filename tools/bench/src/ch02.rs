@@ -454,17 +454,8 @@ fn gpu(dev: &'static Device, args: &Ch02Args, quick: bool) -> Result<(), String>
         );
     }
     let session = Session::start(dev, quick)?;
-    let Session {
-        empty, ceilings, ..
-    } = &session;
-    eprintln!(
-        "{}: copy {:.0} GB/s, bf16 cuBLAS {:.0} TFLOP/s; empty kernel cold {:.2} µs, warm {:.2} µs",
-        dev.describe(),
-        ceilings.copy_gbs,
-        ceilings.bf16_tflops,
-        empty.cold.median_us,
-        empty.warm.median_us
-    );
+    let Session { ceilings, .. } = &session;
+    eprintln!("{}", session.describe());
     let weights = weights(shape);
     let layer = layer(dev, shape, &weights)?;
     check_on_device(&layer, &weights, shape, &routings[..CHECKED])?;

@@ -1021,17 +1021,8 @@ fn gpu(dev: &'static Device, args: &Ch04Args, quick: bool) -> Result<(), String>
         .map(PeerOutputs::read)
         .transpose()?;
     let session = Session::start(dev, quick)?;
-    let Session {
-        empty, ceilings, ..
-    } = &session;
-    eprintln!(
-        "{}: copy {:.0} GB/s, bf16 cuBLAS {:.0} TFLOP/s; empty kernel cold {:.2} µs, warm {:.2} µs",
-        dev.describe(),
-        ceilings.copy_gbs,
-        ceilings.bf16_tflops,
-        empty.cold.median_us,
-        empty.warm.median_us
-    );
+    let Session { ceilings, .. } = &session;
+    eprintln!("{}", session.describe());
     // The harness of long calls (the quick plan is lighter still).
     let long = if quick {
         None

@@ -389,17 +389,7 @@ pub fn run(args: &GpuArgs) -> Result<(), String> {
 
 fn gpu(dev: &'static Device, args: &GpuArgs, quick: bool) -> Result<(), String> {
     let session = Session::start(dev, quick)?;
-    let Session {
-        empty, ceilings, ..
-    } = &session;
-    eprintln!(
-        "{}: copy {:.0} GB/s, bf16 cuBLAS {:.0} TFLOP/s; empty kernel cold {:.2} µs, warm {:.2} µs",
-        dev.describe(),
-        ceilings.copy_gbs,
-        ceilings.bf16_tflops,
-        empty.cold.median_us,
-        empty.warm.median_us
-    );
+    eprintln!("{}", session.describe());
     let cases = cases(&ROWS);
     let (rows, steps) = session.run_all("ch05", "rows", &cases, args.peers.as_deref())?;
     let out = &args.out_dir;

@@ -10,7 +10,7 @@
 use super::facts::Facts;
 use super::svg::{shapes, Figure, Marker, Series};
 use super::tables::fmt_us;
-use super::Generated;
+use super::{find, read, Generated};
 use crate::bench_row::{parse_csv, BenchRow};
 use crate::csv::Table;
 use std::collections::BTreeSet;
@@ -30,10 +30,6 @@ const OURS: &str = "grouped";
 const LOOP: &str = "torch_loop";
 const GMM: &str = "torch_grouped_mm";
 const PROBE: &str = "floor_probe";
-
-fn read(root: &Path, rel: &str) -> Result<String, String> {
-    std::fs::read_to_string(root.join(rel)).map_err(|e| format!("cannot read {rel}: {e}"))
-}
 
 /// The group's files, generated from the repository at `root`.
 pub fn generate(root: &Path) -> Result<Vec<Generated>, String> {
@@ -110,11 +106,6 @@ fn active(r: &BenchRow) -> Result<u64, String> {
         ));
     }
     Ok(n as u64)
-}
-
-fn find<'a>(rows: &'a [BenchRow], shape: &str, n: u64, imp: &str) -> Option<&'a BenchRow> {
-    rows.iter()
-        .find(|r| r.shape == shape && r.rows == n && r.imp == imp)
 }
 
 /// Ours over `peer`, cold medians, at one shape and token count.

@@ -12,7 +12,7 @@
 use super::facts::{thousands, Facts};
 use super::svg::{shapes, Figure, Marker, Series};
 use super::tables::{fmt_us, parse_steps};
-use super::Generated;
+use super::{esc, find, read, short, token_counts, Generated};
 use crate::bench_row::{parse_csv, BenchRow};
 use crate::csv::Table;
 use std::collections::BTreeSet;
@@ -40,10 +40,6 @@ const EMPTY: &str = "empty_kernel";
 const PAD_FACT_TOKENS: [u64; 6] = [1, 8, 16, 64, 512, 8192];
 /// Decode sizes: where the distance to one launch is read.
 const SMALL: u64 = 16;
-
-fn read(root: &Path, rel: &str) -> Result<String, String> {
-    std::fs::read_to_string(root.join(rel)).map_err(|e| format!("cannot read {rel}: {e}"))
-}
 
 /// The group's files, generated from the repository at `root`.
 pub fn generate(root: &Path) -> Result<Vec<Generated>, String> {
@@ -106,11 +102,6 @@ pub fn generate(root: &Path) -> Result<Vec<Generated>, String> {
         content: f.render("Chapter 3's numbers"),
     });
     Ok(out)
-}
-
-/// `e128_k8` → `e128`: the facts' prefix of a shape.
-fn short(shape: &str) -> &str {
-    shape.split('_').next().unwrap_or(shape)
 }
 
 /// `e128_k8` → `(128, 8)`.
@@ -269,12 +260,6 @@ fn tile_color(k: usize) -> &'static str {
     [
         "#0072b2", "#009e73", "#e69f00", "#d55e00", "#cc79a7", "#56b4e9",
     ][k % 6]
-}
-
-fn esc(t: &str) -> String {
-    t.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
 }
 
 /// The padding figure: one panel per E (three to a row), the share of padded slots against T
@@ -514,11 +499,6 @@ pub fn parse_layout(text: &str, name: &str) -> Result<Vec<Layout>, String> {
         .collect()
 }
 
-fn find<'a>(rows: &'a [BenchRow], shape: &str, n: u64, imp: &str) -> Option<&'a BenchRow> {
-    rows.iter()
-        .find(|r| r.shape == shape && r.rows == n && r.imp == imp)
-}
-
 /// PyTorch's time over ours at one shape and token count: (cold, warm).
 pub fn torch_over_ours(rows: &[BenchRow], shape: &str, n: u64) -> Option<(f64, f64)> {
     let (o, t) = (find(rows, shape, n, OURS)?, find(rows, shape, n, TORCH)?);
@@ -546,14 +526,6 @@ pub fn over_empty(rows: &[BenchRow], shape: &str, n: u64) -> Option<(f64, f64)> 
         o.cold_median_us - e.cold_median_us,
         o.warm_median_us - e.warm_median_us,
     ))
-}
-
-fn token_counts(rows: &[BenchRow], shape: &str) -> Vec<u64> {
-    unique(
-        rows.iter()
-            .filter(|r| r.shape == shape && r.rows > 0)
-            .map(|r| r.rows),
-    )
 }
 
 /// The table the chapter quotes: one block per shape, one column per token count; BLOCK_M and

@@ -21,7 +21,7 @@
 use super::facts::{thousands, Facts};
 use super::svg::{shapes, Figure, Marker, Series};
 use super::tables::{fmt_us, parse_steps};
-use super::Generated;
+use super::{esc, find, read, short, token_counts, Generated};
 use crate::bench_row::{parse_csv, BenchRow};
 use crate::csv::Table;
 use std::collections::BTreeSet;
@@ -62,10 +62,6 @@ const EMPTY: &str = "empty_kernel";
 const PROBE: &str = "floor_probe";
 /// The implementations compared with ours, in the order they are listed.
 const OTHERS: [&str; 3] = [GROUPED, TORCH_GMM, TORCH_LOOP];
-
-fn read(root: &Path, rel: &str) -> Result<String, String> {
-    std::fs::read_to_string(root.join(rel)).map_err(|e| format!("cannot read {rel}: {e}"))
-}
 
 /// The group's files, generated from the repository at `root`.
 pub fn generate(root: &Path) -> Result<Vec<Generated>, String> {
@@ -180,11 +176,6 @@ fn panel_title(shape: &str) -> String {
     }
 }
 
-/// `qwen3_h2048_i768_e128_k8` → `qwen3`: the facts' prefix of a shape.
-fn short(shape: &str) -> &str {
-    shape.split('_').next().unwrap_or(shape)
-}
-
 /// A variant of the fused layer: `fused_<what>`.
 fn is_variant(imp: &str) -> bool {
     imp.strip_prefix("fused_").is_some_and(|w| !w.is_empty())
@@ -219,11 +210,6 @@ pub fn parse_layout(text: &str, name: &str) -> Result<Vec<Layout>, String> {
         .collect()
 }
 
-fn find<'a>(rows: &'a [BenchRow], shape: &str, n: u64, imp: &str) -> Option<&'a BenchRow> {
-    rows.iter()
-        .find(|r| r.shape == shape && r.rows == n && r.imp == imp)
-}
-
 /// `imp`'s time over ours at one shape and token count: (cold, warm).
 pub fn over_ours(rows: &[BenchRow], shape: &str, n: u64, imp: &str) -> Option<(f64, f64)> {
     let (o, p) = (find(rows, shape, n, OURS)?, find(rows, shape, n, imp)?);
@@ -231,15 +217,6 @@ pub fn over_ours(rows: &[BenchRow], shape: &str, n: u64, imp: &str) -> Option<(f
         p.cold_median_us / o.cold_median_us,
         p.warm_median_us / o.warm_median_us,
     ))
-}
-
-fn token_counts(rows: &[BenchRow], shape: &str) -> Vec<u64> {
-    rows.iter()
-        .filter(|r| r.shape == shape && r.rows > 0)
-        .map(|r| r.rows)
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect()
 }
 
 /// Implementations at a shape, ours first, its variants, then the others in [`OTHERS`] order.
@@ -578,12 +555,6 @@ const INK: &str = "#1f2328";
 const MUTED: &str = "#57606a";
 const GRID: &str = "#e4e7eb";
 const FONT: &str = "system-ui, -apple-system, 'Segoe UI', Helvetica, Arial, sans-serif";
-
-fn esc(t: &str) -> String {
-    t.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
 
 /// One line of a panel: `(T, value)` points.
 struct Line {

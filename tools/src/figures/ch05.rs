@@ -18,7 +18,7 @@
 use super::facts::Facts;
 use super::svg::{describe_shape, shapes, Figure, Marker, Series};
 use super::tables::fmt_us;
-use super::Generated;
+use super::{find, read, Generated};
 use crate::bench_row::{parse_csv, BenchRow};
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -41,10 +41,6 @@ const IMPLS: [&str; 6] = [
 ];
 /// The ones the figure draws: the routers (the two kernels alone are in the table).
 const DRAWN: [&str; 4] = ["pair", "blas_fused", "chain", "torch_5line"];
-
-fn read(root: &Path, rel: &str) -> Result<String, String> {
-    std::fs::read_to_string(root.join(rel)).map_err(|e| format!("cannot read {rel}: {e}"))
-}
 
 /// The group's files, generated from the repository at `root` (the page's example and tree
 /// join them in `figures::generate`).
@@ -135,11 +131,6 @@ pub fn render_svg(rows: &[BenchRow]) -> String {
         floor_from: PAIR,
     }
     .render(&drawn)
-}
-
-fn find<'a>(rows: &'a [BenchRow], shape: &str, n: u64, imp: &str) -> Option<&'a BenchRow> {
-    rows.iter()
-        .find(|r| r.shape == shape && r.rows == n && r.imp == imp)
 }
 
 /// The router's floor probe (the largest read at this shape and row count) and the logits'

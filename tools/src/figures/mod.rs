@@ -27,6 +27,7 @@ pub struct Generated {
 /// The groups of generated files, by the page that uses them.
 pub const GROUPS: [&str; 6] = ["runtime", "ch01", "ch02", "ch03", "ch04", "ch05"];
 
+/// A committed file of the repository at `root`, as text.
 fn read(root: &Path, rel: &str) -> Result<String, String> {
     std::fs::read_to_string(root.join(rel)).map_err(|e| format!("cannot read {rel}: {e}"))
 }
@@ -34,6 +35,29 @@ fn read(root: &Path, rel: &str) -> Result<String, String> {
 /// The short name of a shape: `glm_h4096_e288_k8` → `glm`.
 fn short(shape: &str) -> &str {
     shape.split('_').next().unwrap_or(shape)
+}
+
+/// The bench row of `imp` at `n` rows (tokens) of `shape`.
+fn find<'a>(rows: &'a [BenchRow], shape: &str, n: u64, imp: &str) -> Option<&'a BenchRow> {
+    rows.iter()
+        .find(|r| r.shape == shape && r.rows == n && r.imp == imp)
+}
+
+/// The token counts measured at `shape`, ascending (the empty launch's rows, at 0, left out).
+fn token_counts(rows: &[BenchRow], shape: &str) -> Vec<u64> {
+    rows.iter()
+        .filter(|r| r.shape == shape && r.rows > 0)
+        .map(|r| r.rows)
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect()
+}
+
+/// Text made safe inside SVG.
+fn esc(t: &str) -> String {
+    t.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// The files of one group (`ch01`, `runtime`), generated from the repository at `root`.
