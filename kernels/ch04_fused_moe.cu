@@ -906,6 +906,7 @@ extern "C" __global__ void __launch_bounds__(DECODE_MAX_THREADS)
     decode_gemm1_swiglu(const float* x, const int* ids, const __nv_bfloat16* w13, const __nv_bfloat16* shared_w13,
                         const __nv_bfloat16* shared_gate, float* shared_logit, __nv_bfloat16* act,
                         __nv_bfloat16* shared_act, int T, int k, int H, int I, int E, int Is, int cols_per_warp) {
+    moe_launch_dependents();  // decode_gemm2_sum, a dependent launch, may start its prefetch now
     decode_gemm1_impl<true>(x, ids, w13, shared_w13, shared_gate, shared_logit, act, shared_act, T, k, H, I, E, Is,
                             cols_per_warp);
 }
@@ -935,6 +936,24 @@ extern "C" __global__ void __launch_bounds__(DECODE_MAX_THREADS)
     const int t = blockIdx.x;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
     const bool vec = I % DECODE_CHUNK == 0, shared_vec = Is % DECODE_CHUNK == 0;
+    // ANCHOR: decode_gemm2_prefetch
+    // A dependent launch (LaunchConfig::dependent): this block may start while GEMM 1 still runs.
+    // Until moe_grid_wait it touches only what no kernel of the layer writes: the ids and weights
+    // (the router's, finished before GEMM 1, a plain launch, could start) and w2, whose rows this
+    // warp will read it asks of the L2 now, one 128-byte line per lane, so that they stream from
+    // memory while GEMM 1 ends instead of after.
+    for (int c = 0; c < cols_per_warp; ++c) {
+        const int n = blockIdx.y * warps * cols_per_warp + warp * cols_per_warp + c;
+        if (n >= H) break;
+        for (int j = 0; j < k; ++j) {
+            const int e = ids[(size_t)t * k + j];
+            if (e < 0 || e >= E) continue;
+            const __nv_bfloat16* row = w2 + ((size_t)e * H + n) * (size_t)I;
+            for (int l = lane * 64; l < I; l += 32 * 64) moe_prefetch_l2(row + l);
+        }
+    }
+    moe_grid_wait();  // act (and the shared expert's act and logit) are GEMM 1's output
+    // ANCHOR_END: decode_gemm2_prefetch
     for (int c = 0; c < cols_per_warp; ++c) {
         const int n = blockIdx.y * warps * cols_per_warp + warp * cols_per_warp + c;
         if (n >= H) break;  // the same for the whole warp
@@ -1199,6 +1218,7 @@ extern "C" __global__ void __launch_bounds__(DECODE_GROUP_MAX_THREADS)
                                 const __nv_bfloat16* shared_gate, float* shared_logit, __nv_bfloat16* act,
                                 __nv_bfloat16* shared_act, int T, int k, int H, int I, int E, int Is,
                                 int cols_per_warp, int block_m, int tiles) {
+    moe_launch_dependents();  // as decode_gemm1_swiglu
     decode_grouped_gemm1_impl<true>(x, sorted_ids, expert_ids, num_post, w13, shared_w13, shared_gate, shared_logit,
                                     act, shared_act, T, k, H, I, E, Is, cols_per_warp, block_m, tiles);
 }

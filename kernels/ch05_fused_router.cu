@@ -22,6 +22,8 @@
 //   s / (sum + 1e-20) * scale, the sum taken in selection order.
 // - Exponentials and logarithms come from common.cuh (moe_expf, moe_softplusf), and every sum
 //   has a fixed order, so the emulator and the GPU give the same bits.
+// - Launched as a programmatic dependent of the kernel that writes the logits (the tiny GEMM):
+//   the bias loads go out before moe_grid_wait (common.cuh), the logits' after it.
 // - Limits: E <= 1024 (32 experts per lane), k <= 32 (lane r keeps the r-th pick), at most 32
 //   groups (lane g keeps group g's value). The host refuses larger sizes with a typed error.
 #include "common.cuh"
@@ -58,12 +60,13 @@ __device__ __forceinline__ void fr_warp_best(float& key, int& id, float& score) 
 }
 
 // ANCHOR: scores
-// Step 2 for one lane's SLOTS experts (expert lane + 32*j in slot j): the logits become scores,
-// in place, and the rank keys. A non-finite logit (or a slot past E) gets score 0, key -inf.
+// Step 2 for one lane's first `slots` of its SLOTS experts (expert lane + 32*j in slot j; the
+// slots from `slots` on lie wholly past E and are never read): the logits become scores, in
+// place, and the rank keys, score + b[j] with a bias (b: the lane's bias values, loaded by the
+// caller). A non-finite logit (or a slot past E) gets score 0, key -inf.
 template <int SLOTS>
-__device__ __forceinline__ void fr_scores(float* s, float* key, const float* __restrict__ bias,
-                                          int E, int scoring) {
-    const int lane = threadIdx.x & 31;
+__device__ __forceinline__ void fr_scores(float* s, float* key, const float* b, bool has_bias,
+                                          int slots, int scoring) {
     const float neg_inf = -__int_as_float(0x7f800000);
     if (scoring == FR_SCORING_SOFTMAX) {
         // Softmax over the finite logits: the row's max and the sum of exponentials, each a
@@ -71,11 +74,12 @@ __device__ __forceinline__ void fr_scores(float* s, float* key, const float* __r
         float m = neg_inf;
 #pragma unroll
         for (int j = 0; j < SLOTS; ++j)
-            if (moe_isfinite(s[j])) m = fmaxf(m, s[j]);
+            if (j < slots && moe_isfinite(s[j])) m = fmaxf(m, s[j]);
         for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(MOE_FULL_MASK, m, off));
         float sum = 0.0f;
 #pragma unroll
         for (int j = 0; j < SLOTS; ++j) {
+            if (j >= slots) break;
             const bool finite = moe_isfinite(s[j]);
             key[j] = finite ? 0.0f : neg_inf;  // remembers which logits were finite
             s[j] = finite ? moe_expf(s[j] - m) : 0.0f;
@@ -83,10 +87,12 @@ __device__ __forceinline__ void fr_scores(float* s, float* key, const float* __r
         }
         for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(MOE_FULL_MASK, sum, off);
 #pragma unroll
-        for (int j = 0; j < SLOTS; ++j) s[j] = (key[j] == 0.0f && sum > 0.0f) ? s[j] / sum : 0.0f;
+        for (int j = 0; j < SLOTS; ++j)
+            if (j < slots) s[j] = (key[j] == 0.0f && sum > 0.0f) ? s[j] / sum : 0.0f;
     } else {
 #pragma unroll
         for (int j = 0; j < SLOTS; ++j) {
+            if (j >= slots) break;
             const bool finite = moe_isfinite(s[j]);
             key[j] = finite ? 0.0f : neg_inf;
             if (!finite)
@@ -99,10 +105,8 @@ __device__ __forceinline__ void fr_scores(float* s, float* key, const float* __r
     }
     // The rank key: score + bias selects; the unbiased score stays the weight.
 #pragma unroll
-    for (int j = 0; j < SLOTS; ++j) {
-        const int e = lane + 32 * j;
-        if (key[j] == 0.0f) key[j] = (bias != nullptr && e < E) ? s[j] + bias[e] : s[j];
-    }
+    for (int j = 0; j < SLOTS; ++j)
+        if (j < slots && key[j] == 0.0f) key[j] = has_bias ? s[j] + b[j] : s[j];
 }
 // ANCHOR_END: scores
 
@@ -110,20 +114,27 @@ __device__ __forceinline__ void fr_scores(float* s, float* key, const float* __r
 // DeepSeek-V3's grouped selection: experts form n_group contiguous groups of E / n_group; a
 // group's value is the sum of its two best keys (its one key when groups have one expert); the
 // topk_group best groups stay (ties to the lower group id). Returns the lane's slots that lie
-// in a dropped group, as a bit mask. Lane g holds group g's value (n_group <= 32).
+// in a dropped group, as a bit mask. Lane g holds group g's value (n_group <= 32). Only the
+// first `slots` slots hold experts (as in fr_scores).
 template <int SLOTS>
-__device__ __forceinline__ unsigned fr_dropped_slots(const float* key, int E, int n_group,
+__device__ __forceinline__ unsigned fr_dropped_slots(const float* key, int E, int slots, int n_group,
                                                      int topk_group) {
     const int lane = threadIdx.x & 31;
     const int per = E / n_group;
     const float neg_inf = -__int_as_float(0x7f800000);
+    // Each slot's group, divided once (-1 past E) rather than once per group.
+    int group[SLOTS];
+#pragma unroll
+    for (int j = 0; j < SLOTS; ++j) {
+        const int e = lane + 32 * j;
+        group[j] = (j < slots && e < E) ? e / per : -1;
+    }
     float mine = neg_inf;  // this lane's group's value
     for (int g = 0; g < n_group; ++g) {
         float b1 = neg_inf, b2 = neg_inf;  // the lane's two best keys in group g
 #pragma unroll
         for (int j = 0; j < SLOTS; ++j) {
-            const int e = lane + 32 * j;
-            if (e < E && e / per == g) {
+            if (group[j] == g) {
                 if (key[j] > b1) {
                     b2 = b1;
                     b1 = key[j];
@@ -150,10 +161,8 @@ __device__ __forceinline__ unsigned fr_dropped_slots(const float* key, int E, in
     }
     unsigned dropped = 0;
 #pragma unroll
-    for (int j = 0; j < SLOTS; ++j) {
-        const int e = lane + 32 * j;
-        if (e < E && !(kept >> (e / per) & 1u)) dropped |= 1u << j;
-    }
+    for (int j = 0; j < SLOTS; ++j)
+        if (group[j] >= 0 && !(kept >> group[j] & 1u)) dropped |= 1u << j;
     return dropped;
 }
 // ANCHOR_END: groups
@@ -173,17 +182,30 @@ __device__ __forceinline__ void fused_router(const float* __restrict__ logits,
     const int t = blockIdx.x * FR_ROWS_PER_BLOCK + warp;
     if (t >= T) return;  // the whole warp leaves; nothing waits for the other warps
     const float* x = logits + (size_t)t * E;
-    float s[SLOTS], key[SLOTS];
+    // The lanes' slots that hold experts: E = 288 fills 9 of the 16 slots of fused_router_e512,
+    // and the loops below stop there (a uniform branch) instead of scoring 7 empty slots.
+    const int slots = (E + 31) / 32;
+    float s[SLOTS], key[SLOTS], b[SLOTS];
     unsigned used = 0;  // bit j: slot j is taken, past E, or in a dropped group
+    // The bias first: no kernel writes it, so its loads go out before the wait for the logits
+    // (the kernel is launched as a dependent of the tiny GEMM: LaunchConfig::dependent).
+    const bool has_bias = bias != nullptr;
+#pragma unroll
+    for (int j = 0; j < SLOTS; ++j) {
+        const int e = lane + 32 * j;
+        b[j] = (has_bias && j < slots && e < E) ? bias[e] : 0.0f;
+        key[j] = -__int_as_float(0x7f800000);
+        if (e >= E) used |= 1u << j;
+    }
+    moe_grid_wait();  // the logits are the kernel ahead's output
 #pragma unroll
     for (int j = 0; j < SLOTS; ++j) {
         const int e = lane + 32 * j;
         // A slot past E holds a NaN: non-finite, it scores 0 and adds nothing to a softmax.
-        s[j] = e < E ? x[e] : __int_as_float(0x7fc00000);
-        if (e >= E) used |= 1u << j;
+        s[j] = (j < slots && e < E) ? x[e] : __int_as_float(0x7fc00000);
     }
-    fr_scores<SLOTS>(s, key, bias, E, scoring);
-    if (n_group > 1) used |= fr_dropped_slots<SLOTS>(key, E, n_group, topk_group);
+    fr_scores<SLOTS>(s, key, b, has_bias, slots, scoring);
+    if (n_group > 1) used |= fr_dropped_slots<SLOTS>(key, E, slots, n_group, topk_group);
 
     // k rounds of argmax: each lane's best free slot (slots in id order, so a strict > keeps the
     // lower id), then the warp's best. Lane r keeps round r's expert and score.
@@ -193,9 +215,11 @@ __device__ __forceinline__ void fused_router(const float* __restrict__ logits,
     for (int round = 0; round < k; ++round) {
         float bk = 0.0f, bs = 0.0f;
         int bi = -1;
+        // fr_better(key[j], lane + 32j, bk, bi), shortened: a lane's ids grow with j, so a
+        // later slot wins only with a strictly larger key.
 #pragma unroll
         for (int j = 0; j < SLOTS; ++j)
-            if (!(used >> j & 1u) && fr_better(key[j], lane + 32 * j, bk, bi)) {
+            if (j < slots && !(used >> j & 1u) && (bi < 0 || key[j] > bk)) {
                 bk = key[j];
                 bi = lane + 32 * j;
                 bs = s[j];

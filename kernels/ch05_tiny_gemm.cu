@@ -12,9 +12,10 @@
 // 16 rows and chains to the top-k kernel with programmatic dependent launch.
 //
 // Differences:
-// - No programmatic dependent launch: the runtime (kernels/src) launches through cuLaunchKernel
-//   with no launch attributes. The gate weight's loads are still issued before the hidden
-//   states' (which an earlier kernel would have written), so a PDL wait would go between them.
+// - Programmatic dependent launch one way only: this kernel lets the router kernel after it start
+//   early (moe_launch_dependents, common.cuh), but is itself a plain launch, since the hidden
+//   states it reads come from the layer before. Its gate-weight loads are issued first, so a
+//   wait (moe_grid_wait) would go between them and the hidden states' loads.
 // - The block's reduction is a fixed tree (warp xor shuffles, then the 8 warps' sums in warp
 //   order), so the bits do not depend on the batch: a row's logits are the same whether it is
 //   routed alone or with 8191 others, on the emulator and on the GPU.
@@ -57,6 +58,9 @@ __device__ __forceinline__ void tiny_gemm(const __nv_bfloat16* __restrict__ hidd
     const int e0 = blockIdx.x * EPB, experts = min(EPB, E - e0);
     const int t0 = blockIdx.y * ROWS, rows = min(ROWS, T - t0);
     const int slices = H >> 3;  // 16-byte slices per row
+    // The router kernel after this one is a dependent launch: let its blocks be scheduled now,
+    // so they are resident, their bias loaded, when the logits land (it waits for them itself).
+    moe_launch_dependents();
     float acc[EPB][ROWS];
 #pragma unroll
     for (int q = 0; q < EPB; ++q)
@@ -80,6 +84,14 @@ __device__ __forceinline__ void tiny_gemm(const __nv_bfloat16* __restrict__ hidd
         for (int g = 0; g < TINY_SLICES; ++g) {
             const int s = s0 + g * TINY_THREADS;
             if (s >= slices) break;
+            // Then this slice of every row, all issued before the first is used: one wait for
+            // all of them instead of one per row (a load inside the row loop, behind the row
+            // count's test, cannot be moved up by the compiler: it would read past the rows).
+            uint4 xv[ROWS];
+#pragma unroll
+            for (int r = 0; r < ROWS; ++r)
+                xv[r] = r < rows ? reinterpret_cast<const uint4*>(hidden + (size_t)(t0 + r) * H)[s]
+                                 : make_uint4(0u, 0u, 0u, 0u);
             float wf[EPB][8];
 #pragma unroll
             for (int q = 0; q < EPB; ++q) tiny_unpack8(w[q][g], wf[q]);
@@ -87,7 +99,7 @@ __device__ __forceinline__ void tiny_gemm(const __nv_bfloat16* __restrict__ hidd
             for (int r = 0; r < ROWS; ++r) {
                 if (r >= rows) break;
                 float xf[8];
-                tiny_unpack8(reinterpret_cast<const uint4*>(hidden + (size_t)(t0 + r) * H)[s], xf);
+                tiny_unpack8(xv[r], xf);
 #pragma unroll
                 for (int q = 0; q < EPB; ++q)
 #pragma unroll
@@ -138,7 +150,8 @@ extern "C" __global__ void __launch_bounds__(TINY_THREADS) tiny_gemm_r8(const __
                                                                         float* __restrict__ logits, int T, int H, int E) {
     tiny_gemm<8>(hidden, gate, logits, T, H, E);
 }
-extern "C" __global__ void __launch_bounds__(TINY_THREADS) tiny_gemm_r16(const __nv_bfloat16* __restrict__ hidden,
+// Two blocks per SM: 144 blocks (288 experts) in one wave of 132 SMs, not one and a bit.
+extern "C" __global__ void __launch_bounds__(TINY_THREADS, 2) tiny_gemm_r16(const __nv_bfloat16* __restrict__ hidden,
                                                                          const __nv_bfloat16* __restrict__ gate,
                                                                          float* __restrict__ logits, int T, int H, int E) {
     tiny_gemm<16>(hidden, gate, logits, T, H, E);

@@ -25,6 +25,37 @@
 
 #define MOE_FULL_MASK 0xffffffffu
 
+// ANCHOR: pdl
+// Programmatic dependent launch (Hopper's griddepcontrol; the host's LaunchConfig::dependent in
+// kernels/src/launch.rs). A kernel launched as dependent may start while the kernel ahead of it
+// on the stream is still running; moe_grid_wait() returns once that kernel has finished and its
+// writes are visible, so everything before the wait must touch only what no earlier kernel
+// writes (weights, biases). moe_launch_dependents() lets the next kernel's blocks be scheduled
+// now instead of when this kernel's blocks exit (they then park at their own wait). Neither
+// changes a result. On a GPU before sm_90, without the launch attribute, and on the emulator
+// (which runs kernels one after another, each to its end) both are no-ops.
+__device__ __forceinline__ void moe_grid_wait() {
+#if !defined(MOE_EMU) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void moe_launch_dependents() {
+#if !defined(MOE_EMU) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+// ANCHOR_END: pdl
+
+// Asks the L2 to fetch the 128-byte line holding p from memory, without waiting for it (and
+// without a register to land in). A no-op on the emulator, which has no cache.
+__device__ __forceinline__ void moe_prefetch_l2(const void* p) {
+#ifndef MOE_EMU
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+#else
+    (void)p;
+#endif
+}
+
 // 2^n for n in [-252, 254], exactly, through the exponent bits.
 __device__ __forceinline__ float moe_pow2i(int n) {
     return __int_as_float((n + 127) << 23);

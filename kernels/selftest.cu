@@ -221,3 +221,28 @@ extern "C" __global__ void selftest_cp_async_unwaited(const int* __restrict__ x,
     moe_cp_async_wait(0);
     for (int j = 0; j < 4; ++j) out[384 + 4 * l + j] = slots[128 + 4 * l + j];
 }
+
+// Programmatic dependent launch (common.cuh's moe_grid_wait / moe_launch_dependents; the host's
+// LaunchConfig::dependent). The producer lets its dependent start at once, then sleeps a while
+// before it writes buf[i] = i + 1 (one element per thread); the consumer, launched as its
+// dependent, copies buf to out after its wait and also records, before the wait, how many
+// producer blocks had finished (early[0], the largest count its blocks saw; -1 not touched).
+// With a working wait, out = i + 1 whatever the overlap.
+extern "C" __global__ void selftest_pdl_producer(int* __restrict__ buf, int* __restrict__ finished, int n) {
+    moe_launch_dependents();
+    for (int i = 0; i < 20; ++i) __nanosleep(1000);
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) buf[i] = i + 1;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        atomicAdd(finished, 1);
+    }
+}
+extern "C" __global__ void selftest_pdl_consumer(const int* __restrict__ buf, const int* finished, int* __restrict__ out,
+                                                 int* __restrict__ early, int n) {
+    if (threadIdx.x == 0) atomicMax(early, *(const volatile int*)finished);
+    moe_grid_wait();
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = buf[i];
+}

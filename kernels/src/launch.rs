@@ -9,6 +9,14 @@ pub struct LaunchConfig {
     pub grid: (u32, u32, u32),
     pub block: (u32, u32, u32),
     pub shared_bytes: u32,
+    /// Programmatic dependent launch: the GPU may start this kernel's blocks before the kernel
+    /// queued ahead of it on the stream has finished (once that kernel's blocks have all called
+    /// `moe_launch_dependents()` or exited). The kernel must call `moe_grid_wait()`
+    /// (common.cuh) before it reads anything the earlier kernel wrote, or writes anything that
+    /// kernel reads; what it does before the wait (loads of weights no kernel writes) overlaps
+    /// the earlier kernel's last blocks and this launch's own latency. The emulator runs kernels
+    /// one after another, so there the wait has nothing to wait for. [`LaunchConfig::dependent`].
+    pub dependent: bool,
 }
 
 impl LaunchConfig {
@@ -20,6 +28,7 @@ impl LaunchConfig {
             grid: (blocks, 1, 1),
             block: (threads, 1, 1),
             shared_bytes: 0,
+            dependent: false,
         }
     }
 
@@ -29,7 +38,14 @@ impl LaunchConfig {
             grid: (blocks, 1, 1),
             block: (threads, 1, 1),
             shared_bytes: 0,
+            dependent: false,
         }
+    }
+
+    /// The same launch as a programmatic dependent launch ([`LaunchConfig::dependent`]).
+    pub fn dependent(mut self) -> Self {
+        self.dependent = true;
+        self
     }
 
     /// The same launch with `bytes` of dynamic shared memory.

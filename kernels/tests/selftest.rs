@@ -86,6 +86,7 @@ fn run_all(dev: &'static Device) -> Result<Outputs, KernelError> {
             grid: GRID,
             block: BLOCK,
             shared_bytes: 0,
+            dependent: false,
         },
         &args![&indices],
     )?;
@@ -801,7 +802,45 @@ fn emulator_lands_cp_async_copies_only_at_the_wait() {
 }
 // ANCHOR_END: cp_async_emu
 
+// A dependent launch reads its predecessor's writes after moe_grid_wait, however early it
+// started. On the GPU the consumer's blocks may start while the producer sleeps (how many producer
+// blocks had finished when they started is printed: fewer than all shows the overlap happened).
+fn dependent_launch_sees_the_previous_kernel_after_its_wait(dev: &'static Device) {
+    let m = dev.load(&moe_kernels::families::SELFTEST).unwrap();
+    let (blocks, threads) = (264u32, 128u32);
+    let n = (blocks * threads) as usize;
+    let buf = dev.upload(&vec![0i32; n]).unwrap();
+    let finished = dev.upload(&[0i32]).unwrap();
+    let early = dev.upload(&[-1i32]).unwrap();
+    let out = dev.upload(&vec![0i32; n]).unwrap();
+    m.launch(
+        "selftest_pdl_producer",
+        LaunchConfig::blocks(blocks, threads),
+        &args![&buf, &finished, n as i32],
+    )
+    .unwrap();
+    m.launch(
+        "selftest_pdl_consumer",
+        LaunchConfig::blocks(blocks, threads).dependent(),
+        &args![&buf, &finished, &out, &early, n as i32],
+    )
+    .unwrap();
+    let got = out.to_vec().unwrap();
+    let wrong = (0..n).filter(|&i| got[i] != i as i32 + 1).count();
+    assert_eq!(
+        wrong, 0,
+        "{wrong} of {n} values read before the producer wrote them"
+    );
+    let early = early.to_vec().unwrap()[0];
+    assert!((0..=blocks as i32).contains(&early), "early = {early}");
+    eprintln!(
+        "dependent launch on {}: the consumer's blocks started with {early} of {blocks} producer blocks finished",
+        dev.describe()
+    );
+}
+
 moe_kernels::backend_tests!(
+    dependent_launch_sees_the_previous_kernel_after_its_wait,
     indices_in_3d_grids_and_blocks,
     shared_memory_and_barriers_reduce_in_a_fixed_order,
     warp_intrinsics_follow_cuda_semantics,

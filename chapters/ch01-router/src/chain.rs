@@ -180,6 +180,7 @@ impl FiveLineChain {
                 grid,
                 block: (GEMM_TILED_THREADS as u32, 1, 1),
                 shared_bytes: 0,
+                dependent: false,
             };
             self.module.launch("router_gemm_f32_tiled", cfg, &args)?;
         } else {
@@ -193,6 +194,7 @@ impl FiveLineChain {
                 grid: (e.div_ceil(epb) as u32, rows.div_ceil(GEMM_ROWS) as u32, 1),
                 block: (32 * GEMM_WARPS as u32, 1, 1),
                 shared_bytes: 0,
+                dependent: false,
             };
             self.module.launch(kernel, cfg, &args)?;
         }

@@ -1179,11 +1179,15 @@ impl FusedDevice {
         //    per token and slice of H (on both decode paths); else one per pair, or per tile,
         //    then fused_combine.
         if plan.fusion == Fusion::SwiGluSumK {
-            launch(
+            // A programmatic dependent launch: its blocks prefetch w2 while GEMM 1 ends, then
+            // wait for GEMM 1's act (the kernel's moe_grid_wait).
+            let mut cfg = LaunchConfig::blocks(rows as u32, g.threads() as u32).dependent();
+            cfg.grid.1 = h.div_ceil(g.cols()) as u32;
+            let buffers = [&down_in[..], &args![opt(logit), b.out]].concat();
+            m.launch(
                 "decode_gemm2_sum",
-                rows,
-                h,
-                &[&down_in[..], &args![opt(logit), b.out]].concat(),
+                cfg,
+                &[&buffers[..], &sizes[..]].concat(),
             )?;
             return Ok(());
         }

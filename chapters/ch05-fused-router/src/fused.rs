@@ -45,12 +45,15 @@ pub fn kernel_for(experts: usize) -> Option<&'static str> {
     WIDTHS.iter().find(|(w, _)| *w >= experts).map(|(_, n)| *n)
 }
 
-/// The launch of the fused kernel for `rows` rows: one warp per row, 4 rows per block.
+/// The launch of the fused kernel for `rows` rows: one warp per row, 4 rows per block; a
+/// programmatic dependent launch, so its blocks can be resident (their bias loaded) while the
+/// kernel that writes the logits ends; the kernel waits (`moe_grid_wait`) before it reads them.
 pub fn launch(rows: usize) -> LaunchConfig {
     LaunchConfig::blocks(
         rows.div_ceil(FR_ROWS_PER_BLOCK) as u32,
         32 * FR_ROWS_PER_BLOCK as u32,
     )
+    .dependent()
 }
 
 // ANCHOR: limits

@@ -47,6 +47,7 @@ pub fn launch(rows: usize, experts: usize) -> (&'static str, LaunchConfig) {
         ),
         block: (TINY_THREADS as u32, 1, 1),
         shared_bytes: 0,
+        dependent: false,
     };
     (name, cfg)
 }

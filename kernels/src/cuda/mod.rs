@@ -56,6 +56,8 @@ pub struct Gpu {
     pub(crate) arch: &'static str,
     pub(crate) sms: u32,
     pub(crate) l2_bytes: usize,
+    /// Compute capability 9.0 or later: programmatic dependent launch (`griddepcontrol`) exists.
+    dependent_launch: bool,
     blas: std::sync::OnceLock<std::result::Result<blas::Blas, KernelError>>,
 }
 
@@ -117,6 +119,7 @@ impl Gpu {
             arch,
             sms,
             l2_bytes,
+            dependent_launch: major >= 9,
             blas: std::sync::OnceLock::new(),
         })
     }
@@ -126,6 +129,44 @@ impl Gpu {
         check(unsafe { cu::ctx::set_current(self.ctx) }, || {
             "cuCtxSetCurrent".into()
         })
+    }
+
+    /// A programmatic dependent launch ([`LaunchConfig::dependent`]): `cuLaunchKernelEx` with
+    /// the attribute that lets the kernel's blocks start while the kernel before it on the stream
+    /// finishes. Inside a CUDA graph capture the edge between the two becomes a programmatic one.
+    /// Before compute capability 9.0 there is no `griddepcontrol`: a plain launch.
+    fn launch_dependent(
+        &self,
+        label: &str,
+        f: sys::CUfunction,
+        cfg: LaunchConfig,
+        params: &mut ParamArray,
+    ) -> Result<()> {
+        let describe = || {
+            format!(
+                "cuLaunchKernelEx({label}, grid {:?}, block {:?}, shared {} B, programmatic stream serialization)",
+                cfg.grid, cfg.block, cfg.shared_bytes
+            )
+        };
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = self.dependent_launch as i32;
+        let config = sys::CUlaunchConfig {
+            gridDimX: cfg.grid.0,
+            gridDimY: cfg.grid.1,
+            gridDimZ: cfg.grid.2,
+            blockDimX: cfg.block.0,
+            blockDimY: cfg.block.1,
+            blockDimZ: cfg.block.2,
+            sharedMemBytes: cfg.shared_bytes,
+            hStream: self.stream,
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        let r = unsafe {
+            sys::cuLaunchKernelEx(&config, f, params.ptrs.as_mut_ptr(), std::ptr::null_mut())
+        };
+        check(r.result(), describe)
     }
 
     pub(crate) fn sync(&self, when: &str) -> Result<()> {
@@ -240,6 +281,9 @@ impl Backend for Gpu {
                     )
                 },
             )?;
+        }
+        if cfg.dependent {
+            return self.launch_dependent(label, f, cfg, params);
         }
         check(
             unsafe {

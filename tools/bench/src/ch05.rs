@@ -154,8 +154,15 @@ impl Input {
         .map_err(|e| e.to_string())?;
         let name = format!("{} {what} rows {}", self.shape, self.rows);
         let exact = check_routing(&name, &oracle, got, Tolerance::OWN_LOGITS)?;
-        if exact * 10 < self.rows * 9 {
-            return Err(format!("{name}: only {exact} rows had a clear cut"));
+        // Rows without a clear cut were checked too, against the cut (any expert at it may be
+        // chosen). Random inputs give a few such rows by chance (at 128 experts the 8th and 9th
+        // softmax scores lie within 1e-5 in a few percent of rows): only inputs where most rows
+        // tie would make the check say little.
+        if exact * 2 < self.rows {
+            return Err(format!(
+                "{name}: only {exact} of {} rows had a clear cut",
+                self.rows
+            ));
         }
         Ok(())
     }
