@@ -928,10 +928,10 @@ extern "C" __global__ void __launch_bounds__(DECODE_MAX_THREADS)
 //   bf16 and shared_w2 [H, Is] bf16, or null; shared_logit [T] f32 or null; out [T, H] f32.
 // Grid (T, ceil(H / (warps · cols_per_warp))), any multiple of 32 threads up to DECODE_MAX_THREADS.
 extern "C" __global__ void __launch_bounds__(DECODE_MAX_THREADS)
-    decode_gemm2_sum(const __nv_bfloat16* __restrict__ act, const int* __restrict__ ids,
+    decode_gemm2_sum(const __nv_bfloat16* act, const int* __restrict__ ids,
                      const float* __restrict__ weight, const __nv_bfloat16* __restrict__ w2,
-                     const __nv_bfloat16* __restrict__ shared_act, const __nv_bfloat16* __restrict__ shared_w2,
-                     const float* __restrict__ shared_logit, float* __restrict__ out, int T, int k, int H, int I,
+                     const __nv_bfloat16* shared_act, const __nv_bfloat16* __restrict__ shared_w2,
+                     const float* shared_logit, float* __restrict__ out, int T, int k, int H, int I,
                      int E, int Is, int cols_per_warp) {
     const int t = blockIdx.x;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
@@ -952,7 +952,8 @@ extern "C" __global__ void __launch_bounds__(DECODE_MAX_THREADS)
             for (int l = lane * 64; l < I; l += 32 * 64) moe_prefetch_l2(row + l);
         }
     }
-    moe_grid_wait();  // act (and the shared expert's act and logit) are GEMM 1's output
+    moe_grid_wait();  // act (and the shared expert's act and logit) are GEMM 1's output: plain
+                      // pointers, not const __restrict__ (see moe_grid_wait in common.cuh)
     // ANCHOR_END: decode_gemm2_prefetch
     for (int c = 0; c < cols_per_warp; ++c) {
         const int n = blockIdx.y * warps * cols_per_warp + warp * cols_per_warp + c;

@@ -202,7 +202,8 @@ __device__ __forceinline__ void fused_router(const float* __restrict__ logits,
     for (int j = 0; j < SLOTS; ++j) {
         const int e = lane + 32 * j;
         // A slot past E holds a NaN: non-finite, it scores 0 and adds nothing to a softmax.
-        s[j] = (j < slots && e < E) ? x[e] : __int_as_float(0x7fc00000);
+        // __ldcg, not a read-only load: see moe_grid_wait in common.cuh.
+        s[j] = (j < slots && e < E) ? __ldcg(&x[e]) : __int_as_float(0x7fc00000);
     }
     fr_scores<SLOTS>(s, key, b, has_bias, slots, scoring);
     if (n_group > 1) used |= fr_dropped_slots<SLOTS>(key, E, slots, n_group, topk_group);

@@ -34,6 +34,12 @@
 // now instead of when this kernel's blocks exit (they then park at their own wait). Neither
 // changes a result. On a GPU before sm_90, without the launch attribute, and on the emulator
 // (which runs kernels one after another, each to its end) both are no-ops.
+//   What the earlier kernel wrote must not be read through a `const T* __restrict__` pointer:
+// NVRTC then emits read-only loads (ld.global.nc), which ptxas treats as constant for the whole
+// kernel and may schedule above the wait. It did, for chapter 5's router: ten of a lane's logit
+// loads ran before ACQBULK (the wait in SASS) and read logits the tiny GEMM had not written yet
+// (bench ch05 caught it at 32 GLM-like rows). Read such data with __ldcg (through the L2) or
+// through a plain pointer.
 __device__ __forceinline__ void moe_grid_wait() {
 #if !defined(MOE_EMU) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;\n" ::: "memory");

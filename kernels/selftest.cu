@@ -227,7 +227,8 @@ extern "C" __global__ void selftest_cp_async_unwaited(const int* __restrict__ x,
 // before it writes buf[i] = i + 1 (one element per thread); the consumer, launched as its
 // dependent, copies buf to out after its wait and also records, before the wait, how many
 // producer blocks had finished (early[0], the largest count its blocks saw; -1 not touched).
-// With a working wait, out = i + 1 whatever the overlap.
+// With a working wait, out = i + 1 whatever the overlap. (buf is a plain pointer, not const
+// __restrict__: see moe_grid_wait in common.cuh.)
 extern "C" __global__ void selftest_pdl_producer(int* __restrict__ buf, int* __restrict__ finished, int n) {
     moe_launch_dependents();
     for (int i = 0; i < 20; ++i) __nanosleep(1000);
@@ -239,7 +240,7 @@ extern "C" __global__ void selftest_pdl_producer(int* __restrict__ buf, int* __r
         atomicAdd(finished, 1);
     }
 }
-extern "C" __global__ void selftest_pdl_consumer(const int* __restrict__ buf, const int* finished, int* __restrict__ out,
+extern "C" __global__ void selftest_pdl_consumer(const int* buf, const int* finished, int* __restrict__ out,
                                                  int* __restrict__ early, int n) {
     if (threadIdx.x == 0) atomicMax(early, *(const volatile int*)finished);
     moe_grid_wait();

@@ -397,6 +397,8 @@ static inline unsigned int __byte_perm(unsigned int x, unsigned int y, unsigned 
 }
 template <class T>
 static inline T __ldg(const T* p) { return *p; }
+template <class T>
+static inline T __ldcg(const T* p) { return *p; }  // L2 only, on the GPU: no cache to bypass here
 
 // min/max overloads as CUDA's math_functions.h has them (integer and floating point).
 static inline int min(int a, int b) { return a < b ? a : b; }

@@ -514,6 +514,49 @@ fn random_rows(hidden: usize, experts: usize, config: RouterConfig, with_bias: b
     assert!(exact * 10 >= rows * 9, "only {exact} clear cuts");
 }
 
+/// The router kernel is a dependent launch of the tiny GEMM: it must read the logits only after
+/// its wait, even when the tiny GEMM has more blocks than fit at once (GLM-like: 144 blocks a row
+/// of 16 tokens, two blocks per SM) and the router's blocks start before its last ones. A read
+/// hoisted above the wait gave other experts for row 16 of 32 (bench ch05, first H200 run with
+/// the dependent launch). Fresh buffers each time, several batch sizes, five times each: the
+/// pair's ids and weights must be the fused kernel's bits on the pair's own final logits.
+#[test]
+#[ignore = "needs a GPU"]
+fn pair_reads_the_logits_only_after_the_tiny_gemm_ends() {
+    let gpu = moe_kernels::testing::cuda();
+    let (hidden, experts, config) = (4096, 288, RouterConfig::glm5(8));
+    let w = patterned(experts * hidden, 9300, 0.02);
+    let bias: Vec<f32> = patterned(experts, 9301, 0.05)
+        .iter()
+        .map(|b| 8.0 + b)
+        .collect();
+    for rows in [17, 32, 64, 96] {
+        for rep in 0..5 {
+            let h = patterned(rows * hidden, 9310 + rep, 1.0);
+            let s = GateShape {
+                rows,
+                hidden,
+                experts,
+            };
+            let pair = FusedRouter::new(gpu, &config, s, Some(&bias)).unwrap();
+            let got = route_on_device(&pair, gpu, GateDtype::Bf16, &h, &w, Some(&bias)).unwrap();
+            let logits = pair.logits().to_vec().unwrap();
+            let alone =
+                route_logits_fused(gpu, &config, rows, experts, &logits, Some(&bias)).unwrap();
+            assert_same_bits(
+                &format!("{rows} rows, run {rep}: ids"),
+                &got.ids,
+                &alone.ids,
+            );
+            assert_same_bits(
+                &format!("{rows} rows, run {rep}: weights"),
+                &got.weights,
+                &alone.weights,
+            );
+        }
+    }
+}
+
 #[test]
 #[ignore = "needs a GPU"]
 fn random_100k_rows_glm_like() {
