@@ -64,9 +64,11 @@ __device__ __forceinline__ void fr_warp_best(float& key, int& id, float& score) 
 // slots from `slots` on lie wholly past E and are never read): the logits become scores, in
 // place, and the rank keys, score + b[j] with a bias (b: the lane's bias values, loaded by the
 // caller). A non-finite logit (or a slot past E) gets score 0, key -inf.
+// For softmax, m and sum (the row's max and sum of exponentials, the same in every lane) are
+// returned too: fr_score recomputes a selected expert's score from them.
 template <int SLOTS>
 __device__ __forceinline__ void fr_scores(float* s, float* key, const float* b, bool has_bias,
-                                          int slots, int scoring) {
+                                          int slots, int scoring, float& m_out, float& sum_out) {
     const float neg_inf = -__int_as_float(0x7f800000);
     if (scoring == FR_SCORING_SOFTMAX) {
         // Softmax over the finite logits: the row's max and the sum of exponentials, each a
@@ -89,6 +91,8 @@ __device__ __forceinline__ void fr_scores(float* s, float* key, const float* b, 
 #pragma unroll
         for (int j = 0; j < SLOTS; ++j)
             if (j < slots) s[j] = (key[j] == 0.0f && sum > 0.0f) ? s[j] / sum : 0.0f;
+        m_out = m;
+        sum_out = sum;
     } else {
 #pragma unroll
         for (int j = 0; j < SLOTS; ++j) {
@@ -109,6 +113,34 @@ __device__ __forceinline__ void fr_scores(float* s, float* key, const float* b, 
         if (j < slots && key[j] == 0.0f) key[j] = has_bias ? s[j] + b[j] : s[j];
 }
 // ANCHOR_END: scores
+
+// ANCHOR: score_again
+// One logit's score, exactly as fr_scores computes it (the same operations on the same values,
+// so the same bits): the rounds below carry only keys and ids, and each selected expert's score
+// is computed again from its logit afterwards.
+__device__ __forceinline__ float fr_score(float x, int scoring, float m, float sum) {
+    if (!moe_isfinite(x)) return 0.0f;
+    if (scoring == FR_SCORING_SOFTMAX) return sum > 0.0f ? moe_expf(x - m) / sum : 0.0f;
+    if (scoring == FR_SCORING_SIGMOID) return moe_sigmoidf(x);
+    return sqrtf(moe_softplusf(x));
+}
+// ANCHOR_END: score_again
+
+// ANCHOR: packed_key
+// A key and its expert as one 64-bit number whose order is fr_better's: the key's bits made
+// monotone (a negative float's bits reversed, a positive float's sign bit set; -0 taken as +0,
+// as == does) above the id's complement, so a larger key wins and, for equal keys, the lower id.
+// Keys are never NaN (finite scores plus a finite bias, or -inf); 0 stands for "no candidate"
+// and loses to every real one (the smallest real key, -inf, packs above 2^54).
+__device__ __forceinline__ unsigned long long fr_pack(float key, int id) {
+    const unsigned u = __float_as_uint(key + 0.0f);  // -0 + 0 = +0
+    const unsigned ordered = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return ((unsigned long long)ordered << 32) | (0xffffffffu - (unsigned)id);
+}
+__device__ __forceinline__ int fr_unpack_id(unsigned long long p) {
+    return p == 0 ? -1 : (int)(0xffffffffu - (unsigned)p);
+}
+// ANCHOR_END: packed_key
 
 // ANCHOR: groups
 // DeepSeek-V3's grouped selection: experts form n_group contiguous groups of E / n_group; a
@@ -205,42 +237,44 @@ __device__ __forceinline__ void fused_router(const float* __restrict__ logits,
         // __ldcg, not a read-only load: see moe_grid_wait in common.cuh.
         s[j] = (j < slots && e < E) ? __ldcg(&x[e]) : __int_as_float(0x7fc00000);
     }
-    fr_scores<SLOTS>(s, key, b, has_bias, slots, scoring);
+    float m = 0.0f, sum = 0.0f;
+    fr_scores<SLOTS>(s, key, b, has_bias, slots, scoring, m, sum);
     if (n_group > 1) used |= fr_dropped_slots<SLOTS>(key, E, slots, n_group, topk_group);
 
-    // k rounds of argmax: each lane's best free slot (slots in id order, so a strict > keeps the
-    // lower id), then the warp's best. Lane r keeps round r's expert and score.
+    // k rounds of argmax over packed (key, id) numbers: each lane's largest free one, then the
+    // warp's largest by a xor tree of 64-bit shuffles (fr_pack's order is fr_better's). Lane r
+    // keeps round r's expert.
     // ANCHOR: rounds
-    int my_id = -1;
-    float my_score = 0.0f;
-    for (int round = 0; round < k; ++round) {
-        float bk = 0.0f, bs = 0.0f;
-        int bi = -1;
-        // fr_better(key[j], lane + 32j, bk, bi), shortened: a lane's ids grow with j, so a
-        // later slot wins only with a strictly larger key.
+    unsigned long long packed[SLOTS];
 #pragma unroll
-        for (int j = 0; j < SLOTS; ++j)
-            if (j < slots && !(used >> j & 1u) && (bi < 0 || key[j] > bk)) {
-                bk = key[j];
-                bi = lane + 32 * j;
-                bs = s[j];
-            }
-        fr_warp_best(bk, bi, bs);
-        if (bi >= 0 && (bi & 31) == lane) used |= 1u << (bi >> 5);
-        if (lane == round) {
-            my_id = bi;
-            my_score = bs;
+    for (int j = 0; j < SLOTS; ++j) packed[j] = j < slots ? fr_pack(key[j], lane + 32 * j) : 0ull;
+    int my_id = -1;
+    for (int round = 0; round < k; ++round) {
+        unsigned long long best = 0;
+#pragma unroll
+        for (int j = 0; j < SLOTS; ++j) {
+            const unsigned long long c = (used >> j & 1u) ? 0ull : packed[j];
+            best = c > best ? c : best;
         }
+        for (int off = 16; off > 0; off >>= 1) {
+            const unsigned long long o = __shfl_xor_sync(MOE_FULL_MASK, best, off);
+            best = o > best ? o : best;
+        }
+        const int bi = fr_unpack_id(best);
+        if (bi >= 0 && (bi & 31) == lane) used |= 1u << (bi >> 5);
+        if (lane == round) my_id = bi;
     }
+    // Lane r's score, from its expert's logit (read again: one load per lane, from the L2).
+    const float my_score = my_id >= 0 ? fr_score(__ldcg(&x[my_id]), scoring, m, sum) : 0.0f;
     // ANCHOR_END: rounds
 
     // The weights: the unbiased scores, divided by their sum (taken in selection order, as
     // chapter 1's router_row_sum does) plus 1e-20, then scaled.
     float w = my_score;
     if (renormalize) {
-        float sum = 0.0f;
-        for (int r = 0; r < k; ++r) sum += __shfl_sync(MOE_FULL_MASK, my_score, r);
-        w = my_score / (sum + 1e-20f) * scale;
+        float total = 0.0f;
+        for (int r = 0; r < k; ++r) total += __shfl_sync(MOE_FULL_MASK, my_score, r);
+        w = my_score / (total + 1e-20f) * scale;
     } else if (scale != 1.0f) {
         w = my_score * scale;
     }
