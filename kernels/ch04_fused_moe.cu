@@ -681,9 +681,11 @@ extern "C" __global__ void fused_swiglu(const __nv_bfloat16* __restrict__ gateup
 // when the shared expert is gated): one thread per output element, a fixed order, no atomics.
 //   y [T·k, H] f32 (already weighted); shared [T, H] f32 or null; shared_gate [T] f32 (the
 //   logit) or null; out [T, H] f32.
-extern "C" __global__ void fused_combine(const float* __restrict__ y, const float* __restrict__ shared,
-                                         const float* __restrict__ shared_gate, float* __restrict__ out, int T,
-                                         int H, int k) {
+extern "C" __global__ void fused_combine(const float* y, const float* shared, const float* shared_gate,
+                                         float* __restrict__ out, int T, int H, int k) {
+    // A dependent launch of the down projection (LaunchConfig::dependent): its inputs are that
+    // kernel's output, read after the wait through plain pointers (see moe_grid_wait).
+    moe_grid_wait();
     const size_t n = (size_t)T * H;
     for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
         const size_t t = e / H, c = e % H;
@@ -1000,8 +1002,8 @@ extern "C" __global__ void __launch_bounds__(DECODE_MAX_THREADS)
 // decode_gemm2_sum). y [T·k, H] f32, shared_y [T, H] f32 or null.
 // Grid (T·k [+ T], ceil(H / (warps · cols_per_warp))), any multiple of 32 threads.
 extern "C" __global__ void __launch_bounds__(DECODE_MAX_THREADS)
-    decode_gemm2(const __nv_bfloat16* __restrict__ act, const int* __restrict__ ids, const float* __restrict__ weight,
-                 const __nv_bfloat16* __restrict__ w2, const __nv_bfloat16* __restrict__ shared_act,
+    decode_gemm2(const __nv_bfloat16* act, const int* __restrict__ ids, const float* __restrict__ weight,
+                 const __nv_bfloat16* __restrict__ w2, const __nv_bfloat16* shared_act,
                  const __nv_bfloat16* __restrict__ shared_w2, float* __restrict__ y, float* __restrict__ shared_y,
                  int T, int k, int H, int I, int E, int Is, int cols_per_warp) {
     const int P = T * k, row = blockIdx.x;
@@ -1027,6 +1029,16 @@ extern "C" __global__ void __launch_bounds__(DECODE_MAX_THREADS)
     }
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
     const bool vec = K % DECODE_CHUNK == 0;
+    // A dependent launch, as decode_gemm2_sum: the warp's rows of w2 asked of the L2 before the
+    // wait for GEMM 1's act (act and shared_act: plain pointers, see moe_grid_wait). Then let
+    // fused_combine, a dependent of this kernel, be scheduled.
+    for (int c = 0; c < cols_per_warp; ++c) {
+        const int n = blockIdx.y * warps * cols_per_warp + warp * cols_per_warp + c;
+        if (n >= H) break;
+        for (int l = lane * 64; l < K; l += 32 * 64) moe_prefetch_l2(w + (size_t)n * K + l);
+    }
+    moe_grid_wait();
+    moe_launch_dependents();
     for (int c = 0; c < cols_per_warp; ++c) {
         const int n = blockIdx.y * warps * cols_per_warp + warp * cols_per_warp + c;
         if (n >= H) break;

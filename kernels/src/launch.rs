@@ -15,7 +15,9 @@ pub struct LaunchConfig {
     /// (common.cuh) before it reads anything the earlier kernel wrote, or writes anything that
     /// kernel reads; what it does before the wait (loads of weights no kernel writes) overlaps
     /// the earlier kernel's last blocks and this launch's own latency. The emulator runs kernels
-    /// one after another, so there the wait has nothing to wait for. [`LaunchConfig::dependent`].
+    /// one after another, so there the wait has nothing to wait for. `MOE_DEPENDENT_LAUNCH=0` in
+    /// the environment makes every launch a plain one on the GPU too (the same results: a way to
+    /// measure the overlap). [`LaunchConfig::dependent`].
     pub dependent: bool,
 }
 

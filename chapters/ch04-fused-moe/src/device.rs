@@ -918,7 +918,8 @@ impl FusedDevice {
         let (rows, h) = (b.rows, b.h);
         self.module.launch(
             "fused_combine",
-            LaunchConfig::for_elements(rows * h, FUSED_ELEMENTWISE_THREADS as u32),
+            // A dependent launch: it waits for the down projection's y in the kernel.
+            LaunchConfig::for_elements(rows * h, FUSED_ELEMENTWISE_THREADS as u32).dependent(),
             &args![y, shared_y, shared_gate, b.out, int(rows), int(h), int(b.k)],
         )?;
         Ok(())
@@ -1083,10 +1084,17 @@ impl FusedDevice {
         // `cols` columns; its buffers, then the same sizes (and the grouped kernels' BLOCK_M
         // and routed tiles).
         let sizes = [rows, k, h, i, e, is, g.cols_per_warp].map(int);
+        // `dependent`: a programmatic dependent launch (the down projections, which prefetch
+        // their w2 rows before they wait for GEMM 1's act).
+        let launch_as =
+            |name: &str, blocks: usize, cols: usize, buffers: &[KernelArg], dependent| {
+                let mut cfg = LaunchConfig::blocks(blocks as u32, g.threads() as u32);
+                cfg.grid.1 = cols.div_ceil(g.cols()) as u32;
+                cfg.dependent = dependent;
+                m.launch(name, cfg, &[buffers, &sizes[..]].concat())
+            };
         let launch = |name: &str, blocks: usize, cols: usize, buffers: &[KernelArg]| {
-            let mut cfg = LaunchConfig::blocks(blocks as u32, g.threads() as u32);
-            cfg.grid.1 = cols.div_ceil(g.cols()) as u32;
-            m.launch(name, cfg, &[buffers, &sizes[..]].concat())
+            launch_as(name, blocks, cols, buffers, false)
         };
         // The grouped path: x in bf16 and the layout, then its tiles (routed, then shared).
         let grouped = match plan.path {
@@ -1179,15 +1187,12 @@ impl FusedDevice {
         //    per token and slice of H (on both decode paths); else one per pair, or per tile,
         //    then fused_combine.
         if plan.fusion == Fusion::SwiGluSumK {
-            // A programmatic dependent launch: its blocks prefetch w2 while GEMM 1 ends, then
-            // wait for GEMM 1's act (the kernel's moe_grid_wait).
-            let mut cfg = LaunchConfig::blocks(rows as u32, g.threads() as u32).dependent();
-            cfg.grid.1 = h.div_ceil(g.cols()) as u32;
-            let buffers = [&down_in[..], &args![opt(logit), b.out]].concat();
-            m.launch(
+            launch_as(
                 "decode_gemm2_sum",
-                cfg,
-                &[&buffers[..], &sizes[..]].concat(),
+                rows,
+                h,
+                &[&down_in[..], &args![opt(logit), b.out]].concat(),
+                true,
             )?;
             return Ok(());
         }
@@ -1196,11 +1201,12 @@ impl FusedDevice {
                 .ok_or_else(|| no_buffer("y (a workspace of an unfused sum)".into()))?;
         let shared_y = opt(sw.and_then(|sw| sw.y.as_ref()));
         match &grouped {
-            None => launch(
+            None => launch_as(
                 "decode_gemm2",
                 pairs + shared_rows,
                 h,
                 &[&down_in[..], &args![y, shared_y]].concat(),
+                true,
             )?,
             Some((_, layout, _, _)) => launch_grouped(
                 "decode_grouped_gemm2",

@@ -56,7 +56,8 @@ pub struct Gpu {
     pub(crate) arch: &'static str,
     pub(crate) sms: u32,
     pub(crate) l2_bytes: usize,
-    /// Compute capability 9.0 or later: programmatic dependent launch (`griddepcontrol`) exists.
+    /// Compute capability 9.0 or later (programmatic dependent launch, `griddepcontrol`, exists)
+    /// and not turned off with `MOE_DEPENDENT_LAUNCH=0`.
     dependent_launch: bool,
     blas: std::sync::OnceLock<std::result::Result<blas::Blas, KernelError>>,
 }
@@ -119,7 +120,10 @@ impl Gpu {
             arch,
             sms,
             l2_bytes,
-            dependent_launch: major >= 9,
+            // MOE_DEPENDENT_LAUNCH=0 launches dependents as plain launches (to measure what the
+            // overlap buys; results are the same either way).
+            dependent_launch: major >= 9
+                && std::env::var("MOE_DEPENDENT_LAUNCH").map_or(true, |v| v.trim() != "0"),
             blas: std::sync::OnceLock::new(),
         })
     }
