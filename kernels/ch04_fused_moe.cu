@@ -800,6 +800,79 @@ extern "C" __global__ void __launch_bounds__(128)
     fused_gemm_impl<FusedW4K32N2S4, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m);
 }
 
+// Version 3 (a WM × WN warp grid, version 2's pipeline): the configurations `_w{WM}x{WN}`.
+// Per k-step of 16 at BLOCK_M 128 a warp loads WSUB = 8 / WM A fragments (ldmatrix.x4) and
+// NFRAG = 2·NF B fragments (ldmatrix.x2) for WSUB·NFRAG mma, against 8 and 2 for 16 in
+// w8_k64_n1_s3; its accumulators are WSUB·NFRAG·4 registers.
+
+// w2x2_k32_n4_s4: 4 warps as 2 × 2 (BN1 64, BN 128); a warp: 4 sub-tiles × 8 fragments, 32 mma
+// per 4 A and 8 B loads, 128 accumulators; four stages of 32.
+typedef FusedCfg<4, 32, 4, 4, 2> FusedW2x2K32N4S4;
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm1_swiglu_w2x2_k32_n4_s4(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                             const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H,
+                             int I, int E, int block_m) {
+    fused_gemm1_swiglu_impl<FusedW2x2K32N4S4>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);
+}
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm1_gateup_w2x2_k32_n4_s4(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                             const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k,
+                             int H, int I, int E, int block_m) {
+    fused_gemm_impl<FusedW2x2K32N4S4, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E,
+                                  block_m);
+}
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm2_w2x2_k32_n4_s4(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
+                      int I, int E, int block_m) {
+    fused_gemm_impl<FusedW2x2K32N4S4, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m);
+}
+
+// w2x2_k64_n4_s3: the same warp grid, K in three stages of 64 (half the barriers).
+typedef FusedCfg<4, 64, 4, 3, 2> FusedW2x2K64N4S3;
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm1_swiglu_w2x2_k64_n4_s3(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                             const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H,
+                             int I, int E, int block_m) {
+    fused_gemm1_swiglu_impl<FusedW2x2K64N4S3>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);
+}
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm1_gateup_w2x2_k64_n4_s3(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                             const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k,
+                             int H, int I, int E, int block_m) {
+    fused_gemm_impl<FusedW2x2K64N4S3, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E,
+                                  block_m);
+}
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm2_w2x2_k64_n4_s3(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
+                      int I, int E, int block_m) {
+    fused_gemm_impl<FusedW2x2K64N4S3, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m);
+}
+
+// w2x4_k32_n2_s4: 8 warps as 2 × 4 (BN1 64, BN 128); a warp: 4 sub-tiles × 4 fragments, 16 mma
+// per 4 A and 4 B loads, 64 accumulators; four stages of 32.
+typedef FusedCfg<8, 32, 2, 4, 2> FusedW2x4K32N2S4;
+extern "C" __global__ void __launch_bounds__(256)
+    fused_gemm1_swiglu_w2x4_k32_n2_s4(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                             const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H,
+                             int I, int E, int block_m) {
+    fused_gemm1_swiglu_impl<FusedW2x4K32N2S4>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);
+}
+extern "C" __global__ void __launch_bounds__(256)
+    fused_gemm1_gateup_w2x4_k32_n2_s4(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                             const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k,
+                             int H, int I, int E, int block_m) {
+    fused_gemm_impl<FusedW2x4K32N2S4, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E,
+                                  block_m);
+}
+extern "C" __global__ void __launch_bounds__(256)
+    fused_gemm2_w2x4_k32_n2_s4(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
+                      int I, int E, int block_m) {
+    fused_gemm_impl<FusedW2x4K32N2S4, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m);
+}
+
 // act[r, n] = bf16(silu(g) · u), g = gateup[r, n], u = gateup[r, I + n]: the unfused layer's
 // SwiGLU (upstream's silu_and_mul), the same arithmetic as GEMM 1's epilogue.
 //   gateup [rows, 2I] bf16; act [rows, I] bf16. One thread per element, grid-stride.

@@ -146,17 +146,22 @@ fn every_block_m_and_every_run_gives_the_same_bits(dev: &'static Device) {
             let got = layer.experts(&r.hidden, &o.routing).unwrap();
             assert_same_bits(&format!("{name}: tiles {tile}"), &got, &want);
         }
-        // Version 2 sizes its stages by BLOCK_M: every BLOCK_M through one pipelined tile.
+        // Versions 2 and 3 size their stages by BLOCK_M, and a thread's copies by the tile's
+        // rows; version 3 leaves a warp row without a sub-tile at BLOCK_M 16: every BLOCK_M
+        // through one pipelined tile and through a warp grid.
         let v2 = TILE_CONFIGS.into_iter().find(|t| t.stages > 1).unwrap();
-        for bm in BLOCK_MS {
-            let layer = base
-                .clone()
-                .with_tile(v2)
-                .unwrap()
-                .with_block_m(bm)
-                .unwrap();
-            let got = layer.experts(&r.hidden, &o.routing).unwrap();
-            assert_same_bits(&format!("{name}: tiles {v2}, BLOCK_M {bm}"), &got, &want);
+        let v3 = TILE_CONFIGS.into_iter().find(|t| t.wm > 1).unwrap();
+        for tile in [v2, v3] {
+            for bm in BLOCK_MS {
+                let layer = base
+                    .clone()
+                    .with_tile(tile)
+                    .unwrap()
+                    .with_block_m(bm)
+                    .unwrap();
+                let got = layer.experts(&r.hidden, &o.routing).unwrap();
+                assert_same_bits(&format!("{name}: tiles {tile}, BLOCK_M {bm}"), &got, &want);
+            }
         }
         let decode = base
             .clone()
@@ -1099,6 +1104,7 @@ fn bad_inputs_are_typed_errors(dev: &'static Device) {
         bk: 32,
         nf: 1,
         stages: 1,
+        wm: 1,
     };
     let e = l.clone().with_tile(bad_tile).err().unwrap();
     assert!(
