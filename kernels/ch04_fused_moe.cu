@@ -56,8 +56,9 @@
 //     before anything leaves the block. The [T·k, 2I] gate|up matrix never exists.
 //   fused_gemm1_gateup: the same GEMM without the epilogue (the unfused layer, as upstream runs
 //     it): gate|up [T·k, 2I] in bf16, 2I consecutive columns; fused_swiglu then reads it.
-//   fused_gemm2: a block owns BN = 16·WN·NF output columns. The epilogue multiplies by the
-//     pair's routing weight in fp32.
+//   fused_gemm2: a block owns BN = 16·WN·NF output columns (warp column wn: NF fragments of 8 in
+//     each half of them, as GEMM 1's gate and up). The epilogue multiplies by the pair's routing
+//     weight in fp32.
 //   fused_combine: out[t] = y[t·k] + y[t·k + 1] + ..., j in order: the same sum, and the same
 //     bits, on every run. No float atomics anywhere.
 //
@@ -200,7 +201,10 @@ struct FusedCfg {
 // The warp's live sub-tiles as a mask in a register: bit j for its j-th sub-tile, s = wm + j·WM,
 // set when s < subtiles and sub-tile s holds a real pair. Read from s_live once, after
 // fused_tile_rows, so the k loop and the epilogues test a register bit instead of loading a
-// shared flag per sub-tile and k-step. The same for all 32 lanes of a warp.
+// shared flag per sub-tile and k-step. Every lane computes the same mask; the OR over the warp
+// (__reduce_or_sync, sm_80 on) gives that same value back, but in a register the compiler knows
+// to be the same for the whole warp: without it ptxas treats each sub-tile's branch as divergent
+// and pays a convergence barrier and the A address rebuilt from the thread index per sub-tile.
 template <class C>
 __device__ __forceinline__ unsigned fused_warp_live(const int* s_live, int subtiles, int wm) {
     unsigned live = 0;
@@ -209,38 +213,53 @@ __device__ __forceinline__ unsigned fused_warp_live(const int* s_live, int subti
         const int s = wm + j * C::WM;
         if (s < subtiles && s_live[s]) live |= 1u << j;
     }
+#if defined(MOE_EMU) || __CUDA_ARCH__ < 800
     return live;
+#else
+    return __reduce_or_sync(MOE_FULL_MASK, live);
+#endif
 }
 // ANCHOR_END: live
 
+// The staged B row of a warp's fragment f, counted from its first: NF fragments in the first half
+// of the block's BROWS staged rows, then NF more at the same place in the second half (BN1 rows
+// on). In GEMM 1 the halves are the gate rows and the matching up rows; in the plain GEMM they
+// are the block's first and last BN / 2 columns. A constant for each f, so that a warp's B
+// fragments are one register plus constants.
+template <class C>
+__device__ __forceinline__ constexpr int fused_frag_row(int f) {
+    return f < C::NF ? 8 * f : C::BN1 + 8 * (f - C::NF);
+}
+
 // ANCHOR: stage_mma
 // One staged slice of K (k0 … k0 + BK − 1) multiplied into the accumulators: for each k-step of
-// 16, the warp's B fragments, then each of its live sub-tiles' A fragment (the sub-tiles wm,
-// wm + WM, ...: bit j of `live` for acc[j]) and its NFRAG mma. Every version of the main loop
-// calls it, so they all multiply in the same order.
+// 16, the warp's B fragments (staged rows col0 + fused_frag_row(f)), then each of its live
+// sub-tiles' A fragment (the sub-tiles wm, wm + WM, ...: bit j of `live` for acc[j]) and its
+// NFRAG mma. Every version of the main loop calls it, so they all multiply in the same order.
 template <class C>
 __device__ __forceinline__ void fused_stage_mma(const __nv_bfloat16* sA, const __nv_bfloat16* sB, int k0, int K,
-                                                unsigned live, int wm, const int* frag,
-                                                float acc[C::WSUB][C::NFRAG][4]) {
+                                                unsigned live, int wm, int col0, float acc[C::WSUB][C::NFRAG][4]) {
     if (!live) return;  // no sub-tile of this warp holds a pair (version 3, a short tile): no loads
     const int lane = threadIdx.x & 31;
+    // Each lane's addresses are set here, once: in the k loop only kk and constants are added.
+    // B fragments: matrix 0 = k kk..kk+7, matrix 1 = k kk+8..kk+15 of 8 staged rows (rows are
+    // B's columns n: ldmatrix without .trans gives the col-major B fragment); lane l gives row
+    // l % 8 of matrix (l / 8) % 2 (.x2 reads the addresses of lanes 0-15).
+    const __nv_bfloat16* b0 = sB + (col0 + (lane & 7)) * C::SROW + ((lane >> 3) & 1) * 8;
+    // A fragments: matrices 0..3 = (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15),
+    // (rows 8-15, k 8-15) of a sub-tile; lane l gives row l % 8 of matrix l / 8, that is
+    // sub-tile row l % 16 at k (l / 16)·8. The warp's j-th sub-tile starts j·WM·16 rows after
+    // its first, wm·16.
+    const __nv_bfloat16* a0 = sA + (wm * 16 + (lane & 15)) * C::SROW + (lane >> 4) * 8;
     for (int kk = 0; kk < C::BK && k0 + kk < K; kk += 16) {
-        // B fragments: matrix 0 = k kk..kk+7, matrix 1 = k kk+8..kk+15 of 8 staged rows
-        // (rows are B's columns n: ldmatrix without .trans gives the col-major B fragment).
-        const int brow = lane & 7, bk = kk + ((lane >> 3) & 1) * 8;
         unsigned b[C::NFRAG][2];
 #pragma unroll
-        for (int f = 0; f < C::NFRAG; ++f) moe_ldmatrix_x2(b[f], &sB[(frag[f] + brow) * C::SROW + bk]);
-        // A fragments: matrices 0..3 = (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7,
-        // k 8-15), (rows 8-15, k 8-15) of the sub-tile; lane l gives row l % 8 of matrix l / 8.
-        // The warp's j-th sub-tile starts j·WM·16 rows after its first, wm·16.
-        const int m = lane >> 3, arow = (lane & 7) + (m & 1) * 8, ak = kk + (m >> 1) * 8;
-        const __nv_bfloat16* a0 = &sA[(wm * 16 + arow) * C::SROW + ak];
+        for (int f = 0; f < C::NFRAG; ++f) moe_ldmatrix_x2(b[f], b0 + fused_frag_row<C>(f) * C::SROW + kk);
 #pragma unroll
         for (int j = 0; j < C::WSUB; ++j) {
             if (!((live >> j) & 1u)) continue;  // the same for the whole warp
             unsigned a[4];
-            moe_ldmatrix_x4(a, a0 + j * C::WM * 16 * C::SROW);
+            moe_ldmatrix_x4(a, a0 + j * C::WM * 16 * C::SROW + kk);
 #pragma unroll
             for (int f = 0; f < C::NFRAG; ++f) moe_mma_m16n8k16_bf16(acc[j][f], a, b[f], acc[j][f]);
         }
@@ -252,14 +271,14 @@ __device__ __forceinline__ void fused_stage_mma(const __nv_bfloat16* sA, const _
 // The tile's product, accumulated over K: acc[j][f] += A[sub-tile wm + j·WM] · B[fragment f]ᵀ
 // for the warp's sub-tiles that hold a real pair (bit j of `live`; with WM 1 every sub-tile s of
 // the BLOCK_M / 16, acc[s]) and its NFRAG B fragments f (8 columns each, starting at staged B
-// rows frag[f]).
+// row col0 + fused_frag_row(f)).
 //   A [*, K] bf16, row s_arow[r] for tile row r (-1: a placeholder, staged as zeros);
 //   B [*, K] bf16, row s_brow[n] for staged B row n (-1: past the matrix, staged as zeros).
 // Every thread of the block calls it (it synchronises); each warp keeps its own accumulators.
 template <class C>
 __device__ __forceinline__ void fused_mainloop(const __nv_bfloat16* __restrict__ A, const int* s_arow,
                                                const __nv_bfloat16* __restrict__ B, const int* s_brow, int K,
-                                               int subtiles, unsigned live, int wm, const int* frag,
+                                               int subtiles, unsigned live, int wm, int col0,
                                                __nv_bfloat16* sA, __nv_bfloat16* sB,
                                                float acc[C::WSUB][C::NFRAG][4]) {
     const int tid = threadIdx.x;
@@ -295,7 +314,7 @@ __device__ __forceinline__ void fused_mainloop(const __nv_bfloat16* __restrict__
             }
         }
         __syncthreads();
-        fused_stage_mma<C>(sA, sB, k0, K, live, wm, frag, acc);
+        fused_stage_mma<C>(sA, sB, k0, K, live, wm, col0, acc);
         __syncthreads();
     }
 }
@@ -395,7 +414,7 @@ __device__ __forceinline__ void fused_issue(const FusedCopies<COPIES>& cp, __nv_
 template <class C>
 __device__ __forceinline__ void fused_mainloop_async(const __nv_bfloat16* __restrict__ A, const int* s_arow,
                                                      const __nv_bfloat16* __restrict__ B, const int* s_brow, int K,
-                                                     int subtiles, unsigned live, int wm, const int* frag,
+                                                     int subtiles, unsigned live, int wm, int col0,
                                                      __nv_bfloat16* sA, __nv_bfloat16* sB,
                                                      float acc[C::WSUB][C::NFRAG][4]) {
     static_assert(C::STAGES >= 2, "version 2 needs at least two stages");
@@ -444,7 +463,7 @@ __device__ __forceinline__ void fused_mainloop_async(const __nv_bfloat16* __rest
         if (next < ktiles) stage(next, next % C::STAGES);
         moe_cp_async_commit();
         const int slot = kt % C::STAGES;
-        fused_stage_mma<C>(sA + slot * a_stage, sB + slot * b_stage, kt * C::BK, K, live, wm, frag, acc);
+        fused_stage_mma<C>(sA + slot * a_stage, sB + slot * b_stage, kt * C::BK, K, live, wm, col0, acc);
     }
     moe_cp_async_wait(0);  // only empty groups are left; nothing in flight at exit
 }
@@ -457,15 +476,15 @@ __device__ __forceinline__ void fused_mainloop_async(const __nv_bfloat16* __rest
 template <class C>
 __device__ __forceinline__ void fused_tile_product(const __nv_bfloat16* __restrict__ A, const int* s_arow,
                                                    const __nv_bfloat16* __restrict__ B, const int* s_brow, int K,
-                                                   int subtiles, unsigned live, int wm, const int* frag,
+                                                   int subtiles, unsigned live, int wm, int col0,
                                                    float acc[C::WSUB][C::NFRAG][4]) {
     if constexpr (C::STAGES == 1) {
         __shared__ __align__(16) __nv_bfloat16 sA[FUSED_MAX_BLOCK_M * C::SROW];
         __shared__ __align__(16) __nv_bfloat16 sB[C::BROWS * C::SROW];
-        fused_mainloop<C>(A, s_arow, B, s_brow, K, subtiles, live, wm, frag, sA, sB, acc);
+        fused_mainloop<C>(A, s_arow, B, s_brow, K, subtiles, live, wm, col0, sA, sB, acc);
     } else {
         DYNAMIC_SHARED(__nv_bfloat16, stages);
-        fused_mainloop_async<C>(A, s_arow, B, s_brow, K, subtiles, live, wm, frag, stages,
+        fused_mainloop_async<C>(A, s_arow, B, s_brow, K, subtiles, live, wm, col0, stages,
                                 stages + C::STAGES * subtiles * 16 * C::SROW, acc);
     }
 }
@@ -524,17 +543,12 @@ __device__ __forceinline__ void fused_gemm1_swiglu_impl(const __nv_bfloat16* __r
     const __nv_bfloat16* w = w13 + (size_t)e * 2 * (size_t)I * (size_t)H;  // 64-bit: E·2I·H can pass 2^31
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int wm = warp % C::WM, wn = warp / C::WM;  // the warp's row and column in the grid (WM 1: 0, warp)
-    // Warp column wn: gate fragments at staged rows 8·(wn·NF + f), up fragments BN1 rows further.
-    int frag[C::NFRAG];
-#pragma unroll
-    for (int f = 0; f < C::NF; ++f) {
-        frag[f] = 8 * (wn * C::NF + f);
-        frag[C::NF + f] = C::BN1 + 8 * (wn * C::NF + f);
-    }
+    // Warp column wn: gate fragments at staged rows col0 + 8f, up fragments BN1 rows further.
+    const int col0 = 8 * C::NF * wn;
     const unsigned live = fused_warp_live<C>(s_live, subtiles, wm);
     float acc[C::WSUB][C::NFRAG][4] = {};  // [the warp's sub-tile][gate fragments, up fragments][fragment]
     __syncthreads();
-    fused_tile_product<C>(x, s_arow, w, s_brow, H, subtiles, live, wm, frag, acc);
+    fused_tile_product<C>(x, s_arow, w, s_brow, H, subtiles, live, wm, col0, acc);
     // Epilogue: lane (g, t) = (lane / 4, lane % 4) holds rows g and g + 8 of each of the warp's
     // sub-tiles, columns 2t and 2t + 1 of each fragment, for the gate and the up projection alike.
     const int g = lane >> 2, t = lane & 3;
@@ -546,7 +560,7 @@ __device__ __forceinline__ void fused_gemm1_swiglu_impl(const __nv_bfloat16* __r
         for (int f = 0; f < C::NF; ++f) {
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                const int row = s * 16 + g + (i >> 1) * 8, col = n0 + frag[f] + 2 * t + (i & 1);
+                const int row = s * 16 + g + (i >> 1) * 8, col = n0 + col0 + 8 * f + 2 * t + (i & 1);
                 const int p = s_pair[row];
                 if (p < 0 || col >= I) continue;
                 // Round gate and up to bf16 as the unfused layer stores them, then SwiGLU in fp32.
@@ -583,13 +597,13 @@ __device__ __forceinline__ void fused_gemm_impl(const __nv_bfloat16* __restrict_
     const __nv_bfloat16* w = W + (size_t)e * (size_t)N * (size_t)K;  // 64-bit: E·N·K can pass 2^31
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int wm = warp % C::WM, wn = warp / C::WM;  // the warp's row and column in the grid (WM 1: 0, warp)
-    int frag[C::NFRAG];  // warp column wn: columns 8·(wn·NFRAG + f) of the block's BN
-#pragma unroll
-    for (int f = 0; f < C::NFRAG; ++f) frag[f] = 8 * (wn * C::NFRAG + f);
+    // Warp column wn: NF fragments of 8 columns from col0 in each half of the block's BN columns
+    // (fused_frag_row), as GEMM 1 takes its gate and up fragments.
+    const int col0 = 8 * C::NF * wn;
     const unsigned live = fused_warp_live<C>(s_live, subtiles, wm);
     float acc[C::WSUB][C::NFRAG][4] = {};  // [the warp's sub-tile][fragment of 8 columns][fragment]
     __syncthreads();
-    fused_tile_product<C>(A, s_arow, w, s_brow, K, subtiles, live, wm, frag, acc);
+    fused_tile_product<C>(A, s_arow, w, s_brow, K, subtiles, live, wm, col0, acc);
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int j = 0; j < C::WSUB; ++j) {
@@ -599,7 +613,8 @@ __device__ __forceinline__ void fused_gemm_impl(const __nv_bfloat16* __restrict_
         for (int f = 0; f < C::NFRAG; ++f) {
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                const int row = s * 16 + g + (i >> 1) * 8, col = n0 + frag[f] + 2 * t + (i & 1);
+                const int row = s * 16 + g + (i >> 1) * 8;
+                const int col = n0 + col0 + fused_frag_row<C>(f) + 2 * t + (i & 1);
                 const int p = s_pair[row];
                 if (p < 0 || col >= N) continue;
                 const float v = acc[j][f][i];
