@@ -136,13 +136,16 @@ impl fmt::Display for Fusion {
 }
 
 // ANCHOR: tile_config
-/// A tile configuration of the tiled path (`FusedCfg<WARPS, BK, NF, STAGES>` in the kernel):
+/// A tile configuration of the tiled path (`FusedCfg<WARPS, BK, NF, STAGES, WM>` in the kernel):
 /// `warps` warps per block, K staged `bk` at a time, `nf` fragments of 8 columns per warp and
 /// projection; so [`TileConfig::bn1`] intermediate columns per block of GEMM 1 and
 /// [`TileConfig::bn`] output columns per block of GEMM 2. `stages` 1 is version 1 of the main
 /// loop (stage a slice of K, wait, multiply); 2 or more is version 2, whose slices go through
 /// that many shared-memory buffers filled by `cp.async`, so the copies of the next slices are
-/// in flight while the tensor cores multiply. Each is compiled as its own entry points; all give
+/// in flight while the tensor cores multiply. `wm` 1 has every warp multiply every sub-tile of
+/// the tile; `wm` > 1 is version 3, the warp grid: the warps form `wm` rows × `warps / wm`
+/// columns, a warp multiplies every `wm`-th sub-tile by its column group's fragments, and the
+/// block is `warps / wm` column groups wide. Each is compiled as its own entry points; all give
 /// the same bits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TileConfig {
@@ -150,20 +153,28 @@ pub struct TileConfig {
     pub bk: usize,
     pub nf: usize,
     pub stages: usize,
+    /// Warp rows of the grid (1: versions 1 and 2).
+    pub wm: usize,
 }
 
 const fn tile(warps: usize, bk: usize, nf: usize, stages: usize) -> TileConfig {
+    grid(1, warps, bk, nf, stages)
+}
+
+/// A `wm` × `wn` warp grid (version 3).
+const fn grid(wm: usize, wn: usize, bk: usize, nf: usize, stages: usize) -> TileConfig {
     TileConfig {
-        warps,
+        warps: wm * wn,
         bk,
         nf,
         stages,
+        wm,
     }
 }
 
 /// The configurations the kernel file instantiates, the base (plain-named) one first; version 1
-/// (one stage), then version 2 (`_s{stages}`).
-pub const TILE_CONFIGS: [TileConfig; 8] = [
+/// (one stage), then version 2 (`_s{stages}`), then version 3 (`w{wm}x{wn}_…`).
+pub const TILE_CONFIGS: [TileConfig; 11] = [
     TileConfig::DEFAULT,
     tile(4, 64, 1, 1),
     tile(8, 32, 1, 1),
@@ -172,6 +183,9 @@ pub const TILE_CONFIGS: [TileConfig; 8] = [
     tile(4, 64, 1, 4),
     tile(8, 64, 1, 3),
     tile(4, 32, 2, 4),
+    grid(2, 2, 32, 4, 4),
+    grid(2, 2, 64, 4, 3),
+    grid(2, 4, 32, 2, 4),
 ];
 // ANCHOR_END: tile_config
 
@@ -180,9 +194,14 @@ impl TileConfig {
     /// `FUSED_BK`, `FUSED_BN1`, `FUSED_BN2`). [`default_tile`] picks it for small layers.
     pub const DEFAULT: TileConfig = tile(4, 32, 1, 1);
     /// `w{warps}_k{bk}_n{nf}`, then `_s{stages}` for version 2, as the kernels' suffixes and
-    /// the CSVs spell it.
+    /// the CSVs spell it; a warp grid (`wm` > 1) is `w{wm}x{wn}_k{bk}_n{nf}_s{stages}`.
     pub fn name(&self) -> String {
-        let v1 = format!("w{}_k{}_n{}", self.warps, self.bk, self.nf);
+        let w = if self.wm > 1 {
+            format!("{}x{}", self.wm, self.wn())
+        } else {
+            self.warps.to_string()
+        };
+        let v1 = format!("w{w}_k{}_n{}", self.bk, self.nf);
         if self.stages > 1 {
             format!("{v1}_s{}", self.stages)
         } else {
@@ -196,17 +215,21 @@ impl TileConfig {
     pub fn threads(&self) -> usize {
         32 * self.warps
     }
+    /// Warp columns: the block's column groups (every warp for `wm` 1).
+    pub fn wn(&self) -> usize {
+        self.warps / self.wm.max(1)
+    }
     /// GEMM 1's intermediate columns per block (it stages as many gate and up rows).
     pub fn bn1(&self) -> usize {
-        8 * self.warps * self.nf
+        8 * self.wn() * self.nf
     }
     /// GEMM 2's (and gate|up's) output columns per block.
     pub fn bn(&self) -> usize {
-        16 * self.warps * self.nf
+        16 * self.wn() * self.nf
     }
     /// The dynamic shared memory a block of this configuration needs at `block_m` (the kernel's
     /// `fused_tile_product`): none for version 1 (its one stage is static), `stages` buffers
-    /// of `block_m` A rows and `bn()` B rows of `bk + 8` bf16 for version 2.
+    /// of `block_m` A rows and `bn()` B rows of `bk + 8` bf16 for versions 2 and 3.
     pub fn shared_bytes(&self, block_m: usize) -> usize {
         if self.stages > 1 {
             self.stages * (block_m + self.bn()) * (self.bk + 8) * 2
@@ -564,6 +587,46 @@ mod tests {
         for c in TILE_CONFIGS {
             assert_eq!(TileConfig::parse(&c.name()), Some(c));
         }
+    }
+
+    #[test]
+    fn warp_grids_are_named_and_sized_by_their_columns() {
+        // Version 1 and 2 keep the names the committed table uses; a grid spells wm × wn.
+        let names: Vec<String> = TILE_CONFIGS.iter().map(|c| c.name()).collect();
+        assert_eq!(
+            names,
+            [
+                "w4_k32_n1",
+                "w4_k64_n1",
+                "w8_k32_n1",
+                "w4_k32_n2",
+                "w4_k64_n1_s3",
+                "w4_k64_n1_s4",
+                "w8_k64_n1_s3",
+                "w4_k32_n2_s4",
+                "w2x2_k32_n4_s4",
+                "w2x2_k64_n4_s3",
+                "w2x4_k32_n2_s4",
+            ]
+        );
+        let g = TileConfig::parse("w2x2_k32_n4_s4").unwrap();
+        assert_eq!((g.warps, g.wm, g.wn(), g.threads()), (4, 2, 2, 128));
+        // Two warp columns of 4 fragments per projection: as wide as w4_k32_n2's four of 2.
+        assert_eq!((g.bn1(), g.bn()), (64, 128));
+        assert_eq!(g.shared_bytes(128), 4 * (128 + 128) * 40 * 2);
+        assert_eq!(
+            g.kernel("fused_gemm1_swiglu"),
+            "fused_gemm1_swiglu_w2x2_k32_n4_s4"
+        );
+        let w = TileConfig::parse("w2x4_k32_n2_s4").unwrap();
+        assert_eq!((w.warps, w.wn(), w.bn1(), w.bn()), (8, 4, 64, 128));
+        // The tuner's BLOCK_M suffix follows a grid's name as any other's.
+        let c = Choice::parse("tiled", "w2x2_k64_n4_s3_m64").unwrap();
+        assert_eq!((c.tile, c.block_m), (TILE_CONFIGS[9], Some(64)));
+        assert_eq!(c.config_name(), "w2x2_k64_n4_s3_m64");
+        // A grid the kernel file does not instantiate is not a configuration.
+        assert_eq!(TileConfig::parse("w2x2_k32_n1_s4"), None);
+        assert_eq!(TileConfig::parse("w1x4_k32_n1"), None);
     }
 
     #[test]

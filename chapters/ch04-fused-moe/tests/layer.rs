@@ -18,7 +18,7 @@ use ch04_fused_moe::choose::{choose_path, TILE_CONFIGS};
 use ch04_fused_moe::device::{geometry, BLOCK_MS, KERNELS};
 use ch04_fused_moe::fill::{fill_device, fill_value, host_weights};
 use ch04_fused_moe::regimes::{fused_regime, FUSED_REGIMES};
-use ch04_fused_moe::{DecodeGeometry, FusedDevice, Fusion, Path};
+use ch04_fused_moe::{DecodeGeometry, FusedDevice, Fusion, Path, TileConfig};
 use half::bf16;
 use moe_kernels::testing::assert_same_bits;
 use moe_kernels::{args, record_launches, BackendKind, Device, KernelArg, LaunchConfig};
@@ -146,17 +146,22 @@ fn every_block_m_and_every_run_gives_the_same_bits(dev: &'static Device) {
             let got = layer.experts(&r.hidden, &o.routing).unwrap();
             assert_same_bits(&format!("{name}: tiles {tile}"), &got, &want);
         }
-        // Version 2 sizes its stages by BLOCK_M: every BLOCK_M through one pipelined tile.
+        // Versions 2 and 3 size their stages by BLOCK_M, and a thread's copies by the tile's
+        // rows; version 3 leaves a warp row without a sub-tile at BLOCK_M 16: every BLOCK_M
+        // through one pipelined tile and through a warp grid.
         let v2 = TILE_CONFIGS.into_iter().find(|t| t.stages > 1).unwrap();
-        for bm in BLOCK_MS {
-            let layer = base
-                .clone()
-                .with_tile(v2)
-                .unwrap()
-                .with_block_m(bm)
-                .unwrap();
-            let got = layer.experts(&r.hidden, &o.routing).unwrap();
-            assert_same_bits(&format!("{name}: tiles {v2}, BLOCK_M {bm}"), &got, &want);
+        let v3 = TILE_CONFIGS.into_iter().find(|t| t.wm > 1).unwrap();
+        for tile in [v2, v3] {
+            for bm in BLOCK_MS {
+                let layer = base
+                    .clone()
+                    .with_tile(tile)
+                    .unwrap()
+                    .with_block_m(bm)
+                    .unwrap();
+                let got = layer.experts(&r.hidden, &o.routing).unwrap();
+                assert_same_bits(&format!("{name}: tiles {tile}, BLOCK_M {bm}"), &got, &want);
+            }
         }
         let decode = base
             .clone()
@@ -463,9 +468,11 @@ fn bits(v: &[bf16]) -> Vec<u16> {
 /// padded total that ends before the last tile. Rows of pairs the layout does not name keep
 /// their sentinel (never written); named rows match f64 arithmetic on the same bf16 values
 /// within a bf16 rounding; nothing is read or written out of bounds (the emulator faults on
-/// any access past a buffer).
+/// any access past a buffer). Then the same layout at every BLOCK_M through every tile
+/// configuration: the same bits, the same rows untouched (from BLOCK_M 32 on, tile 2's last
+/// pair sits in its last sub-tile, behind sub-tiles of placeholders only).
 fn kernels_skip_placeholders_garbage_and_foreign_tiles(dev: &'static Device) {
-    let (t, k, h, i, e, bm) = (6usize, 2usize, 72usize, 40usize, 3usize, 16usize);
+    let (t, k, h, i, e) = (6usize, 2usize, 72usize, 40usize, 3usize);
     let p = t * k;
     let q = |v: Vec<f32>| -> Vec<f32> { v.iter().map(|&x| bf16::from_f32(x).to_f32()).collect() };
     let x = q(ch01_router::inputs::patterned(t * h, 41, 1.0));
@@ -474,22 +481,27 @@ fn kernels_skip_placeholders_garbage_and_foreign_tiles(dev: &'static Device) {
     let weight = ch01_router::inputs::patterned(p, 44, 1.0);
     let pl = p as i32; // the placeholder
                        // Tile 0: expert 2, pairs 0, 5, 7 and garbage; tile 1: expert -1 (pairs 1, 2 must stay
-                       // untouched); tile 2: expert 1, pairs 3, 11, 10; tile 3: expert 7 ≥ E (pair 4 untouched);
-                       // tile 4: past num_post (pair 6 untouched). Pairs 8 and 9 appear nowhere.
-    let mut sorted = vec![pl; 5 * bm];
-    sorted[..6].copy_from_slice(&[0, 5, -3, 7, pl + 9, pl]);
-    sorted[bm..bm + 2].copy_from_slice(&[1, 2]);
-    sorted[2 * bm..2 * bm + 3].copy_from_slice(&[3, 11, 10]);
-    sorted[3 * bm] = 4;
-    sorted[4 * bm] = 6;
+                       // untouched); tile 2: expert 1, pairs 3, 11 and, in its last slot, 10; tile 3: expert 7 ≥ E
+                       // (pair 4 untouched); tile 4: past num_post (pair 6 untouched). Pairs 8 and 9 appear nowhere.
+    let sorted = |bm: usize| -> Vec<i32> {
+        let mut s = vec![pl; 5 * bm];
+        s[..6].copy_from_slice(&[0, 5, -3, 7, pl + 9, pl]);
+        s[bm..bm + 2].copy_from_slice(&[1, 2]);
+        s[2 * bm..2 * bm + 2].copy_from_slice(&[3, 11]);
+        s[3 * bm - 1] = 10;
+        s[3 * bm] = 4;
+        s[4 * bm] = 6;
+        s
+    };
     let expert_ids = [2, -1, 1, 7, 0];
     let layout: [(usize, usize); 6] = [(0, 2), (5, 2), (7, 2), (3, 1), (11, 1), (10, 1)];
     let untouched = [1usize, 2, 4, 6, 8, 9];
     let xb: Vec<bf16> = x.iter().map(|&v| bf16::from_f32(v)).collect();
     let up = |v: &[f32]| -> Vec<bf16> { v.iter().map(|&v| bf16::from_f32(v)).collect() };
     let sentinel = bf16::from_f32(-12345.0);
-    // act [P, I] and y [P, H] from both kernels on device `d`, both pre-filled with the sentinel.
-    let run = |d: &'static Device| -> (Vec<bf16>, Vec<f32>) {
+    // act [P, I] and y [P, H] from both kernels of tile configuration `tile` at BLOCK_M `bm` on
+    // device `d`, both pre-filled with the sentinel.
+    let run = |d: &'static Device, tile: TileConfig, bm: usize| -> (Vec<bf16>, Vec<f32>) {
         let m = d.load(&KERNELS).unwrap();
         let (xd, w13d, w2d) = (
             d.upload(&xb).unwrap(),
@@ -497,45 +509,75 @@ fn kernels_skip_placeholders_garbage_and_foreign_tiles(dev: &'static Device) {
             d.upload(&up(&w2)).unwrap(),
         );
         let (sd, ed, nd, wd) = (
-            d.upload(&sorted).unwrap(),
+            d.upload(&sorted(bm)).unwrap(),
             d.upload(&expert_ids).unwrap(),
             d.upload(&[(4 * bm) as i32]).unwrap(),
             d.upload(&weight).unwrap(),
         );
         let act = d.upload(&vec![sentinel; p * i]).unwrap();
         let y = d.upload(&vec![-12345.0f32; p * h]).unwrap();
-        let mut cfg = LaunchConfig::blocks(5, geometry::FUSED_THREADS as u32);
-        cfg.grid.1 = i.div_ceil(geometry::FUSED_BN1) as u32;
+        let mut cfg = LaunchConfig::blocks(5, tile.threads() as u32)
+            .with_shared(tile.shared_bytes(bm) as u32);
+        cfg.grid.1 = i.div_ceil(tile.bn1()) as u32;
         let int = |v: usize| KernelArg::I32(v as i32);
         let sizes = [int(p), int(k), int(h), int(i), int(e), int(bm)];
         let a = args![&xd, &w13d, &sd, &ed, &nd, &act];
-        m.launch("fused_gemm1_swiglu", cfg, &[&a[..], &sizes[..]].concat())
-            .unwrap();
-        cfg.grid.1 = h.div_ceil(geometry::FUSED_BN2) as u32;
+        m.launch(
+            &tile.kernel("fused_gemm1_swiglu"),
+            cfg,
+            &[&a[..], &sizes[..]].concat(),
+        )
+        .unwrap();
+        cfg.grid.1 = h.div_ceil(tile.bn()) as u32;
         let a = args![&act, &w2d, &sd, &ed, &nd, &wd, &y];
         let sizes = [int(p), int(h), int(i), int(e), int(bm)];
-        m.launch("fused_gemm2", cfg, &[&a[..], &sizes[..]].concat())
-            .unwrap();
+        m.launch(
+            &tile.kernel("fused_gemm2"),
+            cfg,
+            &[&a[..], &sizes[..]].concat(),
+        )
+        .unwrap();
         (act.to_vec().unwrap(), y.to_vec().unwrap())
     };
-    let (act, y) = run(dev);
+    let base = TileConfig::DEFAULT;
+    assert_eq!(
+        (base.threads(), base.bn1(), base.bn()),
+        (
+            geometry::FUSED_THREADS,
+            geometry::FUSED_BN1,
+            geometry::FUSED_BN2
+        )
+    );
+    let (act, y) = run(dev, base, 16);
     // The same bits as the emulator (on the GPU: the H200's tensor cores against their model).
-    let (emu_act, emu_y) = run(Device::emu());
+    let (emu_act, emu_y) = run(Device::emu(), base, 16);
     assert_same_bits(
         "act, this backend vs the emulator",
         &bits(&act),
         &bits(&emu_act),
     );
     assert_same_bits("y, this backend vs the emulator", &y, &emu_y);
-    for &pair in &untouched {
-        assert!(
-            act[pair * i..(pair + 1) * i].iter().all(|v| *v == sentinel),
-            "act row of pair {pair} was written"
-        );
-        assert!(
-            y[pair * h..(pair + 1) * h].iter().all(|v| *v == -12345.0),
-            "y row of pair {pair} was written"
-        );
+    let untouched_rows = |act: &[bf16], y: &[f32], what: &str| {
+        for &pair in &untouched {
+            assert!(
+                act[pair * i..(pair + 1) * i].iter().all(|v| *v == sentinel),
+                "{what}: act row of pair {pair} was written"
+            );
+            assert!(
+                y[pair * h..(pair + 1) * h].iter().all(|v| *v == -12345.0),
+                "{what}: y row of pair {pair} was written"
+            );
+        }
+    };
+    untouched_rows(&act, &y, "w4_k32_n1, BLOCK_M 16");
+    for bm in BLOCK_MS {
+        for tile in TILE_CONFIGS {
+            let what = format!("{tile}, BLOCK_M {bm}");
+            let (a, yy) = run(dev, tile, bm);
+            untouched_rows(&a, &yy, &what);
+            assert_same_bits(&format!("act, {what}"), &bits(&a), &bits(&act));
+            assert_same_bits(&format!("y, {what}"), &yy, &y);
+        }
     }
     // f64 on the same bf16 values: act rounded to bf16 as the kernel stores it, y from the
     // kernel's own act (so only GEMM 2's sums are compared there).
@@ -1062,6 +1104,7 @@ fn bad_inputs_are_typed_errors(dev: &'static Device) {
         bk: 32,
         nf: 1,
         stages: 1,
+        wm: 1,
     };
     let e = l.clone().with_tile(bad_tile).err().unwrap();
     assert!(

@@ -244,6 +244,7 @@ const TILE_V1: TileConfig = TileConfig {
     bk: 64,
     nf: 1,
     stages: 1,
+    wm: 1,
 };
 
 /// Variants that must give another's bits, not only agree within a tolerance: (variant, the one
