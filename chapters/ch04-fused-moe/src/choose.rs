@@ -560,15 +560,27 @@ impl TunedTable {
     // ANCHOR_END: lookup
 }
 
-/// The committed table ([`TUNED_CSV`]), parsed once. A malformed table (which the tests refuse)
-/// counts as empty, with one line on stderr.
+static TABLE: OnceLock<TunedTable> = OnceLock::new();
+
+/// The committed table ([`TUNED_CSV`]), parsed once, unless [`use_tuned_table`] put another in
+/// first. A malformed committed table (which the tests refuse) counts as empty, with one line on
+/// stderr.
 pub fn tuned_table() -> &'static TunedTable {
-    static TABLE: OnceLock<TunedTable> = OnceLock::new();
     TABLE.get_or_init(|| {
         TunedTable::parse(TUNED_CSV).unwrap_or_else(|e| {
             eprintln!("ch04: bench/results/h200/ch04_tuned.csv ignored: {e}");
             TunedTable::default()
         })
+    })
+}
+
+/// Makes `table` the one every layer of this process looks up instead of the compiled-in
+/// [`TUNED_CSV`]: for timing a table that `bench ch04-tune` has just written, in the same GPU
+/// session, before it is committed and built in (`bench ch04 --tuned FILE`). It must come
+/// before the first lookup; afterwards the table in use cannot change, and this says so.
+pub fn use_tuned_table(table: TunedTable) -> Result<(), String> {
+    TABLE.set(table).map_err(|_| {
+        "the tuned table is already in use (set it before the first layer plans a batch)".into()
     })
 }
 

@@ -56,6 +56,7 @@ use ch01_router::inputs::patterned;
 use ch01_router::Routing;
 use ch02_grouped::compare::{check_output, output_error, OutputError, Tolerance};
 use ch02_grouped::{Dtype, GroupPlan, GroupedCpu, GroupedDevice, MoeLayer, MoeWeights};
+use ch04_fused_moe::choose::{use_tuned_table, TunedTable};
 use ch04_fused_moe::{FusedDevice, FusedWorkspace, Fusion, Path as FusedPath, TileConfig};
 use moe_kernels::measure::{Harness, Plan};
 use moe_kernels::safetensors::SafetensorsWriter;
@@ -96,6 +97,11 @@ pub struct Ch04Args {
     /// on a CPU against `bench ch04 --quick --routing … --peer-outputs …`).
     #[arg(long, requires = "export_routing")]
     tiny: bool,
+    /// Plan the shipped layer (`fused`) by this table (`ch04_tuned.csv` as `bench ch04-tune`
+    /// writes it) instead of the one compiled in: to time a table tuned in the same GPU session,
+    /// before it is committed and built in.
+    #[arg(long, value_name = "FILE", conflicts_with = "export_routing")]
+    tuned: Option<PathBuf>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1000,6 +1006,21 @@ pub fn run(args: &Ch04Args) -> Result<(), String> {
         );
         return Ok(());
     }
+    if let Some(p) = &args.tuned {
+        let text =
+            std::fs::read_to_string(p).map_err(|e| format!("--tuned {}: {e}", p.display()))?;
+        let table =
+            TunedTable::parse(&text).map_err(|e| format!("--tuned {}: {e}", p.display()))?;
+        if table.rows.is_empty() {
+            return Err(format!("--tuned {}: the table has no rows", p.display()));
+        }
+        eprintln!(
+            "bench ch04: the layer plans by {} ({} buckets), not by the table it was built with",
+            p.display(),
+            table.rows.len()
+        );
+        use_tuned_table(table)?;
+    }
     let (dev, why) = Device::select().map_err(|e| e.to_string())?;
     match dev.kind() {
         BackendKind::Cuda => gpu(dev, args, quick),
@@ -1429,9 +1450,40 @@ mod tests {
                 quick: true,
                 export_routing: None,
                 tiny: false,
+                tuned: None,
             },
         )
         .unwrap();
+    }
+
+    #[test]
+    fn a_tuned_table_that_cannot_be_used_is_a_typed_error() {
+        let dir = std::env::temp_dir().join(format!("bench-ch04-tuned-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (empty, bad) = (dir.join("empty.csv"), dir.join("bad.csv"));
+        std::fs::write(&empty, "# no rows\n").unwrap();
+        std::fs::write(&bad, "hidden,tokens\n1,2\n").unwrap();
+        let args = |p: PathBuf| Ch04Args {
+            out_dir: dir.clone(),
+            peers: None,
+            routing: None,
+            peer_outputs: None,
+            quick: true,
+            export_routing: None,
+            tiny: false,
+            tuned: Some(p),
+        };
+        // Each fails before any table is put in use (which would change this process's plans).
+        let missing = run(&args(dir.join("missing.csv"))).unwrap_err();
+        assert!(
+            missing.starts_with("--tuned ") && missing.contains("missing.csv"),
+            "{missing}"
+        );
+        let e = run(&args(empty)).unwrap_err();
+        assert!(e.ends_with("the table has no rows"), "{e}");
+        let e = run(&args(bad)).unwrap_err();
+        assert!(e.starts_with("--tuned ") && e.contains("header"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
