@@ -440,13 +440,18 @@ pub fn targets(rows: &[BenchRow]) -> String {
             .find(|r| r.shape == shape && r.rows == t && r.imp == imp)
             .map(|r| r.cold_median_us)
     };
-    // A case's floor probe: the probe row at its shape and rows that read its input bytes.
+    // A case's floor probe: the probe rows at its shape and rows that read its input bytes.
+    // Cases that read the same bytes each have a probe, repeats of one measurement: the fastest
+    // counts (as in the book's table, tools/src/figures/ch05.rs).
     let probe_of = |shape: &str, t: u64, imp: &str| {
         let s = SHAPES.iter().find(|s| s.name == shape)?;
         let read = floor_bytes(s, t as usize, imp).0;
         rows.iter()
-            .find(|r| r.shape == shape && r.rows == t && r.imp == "floor_probe" && r.bytes == read)
+            .filter(|r| {
+                r.shape == shape && r.rows == t && r.imp == "floor_probe" && r.bytes == read
+            })
             .map(|r| r.cold_median_us)
+            .reduce(f64::min)
     };
     let mut s = String::new();
     let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
@@ -591,7 +596,10 @@ mod tests {
             row("tiny_gemm", 1, 2.6, 100.0),
             row("pair", 1, 4.0, 100.0),
             row("floor_probe", 1, 2.0, floor_bytes(glm, 1, "tiny_gemm").0),
+            row("floor_probe", 1, 2.7, floor_bytes(glm, 1, "pair").0),
             row("floor_probe", 1, 2.5, floor_bytes(glm, 1, "pair").0),
+            // A third case reading the pair's bytes: its probe is a repeat; the fastest counts.
+            row("floor_probe", 1, 2.6, floor_bytes(glm, 1, "pair").0),
             row("chain", 1, 16.0, 100.0),
             row("fused_router", 8192, 9.0, 50.0),
             row(

@@ -24,7 +24,7 @@ use super::tables::{fmt_us, parse_steps};
 use super::{esc, find, read, short, token_counts, Generated};
 use crate::bench_row::{parse_csv, BenchRow};
 use crate::csv::Table;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -979,11 +979,11 @@ pub fn parse_ptxas(text: &str) -> Result<Vec<PtxasKernel>, String> {
 /// The tiled path's GEMM kernels in every tile configuration: registers, spills and static shared
 /// memory (version 2's stages are dynamic: `TileConfig::shared_bytes`).
 pub fn ptxas_table(kernels: &[PtxasKernel]) -> String {
-    let mut s =
-        "`ptxas -v` for sm_90 on the GPU machine (bench/results/h200/logs/ptxas_ch04.log): \
+    let mut s = "`ptxas -v` of CUDA 13.0 for sm_90, on the PTX that NVRTC 13.0 makes \
+                 (bench/results/h200/logs/ptxas_ch04.log; RUN.txt says where it ran): \
                  registers per thread, spill stores, static shared memory per block.\n\n\
                  | tile configuration | GEMM 1 + SwiGLU | GEMM 2 |\n|---|---|---|\n"
-            .to_string();
+        .to_string();
     let cell = |name: &str| {
         kernels
             .iter()
@@ -1102,6 +1102,7 @@ const TUNED_CSV: &str = "bench/results/h200/ch04_tuned.csv";
 const TUNE_ALL_CSV: &str = "bench/results/h200/ch04_tune_all.csv";
 const TUNE_TABLE: &str = "book/src/figures/ch04-tuned-table.md";
 const TUNE_FACTS: &str = "book/src/figures/ch04-tune-facts.md";
+const VERSIONS_TABLE: &str = "book/src/figures/ch04-versions.md";
 
 /// A layer's shape as the tuning files spell it: (H, I, E, k).
 pub type Dims = (u64, u64, u64, u64);
@@ -1702,11 +1703,132 @@ pub fn tune_facts(shapes: &[TuneShape], tuned: &TunedFile, timings: usize, f: &m
     }
 }
 
+/// The kernel version of a tiled configuration (the page's numbering): 3 for a grid of warps
+/// (`w2x2_…`), 2 for a pipelined main loop (`…_s3`), 1 for the first main loop; a `_m64` suffix
+/// (a larger BLOCK_M) keeps the version of its tile. `None` for anything else.
+pub fn tile_version(config: &str) -> Option<u8> {
+    let mut parts = config.split('_');
+    let warps = parts.next()?.strip_prefix('w')?;
+    let grid = warps.contains('x');
+    let mut pipelined = false;
+    for p in parts {
+        if let Some(n) = p.strip_prefix('s') {
+            pipelined |= n.parse::<u32>().is_ok();
+        }
+    }
+    Some(if grid {
+        3
+    } else if pipelined {
+        2
+    } else {
+        1
+    })
+}
+
+/// Per shape and batch, the fastest tiled candidate of each kernel version.
+fn fastest_by_version(all: &[Candidate]) -> BTreeMap<(String, u64, u8), &Candidate> {
+    let mut best: BTreeMap<(String, u64, u8), &Candidate> = BTreeMap::new();
+    for c in all.iter().filter(|c| c.path == "tiled") {
+        let Some(v) = tile_version(&c.config) else {
+            continue;
+        };
+        let slot = best.entry((c.shape.clone(), c.tokens, v)).or_insert(c);
+        if c.cold_us < slot.cold_us {
+            *slot = c;
+        }
+    }
+    best
+}
+
+/// The table of the tiled kernel's versions: per shape, the fastest configuration of each
+/// version at every batch (cold µs), and what each version gained over the one before.
+pub fn versions_table(all: &[Candidate]) -> String {
+    let best = fastest_by_version(all);
+    let shapes: Vec<String> = all
+        .iter()
+        .map(|c| c.shape.clone())
+        .fold(Vec::new(), |mut v, s| {
+            if !v.contains(&s) {
+                v.push(s);
+            }
+            v
+        });
+    let mut s =
+        "The tiled path's fastest configuration of each kernel version (any BLOCK_M), cold µs \
+                 per layer call, median, from the same run of `bench ch04-tune` \
+                 (bench/results/h200/ch04_tune_all.csv).\n"
+            .to_string();
+    for shape in &shapes {
+        let tokens: BTreeSet<u64> = best.keys().filter(|k| &k.0 == shape).map(|k| k.1).collect();
+        s += &format!("\n**{}**\n\n| version |", tune_title(shape));
+        for t in &tokens {
+            s += &format!(" {t} {} |", if *t == 1 { "token" } else { "tokens" });
+        }
+        s += "\n|---|";
+        s += &"---:|".repeat(tokens.len());
+        s += "\n";
+        for (v, about) in [
+            (1, "1: one stage"),
+            (2, "2: stages in flight"),
+            (3, "3: a grid of warps"),
+        ] {
+            s += &format!("| {about} |");
+            for t in &tokens {
+                s += &match best.get(&(shape.clone(), *t, v)) {
+                    Some(c) => format!(" {:.0} `{}` |", c.cold_us, c.config),
+                    None => " – |".into(),
+                };
+            }
+            s += "\n";
+        }
+        for (a, b) in [(1, 2), (2, 3)] {
+            s += &format!("| version {a} ÷ version {b} |");
+            for t in &tokens {
+                let get = |v| best.get(&(shape.clone(), *t, v)).map(|c| c.cold_us);
+                s += &match (get(a), get(b)) {
+                    (Some(x), Some(y)) => format!(" {:.2}× |", x / y),
+                    _ => " – |".into(),
+                };
+            }
+            s += "\n";
+        }
+    }
+    s
+}
+
+/// The versions' numbers for the prose: `{shape}_t{T}_v{N}_cold`, `…_v{N}_config` and
+/// `{shape}_t{T}_v2_over_v3`.
+pub fn version_facts(all: &[Candidate], f: &mut Facts) {
+    let best = fastest_by_version(all);
+    for ((shape, t, v), c) in &best {
+        let s = short(shape);
+        f.add(
+            format!("{s}_t{t}_v{v}_cold"),
+            format!("{:.0}", c.cold_us),
+            TUNE_ALL_CSV,
+        );
+        f.add(
+            format!("{s}_t{t}_v{v}_config"),
+            c.config.clone(),
+            TUNE_ALL_CSV,
+        );
+        if *v == 3 {
+            if let Some(c2) = best.get(&(shape.clone(), *t, 2)) {
+                f.add(
+                    format!("{s}_t{t}_v2_over_v3"),
+                    format!("{:.2}", c2.cold_us / c.cold_us),
+                    TUNE_ALL_CSV,
+                );
+            }
+        }
+    }
+}
+
 /// The tuning table and its facts, whenever both files of `bench ch04-tune` are committed.
 fn tune_files(root: &Path) -> Result<Vec<Generated>, String> {
     let have = [TUNED_CSV, TUNE_ALL_CSV].map(|p| root.join(p).exists());
     if have != [true, true] {
-        let committed: Vec<&str> = [TUNE_TABLE, TUNE_FACTS]
+        let committed: Vec<&str> = [TUNE_TABLE, VERSIONS_TABLE, TUNE_FACTS]
             .into_iter()
             .filter(|p| root.join(p).exists())
             .collect();
@@ -1732,10 +1854,15 @@ fn tune_files(root: &Path) -> Result<Vec<Generated>, String> {
     let shapes = tune_shapes(&tuned, &all)?;
     let mut f = Facts::default();
     tune_facts(&shapes, &tuned, all.len(), &mut f);
+    version_facts(&all, &mut f);
     Ok(vec![
         Generated {
             path: TUNE_TABLE.into(),
             content: tune_table(&shapes, tuned.device.as_deref()),
+        },
+        Generated {
+            path: VERSIONS_TABLE.into(),
+            content: versions_table(&all),
         },
         Generated {
             path: TUNE_FACTS.into(),
@@ -2243,13 +2370,77 @@ mod tests {
     }
 
     #[test]
+    fn versions_are_read_from_configuration_names() {
+        for (config, v) in [
+            ("w4_k32_n1", Some(1)),
+            ("w8_k32_n1_m128", Some(1)),
+            ("w4_k64_n1_s3", Some(2)),
+            ("w4_k64_n1_s4_m32", Some(2)),
+            ("w2x2_k64_n4_s3", Some(3)),
+            ("w2x4_k32_n2_s4_m64", Some(3)),
+            ("decode", None),
+        ] {
+            assert_eq!(tile_version(config), v, "{config}");
+        }
+    }
+
+    #[test]
+    fn the_versions_table_takes_each_versions_fastest_tile() {
+        let c = |tokens: u64, path: &str, config: &str, us: f64| Candidate {
+            shape: "qwen3_30b_a3b".into(),
+            dims: (2048, 768, 128, 8),
+            tokens,
+            path: path.into(),
+            config: config.into(),
+            cold_us: us,
+            cold_p10_us: us,
+            cold_p90_us: us,
+            warm_us: us,
+        };
+        let all = [
+            c(64, "tiled", "w4_k64_n1", 1000.0),
+            c(64, "tiled", "w4_k64_n1_s3", 400.0),
+            c(64, "tiled", "w4_k64_n1_s4_m32", 380.0),
+            c(64, "tiled", "w2x2_k64_n4_s3", 500.0),
+            // A decode candidate faster than every tile is not a version of the tile.
+            c(64, "decode", "w4_c1", 100.0),
+        ];
+        let t = versions_table(&all);
+        assert!(t.contains("| 1: one stage | 1000 `w4_k64_n1` |"), "{t}");
+        assert!(
+            t.contains("| 2: stages in flight | 380 `w4_k64_n1_s4_m32` |"),
+            "{t}"
+        );
+        assert!(
+            t.contains("| 3: a grid of warps | 500 `w2x2_k64_n4_s3` |"),
+            "{t}"
+        );
+        // 1000 / 380 and 380 / 500.
+        assert!(t.contains("| version 1 ÷ version 2 | 2.63× |"), "{t}");
+        assert!(t.contains("| version 2 ÷ version 3 | 0.76× |"), "{t}");
+        let mut f = Facts::default();
+        version_facts(&all, &mut f);
+        let text = f.render("test");
+        for (name, value) in [
+            ("qwen3_t64_v2_cold", "380"),
+            ("qwen3_t64_v3_config", "w2x2_k64_n4_s3"),
+            ("qwen3_t64_v2_over_v3", "0.76"),
+        ] {
+            assert!(
+                text.contains(&format!("ANCHOR: {name}\n{value}\nANCHOR_END: {name}")),
+                "{name}: {text}"
+            );
+        }
+    }
+
+    #[test]
     fn the_tuning_table_and_facts_from_a_synthetic_run() {
         let (tuned, all) = tune_csvs(None);
         let root = tune_repo("tune", Some(&tuned), Some(&all));
         let files = generate(&root).unwrap();
         std::fs::remove_dir_all(&root).unwrap();
         let paths: Vec<&str> = files.iter().map(|g| g.path.as_str()).collect();
-        assert_eq!(paths, [TUNE_TABLE, TUNE_FACTS]);
+        assert_eq!(paths, [TUNE_TABLE, VERSIONS_TABLE, TUNE_FACTS]);
 
         // Computed here from the formulas: below 64 tokens the decode path wins (w2_c1), from
         // 64 the tile w4_k64_n1, at 512 w4_k32_n2. The rule runs decode w4_c1 up to T·k = 4E

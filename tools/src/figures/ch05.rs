@@ -134,14 +134,23 @@ pub fn render_svg(rows: &[BenchRow]) -> String {
 }
 
 /// The router's floor probe (the largest read at this shape and row count) and the logits'
-/// (the smallest), cold medians.
+/// (the smallest), cold medians. Several cases read the same bytes (the pair, cuBLAS + fused and
+/// the chain), so each read has several probes, repeats of one measurement: the fastest counts,
+/// as in `bench ch05`'s verdicts (`tools/bench/src/ch05.rs`, `targets`).
 fn probes(rows: &[BenchRow], shape: &str, n: u64) -> Option<(f64, f64)> {
-    let mut p: Vec<&BenchRow> = rows
+    let p: Vec<&BenchRow> = rows
         .iter()
         .filter(|r| r.shape == shape && r.rows == n && r.imp == "floor_probe")
         .collect();
-    p.sort_by(|a, b| a.bytes.total_cmp(&b.bytes));
-    Some((p.last()?.cold_median_us, p.first()?.cold_median_us))
+    let fastest_reading = |bytes: f64| {
+        p.iter()
+            .filter(|r| r.bytes == bytes)
+            .map(|r| r.cold_median_us)
+            .fold(f64::INFINITY, f64::min)
+    };
+    let most = p.iter().map(|r| r.bytes).fold(f64::NEG_INFINITY, f64::max);
+    let least = p.iter().map(|r| r.bytes).fold(f64::INFINITY, f64::min);
+    (!p.is_empty()).then(|| (fastest_reading(most), fastest_reading(least)))
 }
 
 fn row_counts(rows: &[BenchRow], shape: &str) -> Vec<u64> {
@@ -231,7 +240,12 @@ pub fn table(rows: &[BenchRow]) -> String {
 /// (the router's floor probe), `{s}_{n}_pair_over_probe`; at 1 row `{s}_1_tiny_over_probe`; over
 /// the rows up to 96 `{s}_chain_over_pair_min/_max` and `{s}_torch_over_pair_min/_max`;
 /// `{s}_pair_launches`, `{s}_chain_launches`; at 8192 rows `{s}_8192_fused_over_logits_probe`.
+/// Each target of the chapter gets its verdict, `met` or `**missed**`, from the same unrounded
+/// ratio as `bench ch05` prints: `{s}_1_tiny_target` (≤ 1.05), `{s}_1_pair_target` (≤ 1.4),
+/// `{s}_8192_fused_target` (≤ 2), `{s}_chain_target` (the chain ≥ 3× the pair up to 96 rows).
+/// `{s}_blas_faster_from`: the row count from which cuBLAS + fused beats the pair at every count.
 pub fn facts(rows: &[BenchRow]) -> Facts {
+    let verdict = |ok: bool| if ok { "met" } else { "**missed**" };
     let mut f = Facts::default();
     let src = GPU_CSV;
     if let Some(e) = rows.iter().find(|r| r.imp == "empty_kernel") {
@@ -266,12 +280,24 @@ pub fn facts(rows: &[BenchRow]) -> Facts {
                         format!("{:.2}", p.cold_median_us / router),
                         src,
                     );
+                    if n == 1 {
+                        f.add(
+                            format!("{s}_1_pair_target"),
+                            verdict(p.cold_median_us / router <= 1.4),
+                            src,
+                        );
+                    }
                 }
                 if n == 1 {
                     if let Some(t) = find(rows, &shape, n, "tiny_gemm") {
                         f.add(
                             format!("{s}_1_tiny_over_probe"),
                             format!("{:.2}", t.cold_median_us / router),
+                            src,
+                        );
+                        f.add(
+                            format!("{s}_1_tiny_target"),
+                            verdict(t.cold_median_us / router <= 1.05),
                             src,
                         );
                     }
@@ -281,6 +307,11 @@ pub fn facts(rows: &[BenchRow]) -> Facts {
                         f.add(
                             format!("{s}_8192_fused_over_logits_probe"),
                             format!("{:.2}", t.cold_median_us / logits),
+                            src,
+                        );
+                        f.add(
+                            format!("{s}_8192_fused_target"),
+                            verdict(t.cold_median_us / logits <= 2.0),
                             src,
                         );
                     }
@@ -301,9 +332,23 @@ pub fn facts(rows: &[BenchRow]) -> Facts {
             if !ratios.is_empty() {
                 let lo = ratios.iter().cloned().fold(f64::INFINITY, f64::min);
                 let hi = ratios.iter().cloned().fold(0.0, f64::max);
-                f.add(format!("{s}_{name}_over_pair_min"), format!("{lo:.1}"), src);
-                f.add(format!("{s}_{name}_over_pair_max"), format!("{hi:.1}"), src);
+                f.add(format!("{s}_{name}_over_pair_min"), format!("{lo:.2}"), src);
+                f.add(format!("{s}_{name}_over_pair_max"), format!("{hi:.2}"), src);
+                if name == "chain" {
+                    f.add(format!("{s}_chain_target"), verdict(lo >= 3.0), src);
+                }
             }
+        }
+        // The row count from which cuBLAS + fused is faster (cold) than the pair at every
+        // measured count: where an engine would switch.
+        let blas_faster = |n: u64| {
+            matches!(
+                (find(rows, &shape, n, "blas_fused"), find(rows, &shape, n, PAIR)),
+                (Some(b), Some(p)) if b.cold_median_us < p.cold_median_us
+            )
+        };
+        if let Some(i) = (0..counts.len()).find(|&i| counts[i..].iter().all(|&n| blas_faster(n))) {
+            f.add(format!("{s}_blas_faster_from"), counts[i].to_string(), src);
         }
         for imp in ["pair", "chain"] {
             let l: BTreeSet<u32> = rows
@@ -337,9 +382,11 @@ mod tests {
             header(),
             "ch05,none,empty_kernel,0,1,2.0,2.0,2.0,1.0,1.0,1.0,2.0,0,0,0,0,200,H200".to_string(),
             line("pair", 1, 2, 4.0, 2.4e6),
-            line("floor_probe", 1, 1, 3.0, 2.4e6),
+            line("floor_probe", 1, 1, 3.2, 2.4e6),
             line("floor_probe", 1, 1, 2.1, 2.3e3),
-            line("tiny_gemm", 1, 1, 3.1, 2.4e6),
+            // A repeat of the router's probe (another case reads the same bytes): the faster counts.
+            line("floor_probe", 1, 1, 3.0, 2.4e6),
+            line("tiny_gemm", 1, 1, 3.3, 2.4e6),
             line("chain", 1, 7, 16.0, 2.4e6),
             line("pair", 8192, 2, 40.0, 7e7),
             line("fused_router", 8192, 1, 12.0, 9.5e6),
@@ -357,12 +404,28 @@ mod tests {
         assert_eq!(f.get("glm_1_pair_cold"), Some("4.00"));
         assert_eq!(f.get("glm_1_probe"), Some("3.00"));
         assert_eq!(f.get("glm_1_pair_over_probe"), Some("1.33"));
-        assert_eq!(f.get("glm_1_tiny_over_probe"), Some("1.03"));
+        assert_eq!(f.get("glm_1_tiny_over_probe"), Some("1.10"));
         // The fused kernel alone against the smaller probe (its logits).
         assert_eq!(f.get("glm_8192_fused_over_logits_probe"), Some("1.50"));
         // Only rows up to 96 count for the chain's ratio.
-        assert_eq!(f.get("glm_chain_over_pair_min"), Some("4.0"));
-        assert_eq!(f.get("glm_chain_over_pair_max"), Some("4.0"));
+        assert_eq!(f.get("glm_chain_over_pair_min"), Some("4.00"));
+        assert_eq!(f.get("glm_chain_over_pair_max"), Some("4.00"));
+        // The verdicts: 3.3 / 3.0 > 1.05, 4 / 3 ≤ 1.4, 12 / 8 ≤ 2, 16 / 4 ≥ 3.
+        assert_eq!(f.get("glm_1_tiny_target"), Some("**missed**"));
+        assert_eq!(f.get("glm_1_pair_target"), Some("met"));
+        assert_eq!(f.get("glm_8192_fused_target"), Some("met"));
+        assert_eq!(f.get("glm_chain_target"), Some("met"));
+        // No cuBLAS + fused rows in this CSV: no crossover.
+        assert_eq!(f.get("glm_blas_faster_from"), None);
+        let mut more = rows();
+        let b = |n: u64, cold: f64| {
+            let mut r = find(&more, "glm_h4096_e288_k8", n, PAIR).unwrap().clone();
+            (r.imp, r.cold_median_us) = ("blas_fused".into(), cold);
+            r
+        };
+        let (slower, faster) = (b(1, 5.0), b(8192, 30.0));
+        more.extend([slower, faster]);
+        assert_eq!(facts(&more).get("glm_blas_faster_from"), Some("8192"));
         assert_eq!(f.get("glm_chain_launches"), Some("7"));
         assert_eq!(f.get("glm_torch_over_pair_min"), None);
     }
