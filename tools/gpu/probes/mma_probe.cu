@@ -27,14 +27,7 @@
 
 #include "tc_model.h"
 
-#define CHECK(x)                                                                       \
-    do {                                                                               \
-        cudaError_t e_ = (x);                                                          \
-        if (e_ != cudaSuccess) {                                                       \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(1);                                                                   \
-        }                                                                              \
-    } while (0)
+#include "cuda_check.h"
 
 // One tile per warp. a: [16][16] row-major (m, k); b: [8][16] (n, k); c, d: [16][8] (m, n).
 __global__ void mma_tiles(const uint16_t* A, const uint16_t* B, const float* C, float* D, int tiles) {
