@@ -1440,20 +1440,21 @@ mod tests {
 
     #[test]
     fn the_smoke_test_runs() {
-        emu_smoke(
-            Device::emu(),
-            &Ch04Args {
-                out_dir: PathBuf::new(),
-                peers: None,
-                routing: None,
-                peer_outputs: None,
-                quick: true,
-                export_routing: None,
-                tiny: false,
-                tuned: None,
-            },
-        )
-        .unwrap();
+        emu_smoke(Device::emu(), &quick_args(PathBuf::new(), None)).unwrap();
+    }
+
+    /// `bench ch04 --quick`'s arguments, with `--tuned` when given.
+    fn quick_args(out_dir: PathBuf, tuned: Option<PathBuf>) -> Ch04Args {
+        Ch04Args {
+            out_dir,
+            peers: None,
+            routing: None,
+            peer_outputs: None,
+            quick: true,
+            export_routing: None,
+            tiny: false,
+            tuned,
+        }
     }
 
     #[test]
@@ -1463,16 +1464,7 @@ mod tests {
         let (empty, bad) = (dir.join("empty.csv"), dir.join("bad.csv"));
         std::fs::write(&empty, "# no rows\n").unwrap();
         std::fs::write(&bad, "hidden,tokens\n1,2\n").unwrap();
-        let args = |p: PathBuf| Ch04Args {
-            out_dir: dir.clone(),
-            peers: None,
-            routing: None,
-            peer_outputs: None,
-            quick: true,
-            export_routing: None,
-            tiny: false,
-            tuned: Some(p),
-        };
+        let args = |p: PathBuf| quick_args(dir.clone(), Some(p));
         // Each fails before any table is put in use (which would change this process's plans).
         let missing = run(&args(dir.join("missing.csv"))).unwrap_err();
         assert!(

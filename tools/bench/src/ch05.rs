@@ -40,6 +40,10 @@ use ch05_fused_router::{tiny_gemm, FusedRouter, LogitsFrom};
 use half::bf16;
 use moe_kernels::{BackendKind, Device, DeviceBuffer};
 use moe_tools::bench_row::BenchRow;
+use moe_tools::figures::ch05::{
+    fastest_probe, CHAIN_OVER_PAIR_MIN, FUSED_OVER_LOGITS_MAX, PAIR_OVER_PROBE_MAX,
+    TINY_OVER_PROBE_MAX,
+};
 use std::time::Instant;
 
 /// One decode token, 2 and 4, one request verifying 6 speculative tokens, the tiny GEMM's
@@ -440,18 +444,10 @@ pub fn targets(rows: &[BenchRow]) -> String {
             .find(|r| r.shape == shape && r.rows == t && r.imp == imp)
             .map(|r| r.cold_median_us)
     };
-    // A case's floor probe: the probe rows at its shape and rows that read its input bytes.
-    // Cases that read the same bytes each have a probe, repeats of one measurement: the fastest
-    // counts (as in the book's table, tools/src/figures/ch05.rs).
+    // A case's floor probe: the fastest probe that read its input bytes, as the book takes it.
     let probe_of = |shape: &str, t: u64, imp: &str| {
         let s = SHAPES.iter().find(|s| s.name == shape)?;
-        let read = floor_bytes(s, t as usize, imp).0;
-        rows.iter()
-            .filter(|r| {
-                r.shape == shape && r.rows == t && r.imp == "floor_probe" && r.bytes == read
-            })
-            .map(|r| r.cold_median_us)
-            .reduce(f64::min)
+        fastest_probe(rows, shape, t, floor_bytes(s, t as usize, imp).0)
     };
     let mut s = String::new();
     let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
@@ -463,11 +459,11 @@ pub fn targets(rows: &[BenchRow]) -> String {
             probe_of(n, 1, "pair"),
         ) {
             s += &format!(
-                "bench ch05: {n}: 1 row: tiny GEMM {:.2}× the floor probe (target ≤ 1.05: {}), pair {:.2}× (target ≤ 1.4: {})\n",
+                "bench ch05: {n}: 1 row: tiny GEMM {:.2}× the floor probe (target ≤ {TINY_OVER_PROBE_MAX}: {}), pair {:.2}× (target ≤ {PAIR_OVER_PROBE_MAX}: {})\n",
                 g / f,
-                verdict(g / f <= 1.05),
+                verdict(g / f <= TINY_OVER_PROBE_MAX),
                 p / f,
-                verdict(p / f <= 1.4)
+                verdict(p / f <= PAIR_OVER_PROBE_MAX)
             );
         }
         let worst = ROWS
@@ -477,8 +473,8 @@ pub fn targets(rows: &[BenchRow]) -> String {
             .fold(f64::INFINITY, f64::min);
         if worst.is_finite() {
             s += &format!(
-                "bench ch05: {n}: the pair at least 3× faster than the chain up to 96 rows (cold): worst {worst:.2}×: {}\n",
-                verdict(worst >= 3.0)
+                "bench ch05: {n}: the pair at least {CHAIN_OVER_PAIR_MIN}× faster than the chain up to 96 rows (cold): worst {worst:.2}×: {}\n",
+                verdict(worst >= CHAIN_OVER_PAIR_MIN)
             );
         }
     }
@@ -488,9 +484,9 @@ pub fn targets(rows: &[BenchRow]) -> String {
         probe_of(glm, 8192, "fused_router"),
     ) {
         s += &format!(
-            "bench ch05: {glm}: fused router alone at 8192 rows {:.2}× a cold read of its logits (target ≤ 2: {})\n",
+            "bench ch05: {glm}: fused router alone at 8192 rows {:.2}× a cold read of its logits (target ≤ {FUSED_OVER_LOGITS_MAX}: {})\n",
             f / p,
-            verdict(f / p <= 2.0)
+            verdict(f / p <= FUSED_OVER_LOGITS_MAX)
         );
     }
     s

@@ -1725,9 +1725,12 @@ pub fn tile_version(config: &str) -> Option<u8> {
     })
 }
 
+/// The fastest tiled candidate of each kernel version, by (shape, batch, version).
+pub type ByVersion<'a> = BTreeMap<(String, u64, u8), &'a Candidate>;
+
 /// Per shape and batch, the fastest tiled candidate of each kernel version.
-fn fastest_by_version(all: &[Candidate]) -> BTreeMap<(String, u64, u8), &Candidate> {
-    let mut best: BTreeMap<(String, u64, u8), &Candidate> = BTreeMap::new();
+pub fn fastest_by_version(all: &[Candidate]) -> ByVersion<'_> {
+    let mut best = ByVersion::new();
     for c in all.iter().filter(|c| c.path == "tiled") {
         let Some(v) = tile_version(&c.config) else {
             continue;
@@ -1740,25 +1743,16 @@ fn fastest_by_version(all: &[Candidate]) -> BTreeMap<(String, u64, u8), &Candida
     best
 }
 
-/// The table of the tiled kernel's versions: per shape, the fastest configuration of each
-/// version at every batch (cold µs), and what each version gained over the one before.
-pub fn versions_table(all: &[Candidate]) -> String {
-    let best = fastest_by_version(all);
-    let shapes: Vec<String> = all
-        .iter()
-        .map(|c| c.shape.clone())
-        .fold(Vec::new(), |mut v, s| {
-            if !v.contains(&s) {
-                v.push(s);
-            }
-            v
-        });
+/// The table of the tiled kernel's versions: per shape (in the tuning table's order), the
+/// fastest configuration of each version at every batch (cold µs), and what each version gained
+/// over the one before.
+pub fn versions_table(shapes: &[TuneShape], best: &ByVersion) -> String {
     let mut s =
         "The tiled path's fastest configuration of each kernel version (any BLOCK_M), cold µs \
                  per layer call, median, from the same run of `bench ch04-tune` \
                  (bench/results/h200/ch04_tune_all.csv).\n"
             .to_string();
-    for shape in &shapes {
+    for shape in shapes.iter().map(|t| &t.name) {
         let tokens: BTreeSet<u64> = best.keys().filter(|k| &k.0 == shape).map(|k| k.1).collect();
         s += &format!("\n**{}**\n\n| version |", tune_title(shape));
         for t in &tokens {
@@ -1767,14 +1761,15 @@ pub fn versions_table(all: &[Candidate]) -> String {
         s += "\n|---|";
         s += &"---:|".repeat(tokens.len());
         s += "\n";
+        let get = |t: u64, v: u8| best.get(&(shape.clone(), t, v));
         for (v, about) in [
             (1, "1: one stage"),
             (2, "2: stages in flight"),
             (3, "3: a grid of warps"),
         ] {
             s += &format!("| {about} |");
-            for t in &tokens {
-                s += &match best.get(&(shape.clone(), *t, v)) {
+            for &t in &tokens {
+                s += &match get(t, v) {
                     Some(c) => format!(" {:.0} `{}` |", c.cold_us, c.config),
                     None => " – |".into(),
                 };
@@ -1783,10 +1778,9 @@ pub fn versions_table(all: &[Candidate]) -> String {
         }
         for (a, b) in [(1, 2), (2, 3)] {
             s += &format!("| version {a} ÷ version {b} |");
-            for t in &tokens {
-                let get = |v| best.get(&(shape.clone(), *t, v)).map(|c| c.cold_us);
-                s += &match (get(a), get(b)) {
-                    (Some(x), Some(y)) => format!(" {:.2}× |", x / y),
+            for &t in &tokens {
+                s += &match (get(t, a), get(t, b)) {
+                    (Some(x), Some(y)) => format!(" {:.2}× |", x.cold_us / y.cold_us),
                     _ => " – |".into(),
                 };
             }
@@ -1798,9 +1792,8 @@ pub fn versions_table(all: &[Candidate]) -> String {
 
 /// The versions' numbers for the prose: `{shape}_t{T}_v{N}_cold`, `…_v{N}_config` and
 /// `{shape}_t{T}_v2_over_v3`.
-pub fn version_facts(all: &[Candidate], f: &mut Facts) {
-    let best = fastest_by_version(all);
-    for ((shape, t, v), c) in &best {
+pub fn version_facts(best: &ByVersion, f: &mut Facts) {
+    for ((shape, t, v), c) in best {
         let s = short(shape);
         f.add(
             format!("{s}_t{t}_v{v}_cold"),
@@ -1854,7 +1847,8 @@ fn tune_files(root: &Path) -> Result<Vec<Generated>, String> {
     let shapes = tune_shapes(&tuned, &all)?;
     let mut f = Facts::default();
     tune_facts(&shapes, &tuned, all.len(), &mut f);
-    version_facts(&all, &mut f);
+    let by_version = fastest_by_version(&all);
+    version_facts(&by_version, &mut f);
     Ok(vec![
         Generated {
             path: TUNE_TABLE.into(),
@@ -1862,7 +1856,7 @@ fn tune_files(root: &Path) -> Result<Vec<Generated>, String> {
         },
         Generated {
             path: VERSIONS_TABLE.into(),
-            content: versions_table(&all),
+            content: versions_table(&shapes, &by_version),
         },
         Generated {
             path: TUNE_FACTS.into(),
@@ -2405,7 +2399,14 @@ mod tests {
             // A decode candidate faster than every tile is not a version of the tile.
             c(64, "decode", "w4_c1", 100.0),
         ];
-        let t = versions_table(&all);
+        let by_version = fastest_by_version(&all);
+        let shapes = [TuneShape {
+            name: "qwen3_30b_a3b".into(),
+            dims: (2048, 768, 128, 8),
+            paths: Vec::new(),
+            buckets: Vec::new(),
+        }];
+        let t = versions_table(&shapes, &by_version);
         assert!(t.contains("| 1: one stage | 1000 `w4_k64_n1` |"), "{t}");
         assert!(
             t.contains("| 2: stages in flight | 380 `w4_k64_n1_s4_m32` |"),
@@ -2419,7 +2420,7 @@ mod tests {
         assert!(t.contains("| version 1 ÷ version 2 | 2.63× |"), "{t}");
         assert!(t.contains("| version 2 ÷ version 3 | 0.76× |"), "{t}");
         let mut f = Facts::default();
-        version_facts(&all, &mut f);
+        version_facts(&by_version, &mut f);
         let text = f.render("test");
         for (name, value) in [
             ("qwen3_t64_v2_cold", "380"),
