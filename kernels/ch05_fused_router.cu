@@ -60,87 +60,78 @@ __device__ __forceinline__ void fr_warp_best(float& key, int& id, float& score) 
 }
 
 // ANCHOR: scores
-// Step 2 for one lane's first `slots` of its SLOTS experts (expert lane + 32*j in slot j; the
-// slots from `slots` on lie wholly past E and are never read): the logits become scores, in
-// place, and the rank keys, score + b[j] with a bias (b: the lane's bias values, loaded by the
-// caller). A non-finite logit (or a slot past E) gets score 0, key -inf.
-// For softmax, m and sum (the row's max and sum of exponentials, the same in every lane) are
-// returned too: fr_score recomputes a selected expert's score from them.
+// Step 2 for one lane's SLOTS experts (expert lane + 32*j in slot j; a slot past E holds a NaN):
+// the logits become scores, in place, and the rank keys, score + b[j] with a bias (b: the lane's
+// bias values, loaded by the caller). A non-finite logit gets score 0, key -inf.
+// Every slot is computed from a finite stand-in (0 for a non-finite logit) and the result then
+// chosen: no branch between one slot's arithmetic and the next, so the compiler interleaves the
+// slots' independent chains (an exponential is ~25 dependent instructions; one warp alone, at a
+// few rows, would otherwise wait on each in turn).
 template <int SLOTS>
 __device__ __forceinline__ void fr_scores(float* s, float* key, const float* b, bool has_bias,
-                                          int slots, int scoring, float& m_out, float& sum_out) {
+                                          int scoring) {
     const float neg_inf = -__int_as_float(0x7f800000);
+    bool finite[SLOTS];
+#pragma unroll
+    for (int j = 0; j < SLOTS; ++j) {
+        finite[j] = moe_isfinite(s[j]);
+        s[j] = finite[j] ? s[j] : 0.0f;
+    }
     if (scoring == FR_SCORING_SOFTMAX) {
         // Softmax over the finite logits: the row's max and the sum of exponentials, each a
         // lane's serial pass then a xor tree (max is exact in any order; the sum's order is fixed).
         float m = neg_inf;
 #pragma unroll
         for (int j = 0; j < SLOTS; ++j)
-            if (j < slots && moe_isfinite(s[j])) m = fmaxf(m, s[j]);
+            if (finite[j]) m = fmaxf(m, s[j]);
         for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(MOE_FULL_MASK, m, off));
-        float sum = 0.0f;
 #pragma unroll
         for (int j = 0; j < SLOTS; ++j) {
-            if (j >= slots) break;
-            const bool finite = moe_isfinite(s[j]);
-            key[j] = finite ? 0.0f : neg_inf;  // remembers which logits were finite
-            s[j] = finite ? moe_expf(s[j] - m) : 0.0f;
-            sum += s[j];
+            const float e = moe_expf(s[j] - m);
+            s[j] = finite[j] ? e : 0.0f;
         }
+        float sum = 0.0f;  // + 0 for a non-finite logit or a slot past E: the sum's bits stay
+#pragma unroll
+        for (int j = 0; j < SLOTS; ++j) sum += s[j];
         for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(MOE_FULL_MASK, sum, off);
 #pragma unroll
-        for (int j = 0; j < SLOTS; ++j)
-            if (j < slots) s[j] = (key[j] == 0.0f && sum > 0.0f) ? s[j] / sum : 0.0f;
-        m_out = m;
-        sum_out = sum;
+        for (int j = 0; j < SLOTS; ++j) {
+            const float p = s[j] / sum;
+            s[j] = (finite[j] && sum > 0.0f) ? p : 0.0f;
+        }
+    } else if (scoring == FR_SCORING_SIGMOID) {
+#pragma unroll
+        for (int j = 0; j < SLOTS; ++j) {
+            const float p = moe_sigmoidf(s[j]);
+            s[j] = finite[j] ? p : 0.0f;
+        }
     } else {
 #pragma unroll
         for (int j = 0; j < SLOTS; ++j) {
-            if (j >= slots) break;
-            const bool finite = moe_isfinite(s[j]);
-            key[j] = finite ? 0.0f : neg_inf;
-            if (!finite)
-                s[j] = 0.0f;
-            else if (scoring == FR_SCORING_SIGMOID)
-                s[j] = moe_sigmoidf(s[j]);
-            else
-                s[j] = sqrtf(moe_softplusf(s[j]));
+            const float p = sqrtf(moe_softplusf(s[j]));
+            s[j] = finite[j] ? p : 0.0f;
         }
     }
     // The rank key: score + bias selects; the unbiased score stays the weight.
 #pragma unroll
-    for (int j = 0; j < SLOTS; ++j)
-        if (j < slots && key[j] == 0.0f) key[j] = has_bias ? s[j] + b[j] : s[j];
+    for (int j = 0; j < SLOTS; ++j) key[j] = finite[j] ? (has_bias ? s[j] + b[j] : s[j]) : neg_inf;
 }
 // ANCHOR_END: scores
 
-// ANCHOR: score_again
-// One logit's score, exactly as fr_scores computes it (the same operations on the same values,
-// so the same bits): the rounds below carry only keys and ids, and each selected expert's score
-// is computed again from its logit afterwards.
-__device__ __forceinline__ float fr_score(float x, int scoring, float m, float sum) {
-    if (!moe_isfinite(x)) return 0.0f;
-    if (scoring == FR_SCORING_SOFTMAX) return sum > 0.0f ? moe_expf(x - m) / sum : 0.0f;
-    if (scoring == FR_SCORING_SIGMOID) return moe_sigmoidf(x);
-    return sqrtf(moe_softplusf(x));
-}
-// ANCHOR_END: score_again
+// The levels of a pairwise tree over N candidates: ceil(log2 N).
+template <int N> struct FrLevels { static const int value = 1 + FrLevels<(N + 1) / 2>::value; };
+template <> struct FrLevels<1> { static const int value = 0; };
 
-// ANCHOR: packed_key
-// A key and its expert as one 64-bit number whose order is fr_better's: the key's bits made
-// monotone (a negative float's bits reversed, a positive float's sign bit set; -0 taken as +0,
-// as == does) above the id's complement, so a larger key wins and, for equal keys, the lower id.
-// Keys are never NaN (finite scores plus a finite bias, or -inf); 0 stands for "no candidate"
-// and loses to every real one (the smallest real key, -inf, packs above 2^54).
-__device__ __forceinline__ unsigned long long fr_pack(float key, int id) {
+// ANCHOR: ordered_key
+// A key as an unsigned number with the same order: the float's bits made monotone (a negative
+// float's bits reversed, a positive float's sign bit set; -0 taken as +0, as == does). Keys are
+// never NaN (finite scores plus a finite bias, or -inf), and the smallest real key, -inf, maps to
+// 0x007fffff, so 0 is free to mean "no candidate".
+__device__ __forceinline__ unsigned fr_order(float key) {
     const unsigned u = __float_as_uint(key + 0.0f);  // -0 + 0 = +0
-    const unsigned ordered = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-    return ((unsigned long long)ordered << 32) | (0xffffffffu - (unsigned)id);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
-__device__ __forceinline__ int fr_unpack_id(unsigned long long p) {
-    return p == 0 ? -1 : (int)(0xffffffffu - (unsigned)p);
-}
-// ANCHOR_END: packed_key
+// ANCHOR_END: ordered_key
 
 // ANCHOR: groups
 // DeepSeek-V3's grouped selection: experts form n_group contiguous groups of E / n_group; a
@@ -214,8 +205,8 @@ __device__ __forceinline__ void fused_router(const float* __restrict__ logits,
     const int t = blockIdx.x * FR_ROWS_PER_BLOCK + warp;
     if (t >= T) return;  // the whole warp leaves; nothing waits for the other warps
     const float* x = logits + (size_t)t * E;
-    // The lanes' slots that hold experts: E = 288 fills 9 of the 16 slots of fused_router_e512,
-    // and the loops below stop there (a uniform branch) instead of scoring 7 empty slots.
+    // The lanes' slots that hold experts: E = 288 fills 9 of the 10 slots of fused_router_e320.
+    // Loads and shuffles stop there; the scores are computed for all SLOTS (see fr_scores).
     const int slots = (E + 31) / 32;
     float s[SLOTS], key[SLOTS], b[SLOTS];
     unsigned used = 0;  // bit j: slot j is taken, past E, or in a dropped group
@@ -237,35 +228,62 @@ __device__ __forceinline__ void fused_router(const float* __restrict__ logits,
         // __ldcg, not a read-only load: see moe_grid_wait in common.cuh.
         s[j] = (j < slots && e < E) ? __ldcg(&x[e]) : __int_as_float(0x7fc00000);
     }
-    float m = 0.0f, sum = 0.0f;
-    fr_scores<SLOTS>(s, key, b, has_bias, slots, scoring, m, sum);
+    fr_scores<SLOTS>(s, key, b, has_bias, scoring);
     if (n_group > 1) used |= fr_dropped_slots<SLOTS>(key, E, slots, n_group, topk_group);
 
-    // k rounds of argmax over packed (key, id) numbers: each lane's largest free one, then the
-    // warp's largest by a xor tree of 64-bit shuffles (fr_pack's order is fr_better's). Lane r
-    // keeps round r's expert.
+    // k rounds of argmax. A round: each lane's best free slot (a tree over its slots, the lower
+    // slot, so the lower id, keeping ties), then the warp's largest key and, among the lanes
+    // holding it, the lowest id: two redux.sync instructions (__reduce_max_sync and
+    // __reduce_min_sync), one step each on the chain that k rounds make. Lane r keeps round r's
+    // expert; the lane that owns it clears its slot.
     // ANCHOR: rounds
-    unsigned long long packed[SLOTS];
+    unsigned ok[SLOTS];  // the ordered keys; 0 = taken, past E, or in a dropped group
 #pragma unroll
-    for (int j = 0; j < SLOTS; ++j) packed[j] = j < slots ? fr_pack(key[j], lane + 32 * j) : 0ull;
+    for (int j = 0; j < SLOTS; ++j) ok[j] = (used >> j & 1u) ? 0u : fr_order(key[j]);
     int my_id = -1;
     for (int round = 0; round < k; ++round) {
-        unsigned long long best = 0;
+        unsigned bk[SLOTS];
+        int bj[SLOTS];
 #pragma unroll
         for (int j = 0; j < SLOTS; ++j) {
-            const unsigned long long c = (used >> j & 1u) ? 0ull : packed[j];
-            best = c > best ? c : best;
+            bk[j] = ok[j];
+            bj[j] = j;
         }
-        for (int off = 16; off > 0; off >>= 1) {
-            const unsigned long long o = __shfl_xor_sync(MOE_FULL_MASK, best, off);
-            best = o > best ? o : best;
+        // A tree of neighbours, so the left always holds the lower slots; an odd one out moves up.
+#pragma unroll
+        for (int level = 0; level < FrLevels<SLOTS>::value; ++level) {
+            const int n = (SLOTS + (1 << level) - 1) >> level;  // candidates at this level
+#pragma unroll
+            for (int i = 0; i < SLOTS / 2; ++i) {  // a constant trip count, so it unrolls
+                if (i >= n / 2) break;
+                const bool right = bk[2 * i + 1] > bk[2 * i];
+                bk[i] = right ? bk[2 * i + 1] : bk[2 * i];
+                bj[i] = right ? bj[2 * i + 1] : bj[2 * i];
+            }
+            if (n & 1) {
+                bk[n / 2] = bk[n - 1];
+                bj[n / 2] = bj[n - 1];
+            }
         }
-        const int bi = fr_unpack_id(best);
-        if (bi >= 0 && (bi & 31) == lane) used |= 1u << (bi >> 5);
-        if (lane == round) my_id = bi;
+        const unsigned top = __reduce_max_sync(MOE_FULL_MASK, bk[0]);
+        const unsigned mine = (top != 0u && bk[0] == top) ? (unsigned)(lane + 32 * bj[0]) : 0xffffffffu;
+        const unsigned win = __reduce_min_sync(MOE_FULL_MASK, mine);  // all 1s: nothing left
+        if (win != 0xffffffffu && (int)(win & 31u) == lane) {
+#pragma unroll
+            for (int j = 0; j < SLOTS; ++j)
+                if (j == (int)(win >> 5)) ok[j] = 0u;
+        }
+        if (lane == round) my_id = win == 0xffffffffu ? -1 : (int)win;
     }
-    // Lane r's score, from its expert's logit (read again: one load per lane, from the L2).
-    const float my_score = my_id >= 0 ? fr_score(__ldcg(&x[my_id]), scoring, m, sum) : 0.0f;
+    // Lane r's score: the owner's register, one shuffle per slot (the same bits step 2 made).
+    const int owner = my_id & 31, my_slot = my_id >> 5;  // -1: lane 31, slot -1, matches none
+    float my_score = 0.0f;
+#pragma unroll
+    for (int j = 0; j < SLOTS; ++j) {
+        if (j >= slots) break;  // uniform
+        const float v = __shfl_sync(MOE_FULL_MASK, s[j], owner);
+        if (j == my_slot) my_score = v;
+    }
     // ANCHOR_END: rounds
 
     // The weights: the unbiased scores, divided by their sum (taken in selection order, as
@@ -285,7 +303,8 @@ __device__ __forceinline__ void fused_router(const float* __restrict__ logits,
 }
 // ANCHOR_END: fused_router
 
-// One entry point per row width: up to 128, 256, 512 and 1024 experts (4, 8, 16, 32 per lane).
+// One entry point per row width: up to 128, 256, 320, 384, 512 and 1024 experts (4, 8, 10, 12,
+// 16, 32 per lane; every slot is scored, so the narrowest that holds the row is the fastest).
 extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e128(
     const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
     float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
@@ -297,6 +316,18 @@ extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_route
     float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
     int renormalize, float scale) {
     fused_router<8>(logits, bias, ids, weights, T, E, k, scoring, n_group, topk_group, renormalize, scale);
+}
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e320(
+    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
+    float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
+    int renormalize, float scale) {
+    fused_router<10>(logits, bias, ids, weights, T, E, k, scoring, n_group, topk_group, renormalize, scale);
+}
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e384(
+    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
+    float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
+    int renormalize, float scale) {
+    fused_router<12>(logits, bias, ids, weights, T, E, k, scoring, n_group, topk_group, renormalize, scale);
 }
 extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e512(
     const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,

@@ -75,18 +75,32 @@ __device__ __forceinline__ float moe_scale2(float x, int n) {
     return (x * moe_pow2i(half)) * moe_pow2i(n - half);
 }
 
+// v, through an empty asm statement the compiler must keep where it is: what computes v then runs
+// on every path, not only on those that use it (the compiler likes to turn a final select back
+// into branches around the work). The emulator has no such pass to fight: there it is v.
+__device__ __forceinline__ float moe_computed(float v) {
+#ifndef MOE_EMU
+    asm volatile("" : "+f"(v));
+#endif
+    return v;
+}
+
 // ANCHOR: moe_expf
 // e^x. Cody-Waite reduction x = n ln2 + r with |r| <= ln2/2, a degree-7 polynomial for e^r,
 // then exact scaling by 2^n. Handles NaN, ±inf, overflow (inf) and underflow (0).
+// Branch-free: the polynomial runs on x clamped into range and the special cases are chosen at
+// the end, so that a thread computing several exponentials gets one straight run of
+// instructions the compiler can interleave (early returns made each one a branch region that
+// the next had to wait for). For x in range the clamp changes nothing, so neither do the bits.
 __device__ __forceinline__ float moe_expf(float x) {
-    if (x != x) return x;
-    if (x > 88.72284f) return __int_as_float(0x7f800000);  // +inf
-    if (x < -103.97208f) return 0.0f;
+    const bool is_nan = x != x;
+    const bool over = x > 88.72284f, under = x < -103.97208f;
+    const float xc = fminf(fmaxf(x, -103.97208f), 88.72284f);  // a NaN becomes -103.97208
     const float log2e = 1.44269504088896341f;
     const float ln2_hi = 0.693145751953125f;       // 11 significant bits: n * ln2_hi is exact
     const float ln2_lo = 1.42860682030941723212e-6f;
-    float n = rintf(x * log2e);
-    float r = fmaf(-n, ln2_hi, x);
+    float n = rintf(xc * log2e);
+    float r = fmaf(-n, ln2_hi, xc);
     r = fmaf(-n, ln2_lo, r);
     // e^r = 1 + r + r^2/2! + ... + r^7/7!  (Horner, one rounding per step)
     float p = 1.98412698e-4f;
@@ -97,7 +111,8 @@ __device__ __forceinline__ float moe_expf(float x) {
     p = fmaf(p, r, 0.5f);
     p = fmaf(p, r, 1.0f);
     p = fmaf(p, r, 1.0f);
-    return moe_scale2(p, (int)n);
+    const float y = moe_computed(moe_scale2(p, (int)n));
+    return is_nan ? x : (over ? __int_as_float(0x7f800000) : (under ? 0.0f : y));
 }
 // ANCHOR_END: moe_expf
 

@@ -43,11 +43,11 @@ extern "C" __global__ void __launch_bounds__(256) selftest_block_sum(const float
     }
 }
 
-// Warp intrinsics. Block of 64 threads (two warps); x[64] ints; out[tid*12 + j].
+// Warp intrinsics. Block of 64 threads (two warps); x[64] ints; out[tid*16 + j].
 extern "C" __global__ void selftest_warp(const int* __restrict__ x, int* __restrict__ out) {
     const int tid = threadIdx.x, lane = tid & 31;
     const int v = x[tid];
-    int* o = out + tid * 12;
+    int* o = out + tid * 16;
     o[0] = __shfl_sync(MOE_FULL_MASK, v, (lane * 7) % 32);
     o[1] = __shfl_up_sync(MOE_FULL_MASK, v, 3);
     o[2] = __shfl_down_sync(MOE_FULL_MASK, v, 5);
@@ -69,6 +69,12 @@ extern "C" __global__ void selftest_warp(const int* __restrict__ x, int* __restr
     const long long got = __shfl_sync(MOE_FULL_MASK, wide, 31 - lane);
     o[10] = (int)(got >> 33);
     o[11] = (int)(got & 0xffffffff);
+    // Warp reductions (redux.sync): unsigned and signed order differ for v - 50 < 0.
+    o[12] = (int)__reduce_max_sync(MOE_FULL_MASK, (unsigned)(v - 50));
+    o[13] = __reduce_min_sync(MOE_FULL_MASK, v - 50);
+    o[14] = (int)__reduce_add_sync(MOE_FULL_MASK, (unsigned)v * 2654435761u);  // wraps
+    if (lane < 16) o[15] = (int)__reduce_xor_sync(0x0000ffffu, (unsigned)v << (lane & 7));
+    else o[15] = __reduce_max_sync(0xffff0000u, v - 50) + 1000 * (int)__reduce_or_sync(0xffff0000u, 1u << (v & 7));
 }
 
 // Atomics under contention: a 16-bin histogram of x (values 0..15), the maximum, and the or of

@@ -128,6 +128,9 @@ static inline void* emu_dynamic_shared() { return emu_tls_dyn_shared; }
 // ------------------------------------------------------------------------------------------------
 enum emu_coll_op : int { EMU_OP_SHFL_IDX = 0, EMU_OP_SHFL_UP, EMU_OP_SHFL_DOWN, EMU_OP_SHFL_XOR,
                          EMU_OP_BALLOT, EMU_OP_ANY, EMU_OP_ALL, EMU_OP_SYNCWARP, EMU_OP_ACTIVEMASK,
+                         // __reduce_*_sync (redux.sync); arg 1: the values are signed (min/max).
+                         EMU_OP_REDUX_ADD, EMU_OP_REDUX_MIN, EMU_OP_REDUX_MAX, EMU_OP_REDUX_AND,
+                         EMU_OP_REDUX_OR, EMU_OP_REDUX_XOR,
                          EMU_OP_MMA = 32, EMU_OP_LDMATRIX = 33 };
 // Why a thread yields (emu_yield): an atomic, a fence, __nanosleep.
 enum emu_yield_reason : int { EMU_YIELD_ATOMIC = 1, EMU_YIELD_FENCE = 2, EMU_YIELD_SLEEP = 3 };
@@ -174,6 +177,9 @@ template <class T> inline T shfl_xor(int line, const char* f, unsigned mask, T v
 inline unsigned ballot(int line, const char* f, unsigned mask, int p) { return (unsigned)emu_warp_collective(EMU_OP_BALLOT, mask, p ? 1u : 0u, 4, 0, 32, line, f); }
 inline int any(int line, const char* f, unsigned mask, int p) { return (int)emu_warp_collective(EMU_OP_ANY, mask, p ? 1u : 0u, 4, 0, 32, line, f); }
 inline int all(int line, const char* f, unsigned mask, int p) { return (int)emu_warp_collective(EMU_OP_ALL, mask, p ? 1u : 0u, 4, 0, 32, line, f); }
+// __reduce_*_sync: every lane of the mask gets the reduction of the mask's values (sm_80+).
+inline unsigned redux(int op, int line, const char* f, unsigned mask, unsigned v) { return (unsigned)emu_warp_collective(op, mask, v, 4, 0, 32, line, f); }
+inline int redux(int op, int line, const char* f, unsigned mask, int v) { return (int)(unsigned)emu_warp_collective(op, mask, (unsigned)v, 4, 1, 32, line, f); }
 struct syncwarp_at {   // __syncwarp() and __syncwarp(mask) without GNU comma elision
     int line;
     const char* file;
@@ -189,6 +195,12 @@ struct syncwarp_at {   // __syncwarp() and __syncwarp(mask) without GNU comma el
 #define __ballot_sync(mask, p) emu::ballot(__LINE__, __FILE__, (mask), (p) ? 1 : 0)
 #define __any_sync(mask, p) emu::any(__LINE__, __FILE__, (mask), (p) ? 1 : 0)
 #define __all_sync(mask, p) emu::all(__LINE__, __FILE__, (mask), (p) ? 1 : 0)
+#define __reduce_add_sync(mask, v) emu::redux(EMU_OP_REDUX_ADD, __LINE__, __FILE__, (mask), (v))
+#define __reduce_min_sync(mask, v) emu::redux(EMU_OP_REDUX_MIN, __LINE__, __FILE__, (mask), (v))
+#define __reduce_max_sync(mask, v) emu::redux(EMU_OP_REDUX_MAX, __LINE__, __FILE__, (mask), (v))
+#define __reduce_and_sync(mask, v) emu::redux(EMU_OP_REDUX_AND, __LINE__, __FILE__, (mask), (unsigned)(v))
+#define __reduce_or_sync(mask, v) emu::redux(EMU_OP_REDUX_OR, __LINE__, __FILE__, (mask), (unsigned)(v))
+#define __reduce_xor_sync(mask, v) emu::redux(EMU_OP_REDUX_XOR, __LINE__, __FILE__, (mask), (unsigned)(v))
 #define __syncwarp(...) (emu::syncwarp_at{__LINE__, __FILE__}(__VA_ARGS__))
 #define __activemask() emu_activemask(__LINE__, __FILE__)
 

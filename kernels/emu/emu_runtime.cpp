@@ -275,6 +275,12 @@ static const char* op_name(int op) {
         case EMU_OP_ALL: return "__all_sync";
         case EMU_OP_SYNCWARP: return "__syncwarp";
         case EMU_OP_ACTIVEMASK: return "__activemask";
+        case EMU_OP_REDUX_ADD: return "__reduce_add_sync";
+        case EMU_OP_REDUX_MIN: return "__reduce_min_sync";
+        case EMU_OP_REDUX_MAX: return "__reduce_max_sync";
+        case EMU_OP_REDUX_AND: return "__reduce_and_sync";
+        case EMU_OP_REDUX_OR: return "__reduce_or_sync";
+        case EMU_OP_REDUX_XOR: return "__reduce_xor_sync";
         case EMU_OP_MMA: return "moe_mma_m16n8k16_bf16";
         case EMU_OP_LDMATRIX: return "moe_ldmatrix";
     }
@@ -465,6 +471,22 @@ static bool execute_collective(Worker& w, Warp& W, unsigned M) {
         // nothing to exchange
     } else if (op == EMU_OP_MMA || op == EMU_OP_LDMATRIX) {
         execute_tensor_collective(w, W, M);
+    } else if (op >= EMU_OP_REDUX_ADD && op <= EMU_OP_REDUX_XOR) {
+        // redux.sync: add wraps mod 2^32; min and max compare as signed when arg is 1.
+        const bool is_signed = F[__builtin_ctz(M)].arg == 1;
+        unsigned r = (unsigned)F[__builtin_ctz(M)].value;
+        for (unsigned m = M & (M - 1); m; m &= m - 1) {
+            const unsigned v = (unsigned)F[__builtin_ctz(m)].value;
+            switch (op) {
+                case EMU_OP_REDUX_ADD: r += v; break;
+                case EMU_OP_REDUX_MIN: r = is_signed ? ((int)v < (int)r ? v : r) : (v < r ? v : r); break;
+                case EMU_OP_REDUX_MAX: r = is_signed ? ((int)v > (int)r ? v : r) : (v > r ? v : r); break;
+                case EMU_OP_REDUX_AND: r &= v; break;
+                case EMU_OP_REDUX_OR: r |= v; break;
+                default: r ^= v; break;
+            }
+        }
+        for (unsigned m = M; m; m &= m - 1) F[__builtin_ctz(m)].result = r;
     } else {
         unsigned bits = 0;
         for (unsigned m = M; m; m &= m - 1) {

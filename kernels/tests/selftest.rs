@@ -101,7 +101,7 @@ fn run_all(dev: &'static Device) -> Result<Outputs, KernelError> {
 
     let wx: Vec<i32> = (0..64).map(|i| (hash(i, 3) % 100) as i32).collect();
     let wx = dev.upload(&wx)?;
-    let warp = dev.alloc::<i32>(64 * 12)?;
+    let warp = dev.alloc::<i32>(64 * 16)?;
     m.launch(
         "selftest_warp",
         LaunchConfig::blocks(1, 64),
@@ -358,7 +358,7 @@ fn warp_intrinsics_follow_cuda_semantics(dev: &'static Device) {
     for tid in 0..64usize {
         let (warp, lane) = (tid / 32, tid % 32);
         let at = |l: usize| x[warp * 32 + l];
-        let o = &out.warp[tid * 12..tid * 12 + 12];
+        let o = &out.warp[tid * 16..tid * 16 + 16];
         assert_eq!(o[0], at((lane * 7) % 32), "shfl idx, lane {tid}");
         assert_eq!(
             o[1],
@@ -418,6 +418,24 @@ fn warp_intrinsics_follow_cuda_semantics(dev: &'static Device) {
             (at(31 - lane), (31 - lane) as i32),
             "64-bit shuffle, lane {tid}"
         );
+        let lanes = |r: std::ops::Range<usize>| r.map(at).collect::<Vec<i32>>();
+        let all = lanes(0..32);
+        let umax = all.iter().map(|&v| (v - 50) as u32).max().unwrap();
+        assert_eq!(o[12] as u32, umax, "reduce max (unsigned), lane {tid}");
+        let smin = all.iter().map(|&v| v - 50).min().unwrap();
+        assert_eq!(o[13], smin, "reduce min (signed), lane {tid}");
+        let sum = all.iter().fold(0u32, |s, &v| {
+            s.wrapping_add((v as u32).wrapping_mul(2654435761))
+        });
+        assert_eq!(o[14] as u32, sum, "reduce add (wrapping), lane {tid}");
+        let half = if lane < 16 {
+            (0..16).fold(0u32, |s, l| s ^ ((at(l) as u32) << (l & 7))) as i32
+        } else {
+            let hi = lanes(16..32);
+            let or = hi.iter().fold(0u32, |s, &v| s | 1 << (v & 7));
+            hi.iter().map(|&v| v - 50).max().unwrap() + 1000 * or as i32
+        };
+        assert_eq!(o[15], half, "half-warp reduce xor / max and or, lane {tid}");
     }
 }
 

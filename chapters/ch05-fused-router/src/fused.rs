@@ -2,7 +2,7 @@
 //!
 //! | router | logits | steps 2 and 3 | launches |
 //! |---|---|---|---|
-//! | [`FusedRouter`] (`fused`) | tiny GEMM, bf16 in, fp32 out | `fused_router_e{128,256,512,1024}` | 2 |
+//! | [`FusedRouter`] (`fused`) | tiny GEMM, bf16 in, fp32 out | `fused_router_e{128,256,320,384,512,1024}` | 2 |
 //! | [`FusedRouter`] with [`LogitsFrom::Blas`] (`blas+fused`) | cuBLAS (the emulator: a reference GEMM) | the same | 1 + cuBLAS's |
 //! | [`TinyGemmChain`] (`tiny+chain`) | tiny GEMM | chapter 1's chain after its GEMM | 6 or 7 |
 //!
@@ -33,9 +33,11 @@ pub mod geometry {
 use geometry::*;
 
 /// The row widths the kernel is compiled for (experts per row, at most), with their entry points.
-const WIDTHS: [(usize, &str); 4] = [
+const WIDTHS: [(usize, &str); 6] = [
     (128, "fused_router_e128"),
     (256, "fused_router_e256"),
+    (320, "fused_router_e320"),
+    (384, "fused_router_e384"),
     (512, "fused_router_e512"),
     (1024, "fused_router_e1024"),
 ];
@@ -155,7 +157,7 @@ impl FusedTopk {
 
     // ANCHOR: enqueue_fused
     /// Queues the fused kernel on `logits [rows, experts]` f32 and the bias. Kernel:
-    /// `fused_router_e{128,256,512,1024}(const float* logits, const float* bias, int* ids,
+    /// `fused_router_e{128,256,320,384,512,1024}(const float* logits, const float* bias, int* ids,
     /// float* weights, int T, int E, int k, int scoring, int n_group, int topk_group,
     /// int renormalize, float scale)`; grid `⌈T / 4⌉`, blocks of 4 warps, one warp per row. An
     /// empty batch launches nothing.

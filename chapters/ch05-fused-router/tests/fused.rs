@@ -233,7 +233,10 @@ fn launches_are_the_pair(dev: &'static Device) {
     }
     assert_eq!(kernel_for(128), Some("fused_router_e128"));
     assert_eq!(kernel_for(129), Some("fused_router_e256"));
-    assert_eq!(kernel_for(288), Some("fused_router_e512"));
+    assert_eq!(kernel_for(288), Some("fused_router_e320"));
+    assert_eq!(kernel_for(321), Some("fused_router_e384"));
+    assert_eq!(kernel_for(385), Some("fused_router_e512"));
+    assert_eq!(kernel_for(1024), Some("fused_router_e1024"));
     assert_eq!(kernel_for(1025), None);
 }
 
