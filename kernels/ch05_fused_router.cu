@@ -14,9 +14,10 @@
 // the unbiased score, renormalised with a small epsilon, times the routed scaling factor.
 //
 // Differences:
-// - One kernel for every family: softmax (Qwen3, Mixtral), sigmoid + bias (DeepSeek-V3, GLM-5,
-//   Kimi), sqrt-softplus (DeepSeek-V4), with or without DeepSeek-V3's grouped selection, chosen by
-//   arguments (the branches are uniform across the warp).
+// - One source for every family: softmax (Qwen3, Mixtral), sigmoid + bias (DeepSeek-V3, GLM-5,
+//   Kimi), sqrt-softplus (DeepSeek-V4), each compiled into its own entry points (see the end of
+//   the file), with or without DeepSeek-V3's grouped selection (an argument; the branch is
+//   uniform across the warp).
 // - The rules are chapter 1's, exactly: a non-finite logit scores 0 and ranks -inf; equal keys go
 //   to the lowest expert id; groups are ranked by the sum of their two best keys; weights are
 //   s / (sum + 1e-20) * scale, the sum taken in selection order.
@@ -32,7 +33,7 @@
 #define FR_MAX_EXPERTS 1024  // 32 experts per lane
 #define FR_MAX_K 32          // lane r keeps the r-th selected expert
 #define FR_MAX_GROUPS 32     // lane g keeps group g's value
-#define FR_SCORING_SOFTMAX 0  // the `scoring` argument
+#define FR_SCORING_SOFTMAX 0  // the SCORING template parameter (one entry point per scoring)
 #define FR_SCORING_SIGMOID 1
 #define FR_SCORING_SQRT_SOFTPLUS 2
 
@@ -67,9 +68,8 @@ __device__ __forceinline__ void fr_warp_best(float& key, int& id, float& score) 
 // chosen: no branch between one slot's arithmetic and the next, so the compiler interleaves the
 // slots' independent chains (an exponential is ~25 dependent instructions; one warp alone, at a
 // few rows, would otherwise wait on each in turn).
-template <int SLOTS>
-__device__ __forceinline__ void fr_scores(float* s, float* key, const float* b, bool has_bias,
-                                          int scoring) {
+template <int SLOTS, int SCORING>
+__device__ __forceinline__ void fr_scores(float* s, float* key, const float* b, bool has_bias) {
     const float neg_inf = -__int_as_float(0x7f800000);
     bool finite[SLOTS];
 #pragma unroll
@@ -77,7 +77,7 @@ __device__ __forceinline__ void fr_scores(float* s, float* key, const float* b, 
         finite[j] = moe_isfinite(s[j]);
         s[j] = finite[j] ? s[j] : 0.0f;
     }
-    if (scoring == FR_SCORING_SOFTMAX) {
+    if (SCORING == FR_SCORING_SOFTMAX) {
         // Softmax over the finite logits: the row's max and the sum of exponentials, each a
         // lane's serial pass then a xor tree (max is exact in any order; the sum's order is fixed).
         float m = neg_inf;
@@ -99,7 +99,7 @@ __device__ __forceinline__ void fr_scores(float* s, float* key, const float* b, 
             const float p = s[j] / sum;
             s[j] = (finite[j] && sum > 0.0f) ? p : 0.0f;
         }
-    } else if (scoring == FR_SCORING_SIGMOID) {
+    } else if (SCORING == FR_SCORING_SIGMOID) {
 #pragma unroll
         for (int j = 0; j < SLOTS; ++j) {
             const float p = moe_sigmoidf(s[j]);
@@ -195,11 +195,11 @@ __device__ __forceinline__ unsigned fr_dropped_slots(const float* key, int E, in
 // SLOTS = experts per lane (E <= 32 * SLOTS), a template parameter so that the row stays in
 // registers (the unrolled loops index the arrays with constants).
 //   logits [T, E] f32, bias [E] f32 or null, ids [T, k] i32, weights [T, k] f32
-template <int SLOTS>
+template <int SLOTS, int SCORING>
 __device__ __forceinline__ void fused_router(const float* __restrict__ logits,
                                              const float* __restrict__ bias, int* __restrict__ ids,
                                              float* __restrict__ weights, int T, int E, int k,
-                                             int scoring, int n_group, int topk_group,
+                                             int n_group, int topk_group,
                                              int renormalize, float scale) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int t = blockIdx.x * FR_ROWS_PER_BLOCK + warp;
@@ -228,7 +228,7 @@ __device__ __forceinline__ void fused_router(const float* __restrict__ logits,
         // __ldcg, not a read-only load: see moe_grid_wait in common.cuh.
         s[j] = (j < slots && e < E) ? __ldcg(&x[e]) : __int_as_float(0x7fc00000);
     }
-    fr_scores<SLOTS>(s, key, b, has_bias, scoring);
+    fr_scores<SLOTS, SCORING>(s, key, b, has_bias);
     if (n_group > 1) used |= fr_dropped_slots<SLOTS>(key, E, slots, n_group, topk_group);
 
     // k rounds of argmax. A round: each lane's best free slot (a tree over its slots, the lower
@@ -303,41 +303,117 @@ __device__ __forceinline__ void fused_router(const float* __restrict__ logits,
 }
 // ANCHOR_END: fused_router
 
-// One entry point per row width: up to 128, 256, 320, 384, 512 and 1024 experts (4, 8, 10, 12,
-// 16, 32 per lane; every slot is scored, so the narrowest that holds the row is the fastest).
-extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e128(
+// One entry point per row width and scoring: up to 128, 256, 320, 384, 512 and 1024 experts (4,
+// 8, 10, 12, 16, 32 per lane; every slot is scored, so the narrowest that holds the row is the
+// fastest), and the scoring fixed when the kernel is compiled. At a few rows the one busy warp
+// spends much of its time waiting for instructions to arrive (an Nsight Compute profile of one
+// row: half its samples "no instruction"); a kernel holding one scoring's code runs one
+// contiguous stretch of it, instead of jumping over the other two.
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e128_softmax(
     const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
-    float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
-    int renormalize, float scale) {
-    fused_router<4>(logits, bias, ids, weights, T, E, k, scoring, n_group, topk_group, renormalize, scale);
+    float* __restrict__ weights, int T, int E, int k, int n_group, int topk_group, int renormalize,
+    float scale) {
+    fused_router<4, FR_SCORING_SOFTMAX>(logits, bias, ids, weights, T, E, k, n_group, topk_group, renormalize, scale);
 }
-extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e256(
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e128_sigmoid(
     const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
-    float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
-    int renormalize, float scale) {
-    fused_router<8>(logits, bias, ids, weights, T, E, k, scoring, n_group, topk_group, renormalize, scale);
+    float* __restrict__ weights, int T, int E, int k, int n_group, int topk_group, int renormalize,
+    float scale) {
+    fused_router<4, FR_SCORING_SIGMOID>(logits, bias, ids, weights, T, E, k, n_group, topk_group, renormalize, scale);
 }
-extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e320(
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e128_sqrt_softplus(
     const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
-    float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
-    int renormalize, float scale) {
-    fused_router<10>(logits, bias, ids, weights, T, E, k, scoring, n_group, topk_group, renormalize, scale);
+    float* __restrict__ weights, int T, int E, int k, int n_group, int topk_group, int renormalize,
+    float scale) {
+    fused_router<4, FR_SCORING_SQRT_SOFTPLUS>(logits, bias, ids, weights, T, E, k, n_group, topk_group, renormalize, scale);
 }
-extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e384(
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e256_softmax(
     const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
-    float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
-    int renormalize, float scale) {
-    fused_router<12>(logits, bias, ids, weights, T, E, k, scoring, n_group, topk_group, renormalize, scale);
+    float* __restrict__ weights, int T, int E, int k, int n_group, int topk_group, int renormalize,
+    float scale) {
+    fused_router<8, FR_SCORING_SOFTMAX>(logits, bias, ids, weights, T, E, k, n_group, topk_group, renormalize, scale);
 }
-extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e512(
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e256_sigmoid(
     const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
-    float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
-    int renormalize, float scale) {
-    fused_router<16>(logits, bias, ids, weights, T, E, k, scoring, n_group, topk_group, renormalize, scale);
+    float* __restrict__ weights, int T, int E, int k, int n_group, int topk_group, int renormalize,
+    float scale) {
+    fused_router<8, FR_SCORING_SIGMOID>(logits, bias, ids, weights, T, E, k, n_group, topk_group, renormalize, scale);
 }
-extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e1024(
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e256_sqrt_softplus(
     const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
-    float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
-    int renormalize, float scale) {
-    fused_router<32>(logits, bias, ids, weights, T, E, k, scoring, n_group, topk_group, renormalize, scale);
+    float* __restrict__ weights, int T, int E, int k, int n_group, int topk_group, int renormalize,
+    float scale) {
+    fused_router<8, FR_SCORING_SQRT_SOFTPLUS>(logits, bias, ids, weights, T, E, k, n_group, topk_group, renormalize, scale);
+}
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e320_softmax(
+    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
+    float* __restrict__ weights, int T, int E, int k, int n_group, int topk_group, int renormalize,
+    float scale) {
+    fused_router<10, FR_SCORING_SOFTMAX>(logits, bias, ids, weights, T, E, k, n_group, topk_group, renormalize, scale);
+}
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e320_sigmoid(
+    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
+    float* __restrict__ weights, int T, int E, int k, int n_group, int topk_group, int renormalize,
+    float scale) {
+    fused_router<10, FR_SCORING_SIGMOID>(logits, bias, ids, weights, T, E, k, n_group, topk_group, renormalize, scale);
+}
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e320_sqrt_softplus(
+    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
+    float* __restrict__ weights, int T, int E, int k, int n_group, int topk_group, int renormalize,
+    float scale) {
+    fused_router<10, FR_SCORING_SQRT_SOFTPLUS>(logits, bias, ids, weights, T, E, k, n_group, topk_group, renormalize, scale);
+}
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e384_softmax(
+    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
+    float* __restrict__ weights, int T, int E, int k, int n_group, int topk_group, int renormalize,
+    float scale) {
+    fused_router<12, FR_SCORING_SOFTMAX>(logits, bias, ids, weights, T, E, k, n_group, topk_group, renormalize, scale);
+}
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e384_sigmoid(
+    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
+    float* __restrict__ weights, int T, int E, int k, int n_group, int topk_group, int renormalize,
+    float scale) {
+    fused_router<12, FR_SCORING_SIGMOID>(logits, bias, ids, weights, T, E, k, n_group, topk_group, renormalize, scale);
+}
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e384_sqrt_softplus(
+    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
+    float* __restrict__ weights, int T, int E, int k, int n_group, int topk_group, int renormalize,
+    float scale) {
+    fused_router<12, FR_SCORING_SQRT_SOFTPLUS>(logits, bias, ids, weights, T, E, k, n_group, topk_group, renormalize, scale);
+}
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e512_softmax(
+    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
+    float* __restrict__ weights, int T, int E, int k, int n_group, int topk_group, int renormalize,
+    float scale) {
+    fused_router<16, FR_SCORING_SOFTMAX>(logits, bias, ids, weights, T, E, k, n_group, topk_group, renormalize, scale);
+}
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e512_sigmoid(
+    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
+    float* __restrict__ weights, int T, int E, int k, int n_group, int topk_group, int renormalize,
+    float scale) {
+    fused_router<16, FR_SCORING_SIGMOID>(logits, bias, ids, weights, T, E, k, n_group, topk_group, renormalize, scale);
+}
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e512_sqrt_softplus(
+    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
+    float* __restrict__ weights, int T, int E, int k, int n_group, int topk_group, int renormalize,
+    float scale) {
+    fused_router<16, FR_SCORING_SQRT_SOFTPLUS>(logits, bias, ids, weights, T, E, k, n_group, topk_group, renormalize, scale);
+}
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e1024_softmax(
+    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
+    float* __restrict__ weights, int T, int E, int k, int n_group, int topk_group, int renormalize,
+    float scale) {
+    fused_router<32, FR_SCORING_SOFTMAX>(logits, bias, ids, weights, T, E, k, n_group, topk_group, renormalize, scale);
+}
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e1024_sigmoid(
+    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
+    float* __restrict__ weights, int T, int E, int k, int n_group, int topk_group, int renormalize,
+    float scale) {
+    fused_router<32, FR_SCORING_SIGMOID>(logits, bias, ids, weights, T, E, k, n_group, topk_group, renormalize, scale);
+}
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e1024_sqrt_softplus(
+    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
+    float* __restrict__ weights, int T, int E, int k, int n_group, int topk_group, int renormalize,
+    float scale) {
+    fused_router<32, FR_SCORING_SQRT_SOFTPLUS>(logits, bias, ids, weights, T, E, k, n_group, topk_group, renormalize, scale);
 }

@@ -78,8 +78,11 @@ __device__ inline void wgmma<16>(float (&d)[8], uint64_t da, uint64_t db) {
 // `swap` = 0: leading offset = the step along K, stride offset = the step along M/N; 1: reversed.
 template <int N>
 __global__ void wgmma_tile(const __nv_bfloat16* a, const __nv_bfloat16* b, float* d, int swap) {
-    __shared__ __align__(128) unsigned char sa[M * K * 2];
-    __shared__ __align__(128) unsigned char sb[N * K * 2];
+    // Room for the wrong reading too: read with the offsets swapped, B's second core matrix
+    // along K sits 256 bytes in, past an N = 8 operand's 256 bytes (the first run on the H200
+    // stopped there with an illegal address, after the right reading had matched).
+    __shared__ __align__(128) unsigned char sa[2 * M * K * 2];
+    __shared__ __align__(128) unsigned char sb[2 * (N < 16 ? 16 : N) * K * 2];
     const int t = threadIdx.x;
     for (int i = t; i < M * K; i += blockDim.x)
         *(__nv_bfloat16*)(sa + core_offset(i / K, i % K)) = a[i];
