@@ -14,10 +14,9 @@
 // the unbiased score, renormalised with a small epsilon, times the routed scaling factor.
 //
 // Differences:
-// - One source for every family: softmax (Qwen3, Mixtral), sigmoid + bias (DeepSeek-V3, GLM-5,
-//   Kimi), sqrt-softplus (DeepSeek-V4), each compiled into its own entry points (see the end of
-//   the file), with or without DeepSeek-V3's grouped selection (an argument; the branch is
-//   uniform across the warp).
+// - One kernel for every family: softmax (Qwen3, Mixtral), sigmoid + bias (DeepSeek-V3, GLM-5,
+//   Kimi), sqrt-softplus (DeepSeek-V4), with or without DeepSeek-V3's grouped selection, chosen by
+//   arguments (the branches are uniform across the warp).
 // - The rules are chapter 1's, exactly: a non-finite logit scores 0 and ranks -inf; equal keys go
 //   to the lowest expert id; groups are ranked by the sum of their two best keys; weights are
 //   s / (sum + 1e-20) * scale, the sum taken in selection order.
@@ -33,7 +32,7 @@
 #define FR_MAX_EXPERTS 1024  // 32 experts per lane
 #define FR_MAX_K 32          // lane r keeps the r-th selected expert
 #define FR_MAX_GROUPS 32     // lane g keeps group g's value
-#define FR_SCORING_SOFTMAX 0  // the SCORING template parameter (one entry point per scoring)
+#define FR_SCORING_SOFTMAX 0  // the `scoring` argument
 #define FR_SCORING_SIGMOID 1
 #define FR_SCORING_SQRT_SOFTPLUS 2
 
@@ -68,8 +67,9 @@ __device__ __forceinline__ void fr_warp_best(float& key, int& id, float& score) 
 // chosen: no branch between one slot's arithmetic and the next, so the compiler interleaves the
 // slots' independent chains (an exponential is ~25 dependent instructions; one warp alone, at a
 // few rows, would otherwise wait on each in turn).
-template <int SLOTS, int SCORING>
-__device__ __forceinline__ void fr_scores(float* s, float* key, const float* b, bool has_bias) {
+template <int SLOTS>
+__device__ __forceinline__ void fr_scores(float* s, float* key, const float* b, bool has_bias,
+                                          int scoring) {
     const float neg_inf = -__int_as_float(0x7f800000);
     bool finite[SLOTS];
 #pragma unroll
@@ -77,7 +77,7 @@ __device__ __forceinline__ void fr_scores(float* s, float* key, const float* b, 
         finite[j] = moe_isfinite(s[j]);
         s[j] = finite[j] ? s[j] : 0.0f;
     }
-    if (SCORING == FR_SCORING_SOFTMAX) {
+    if (scoring == FR_SCORING_SOFTMAX) {
         // Softmax over the finite logits: the row's max and the sum of exponentials, each a
         // lane's serial pass then a xor tree (max is exact in any order; the sum's order is fixed).
         float m = neg_inf;
@@ -99,7 +99,7 @@ __device__ __forceinline__ void fr_scores(float* s, float* key, const float* b, 
             const float p = s[j] / sum;
             s[j] = (finite[j] && sum > 0.0f) ? p : 0.0f;
         }
-    } else if (SCORING == FR_SCORING_SIGMOID) {
+    } else if (scoring == FR_SCORING_SIGMOID) {
 #pragma unroll
         for (int j = 0; j < SLOTS; ++j) {
             const float p = moe_sigmoidf(s[j]);
@@ -195,11 +195,11 @@ __device__ __forceinline__ unsigned fr_dropped_slots(const float* key, int E, in
 // SLOTS = experts per lane (E <= 32 * SLOTS), a template parameter so that the row stays in
 // registers (the unrolled loops index the arrays with constants).
 //   logits [T, E] f32, bias [E] f32 or null, ids [T, k] i32, weights [T, k] f32
-template <int SLOTS, int SCORING>
+template <int SLOTS>
 __device__ __forceinline__ void fused_router(const float* __restrict__ logits,
                                              const float* __restrict__ bias, int* __restrict__ ids,
                                              float* __restrict__ weights, int T, int E, int k,
-                                             int n_group, int topk_group,
+                                             int scoring, int n_group, int topk_group,
                                              int renormalize, float scale) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int t = blockIdx.x * FR_ROWS_PER_BLOCK + warp;
@@ -228,14 +228,14 @@ __device__ __forceinline__ void fused_router(const float* __restrict__ logits,
         // __ldcg, not a read-only load: see moe_grid_wait in common.cuh.
         s[j] = (j < slots && e < E) ? __ldcg(&x[e]) : __int_as_float(0x7fc00000);
     }
-    fr_scores<SLOTS, SCORING>(s, key, b, has_bias);
+    fr_scores<SLOTS>(s, key, b, has_bias, scoring);
     if (n_group > 1) used |= fr_dropped_slots<SLOTS>(key, E, slots, n_group, topk_group);
 
     // k rounds of argmax. A round: each lane's best free slot (a tree over its slots, the lower
-    // slot, so the lower id, keeping ties), then the warp's largest key and, among the lanes
-    // holding it, the lowest id: two redux.sync instructions (__reduce_max_sync and
-    // __reduce_min_sync), one step each on the chain that k rounds make. Lane r keeps round r's
-    // expert; the lane that owns it clears its slot.
+    // slot, so the lower id, keeping ties), then the warp's largest key (__reduce_max_sync, one
+    // redux.sync instruction) and the lane holding it (a vote; on a tie between lanes, the lowest
+    // id among them, __reduce_min_sync). Lane r keeps round r's expert; the lane that owns it
+    // clears its slot.
     // ANCHOR: rounds
     unsigned ok[SLOTS];  // the ordered keys; 0 = taken, past E, or in a dropped group
 #pragma unroll
@@ -265,22 +265,30 @@ __device__ __forceinline__ void fused_router(const float* __restrict__ logits,
                 bj[n / 2] = bj[n - 1];
             }
         }
+        // The warp's largest key: one redux.sync. The lanes holding it: one vote. When one lane
+        // holds it (keys of distinct experts rarely tie) that lane is the owner, known to every
+        // lane from the vote alone; on a tie, the lowest id among the holders, one more redux.
         const unsigned top = __reduce_max_sync(MOE_FULL_MASK, bk[0]);
-        const unsigned mine = (top != 0u && bk[0] == top) ? (unsigned)(lane + 32 * bj[0]) : 0xffffffffu;
-        const unsigned win = __reduce_min_sync(MOE_FULL_MASK, mine);  // all 1s: nothing left
-        if (win != 0xffffffffu && (int)(win & 31u) == lane) {
+        const unsigned holders = __ballot_sync(MOE_FULL_MASK, top != 0u && bk[0] == top);
+        int holder = __ffs(holders) - 1;  // -1: nothing left (k > the experts still free)
+        if (__popc(holders) > 1) {
+            const unsigned mine = (holders >> lane & 1u) ? (unsigned)(lane + 32 * bj[0]) : 0xffffffffu;
+            holder = (int)(__reduce_min_sync(MOE_FULL_MASK, mine) & 31u);
+        }
+        // The holder's slot: a shuffle that the next round does not wait for.
+        const int slot = __shfl_sync(MOE_FULL_MASK, bj[0], holder < 0 ? 0 : holder);
+        if (lane == holder) {
 #pragma unroll
             for (int j = 0; j < SLOTS; ++j)
-                if (j == (int)(win >> 5)) ok[j] = 0u;
+                if (j == bj[0]) ok[j] = 0u;
         }
-        if (lane == round) my_id = win == 0xffffffffu ? -1 : (int)win;
+        if (lane == round) my_id = holder < 0 ? -1 : holder + 32 * slot;
     }
     // Lane r's score: the owner's register, one shuffle per slot (the same bits step 2 made).
     const int owner = my_id & 31, my_slot = my_id >> 5;  // -1: lane 31, slot -1, matches none
     float my_score = 0.0f;
 #pragma unroll
-    for (int j = 0; j < SLOTS; ++j) {
-        if (j >= slots) break;  // uniform
+    for (int j = 0; j < SLOTS; ++j) {  // every slot (past E a score of 0): no branch between them
         const float v = __shfl_sync(MOE_FULL_MASK, s[j], owner);
         if (j == my_slot) my_score = v;
     }
@@ -303,117 +311,41 @@ __device__ __forceinline__ void fused_router(const float* __restrict__ logits,
 }
 // ANCHOR_END: fused_router
 
-// One entry point per row width and scoring: up to 128, 256, 320, 384, 512 and 1024 experts (4,
-// 8, 10, 12, 16, 32 per lane; every slot is scored, so the narrowest that holds the row is the
-// fastest), and the scoring fixed when the kernel is compiled. At a few rows the one busy warp
-// spends much of its time waiting for instructions to arrive (an Nsight Compute profile of one
-// row: half its samples "no instruction"); a kernel holding one scoring's code runs one
-// contiguous stretch of it, instead of jumping over the other two.
-extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e128_softmax(
+// One entry point per row width: up to 128, 256, 320, 384, 512 and 1024 experts (4, 8, 10, 12,
+// 16, 32 per lane; every slot is scored, so the narrowest that holds the row is the fastest).
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e128(
     const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
-    float* __restrict__ weights, int T, int E, int k, int n_group, int topk_group, int renormalize,
-    float scale) {
-    fused_router<4, FR_SCORING_SOFTMAX>(logits, bias, ids, weights, T, E, k, n_group, topk_group, renormalize, scale);
+    float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
+    int renormalize, float scale) {
+    fused_router<4>(logits, bias, ids, weights, T, E, k, scoring, n_group, topk_group, renormalize, scale);
 }
-extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e128_sigmoid(
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e256(
     const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
-    float* __restrict__ weights, int T, int E, int k, int n_group, int topk_group, int renormalize,
-    float scale) {
-    fused_router<4, FR_SCORING_SIGMOID>(logits, bias, ids, weights, T, E, k, n_group, topk_group, renormalize, scale);
+    float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
+    int renormalize, float scale) {
+    fused_router<8>(logits, bias, ids, weights, T, E, k, scoring, n_group, topk_group, renormalize, scale);
 }
-extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e128_sqrt_softplus(
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e320(
     const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
-    float* __restrict__ weights, int T, int E, int k, int n_group, int topk_group, int renormalize,
-    float scale) {
-    fused_router<4, FR_SCORING_SQRT_SOFTPLUS>(logits, bias, ids, weights, T, E, k, n_group, topk_group, renormalize, scale);
+    float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
+    int renormalize, float scale) {
+    fused_router<10>(logits, bias, ids, weights, T, E, k, scoring, n_group, topk_group, renormalize, scale);
 }
-extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e256_softmax(
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e384(
     const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
-    float* __restrict__ weights, int T, int E, int k, int n_group, int topk_group, int renormalize,
-    float scale) {
-    fused_router<8, FR_SCORING_SOFTMAX>(logits, bias, ids, weights, T, E, k, n_group, topk_group, renormalize, scale);
+    float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
+    int renormalize, float scale) {
+    fused_router<12>(logits, bias, ids, weights, T, E, k, scoring, n_group, topk_group, renormalize, scale);
 }
-extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e256_sigmoid(
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e512(
     const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
-    float* __restrict__ weights, int T, int E, int k, int n_group, int topk_group, int renormalize,
-    float scale) {
-    fused_router<8, FR_SCORING_SIGMOID>(logits, bias, ids, weights, T, E, k, n_group, topk_group, renormalize, scale);
+    float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
+    int renormalize, float scale) {
+    fused_router<16>(logits, bias, ids, weights, T, E, k, scoring, n_group, topk_group, renormalize, scale);
 }
-extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e256_sqrt_softplus(
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e1024(
     const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
-    float* __restrict__ weights, int T, int E, int k, int n_group, int topk_group, int renormalize,
-    float scale) {
-    fused_router<8, FR_SCORING_SQRT_SOFTPLUS>(logits, bias, ids, weights, T, E, k, n_group, topk_group, renormalize, scale);
-}
-extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e320_softmax(
-    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
-    float* __restrict__ weights, int T, int E, int k, int n_group, int topk_group, int renormalize,
-    float scale) {
-    fused_router<10, FR_SCORING_SOFTMAX>(logits, bias, ids, weights, T, E, k, n_group, topk_group, renormalize, scale);
-}
-extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e320_sigmoid(
-    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
-    float* __restrict__ weights, int T, int E, int k, int n_group, int topk_group, int renormalize,
-    float scale) {
-    fused_router<10, FR_SCORING_SIGMOID>(logits, bias, ids, weights, T, E, k, n_group, topk_group, renormalize, scale);
-}
-extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e320_sqrt_softplus(
-    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
-    float* __restrict__ weights, int T, int E, int k, int n_group, int topk_group, int renormalize,
-    float scale) {
-    fused_router<10, FR_SCORING_SQRT_SOFTPLUS>(logits, bias, ids, weights, T, E, k, n_group, topk_group, renormalize, scale);
-}
-extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e384_softmax(
-    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
-    float* __restrict__ weights, int T, int E, int k, int n_group, int topk_group, int renormalize,
-    float scale) {
-    fused_router<12, FR_SCORING_SOFTMAX>(logits, bias, ids, weights, T, E, k, n_group, topk_group, renormalize, scale);
-}
-extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e384_sigmoid(
-    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
-    float* __restrict__ weights, int T, int E, int k, int n_group, int topk_group, int renormalize,
-    float scale) {
-    fused_router<12, FR_SCORING_SIGMOID>(logits, bias, ids, weights, T, E, k, n_group, topk_group, renormalize, scale);
-}
-extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e384_sqrt_softplus(
-    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
-    float* __restrict__ weights, int T, int E, int k, int n_group, int topk_group, int renormalize,
-    float scale) {
-    fused_router<12, FR_SCORING_SQRT_SOFTPLUS>(logits, bias, ids, weights, T, E, k, n_group, topk_group, renormalize, scale);
-}
-extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e512_softmax(
-    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
-    float* __restrict__ weights, int T, int E, int k, int n_group, int topk_group, int renormalize,
-    float scale) {
-    fused_router<16, FR_SCORING_SOFTMAX>(logits, bias, ids, weights, T, E, k, n_group, topk_group, renormalize, scale);
-}
-extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e512_sigmoid(
-    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
-    float* __restrict__ weights, int T, int E, int k, int n_group, int topk_group, int renormalize,
-    float scale) {
-    fused_router<16, FR_SCORING_SIGMOID>(logits, bias, ids, weights, T, E, k, n_group, topk_group, renormalize, scale);
-}
-extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e512_sqrt_softplus(
-    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
-    float* __restrict__ weights, int T, int E, int k, int n_group, int topk_group, int renormalize,
-    float scale) {
-    fused_router<16, FR_SCORING_SQRT_SOFTPLUS>(logits, bias, ids, weights, T, E, k, n_group, topk_group, renormalize, scale);
-}
-extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e1024_softmax(
-    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
-    float* __restrict__ weights, int T, int E, int k, int n_group, int topk_group, int renormalize,
-    float scale) {
-    fused_router<32, FR_SCORING_SOFTMAX>(logits, bias, ids, weights, T, E, k, n_group, topk_group, renormalize, scale);
-}
-extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e1024_sigmoid(
-    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
-    float* __restrict__ weights, int T, int E, int k, int n_group, int topk_group, int renormalize,
-    float scale) {
-    fused_router<32, FR_SCORING_SIGMOID>(logits, bias, ids, weights, T, E, k, n_group, topk_group, renormalize, scale);
-}
-extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e1024_sqrt_softplus(
-    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
-    float* __restrict__ weights, int T, int E, int k, int n_group, int topk_group, int renormalize,
-    float scale) {
-    fused_router<32, FR_SCORING_SQRT_SOFTPLUS>(logits, bias, ids, weights, T, E, k, n_group, topk_group, renormalize, scale);
+    float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
+    int renormalize, float scale) {
+    fused_router<32>(logits, bias, ids, weights, T, E, k, scoring, n_group, topk_group, renormalize, scale);
 }

@@ -2,7 +2,7 @@
 //!
 //! | router | logits | steps 2 and 3 | launches |
 //! |---|---|---|---|
-//! | [`FusedRouter`] (`fused`) | tiny GEMM, bf16 in, fp32 out | `fused_router_e{W}_{scoring}` | 2 |
+//! | [`FusedRouter`] (`fused`) | tiny GEMM, bf16 in, fp32 out | `fused_router_e{128,256,320,384,512,1024}` | 2 |
 //! | [`FusedRouter`] with [`LogitsFrom::Blas`] (`blas+fused`) | cuBLAS (the emulator: a reference GEMM) | the same | 1 + cuBLAS's |
 //! | [`TinyGemmChain`] (`tiny+chain`) | tiny GEMM | chapter 1's chain after its GEMM | 6 or 7 |
 //!
@@ -32,72 +32,19 @@ pub mod geometry {
 }
 use geometry::*;
 
-/// The row widths the kernel is compiled for (experts per row, at most), with their entry points
-/// for each scoring (softmax, sigmoid, sqrt-softplus): the scoring is fixed at compile time, so
-/// that a kernel holds one scoring's code (see the end of `kernels/ch05_fused_router.cu`).
-const WIDTHS: [(usize, [&str; 3]); 6] = [
-    (
-        128,
-        [
-            "fused_router_e128_softmax",
-            "fused_router_e128_sigmoid",
-            "fused_router_e128_sqrt_softplus",
-        ],
-    ),
-    (
-        256,
-        [
-            "fused_router_e256_softmax",
-            "fused_router_e256_sigmoid",
-            "fused_router_e256_sqrt_softplus",
-        ],
-    ),
-    (
-        320,
-        [
-            "fused_router_e320_softmax",
-            "fused_router_e320_sigmoid",
-            "fused_router_e320_sqrt_softplus",
-        ],
-    ),
-    (
-        384,
-        [
-            "fused_router_e384_softmax",
-            "fused_router_e384_sigmoid",
-            "fused_router_e384_sqrt_softplus",
-        ],
-    ),
-    (
-        512,
-        [
-            "fused_router_e512_softmax",
-            "fused_router_e512_sigmoid",
-            "fused_router_e512_sqrt_softplus",
-        ],
-    ),
-    (
-        1024,
-        [
-            "fused_router_e1024_softmax",
-            "fused_router_e1024_sigmoid",
-            "fused_router_e1024_sqrt_softplus",
-        ],
-    ),
+/// The row widths the kernel is compiled for (experts per row, at most), with their entry points.
+const WIDTHS: [(usize, &str); 6] = [
+    (128, "fused_router_e128"),
+    (256, "fused_router_e256"),
+    (320, "fused_router_e320"),
+    (384, "fused_router_e384"),
+    (512, "fused_router_e512"),
+    (1024, "fused_router_e1024"),
 ];
 
-/// The fused kernel's entry point for `experts` experts (the narrowest that holds the row) and
-/// `scoring`.
-pub fn kernel_for(experts: usize, scoring: Scoring) -> Option<&'static str> {
-    let s = match scoring {
-        Scoring::Softmax => 0,
-        Scoring::Sigmoid => 1,
-        Scoring::SqrtSoftplus => 2,
-    };
-    WIDTHS
-        .iter()
-        .find(|(w, _)| *w >= experts)
-        .map(|(_, n)| n[s])
+/// The fused kernel's entry point for `experts` experts (the narrowest that holds the row).
+pub fn kernel_for(experts: usize) -> Option<&'static str> {
+    WIDTHS.iter().find(|(w, _)| *w >= experts).map(|(_, n)| *n)
 }
 
 /// The launch of the fused kernel for `rows` rows: one warp per row, 4 rows per block; a
@@ -182,8 +129,7 @@ impl FusedTopk {
 
     /// The kernel one call launches.
     pub fn kernel(&self) -> &'static str {
-        kernel_for(self.experts, self.config.scoring)
-            .expect("experts checked against FR_MAX_EXPERTS")
+        kernel_for(self.experts).expect("experts checked against FR_MAX_EXPERTS")
     }
 
     fn check(
@@ -211,9 +157,9 @@ impl FusedTopk {
 
     // ANCHOR: enqueue_fused
     /// Queues the fused kernel on `logits [rows, experts]` f32 and the bias. Kernel:
-    /// `fused_router_e{128,256,320,384,512,1024}_{softmax,sigmoid,sqrt_softplus}(const float* logits,
-    /// const float* bias, int* ids, float* weights, int T, int E, int k, int n_group,
-    /// int topk_group, int renormalize, float scale)`; grid `⌈T / 4⌉`, blocks of 4 warps, one warp per row. An
+    /// `fused_router_e{128,256,320,384,512,1024}(const float* logits, const float* bias, int* ids,
+    /// float* weights, int T, int E, int k, int scoring, int n_group, int topk_group,
+    /// int renormalize, float scale)`; grid `⌈T / 4⌉`, blocks of 4 warps, one warp per row. An
     /// empty batch launches nothing.
     pub fn enqueue(
         &self,
@@ -227,6 +173,11 @@ impl FusedTopk {
             return Ok(());
         }
         let c = &self.config;
+        let scoring = match c.scoring {
+            Scoring::Softmax => FR_SCORING_SOFTMAX,
+            Scoring::Sigmoid => FR_SCORING_SIGMOID,
+            Scoring::SqrtSoftplus => FR_SCORING_SQRT_SOFTPLUS,
+        };
         let (n_group, topk_group) = c.grouping.map_or((0, 0), |g| (g.n_group, g.topk_group));
         let bias = bias.map_or(KernelArg::Ptr(0), KernelArg::from); // null: no bias
         self.module.launch(
@@ -240,6 +191,7 @@ impl FusedTopk {
                 self.rows as i32,
                 self.experts as i32,
                 c.k as i32,
+                scoring as i32,
                 n_group as i32,
                 topk_group as i32,
                 i32::from(c.renormalize),

@@ -219,7 +219,7 @@ fn launches_are_the_pair(dev: &'static Device) {
         let (got, launched) = record_launches(|| {
             route_on_device(&pair, dev, GateDtype::Bf16, &h, &w, Some(&bias)).unwrap()
         });
-        let fused = kernel_for(experts, config.scoring).unwrap();
+        let fused = kernel_for(experts).unwrap();
         assert_eq!(
             launched,
             vec![
@@ -231,31 +231,13 @@ fn launches_are_the_pair(dev: &'static Device) {
         assert_eq!(pair.launch_names(), vec![gemm, fused]);
         assert_eq!(got.rows, rows);
     }
-    assert_eq!(
-        kernel_for(128, Scoring::Softmax),
-        Some("fused_router_e128_softmax")
-    );
-    assert_eq!(
-        kernel_for(129, Scoring::Sigmoid),
-        Some("fused_router_e256_sigmoid")
-    );
-    assert_eq!(
-        kernel_for(288, Scoring::Sigmoid),
-        Some("fused_router_e320_sigmoid")
-    );
-    assert_eq!(
-        kernel_for(321, Scoring::SqrtSoftplus),
-        Some("fused_router_e384_sqrt_softplus")
-    );
-    assert_eq!(
-        kernel_for(385, Scoring::Softmax),
-        Some("fused_router_e512_softmax")
-    );
-    assert_eq!(
-        kernel_for(1024, Scoring::Sigmoid),
-        Some("fused_router_e1024_sigmoid")
-    );
-    assert_eq!(kernel_for(1025, Scoring::Softmax), None);
+    assert_eq!(kernel_for(128), Some("fused_router_e128"));
+    assert_eq!(kernel_for(129), Some("fused_router_e256"));
+    assert_eq!(kernel_for(288), Some("fused_router_e320"));
+    assert_eq!(kernel_for(321), Some("fused_router_e384"));
+    assert_eq!(kernel_for(385), Some("fused_router_e512"));
+    assert_eq!(kernel_for(1024), Some("fused_router_e1024"));
+    assert_eq!(kernel_for(1025), None);
 }
 
 fn empty_batch_launches_nothing_and_returns_empty(dev: &'static Device) {
