@@ -59,19 +59,6 @@ __device__ __forceinline__ void fr_warp_best(float& key, int& id, float& score) 
     }
 }
 
-// ANCHOR: fr_div
-// a / b for b > 0, exactly as the division rounds it, without dividing a zero: the compiler's
-// correctly rounded division checks its operands (FCHK in the SASS) and sends a zero numerator
-// to a slow subroutine far away in the code. A lane past the k picks divides a zero score, so
-// every row paid for that call (Nsight Compute, one row with warm caches:
-// logs/profile_ch05_fused_router_e320_warm_a74619d.txt). For b > 0, 0 / b is 0 with a's sign,
-// which is a itself.
-__device__ __forceinline__ float fr_div(float a, float b) {
-    const float q = (a == 0.0f ? 1.0f : a) / b;
-    return a == 0.0f ? a : q;
-}
-// ANCHOR_END: fr_div
-
 // ANCHOR: scores
 // Step 2 for one lane's SLOTS experts (expert lane + 32*j in slot j; a slot past E holds a NaN):
 // the logits become scores, in place, and the rank keys, score + b[j] with a bias (b: the lane's
@@ -109,7 +96,7 @@ __device__ __forceinline__ void fr_scores(float* s, float* key, const float* b, 
         for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(MOE_FULL_MASK, sum, off);
 #pragma unroll
         for (int j = 0; j < SLOTS; ++j) {
-            const float p = fr_div(s[j], sum);
+            const float p = s[j] / sum;
             s[j] = (finite[j] && sum > 0.0f) ? p : 0.0f;
         }
     } else if (scoring == FR_SCORING_SIGMOID) {
@@ -313,7 +300,7 @@ __device__ __forceinline__ void fused_router(const float* __restrict__ logits,
     if (renormalize) {
         float total = 0.0f;
         for (int r = 0; r < k; ++r) total += __shfl_sync(MOE_FULL_MASK, my_score, r);
-        w = fr_div(my_score, total + 1e-20f) * scale;
+        w = my_score / (total + 1e-20f) * scale;
     } else if (scale != 1.0f) {
         w = my_score * scale;
     }
