@@ -133,6 +133,37 @@ __device__ __forceinline__ unsigned fr_order(float key) {
 }
 // ANCHOR_END: ordered_key
 
+// The best of a lane's ordered keys, leaving out slot `skip` (-1: none): its key (0 when every
+// slot is 0) and slot. A tree of neighbours, so the left always holds the lower slots (the lower
+// id keeps a tie); an odd one out moves up.
+template <int SLOTS>
+__device__ __forceinline__ void fr_best(const unsigned* ok, int skip, unsigned& best_key, int& best_slot) {
+    unsigned bk[SLOTS];
+    int bj[SLOTS];
+#pragma unroll
+    for (int j = 0; j < SLOTS; ++j) {
+        bk[j] = j == skip ? 0u : ok[j];
+        bj[j] = j;
+    }
+#pragma unroll
+    for (int level = 0; level < FrLevels<SLOTS>::value; ++level) {
+        const int n = (SLOTS + (1 << level) - 1) >> level;  // candidates at this level
+#pragma unroll
+        for (int i = 0; i < SLOTS / 2; ++i) {  // a constant trip count, so it unrolls
+            if (i >= n / 2) break;
+            const bool right = bk[2 * i + 1] > bk[2 * i];
+            bk[i] = right ? bk[2 * i + 1] : bk[2 * i];
+            bj[i] = right ? bj[2 * i + 1] : bj[2 * i];
+        }
+        if (n & 1) {
+            bk[n / 2] = bk[n - 1];
+            bj[n / 2] = bj[n - 1];
+        }
+    }
+    best_key = bk[0];
+    best_slot = bj[0];
+}
+
 // ANCHOR: groups
 // DeepSeek-V3's grouped selection: experts form n_group contiguous groups of E / n_group; a
 // group's value is the sum of its two best keys (its one key when groups have one expert); the
@@ -240,47 +271,39 @@ __device__ __forceinline__ void fused_router(const float* __restrict__ logits,
     unsigned ok[SLOTS];  // the ordered keys; 0 = taken, past E, or in a dropped group
 #pragma unroll
     for (int j = 0; j < SLOTS; ++j) ok[j] = (used >> j & 1u) ? 0u : fr_order(key[j]);
+    // b1: the lane's best free slot. b2, recomputed in every round: its best free slot other
+    // than b1, which becomes b1 when the lane wins. The tree for b2 needs nothing from the round's
+    // reductions, so its instructions fill their wait; the chain from one round to the next is
+    // the reduction, the vote and a select, not the tree.
+    unsigned b1k;
+    int b1j;
+    fr_best<SLOTS>(ok, -1, b1k, b1j);
     int my_id = -1;
     for (int round = 0; round < k; ++round) {
-        unsigned bk[SLOTS];
-        int bj[SLOTS];
-#pragma unroll
-        for (int j = 0; j < SLOTS; ++j) {
-            bk[j] = ok[j];
-            bj[j] = j;
-        }
-        // A tree of neighbours, so the left always holds the lower slots; an odd one out moves up.
-#pragma unroll
-        for (int level = 0; level < FrLevels<SLOTS>::value; ++level) {
-            const int n = (SLOTS + (1 << level) - 1) >> level;  // candidates at this level
-#pragma unroll
-            for (int i = 0; i < SLOTS / 2; ++i) {  // a constant trip count, so it unrolls
-                if (i >= n / 2) break;
-                const bool right = bk[2 * i + 1] > bk[2 * i];
-                bk[i] = right ? bk[2 * i + 1] : bk[2 * i];
-                bj[i] = right ? bj[2 * i + 1] : bj[2 * i];
-            }
-            if (n & 1) {
-                bk[n / 2] = bk[n - 1];
-                bj[n / 2] = bj[n - 1];
-            }
-        }
-        // The warp's largest key: one redux.sync. The lanes holding it: one vote. When one lane
-        // holds it (keys of distinct experts rarely tie) that lane is the owner, known to every
-        // lane from the vote alone; on a tie, the lowest id among the holders, one more redux.
-        const unsigned top = __reduce_max_sync(MOE_FULL_MASK, bk[0]);
-        const unsigned holders = __ballot_sync(MOE_FULL_MASK, top != 0u && bk[0] == top);
+        // The warp's largest key: one redux.sync.
+        const unsigned top = __reduce_max_sync(MOE_FULL_MASK, b1k);
+        unsigned b2k;
+        int b2j;
+        fr_best<SLOTS>(ok, b1j, b2k, b2j);
+        b2k = moe_computed(b2k);  // here, for every lane: not moved into the holder's branch below
+        b2j = moe_computed(b2j);
+        // The lanes holding it: one vote. When one lane holds it (keys of distinct experts
+        // rarely tie) that lane is the holder, known to every lane from the vote alone; on a tie,
+        // the lowest id among the holders, one more redux.
+        const unsigned holders = __ballot_sync(MOE_FULL_MASK, top != 0u && b1k == top);
         int holder = __ffs(holders) - 1;  // -1: nothing left (k > the experts still free)
         if (__popc(holders) > 1) {
-            const unsigned mine = (holders >> lane & 1u) ? (unsigned)(lane + 32 * bj[0]) : 0xffffffffu;
+            const unsigned mine = (holders >> lane & 1u) ? (unsigned)(lane + 32 * b1j) : 0xffffffffu;
             holder = (int)(__reduce_min_sync(MOE_FULL_MASK, mine) & 31u);
         }
         // The holder's slot: a shuffle that the next round does not wait for.
-        const int slot = __shfl_sync(MOE_FULL_MASK, bj[0], holder < 0 ? 0 : holder);
+        const int slot = __shfl_sync(MOE_FULL_MASK, b1j, holder < 0 ? 0 : holder);
         if (lane == holder) {
 #pragma unroll
             for (int j = 0; j < SLOTS; ++j)
-                if (j == bj[0]) ok[j] = 0u;
+                if (j == b1j) ok[j] = 0u;
+            b1k = b2k;
+            b1j = b2j;
         }
         if (lane == round) my_id = holder < 0 ? -1 : holder + 32 * slot;
     }

@@ -84,6 +84,18 @@ __device__ __forceinline__ float moe_computed(float v) {
 #endif
     return v;
 }
+__device__ __forceinline__ unsigned moe_computed(unsigned v) {
+#ifndef MOE_EMU
+    asm volatile("" : "+r"(v));
+#endif
+    return v;
+}
+__device__ __forceinline__ int moe_computed(int v) {
+#ifndef MOE_EMU
+    asm volatile("" : "+r"(v));
+#endif
+    return v;
+}
 
 // ANCHOR: moe_expf
 // e^x. Cody-Waite reduction x = n ln2 + r with |r| <= ln2/2, a degree-7 polynomial for e^r,
