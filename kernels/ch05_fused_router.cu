@@ -5,8 +5,8 @@
 // Chapter 1's chain runs these steps as six or seven kernels, each reading its input from global
 // memory and writing its output back. Here one warp owns one token row: each lane loads its
 // share of the row's logits once (expert lane, lane+32, ...), keeps the scores and rank keys in
-// registers, and the warp selects in k rounds of argmax with shuffles. The row never goes back
-// to memory; only the k ids and k weights are stored.
+// registers, and the warp selects in k rounds of argmax by a warp reduction (redux.sync) and a
+// vote. The row never goes back to memory; only the k ids and k weights are stored.
 //
 // Upstream: SGLang's fused router (`_router_triton_kernel` in a profile; the biased grouped
 // top-k of sgl-kernel's moe_fused_gate and vLLM's grouped_topk kernels are the same idea in
@@ -237,7 +237,8 @@ __device__ __forceinline__ void fused_router(const float* __restrict__ logits,
     if (t >= T) return;  // the whole warp leaves; nothing waits for the other warps
     const float* x = logits + (size_t)t * E;
     // The lanes' slots that hold experts: E = 288 fills 9 of the 10 slots of fused_router_e320.
-    // Loads and shuffles stop there; the scores are computed for all SLOTS (see fr_scores).
+    // The loads stop there; scores and the picks' score shuffles cover all SLOTS (a past-E slot
+    // scores 0), so no branch separates one slot's work from the next.
     const int slots = (E + 31) / 32;
     float s[SLOTS], key[SLOTS], b[SLOTS];
     unsigned used = 0;  // bit j: slot j is taken, past E, or in a dropped group
@@ -262,11 +263,10 @@ __device__ __forceinline__ void fused_router(const float* __restrict__ logits,
     fr_scores<SLOTS>(s, key, b, has_bias, scoring);
     if (n_group > 1) used |= fr_dropped_slots<SLOTS>(key, E, slots, n_group, topk_group);
 
-    // k rounds of argmax. A round: each lane's best free slot (a tree over its slots, the lower
-    // slot, so the lower id, keeping ties), then the warp's largest key (__reduce_max_sync, one
-    // redux.sync instruction) and the lane holding it (a vote; on a tie between lanes, the lowest
-    // id among them, __reduce_min_sync). Lane r keeps round r's expert; the lane that owns it
-    // clears its slot.
+    // k rounds of argmax. A round: the warp's largest of the lanes' best free keys
+    // (__reduce_max_sync, one redux.sync instruction) and the lane holding it (a vote; on a tie
+    // between lanes, the lowest id among them, __reduce_min_sync). Lane r keeps round r's expert;
+    // the lane that holds it clears its slot and takes its second-best as its best.
     // ANCHOR: rounds
     unsigned ok[SLOTS];  // the ordered keys; 0 = taken, past E, or in a dropped group
 #pragma unroll
