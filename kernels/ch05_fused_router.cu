@@ -65,8 +65,8 @@ __device__ __forceinline__ void fr_warp_best(float& key, int& id, float& score) 
 // bias values, loaded by the caller). A non-finite logit gets score 0, key -inf.
 // Every slot is computed from a finite stand-in (0 for a non-finite logit) and the result then
 // chosen: no branch between one slot's arithmetic and the next, so the compiler interleaves the
-// slots' independent chains (an exponential is ~25 dependent instructions; one warp alone, at a
-// few rows, would otherwise wait on each in turn).
+// slots' independent chains (an exponential is ~25 instructions, most in one chain; one warp
+// alone, at a few rows, would otherwise wait on each chain in turn).
 template <int SLOTS>
 __device__ __forceinline__ void fr_scores(float* s, float* key, const float* b, bool has_bias,
                                           int scoring) {

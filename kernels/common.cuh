@@ -78,24 +78,14 @@ __device__ __forceinline__ float moe_scale2(float x, int n) {
 // v, through an empty asm statement the compiler must keep where it is: what computes v then runs
 // on every path, not only on those that use it (the compiler likes to turn a final select back
 // into branches around the work). The emulator has no such pass to fight: there it is v.
-__device__ __forceinline__ float moe_computed(float v) {
-#ifndef MOE_EMU
-    asm volatile("" : "+f"(v));
-#endif
-    return v;
-}
 __device__ __forceinline__ unsigned moe_computed(unsigned v) {
 #ifndef MOE_EMU
     asm volatile("" : "+r"(v));
 #endif
     return v;
 }
-__device__ __forceinline__ int moe_computed(int v) {
-#ifndef MOE_EMU
-    asm volatile("" : "+r"(v));
-#endif
-    return v;
-}
+__device__ __forceinline__ float moe_computed(float v) { return __uint_as_float(moe_computed(__float_as_uint(v))); }
+__device__ __forceinline__ int moe_computed(int v) { return (int)moe_computed((unsigned)v); }
 
 // ANCHOR: moe_expf
 // e^x. Cody-Waite reduction x = n ln2 + r with |r| <= ln2/2, a degree-7 polynomial for e^r,
