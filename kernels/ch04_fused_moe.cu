@@ -154,6 +154,7 @@
 //   hold: the layer refuses such ids before it launches); upstream writes zeros for them.
 #include "common.cuh"
 #include "mma.cuh"
+#include "wgmma.cuh"
 
 #define FUSED_THREADS 128         // threads of the default tile configuration: 4 warps
 #define FUSED_WARPS 4             // = FUSED_THREADS / 32
@@ -887,6 +888,410 @@ extern "C" __global__ void __launch_bounds__(256)
                       int I, int E, int block_m) {
     fused_gemm_impl<FusedW2x4K32N2S4, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m);
 }
+
+// ANCHOR: wg_config
+// VERSION 4 (sm_90a only): Hopper's warpgroup MMA (kernels/wgmma.cuh) instead of mma.sync. A
+// block is WGS warpgroups of 128 threads, one per 64 rows of the tile (so BLOCK_M = 64·WGS: the
+// host pads chapter 3's layout to it); every warpgroup multiplies its 64 rows by all the block's
+// BN = 16·NF staged B rows, one wgmma m64nBNk16 per k-step of 16, and holds the 64 × BN product
+// in its registers (BN / 2 fp32 per thread). Nothing goes through ldmatrix or the register file
+// on the way in: wgmma reads both operands from shared memory itself, through descriptors. The
+// slices of K arrive as in version 2 (STAGES buffers filled by cp.async, 16 bytes per copy), but
+// laid out in wgmma's core matrices (8 rows × 16 bytes, 128 contiguous bytes) instead of padded
+// rows: chunk i of a stage's operand (row (i / (8·CHUNKS))·8 + i % 8, 16-byte column
+// (i / 8) % CHUNKS) lives at byte 16·i, so a thread's copies sit THREADS·16 bytes apart and eight
+// neighbouring threads fill one core matrix. GEMM 1 stages BN1 = BN / 2 gate rows then the BN1
+// matching up rows, so a thread's gate and up values for one column sit NF / 2 fragments apart
+// in its accumulators, and SwiGLU is the epilogue as before. Needs K (H and I) a multiple of 8.
+// Each output's sum is the same as the other versions': k-steps of 16 from k = 0 up into one
+// fp32 accumulator; whether wgmma's k-step rounds as mma.sync's does is measured, not assumed
+// (chapter 4's GPU test compares every version-4 configuration with the portable path's bits).
+// SWZ: the 128-byte swizzled layout instead (BK 64: a staged row is 128 bytes, the swizzle's
+// width): row r's 128 bytes at byte 128·r, its 16-byte chunk c at chunk c ^ (r % 8) (the
+// hardware XORs address bits 4-6 with bits 7-9, so a stage starts on 1024 bytes). Then eight
+// neighbouring threads copy one row's eight chunks: one whole 128-byte line of global memory per
+// eight threads (the flat layout's mapping reads 64 bytes of each of 8 rows), into eight
+// different bank groups of shared memory.
+template <int WGS_, int BK_, int NF_, int STAGES_, bool SWZ_ = false>
+struct WgCfg {
+    static constexpr int WGS = WGS_, BK = BK_, NF = NF_, STAGES = STAGES_;
+    static constexpr bool SWZ = SWZ_;
+    static constexpr int THREADS = 128 * WGS;
+    static constexpr int BM = 64 * WGS;                   // the tile's rows: BLOCK_M
+    static constexpr int BN = 16 * NF;                     // B rows staged: wgmma's N
+    static constexpr int BN1 = BN / 2;                     // GEMM 1: intermediate columns per block
+    static constexpr int BROWS = BN;
+    static constexpr int CHUNKS = BK / 8;                  // 16-byte chunks per staged row
+    static constexpr int RSTEP = THREADS / CHUNKS;         // rows between a thread's copies
+    static constexpr int A_COPIES = BM / RSTEP, B_COPIES = BN / RSTEP;
+    static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
+    // The descriptors: flat, 128 bytes between core matrices along K and 16·BK along M or N, a
+    // k-step of 16 two core matrices on (256 bytes); swizzled, 1024 bytes between groups of 8
+    // rows (the leading offset unused: K fits in one swizzle row) and a k-step 32 bytes on.
+    static constexpr unsigned LEAD = SWZ ? 16 : 128;
+    static constexpr unsigned STRIDE = SWZ ? 1024 : 16 * BK;
+    static constexpr unsigned long long LAYOUT = SWZ ? 1ull << 62 : 0ull;  // descriptor bits 62-63: 1 = 128-byte swizzle
+    static constexpr int KSTEP_UNITS = SWZ ? 2 : 16;       // a k-step's advance, in 16-byte units
+    static constexpr int ALIGN = SWZ ? 1024 : 0;           // extra shared bytes to align the stages to 1024
+    static constexpr int ACC = BN / 2;                     // fp32 accumulators per thread
+    static_assert(BK % 16 == 0 && THREADS % (8 * CHUNKS) == 0, "whole core matrices per pass of the block");
+    static_assert(BM % RSTEP == 0 && BN % RSTEP == 0 && A_COPIES <= 32 && B_COPIES <= 32, "copies per thread");
+    static_assert(BN == 128 || BN == 256, "wgmma.cuh instantiates N = 128 and 256");
+    static_assert(STAGES >= 3, "a buffer is refilled two slices after its product was issued");
+    static_assert(!SWZ || BK == 64, "the 128-byte swizzle holds one staged row of 64 bf16");
+};
+// ANCHOR_END: wg_config
+
+// ANCHOR: wg_mainloop
+// Version 4's main loop: acc += A[s_arow] · B[s_brow]ᵀ over K, for this thread's warpgroup's 64
+// rows (live: whether any of them is a real pair; the warpgroup skips its wgmma when not, but
+// still copies and meets every barrier). s_arow / s_brow: the source row of each staged row, -1
+// for a zero row.
+template <class C>
+__device__ __forceinline__ void wg_mainloop(const __nv_bfloat16* __restrict__ A, const int* s_arow,
+                                            const __nv_bfloat16* __restrict__ B, const int* s_brow, int K, bool live,
+                                            unsigned char* smem, float (&acc)[C::ACC]) {
+#ifdef MOE_WGMMA
+    const int t = threadIdx.x;
+    // This thread's copies: rows r0, r0 + RSTEP, ... of each operand, 16-byte column c; at byte
+    // dst0 of a stage's operand, then RSTEP rows further each.
+    const int r0 = C::SWZ ? t / 8 : 8 * (t / (8 * C::CHUNKS)) + t % 8;
+    const int c = C::SWZ ? t % 8 : (t / 8) % C::CHUNKS;
+    const int dst0 = C::SWZ ? 128 * r0 + 16 * (c ^ (r0 & 7)) : 16 * t;
+    constexpr int DSTEP = C::SWZ ? 128 * C::RSTEP : 16 * C::THREADS;
+    if (C::SWZ) {  // the stages on a 1024-byte boundary of the shared window (C::ALIGN bytes spare)
+        const unsigned off = (unsigned)__cvta_generic_to_shared(smem);
+        smem += (1024u - (off & 1023u)) & 1023u;
+    }
+    unsigned arow[C::A_COPIES], brow[C::B_COPIES], afull = 0, bfull = 0;
+#pragma unroll
+    for (int j = 0; j < C::A_COPIES; ++j) {
+        const int s = s_arow[r0 + j * C::RSTEP];
+        arow[j] = s >= 0 ? (unsigned)s : 0u;
+        afull |= (s >= 0 ? 1u : 0u) << j;
+    }
+#pragma unroll
+    for (int j = 0; j < C::B_COPIES; ++j) {
+        const int s = s_brow[r0 + j * C::RSTEP];
+        brow[j] = s >= 0 ? (unsigned)s : 0u;
+        bfull |= (s >= 0 ? 1u : 0u) << j;
+    }
+    const unsigned row_bytes = (unsigned)K * 2u;
+    const int nk = (K + C::BK - 1) / C::BK;
+    // Slice kt into buffer `stage`: columns past K (and zero rows) are copies of 0 bytes.
+    auto issue = [&](int stage, int kt) {
+        const int kc = kt * C::BK + 8 * c;
+        const bool in_k = kc < K;
+        const __nv_bfloat16* a = in_k ? A + kc : A;
+        const __nv_bfloat16* b = in_k ? B + kc : B;
+        unsigned char* dst = smem + stage * C::STAGE_BYTES + dst0;
+#pragma unroll
+        for (int j = 0; j < C::A_COPIES; ++j)
+            moe_cp_async16(dst + j * DSTEP, fused_row_address(a, arow[j], row_bytes), in_k && ((afull >> j) & 1u));
+        dst += C::A_BYTES;
+#pragma unroll
+        for (int j = 0; j < C::B_COPIES; ++j)
+            moe_cp_async16(dst + j * DSTEP, fused_row_address(b, brow[j], row_bytes), in_k && ((bfull >> j) & 1u));
+    };
+    // The pipeline: slice kt + AHEAD is copied while slice kt is multiplied, and one group of
+    // wgmma stays in flight while the warps go on to the next slice's barrier and copies. So a
+    // buffer is refilled only two slices after it was multiplied (STAGES = AHEAD + 2): by then
+    // every warpgroup has waited for that group (wait<1> one slice later) and met a barrier.
+    constexpr int AHEAD = C::STAGES - 2;
+#pragma unroll
+    for (int s = 0; s < AHEAD; ++s) {
+        if (s < nk) issue(s, s);
+        moe_cp_async_commit();
+    }
+    const int wg = t / 128;
+    for (int kt = 0; kt < nk; ++kt) {
+        // Slice kt has landed (this thread's copies: AHEAD + kt groups committed, at most
+        // AHEAD − 1 still running), is visible to wgmma (the proxy fence) and to every thread
+        // (the barrier); and every warpgroup is past its wait for slice kt − 2's group.
+        moe_cp_async_wait(AHEAD - 1);
+        moe_fence_proxy_async();
+        __syncthreads();
+        const int next = kt + AHEAD;  // into the buffer of slice kt − 2
+        if (next < nk) issue(next % C::STAGES, next);
+        moe_cp_async_commit();
+        if (live) {
+            const unsigned char* st = smem + (kt % C::STAGES) * C::STAGE_BYTES;
+            const unsigned long long da = moe_wgmma_desc(st + wg * 64 * C::BK * 2, C::LEAD, C::STRIDE) | C::LAYOUT;
+            const unsigned long long db = moe_wgmma_desc(st + C::A_BYTES, C::LEAD, C::STRIDE) | C::LAYOUT;
+            moe_wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < C::BK / 16; ++kk)
+                moe_wgmma_bf16<C::BN>(acc, da + C::KSTEP_UNITS * kk, db + C::KSTEP_UNITS * kk);
+            moe_wgmma_commit();
+            moe_wgmma_wait<1>();  // slice kt − 1's group done; slice kt's may still run
+        }
+    }
+    if (live) moe_wgmma_wait<0>();  // every product in the accumulators before the epilogue
+#else
+    __trap();  // version 4 exists only on sm_90a; the host never launches it anywhere else
+#endif
+}
+// ANCHOR_END: wg_mainloop
+
+// Whether warpgroup wg's 64 rows hold a real pair (fused_tile_rows' flags, 4 sub-tiles of 16).
+// Every lane reads the same flags; the OR over the warp gives that value back in a register the
+// compiler knows to be the same across the warp (as fused_warp_live does): read from shared
+// memory alone, the branch around the wgmma looks divergent to ptxas, which then serializes
+// every wgmma of the loop (its advisory C7518, "wgmma.mma_async instructions are serialized").
+__device__ __forceinline__ bool wg_live(const int* s_live, int wg) {
+    const int live = s_live[4 * wg] | s_live[4 * wg + 1] | s_live[4 * wg + 2] | s_live[4 * wg + 3];
+#if defined(MOE_EMU) || __CUDA_ARCH__ < 800
+    return live != 0;
+#else
+    return __reduce_or_sync(MOE_FULL_MASK, (unsigned)live) != 0;
+#endif
+}
+
+// ANCHOR: wg_gemm1
+// GEMM 1 + SwiGLU on version 4: fused_gemm1_swiglu_impl's contract, BLOCK_M = C::BM.
+template <class C>
+__device__ __forceinline__ void wg_gemm1_swiglu_impl(const __nv_bfloat16* __restrict__ x,
+                                                     const __nv_bfloat16* __restrict__ w13,
+                                                     const int* __restrict__ sorted_ids,
+                                                     const int* __restrict__ expert_ids,
+                                                     const int* __restrict__ num_post, __nv_bfloat16* __restrict__ act,
+                                                     int P, int k, int H, int I, int E, int block_m) {
+    __shared__ int s_pair[FUSED_MAX_BLOCK_M], s_arow[FUSED_MAX_BLOCK_M], s_brow[C::BROWS];
+    __shared__ int s_live[FUSED_MAX_SUBTILES];
+    if (block_m != C::BM) __trap();  // the host pads to C::BM; anything else is a launch bug
+    const int tile = blockIdx.x, n0 = blockIdx.y * C::BN1;
+    if ((long long)tile * block_m >= (long long)*num_post) return;
+    const int e = expert_ids[tile];
+    if (e < 0 || e >= E) return;
+    fused_tile_rows(sorted_ids, tile, block_m, P, k, s_pair, s_arow, s_live);
+    for (int r = threadIdx.x; r < C::BROWS; r += C::THREADS) {
+        const int n = n0 + (r % C::BN1);
+        s_brow[r] = n < I ? (r < C::BN1 ? n : I + n) : -1;
+    }
+    __syncthreads();
+    const __nv_bfloat16* w = w13 + (size_t)e * 2 * (size_t)I * (size_t)H;
+    const int wg = threadIdx.x / 128;
+    float acc[C::ACC];
+#pragma unroll
+    for (int i = 0; i < C::ACC; ++i) acc[i] = 0.0f;
+    DYNAMIC_SHARED(unsigned char, smem);
+    const bool live = wg_live(s_live, wg);
+    wg_mainloop<C>(x, s_arow, w, s_brow, H, live, smem, acc);
+    if (!live) return;
+    // Thread (warp w of its warpgroup, g, q) holds rows 64·wg + 16w + g (+ 8), columns
+    // n0 + 8j + 2q (+ 1): the gate in fragment j, the up value in fragment j + BN1 / 8.
+    const int lane = threadIdx.x & 31, w4 = (threadIdx.x >> 5) & 3, g = lane >> 2, q = lane & 3;
+    const bool even = (I & 1) == 0;  // then two neighbouring columns are one aligned 4-byte store
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int p = s_pair[64 * wg + 16 * w4 + g + 8 * h];
+        if (p < 0) continue;
+        __nv_bfloat16* row = act + (size_t)p * I;
+#pragma unroll
+        for (int j = 0; j < C::BN1 / 8; ++j) {
+            const int col = n0 + 8 * j + 2 * q;
+            __nv_bfloat16 v[2];
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                const float gate = __bfloat162float(__float2bfloat16(acc[4 * j + 2 * h + i]));
+                const float up = __bfloat162float(__float2bfloat16(acc[4 * (j + C::BN1 / 8) + 2 * h + i]));
+                v[i] = __float2bfloat16((gate * moe_sigmoidf(gate)) * up);
+            }
+            if (even && col + 1 < I) {
+                __nv_bfloat162 two;
+                two.x = v[0];
+                two.y = v[1];
+                *reinterpret_cast<__nv_bfloat162*>(row + col) = two;
+            } else {
+                if (col < I) row[col] = v[0];
+                if (col + 1 < I) row[col + 1] = v[1];
+            }
+        }
+    }
+}
+// ANCHOR_END: wg_gemm1
+
+// The plain GEMM on version 4: fused_gemm_impl's contract, BLOCK_M = C::BM.
+template <class C, bool BF16_OUT>
+__device__ __forceinline__ void wg_gemm_impl(const __nv_bfloat16* __restrict__ A, const __nv_bfloat16* __restrict__ W,
+                                             const int* __restrict__ sorted_ids, const int* __restrict__ expert_ids,
+                                             const int* __restrict__ num_post, const float* __restrict__ weight,
+                                             void* __restrict__ out, int P, int k, int N, int K, int E, int block_m) {
+    __shared__ int s_pair[FUSED_MAX_BLOCK_M], s_arow[FUSED_MAX_BLOCK_M], s_brow[C::BROWS];
+    __shared__ int s_live[FUSED_MAX_SUBTILES];
+    if (block_m != C::BM) __trap();
+    const int tile = blockIdx.x, n0 = blockIdx.y * C::BN;
+    if ((long long)tile * block_m >= (long long)*num_post) return;
+    const int e = expert_ids[tile];
+    if (e < 0 || e >= E) return;
+    fused_tile_rows(sorted_ids, tile, block_m, P, k, s_pair, s_arow, s_live);
+    for (int r = threadIdx.x; r < C::BROWS; r += C::THREADS) s_brow[r] = n0 + r < N ? n0 + r : -1;
+    __syncthreads();
+    const __nv_bfloat16* w = W + (size_t)e * (size_t)N * (size_t)K;
+    const int wg = threadIdx.x / 128;
+    float acc[C::ACC];
+#pragma unroll
+    for (int i = 0; i < C::ACC; ++i) acc[i] = 0.0f;
+    DYNAMIC_SHARED(unsigned char, smem);
+    const bool live = wg_live(s_live, wg);
+    wg_mainloop<C>(A, s_arow, w, s_brow, K, live, smem, acc);
+    if (!live) return;
+    const int lane = threadIdx.x & 31, w4 = (threadIdx.x >> 5) & 3, g = lane >> 2, q = lane & 3;
+    const bool even = (N & 1) == 0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int p = s_pair[64 * wg + 16 * w4 + g + 8 * h];
+        if (p < 0) continue;
+        const float wp = (!BF16_OUT && weight) ? weight[p] : 1.0f;
+#pragma unroll
+        for (int j = 0; j < C::BN / 8; ++j) {
+            const int col = n0 + 8 * j + 2 * q;
+            const float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+            if (BF16_OUT) {
+                __nv_bfloat16* row = static_cast<__nv_bfloat16*>(out) + (size_t)p * N;
+                if (even && col + 1 < N) {
+                    __nv_bfloat162 two;
+                    two.x = __float2bfloat16(v0);
+                    two.y = __float2bfloat16(v1);
+                    *reinterpret_cast<__nv_bfloat162*>(row + col) = two;
+                } else {
+                    if (col < N) row[col] = __float2bfloat16(v0);
+                    if (col + 1 < N) row[col + 1] = __float2bfloat16(v1);
+                }
+            } else {
+                float* row = static_cast<float*>(out) + (size_t)p * N;
+                // weight · v rounded as fused_gemm_impl rounds it (no weight: v itself).
+                const float y0 = weight ? wp * v0 : v0, y1 = weight ? wp * v1 : v1;
+                if (even && col + 1 < N) {
+                    *reinterpret_cast<float2*>(row + col) = make_float2(y0, y1);
+                } else {
+                    if (col < N) row[col] = y0;
+                    if (col + 1 < N) row[col + 1] = y1;
+                }
+            }
+        }
+    }
+}
+
+// ANCHOR: wg_entries
+// Version 4's configurations, g{WGS}_k{BK}_n{NF}_s{STAGES} (BLOCK_M 64·WGS, BN 16·NF), then _x
+// for the 128-byte swizzled layout, each with the three entry points of the other versions.
+// Launched only on sm_90a GPUs.
+typedef WgCfg<1, 64, 8, 4> WgG1K64N8S4;
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm1_swiglu_g1_k64_n8_s4(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
+                      int E, int block_m) {
+    wg_gemm1_swiglu_impl<WgG1K64N8S4>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);
+}
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm1_gateup_g1_k64_n8_s4(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
+                      int I, int E, int block_m) {
+    wg_gemm_impl<WgG1K64N8S4, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m);
+}
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm2_g1_k64_n8_s4(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
+                      int I, int E, int block_m) {
+    wg_gemm_impl<WgG1K64N8S4, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m);
+}
+typedef WgCfg<2, 64, 8, 4> WgG2K64N8S4;
+extern "C" __global__ void __launch_bounds__(256)
+    fused_gemm1_swiglu_g2_k64_n8_s4(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
+                      int E, int block_m) {
+    wg_gemm1_swiglu_impl<WgG2K64N8S4>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);
+}
+extern "C" __global__ void __launch_bounds__(256)
+    fused_gemm1_gateup_g2_k64_n8_s4(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
+                      int I, int E, int block_m) {
+    wg_gemm_impl<WgG2K64N8S4, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m);
+}
+extern "C" __global__ void __launch_bounds__(256)
+    fused_gemm2_g2_k64_n8_s4(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
+                      int I, int E, int block_m) {
+    wg_gemm_impl<WgG2K64N8S4, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m);
+}
+typedef WgCfg<2, 64, 16, 4> WgG2K64N16S4;
+extern "C" __global__ void __launch_bounds__(256)
+    fused_gemm1_swiglu_g2_k64_n16_s4(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
+                      int E, int block_m) {
+    wg_gemm1_swiglu_impl<WgG2K64N16S4>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);
+}
+extern "C" __global__ void __launch_bounds__(256)
+    fused_gemm1_gateup_g2_k64_n16_s4(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
+                      int I, int E, int block_m) {
+    wg_gemm_impl<WgG2K64N16S4, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m);
+}
+extern "C" __global__ void __launch_bounds__(256)
+    fused_gemm2_g2_k64_n16_s4(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
+                      int I, int E, int block_m) {
+    wg_gemm_impl<WgG2K64N16S4, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m);
+}
+typedef WgCfg<1, 64, 8, 4, true> WgG1K64N8S4X;
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm1_swiglu_g1_k64_n8_s4_x(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
+                      int E, int block_m) {
+    wg_gemm1_swiglu_impl<WgG1K64N8S4X>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);
+}
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm1_gateup_g1_k64_n8_s4_x(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
+                      int I, int E, int block_m) {
+    wg_gemm_impl<WgG1K64N8S4X, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m);
+}
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm2_g1_k64_n8_s4_x(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
+                      int I, int E, int block_m) {
+    wg_gemm_impl<WgG1K64N8S4X, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m);
+}
+typedef WgCfg<2, 64, 8, 4, true> WgG2K64N8S4X;
+extern "C" __global__ void __launch_bounds__(256)
+    fused_gemm1_swiglu_g2_k64_n8_s4_x(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
+                      int E, int block_m) {
+    wg_gemm1_swiglu_impl<WgG2K64N8S4X>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);
+}
+extern "C" __global__ void __launch_bounds__(256)
+    fused_gemm1_gateup_g2_k64_n8_s4_x(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
+                      int I, int E, int block_m) {
+    wg_gemm_impl<WgG2K64N8S4X, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m);
+}
+extern "C" __global__ void __launch_bounds__(256)
+    fused_gemm2_g2_k64_n8_s4_x(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
+                      int I, int E, int block_m) {
+    wg_gemm_impl<WgG2K64N8S4X, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m);
+}
+typedef WgCfg<2, 64, 16, 4, true> WgG2K64N16S4X;
+extern "C" __global__ void __launch_bounds__(256)
+    fused_gemm1_swiglu_g2_k64_n16_s4_x(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
+                      int E, int block_m) {
+    wg_gemm1_swiglu_impl<WgG2K64N16S4X>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);
+}
+extern "C" __global__ void __launch_bounds__(256)
+    fused_gemm1_gateup_g2_k64_n16_s4_x(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
+                      int I, int E, int block_m) {
+    wg_gemm_impl<WgG2K64N16S4X, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m);
+}
+extern "C" __global__ void __launch_bounds__(256)
+    fused_gemm2_g2_k64_n16_s4_x(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
+                      int I, int E, int block_m) {
+    wg_gemm_impl<WgG2K64N16S4X, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m);
+}
+// ANCHOR_END: wg_entries
 
 // act[r, n] = bf16(silu(g) · u), g = gateup[r, n], u = gateup[r, I + n]: the unfused layer's
 // SwiGLU (upstream's silu_and_mul), the same arithmetic as GEMM 1's epilogue.

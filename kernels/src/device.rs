@@ -183,6 +183,14 @@ impl Device {
         }
     }
 
+    /// Whether this device runs sm_90a code (Hopper's `wgmma`): a GPU of compute capability
+    /// 9.0, whose kernels NVRTC compiles for `sm_90a` ([`crate::cuda::target_arch`]). Never the
+    /// emulator, which runs the portable kernels only.
+    pub fn has_sm90a(&self) -> bool {
+        self.gpu()
+            .is_some_and(|g| crate::cuda::target_arch(g.arch) == "sm_90a")
+    }
+
     pub(crate) fn gpu(&self) -> Option<&Gpu> {
         self.backend.gpu()
     }

@@ -155,6 +155,13 @@ pub struct TileConfig {
     pub stages: usize,
     /// Warp rows of the grid (1: versions 1 and 2).
     pub wm: usize,
+    /// Version 4 (sm_90a): warpgroups of Hopper's `wgmma`, one per 64 rows of the tile (0:
+    /// versions 1 to 3, `mma.sync`). Then `nf` is the fragments of 8 columns across the whole
+    /// block (wgmma's N is `16·nf` staged rows; GEMM 1's `8·nf` gate and `8·nf` up rows).
+    pub wg: usize,
+    /// Version 4's shared-memory layout: wgmma's 128-byte swizzle (`_x`), else its flat core
+    /// matrices.
+    pub swz: bool,
 }
 
 const fn tile(warps: usize, bk: usize, nf: usize, stages: usize) -> TileConfig {
@@ -169,6 +176,21 @@ const fn grid(wm: usize, wn: usize, bk: usize, nf: usize, stages: usize) -> Tile
         nf,
         stages,
         wm,
+        wg: 0,
+        swz: false,
+    }
+}
+
+/// Version 4: `wg` warpgroups (BLOCK_M = 64·wg), wgmma N = 16·`nf`, swizzled or flat.
+const fn hopper(wg: usize, bk: usize, nf: usize, stages: usize, swz: bool) -> TileConfig {
+    TileConfig {
+        warps: 4 * wg,
+        bk,
+        nf,
+        stages,
+        wm: 1,
+        wg,
+        swz,
     }
 }
 
@@ -187,6 +209,20 @@ pub const TILE_CONFIGS: [TileConfig; 11] = [
     grid(2, 2, 64, 4, 3),
     grid(2, 4, 32, 2, 4),
 ];
+
+/// Version 4's configurations (`g{wg}_k{bk}_n{nf}_s{stages}`), for sm_90a GPUs only: one or two
+/// warpgroups (BLOCK_M 64 or 128) by 128 or 256 staged B rows (GEMM 1: 64 or 128 intermediate
+/// columns), K staged 64 at a time through 4 buffers, two slices ahead; each in wgmma's flat
+/// core-matrix layout and in its 128-byte swizzle (`_x`). [`crate::FusedDevice::plan_for`] refuses them, with a typed error, on any other
+/// device and for layers whose H or I is not a multiple of 8.
+pub const HOPPER_CONFIGS: [TileConfig; 6] = [
+    hopper(1, 64, 8, 4, false),
+    hopper(2, 64, 8, 4, false),
+    hopper(2, 64, 16, 4, false),
+    hopper(1, 64, 8, 4, true),
+    hopper(2, 64, 8, 4, true),
+    hopper(2, 64, 16, 4, true),
+];
 // ANCHOR_END: tile_config
 
 impl TileConfig {
@@ -196,6 +232,10 @@ impl TileConfig {
     /// `w{warps}_k{bk}_n{nf}`, then `_s{stages}` for version 2, as the kernels' suffixes and
     /// the CSVs spell it; a warp grid (`wm` > 1) is `w{wm}x{wn}_k{bk}_n{nf}_s{stages}`.
     pub fn name(&self) -> String {
+        if self.wg > 0 {
+            let x = if self.swz { "_x" } else { "" };
+            return format!("g{}_k{}_n{}_s{}{x}", self.wg, self.bk, self.nf, self.stages);
+        }
         let w = if self.wm > 1 {
             format!("{}x{}", self.wm, self.wn())
         } else {
@@ -208,9 +248,21 @@ impl TileConfig {
             v1
         }
     }
-    /// One of [`TILE_CONFIGS`] by its name.
+    /// One of [`TILE_CONFIGS`] or [`HOPPER_CONFIGS`] by its name.
     pub fn parse(s: &str) -> Option<TileConfig> {
-        TILE_CONFIGS.into_iter().find(|c| c.name() == s)
+        TILE_CONFIGS
+            .into_iter()
+            .chain(HOPPER_CONFIGS)
+            .find(|c| c.name() == s)
+    }
+    /// Version 4: Hopper's `wgmma`, sm_90a only.
+    pub fn is_hopper(&self) -> bool {
+        self.wg > 0
+    }
+    /// The BLOCK_M a configuration requires (version 4: 64 per warpgroup); None: any of chapter
+    /// 3's.
+    pub fn required_block_m(&self) -> Option<usize> {
+        (self.wg > 0).then_some(64 * self.wg)
     }
     pub fn threads(&self) -> usize {
         32 * self.warps
@@ -221,17 +273,28 @@ impl TileConfig {
     }
     /// GEMM 1's intermediate columns per block (it stages as many gate and up rows).
     pub fn bn1(&self) -> usize {
-        8 * self.wn() * self.nf
+        match self.wg {
+            0 => 8 * self.wn() * self.nf,
+            _ => 8 * self.nf,
+        }
     }
     /// GEMM 2's (and gate|up's) output columns per block.
     pub fn bn(&self) -> usize {
-        16 * self.wn() * self.nf
+        match self.wg {
+            0 => 16 * self.wn() * self.nf,
+            _ => 16 * self.nf,
+        }
     }
     /// The dynamic shared memory a block of this configuration needs at `block_m` (the kernel's
     /// `fused_tile_product`): none for version 1 (its one stage is static), `stages` buffers
     /// of `block_m` A rows and `bn()` B rows of `bk + 8` bf16 for versions 2 and 3.
+    /// Version 4: `stages` buffers of `block_m` A rows and `bn()` B rows of `bk` bf16 (wgmma's
+    /// core matrices, no padding).
     pub fn shared_bytes(&self, block_m: usize) -> usize {
-        if self.stages > 1 {
+        if self.wg > 0 {
+            // The swizzled layout aligns its stages to 1024 bytes: up to 1024 more.
+            self.stages * (block_m + self.bn()) * self.bk * 2 + if self.swz { 1024 } else { 0 }
+        } else if self.stages > 1 {
             self.stages * (block_m + self.bn()) * (self.bk + 8) * 2
         } else {
             0
@@ -639,6 +702,45 @@ mod tests {
         // A grid the kernel file does not instantiate is not a configuration.
         assert_eq!(TileConfig::parse("w2x2_k32_n1_s4"), None);
         assert_eq!(TileConfig::parse("w1x4_k32_n1"), None);
+    }
+
+    #[test]
+    fn hopper_configurations_are_named_and_sized_by_their_warpgroups() {
+        let names: Vec<String> = HOPPER_CONFIGS.iter().map(|c| c.name()).collect();
+        assert_eq!(
+            names,
+            [
+                "g1_k64_n8_s4",
+                "g2_k64_n8_s4",
+                "g2_k64_n16_s4",
+                "g1_k64_n8_s4_x",
+                "g2_k64_n8_s4_x",
+                "g2_k64_n16_s4_x"
+            ]
+        );
+        for c in HOPPER_CONFIGS {
+            assert_eq!(TileConfig::parse(&c.name()), Some(c));
+            assert!(c.is_hopper());
+            // One warpgroup per 64 rows; wgmma's N (GEMM 2's columns) is 16·nf, GEMM 1's
+            // intermediate columns half of it; stages hold 64·wg A rows and N B rows of 64 bf16,
+            // within the H200's 227 KB of shared memory per block.
+            assert_eq!(c.threads(), 128 * c.wg);
+            assert_eq!(c.required_block_m(), Some(64 * c.wg));
+            assert_eq!((c.bn(), c.bn1()), (16 * c.nf, 8 * c.nf));
+            let bm = 64 * c.wg;
+            let align = if c.swz { 1024 } else { 0 };
+            assert_eq!(
+                c.shared_bytes(bm),
+                c.stages * (bm + c.bn()) * c.bk * 2 + align
+            );
+            assert!(c.shared_bytes(bm) <= 227 * 1024);
+        }
+        let g = TileConfig::parse("g2_k64_n16_s4").unwrap();
+        assert_eq!(g.kernel("fused_gemm2"), "fused_gemm2_g2_k64_n16_s4");
+        assert!(TILE_CONFIGS
+            .iter()
+            .all(|c| !c.is_hopper() && c.required_block_m().is_none()));
+        assert_eq!(TileConfig::parse("g3_k64_n8_s4"), None);
     }
 
     #[test]

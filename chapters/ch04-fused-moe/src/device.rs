@@ -506,20 +506,64 @@ impl FusedDevice {
     }
 
     /// The same layer with the tiled path's tiles in `tile` (one of
-    /// [`crate::choose::TILE_CONFIGS`]) instead of the rule and the table: the same bits.
+    /// [`crate::choose::TILE_CONFIGS`], or on an sm_90a GPU one of
+    /// [`crate::choose::HOPPER_CONFIGS`]) instead of the rule and the table: the same bits
+    /// within versions 1 to 3 (version 4 against them: chapter 4's GPU test says).
     pub fn with_tile(mut self, tile: TileConfig) -> Result<Self, MoeError> {
         if TileConfig::parse(&tile.name()) != Some(tile) {
             return Err(MoeError::Config {
                 field: "tile configuration",
                 expected: format!(
-                    "one of {}",
-                    crate::choose::TILE_CONFIGS.map(|c| c.name()).join(", ")
+                    "one of {} (and, on an sm_90a GPU, {})",
+                    crate::choose::TILE_CONFIGS.map(|c| c.name()).join(", "),
+                    crate::choose::HOPPER_CONFIGS.map(|c| c.name()).join(", ")
                 ),
                 found: tile.name(),
             });
         }
+        self.hopper_ok(tile)?;
         self.tile = Some(tile);
         Ok(self)
+    }
+
+    /// Whether this layer can run `tile` here: a version-4 configuration needs an sm_90a GPU
+    /// ([`Device::has_sm90a`]) and 16-byte rows in both GEMMs (H, I and the shared expert's I
+    /// multiples of 8).
+    fn hopper_ok(&self, tile: TileConfig) -> Result<(), MoeError> {
+        if !tile.is_hopper() {
+            return Ok(());
+        }
+        if !self.device.has_sm90a() {
+            return Err(MoeError::Config {
+                field: "tile configuration",
+                expected: format!(
+                    "a version 1-3 configuration on this device ({}): {} uses Hopper's wgmma, sm_90a GPUs only",
+                    self.device.describe(),
+                    tile.name()
+                ),
+                found: tile.name(),
+            });
+        }
+        let c = &self.config;
+        let widths = [
+            ("hidden", c.hidden),
+            ("intermediate", c.intermediate),
+            (
+                "shared intermediate",
+                c.shared.map_or(8, |s| s.intermediate),
+            ),
+        ];
+        if let Some((what, n)) = widths.into_iter().find(|(_, n)| n % 8 != 0) {
+            return Err(MoeError::Config {
+                field: "tile configuration",
+                expected: format!(
+                    "{what} a multiple of 8 for {} (wgmma's rows are 16-byte copies), or a version 1-3 configuration",
+                    tile.name()
+                ),
+                found: format!("{what} {n}"),
+            });
+        }
+        Ok(())
     }
 
     /// The same layer with the decode kernels launched as `geometry`: the same bits. Columns per
@@ -586,14 +630,30 @@ impl FusedDevice {
         let pairs = rows * k;
         let (block_m, tile) = match path {
             Path::Tiled => {
+                // A measured row naming a version-4 configuration counts only where it can run.
+                let tuned_tile = tuned_for(Path::Tiled)
+                    .filter(|t| !t.tile.is_hopper() || self.hopper_ok(t.tile).is_ok());
                 let tile = self
                     .tile
-                    .or(tuned_for(Path::Tiled).map(|t| t.tile))
+                    .or(tuned_tile.map(|t| t.tile))
                     .unwrap_or_else(|| default_tile(h, i));
-                let block_m = self
-                    .block_m
-                    .or(tuned_for(Path::Tiled).and_then(|t| t.block_m))
-                    .unwrap_or_else(|| self.block_m_for(pairs));
+                self.hopper_ok(tile)?;
+                let block_m = match tile.required_block_m() {
+                    Some(need) => {
+                        if let Some(asked) = self.block_m.filter(|&b| b != need) {
+                            return Err(MoeError::Config {
+                                field: "BLOCK_M",
+                                expected: format!("{need} for {tile} (64 rows per warpgroup)"),
+                                found: asked.to_string(),
+                            });
+                        }
+                        need
+                    }
+                    None => self
+                        .block_m
+                        .or(tuned_tile.and_then(|t| t.block_m))
+                        .unwrap_or_else(|| self.block_m_for(pairs)),
+                };
                 (block_m, tile)
             }
             Path::Decode => (0, self.tile.unwrap_or(TileConfig::DEFAULT)),
@@ -670,7 +730,11 @@ impl FusedDevice {
             Some(s) => {
                 let layout = match tiled {
                     true => {
-                        let bm = choose_block_m(rows, 1);
+                        // Version 4's tiles are 64 rows per warpgroup, the shared expert's too.
+                        let bm = plan
+                            .tile
+                            .required_block_m()
+                            .unwrap_or_else(|| choose_block_m(rows, 1));
                         let tiles = rows.div_ceil(bm);
                         let mut sorted: Vec<i32> = (0..rows as i32).collect();
                         sorted.resize(tiles * bm, rows as i32); // the placeholder: T

@@ -14,7 +14,7 @@ use ch02_grouped::regimes::{regime, MoeRegime, REGIMES};
 use ch02_grouped::{Dtype, GroupedDevice, MoeError, MoeLayer};
 use ch03_align::device::DeviceAlign;
 use ch03_align::max_tiles;
-use ch04_fused_moe::choose::{choose_path, TILE_CONFIGS};
+use ch04_fused_moe::choose::{choose_path, HOPPER_CONFIGS, TILE_CONFIGS};
 use ch04_fused_moe::device::{geometry, BLOCK_MS, KERNELS};
 use ch04_fused_moe::fill::{fill_device, fill_value, host_weights};
 use ch04_fused_moe::regimes::{fused_regime, FUSED_REGIMES};
@@ -579,6 +579,18 @@ fn kernels_skip_placeholders_garbage_and_foreign_tiles(dev: &'static Device) {
             assert_same_bits(&format!("y, {what}"), &yy, &y);
         }
     }
+    // Version 4 (sm_90a GPUs only) at the BLOCK_M it is built for: the same rows untouched and
+    // the same bits (here K = 72 and 40: the last slice of 64 mostly zero-filled).
+    if dev.has_sm90a() {
+        for tile in HOPPER_CONFIGS {
+            let bm = tile.required_block_m().unwrap();
+            let what = format!("{tile}, BLOCK_M {bm}");
+            let (a, yy) = run(dev, tile, bm);
+            untouched_rows(&a, &yy, &what);
+            assert_same_bits(&format!("act, {what}"), &bits(&a), &bits(&act));
+            assert_same_bits(&format!("y, {what}"), &yy, &y);
+        }
+    }
     // f64 on the same bf16 values: act rounded to bf16 as the kernel stores it, y from the
     // kernel's own act (so only GEMM 2's sums are compared there).
     let (mut want_act, mut got_act, mut want_y, mut got_y) = (vec![], vec![], vec![], vec![]);
@@ -1105,6 +1117,8 @@ fn bad_inputs_are_typed_errors(dev: &'static Device) {
         nf: 1,
         stages: 1,
         wm: 1,
+        wg: 0,
+        swz: false,
     };
     let e = l.clone().with_tile(bad_tile).err().unwrap();
     assert!(
@@ -1144,6 +1158,79 @@ fn bad_inputs_are_typed_errors(dev: &'static Device) {
         "{e}"
     );
 }
+
+// ANCHOR: hopper_bits
+/// Version 4 (Hopper's `wgmma`, sm_90a GPUs only) against versions 1 to 3: on every regime whose
+/// H and I are multiples of 8, every version-4 configuration gives the portable tiled path's bits
+/// at the same BLOCK_M, fused and unfused (each output the same k-steps of 16 into one fp32
+/// accumulator; this is where that is checked, not assumed), and asking it for another BLOCK_M
+/// is a typed error. Regimes of other widths, and every other device (the emulator), refuse
+/// every version-4 configuration with a typed error.
+fn hopper_tiles_give_the_portable_bits(dev: &'static Device) {
+    let mut compared = 0;
+    for r in every_regime() {
+        let o = oracle(&r, Dtype::Bf16);
+        let c = &r.weights.config;
+        let aligned = c.hidden % 8 == 0
+            && c.intermediate % 8 == 0
+            && c.shared.is_none_or(|s| s.intermediate % 8 == 0);
+        let base = FusedDevice::new(dev, &r.weights, Dtype::Bf16)
+            .unwrap()
+            .with_path(Path::Tiled);
+        for tile in HOPPER_CONFIGS {
+            let what = format!("{}: {tile}", r.name);
+            let layer = base.clone().with_tile(tile);
+            if !dev.has_sm90a() || !aligned {
+                let e = layer.err().unwrap_or_else(|| panic!("{what}: not refused"));
+                assert!(
+                    matches!(
+                        e,
+                        MoeError::Config {
+                            field: "tile configuration",
+                            ..
+                        }
+                    ),
+                    "{what}: {e}"
+                );
+                continue;
+            }
+            let layer = layer.unwrap();
+            let bm = tile.required_block_m().unwrap();
+            assert_eq!(layer.plan_for(r.rows).unwrap().block_m, bm, "{what}");
+            let other = if bm == 64 { 128 } else { 64 };
+            let e = layer.clone().with_block_m(other).unwrap().plan_for(r.rows);
+            assert!(
+                matches!(
+                    e,
+                    Err(MoeError::Config {
+                        field: "BLOCK_M",
+                        ..
+                    })
+                ),
+                "{what}: BLOCK_M {other} gave {e:?}"
+            );
+            for fusion in [Fusion::SwiGlu, Fusion::Unfused] {
+                let portable = base.clone().with_fusion(fusion).with_block_m(bm).unwrap();
+                let want = portable.experts(&r.hidden, &o.routing).unwrap();
+                let got = layer
+                    .clone()
+                    .with_fusion(fusion)
+                    .experts(&r.hidden, &o.routing)
+                    .unwrap();
+                assert_same_bits(
+                    &format!("{what}, {fusion}, vs the portable path"),
+                    &got,
+                    &want,
+                );
+                compared += 1;
+            }
+        }
+    }
+    if dev.has_sm90a() {
+        assert!(compared > 0, "no regime ran version 4");
+    }
+}
+// ANCHOR_END: hopper_bits
 
 /// The added regimes send their pairs where their names say.
 fn regimes_do_what_their_names_say(dev: &'static Device) {
@@ -1202,4 +1289,5 @@ moe_kernels::backend_tests!(
     decode_kernels_skip_foreign_ids,
     weights_filled_on_the_device_match_the_host,
     bad_inputs_are_typed_errors,
+    hopper_tiles_give_the_portable_bits,
 );

@@ -11,7 +11,7 @@ pub(crate) mod blas;
 pub(crate) mod graph;
 pub mod nvrtc;
 
-pub use nvrtc::{compile_ptx, cuda_include_dir, nvrtc_options};
+pub use nvrtc::{compile_ptx, cuda_include_dir, nvrtc_options, target_arch};
 
 use crate::backend::{Backend, BackendKind, KernelHandle};
 use crate::blas::call::GemmCall;

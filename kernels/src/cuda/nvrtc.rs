@@ -49,9 +49,23 @@ pub fn nvrtc_options(arch: &'static str) -> Result<cudarc::nvrtc::CompileOptions
     })
 }
 
-/// Compiles one family to PTX; returns the PTX and the options used. Needs only NVRTC (no GPU),
-/// which is how CI checks every kernel for sm_90.
+/// The architecture NVRTC compiles for on a GPU of architecture `arch`: the same, except that
+/// compute capability 9.0 (the H100 and H200) gets `sm_90a`, the feature set that includes
+/// Hopper's own instructions (`wgmma`, chapter 4's version 4). Code compiled for `sm_90a` runs
+/// only on 9.0 devices, which is exactly where it is loaded; the portable kernels compile to the
+/// same machine code either way.
+pub fn target_arch(arch: &'static str) -> &'static str {
+    match arch {
+        "sm_90" => "sm_90a",
+        other => other,
+    }
+}
+
+/// Compiles one family to PTX for a GPU of architecture `arch` (for [`target_arch`] of it);
+/// returns the PTX and the options used. Needs only NVRTC (no GPU), which is how CI checks every
+/// kernel for sm_90 (sm_90a).
 pub fn compile_ptx(src: &KernelSource, arch: &'static str) -> Result<(String, Vec<String>)> {
+    let arch = target_arch(arch);
     if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
         return Err(KernelError::NoGpu {
             why: "NVRTC 13 (libnvrtc.so.13) is not on the library path".into(),

@@ -169,6 +169,8 @@ pub struct Variant {
     /// Measured up to this many tokens (the decode path re-reads an expert's weights for each
     /// of its pairs: at 4096 tokens a call would take long and say nothing new).
     pub max_tokens: Option<usize>,
+    /// Runs only on an sm_90a GPU (version 4, Hopper's `wgmma`); left out elsewhere.
+    pub needs_sm90a: bool,
     pub make: fn(FusedDevice) -> FusedDevice,
 }
 
@@ -186,12 +188,14 @@ pub const VARIANTS: &[Variant] = &[
         imp: "fused",
         about: "chapter 4's layer: path, fusion and tiles by its rules and measured table",
         max_tokens: None,
+        needs_sm90a: false,
         make: |l| l,
     },
     Variant {
         imp: "fused_tiled",
         about: "the tiled path at every T (SwiGLU fused into GEMM 1)",
         max_tokens: None,
+        needs_sm90a: false,
         make: |l| l.with_path(FusedPath::Tiled),
     },
     Variant {
@@ -199,6 +203,7 @@ pub const VARIANTS: &[Variant] = &[
         about: "the tiled path at every T with chapter 4's first main loop: the rule's tile \
                 w4_k64_n1, one stage (stage a slice of K, wait, multiply)",
         max_tokens: None,
+        needs_sm90a: false,
         make: |l| {
             l.with_path(FusedPath::Tiled)
                 .with_tile(TILE_V1)
@@ -206,15 +211,29 @@ pub const VARIANTS: &[Variant] = &[
         },
     },
     Variant {
+        imp: "fused_tiled_v4",
+        about: "the tiled path at every T on version 4 (sm_90a only): Hopper's wgmma, two \
+                warpgroups by 256 staged rows (g2_k64_n16_s4_x: the 128-byte swizzle, BLOCK_M 128)",
+        max_tokens: None,
+        needs_sm90a: true,
+        make: |l| {
+            l.with_path(FusedPath::Tiled)
+                .with_tile(TILE_V4)
+                .expect("an sm_90a GPU: layers() leaves this variant out elsewhere")
+        },
+    },
+    Variant {
         imp: "fused_tiled_unfused",
         about: "the tiled path, unfused: gate|up written, a SwiGLU kernel",
         max_tokens: None,
+        needs_sm90a: false,
         make: |l| l.with_path(FusedPath::Tiled).with_fusion(Fusion::Unfused),
     },
     Variant {
         imp: "fused_decode",
         about: "the decode path (SwiGLU in GEMM 1, the sum over k in GEMM 2)",
         max_tokens: Some(DECODE_MAX_TOKENS),
+        needs_sm90a: false,
         // The fusion named: with the path forced, the layer would take the tuned table's
         // fusion for that path where the table has one.
         make: |l| {
@@ -226,12 +245,14 @@ pub const VARIANTS: &[Variant] = &[
         imp: "fused_decode_swiglu",
         about: "the decode path, the sum over k in its own kernel",
         max_tokens: Some(DECODE_MAX_TOKENS),
+        needs_sm90a: false,
         make: |l| l.with_path(FusedPath::Decode).with_fusion(Fusion::SwiGlu),
     },
     Variant {
         imp: "fused_decode_unfused",
         about: "the decode path, unfused: gate|up written, SwiGLU and the sum in their own kernels",
         max_tokens: Some(DECODE_MAX_TOKENS),
+        needs_sm90a: false,
         make: |l| l.with_path(FusedPath::Decode).with_fusion(Fusion::Unfused),
     },
     Variant {
@@ -240,6 +261,7 @@ pub const VARIANTS: &[Variant] = &[
                 (chapter 3's layout at BLOCK_M 8, both GEMMs by tile, then the combine kernel); \
                 the decode path's bits",
         max_tokens: Some(DECODE_MAX_TOKENS),
+        needs_sm90a: false,
         make: |l| l.with_path(FusedPath::DecodeGrouped),
     },
 ];
@@ -251,7 +273,12 @@ const TILE_V1: TileConfig = TileConfig {
     nf: 1,
     stages: 1,
     wm: 1,
+    wg: 0,
+    swz: false,
 };
+
+/// Version 4's largest tile: the `fused_tiled_v4` variant.
+const TILE_V4: TileConfig = ch04_fused_moe::choose::HOPPER_CONFIGS[5];
 
 /// Variants that must give another's bits, not only agree within a tolerance: (variant, the one
 /// whose bits it must give). The grouped decode path is the decode path's arithmetic in another
@@ -260,6 +287,7 @@ const TILE_V1: TileConfig = TileConfig {
 pub const SAME_BITS: &[(&str, &str)] = &[
     ("fused_decode_grouped", "fused_decode"),
     ("fused_tiled_v1", "fused_tiled"),
+    ("fused_tiled_v4", "fused_tiled"),
 ];
 
 /// The largest T the decode variants are measured at.
@@ -658,6 +686,15 @@ fn layers(dev: &'static Device, shape: &Shape, weights: &MoeWeights) -> Result<L
     let base = FusedDevice::new(dev, weights, Dtype::Bf16).map_err(|e| e.to_string())?;
     let mut fused = Vec::new();
     for v in VARIANTS {
+        if v.needs_sm90a && !dev.has_sm90a() {
+            eprintln!(
+                "bench ch04: {}: {} left out (it needs an sm_90a GPU; this is {})",
+                shape.name,
+                v.imp,
+                dev.describe()
+            );
+            continue;
+        }
         eprintln!("bench ch04: {}: {} ({})", shape.name, v.imp, v.about);
         fused.push((v, Rc::new((v.make)(base.clone()))));
     }
@@ -1485,7 +1522,9 @@ mod tests {
         let routings = ch02::routings(shape, &TINY_TOKENS).unwrap();
         let layers = layers(dev, shape, &weights(shape)).unwrap();
         let cases: Vec<Case> = cases(shape, &routings, &layers).iter().map(stub).collect();
-        assert_eq!(cases.len(), TINY_TOKENS.len() * (VARIANTS.len() + 1));
+        // On the emulator the sm_90a variant is left out.
+        let here = VARIANTS.iter().filter(|v| !v.needs_sm90a).count();
+        assert_eq!(cases.len(), TINY_TOKENS.len() * (here + 1));
         assert!(cases.iter().filter(|c| c.steps).count() == 0, "stubs");
         let ceilings = Ceilings {
             launch_us: 4.0,
