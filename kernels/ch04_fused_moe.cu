@@ -43,6 +43,11 @@
 //       16 it loads an A fragment per sub-tile for only 2·NF mma each; in version 3 the WARPS
 //       warps form WM × WN (WN = WARPS / WM) and warp w owns the sub-tiles w % WM, + WM, + 2·WM,
 //       ... and the columns of group w / WM: fewer A loads, more mma per load.
+//     versions 4 and 5 (sm_90a only, WgCfg, wg_mainloop): Hopper's warpgroup MMA (wgmma.cuh),
+//       one warpgroup per 64 rows multiplying straight from shared memory, the stages in
+//       wgmma's flat core-matrix layout (4) or its 128-byte swizzle (5, suffix _x), whose
+//       copies read whole 128-byte lines. The same bits as versions 1-3 (measured on the H200,
+//       chapter 4's GPU test); never compiled into the emulator's path, which runs 1-3.
 //   Each is instantiated as its own extern "C" entry points, named with the suffix
 //   _w{WARPS}_k{BK}_n{NF}, then _s{STAGES} for version 2 (_w{WM}x{WN}_k{BK}_n{NF}_s{STAGES} for
 //   version 3); the default, w4_k32_n1 (FUSED_THREADS, FUSED_BK, FUSED_BN1, FUSED_BN2), keeps the
@@ -145,9 +150,9 @@
 // - The weighted down projection is kept in fp32 ([T·k, H] f32); upstream rounds it to the
 //   compute type (bf16) before moe_sum. The sum over k runs in fixed order in its own kernel, or
 //   inside decode_gemm2_sum.
-// - A handful of tile configurations, no tile swizzle, no split-K, no quantized weights;
-//   software pipelining (cp.async stages) only in the version-2 and version-3 configurations
-//   `_s{STAGES}`.
+// - A handful of tile configurations, no split-K, no quantized weights, no TMA (versions 4 and 5
+//   stage their operands with cp.async, not bulk tensor copies), no thread-block clusters;
+//   software pipelining (cp.async stages) in the configurations `_s{STAGES}`.
 // - Experts outside 0..E (e.g. -1 for an expert held by another rank in expert parallelism)
 //   skip their tile or their pair: their rows of act and y are never written, and
 //   decode_gemm2_sum leaves them out of its sum (fused_combine would add whatever their y rows
@@ -890,7 +895,7 @@ extern "C" __global__ void __launch_bounds__(256)
 }
 
 // ANCHOR: wg_config
-// VERSION 4 (sm_90a only): Hopper's warpgroup MMA (kernels/wgmma.cuh) instead of mma.sync. A
+// VERSIONS 4 AND 5 (sm_90a only): Hopper's warpgroup MMA (kernels/wgmma.cuh) instead of mma.sync. A
 // block is WGS warpgroups of 128 threads, one per 64 rows of the tile (so BLOCK_M = 64·WGS: the
 // host pads chapter 3's layout to it); every warpgroup multiplies its 64 rows by all the block's
 // BN = 16·NF staged B rows, one wgmma m64nBNk16 per k-step of 16, and holds the 64 × BN product
@@ -905,8 +910,8 @@ extern "C" __global__ void __launch_bounds__(256)
 // in its accumulators, and SwiGLU is the epilogue as before. Needs K (H and I) a multiple of 8.
 // Each output's sum is the same as the other versions': k-steps of 16 from k = 0 up into one
 // fp32 accumulator; whether wgmma's k-step rounds as mma.sync's does is measured, not assumed
-// (chapter 4's GPU test compares every version-4 configuration with the portable path's bits).
-// SWZ: the 128-byte swizzled layout instead (BK 64: a staged row is 128 bytes, the swizzle's
+// (chapter 4's GPU test compares every version-4 and -5 configuration with the portable path's bits).
+// SWZ (version 5): the 128-byte swizzled layout instead (BK 64: a staged row is 128 bytes, the swizzle's
 // width): row r's 128 bytes at byte 128·r, its 16-byte chunk c at chunk c ^ (r % 8) (the
 // hardware XORs address bits 4-6 with bits 7-9, so a stage starts on 1024 bytes). Then eight
 // neighbouring threads copy one row's eight chunks: one whole 128-byte line of global memory per
@@ -943,7 +948,7 @@ struct WgCfg {
 // ANCHOR_END: wg_config
 
 // ANCHOR: wg_mainloop
-// Version 4's main loop: acc += A[s_arow] · B[s_brow]ᵀ over K, for this thread's warpgroup's 64
+// The main loop of versions 4 and 5: acc += A[s_arow] · B[s_brow]ᵀ over K, for this thread's warpgroup's 64
 // rows (live: whether any of them is a real pair; the warpgroup skips its wgmma when not, but
 // still copies and meets every barrier). s_arow / s_brow: the source row of each staged row, -1
 // for a zero row.
@@ -1028,7 +1033,7 @@ __device__ __forceinline__ void wg_mainloop(const __nv_bfloat16* __restrict__ A,
     }
     if (live) moe_wgmma_wait<0>();  // every product in the accumulators before the epilogue
 #else
-    __trap();  // version 4 exists only on sm_90a; the host never launches it anywhere else
+    __trap();  // versions 4 and 5 exist only on sm_90a; the host never launches it anywhere else
 #endif
 }
 // ANCHOR_END: wg_mainloop
@@ -1048,7 +1053,7 @@ __device__ __forceinline__ bool wg_live(const int* s_live, int wg) {
 }
 
 // ANCHOR: wg_gemm1
-// GEMM 1 + SwiGLU on version 4: fused_gemm1_swiglu_impl's contract, BLOCK_M = C::BM.
+// GEMM 1 + SwiGLU on versions 4 and 5: fused_gemm1_swiglu_impl's contract, BLOCK_M = C::BM.
 template <class C>
 __device__ __forceinline__ void wg_gemm1_swiglu_impl(const __nv_bfloat16* __restrict__ x,
                                                      const __nv_bfloat16* __restrict__ w13,
@@ -1111,7 +1116,7 @@ __device__ __forceinline__ void wg_gemm1_swiglu_impl(const __nv_bfloat16* __rest
 }
 // ANCHOR_END: wg_gemm1
 
-// The plain GEMM on version 4: fused_gemm_impl's contract, BLOCK_M = C::BM.
+// The plain GEMM on versions 4 and 5: fused_gemm_impl's contract, BLOCK_M = C::BM.
 template <class C, bool BF16_OUT>
 __device__ __forceinline__ void wg_gemm_impl(const __nv_bfloat16* __restrict__ A, const __nv_bfloat16* __restrict__ W,
                                              const int* __restrict__ sorted_ids, const int* __restrict__ expert_ids,
@@ -1174,7 +1179,7 @@ __device__ __forceinline__ void wg_gemm_impl(const __nv_bfloat16* __restrict__ A
 }
 
 // ANCHOR: wg_entries
-// Version 4's configurations, g{WGS}_k{BK}_n{NF}_s{STAGES} (BLOCK_M 64·WGS, BN 16·NF), then _x
+// The configurations of versions 4 and 5, g{WGS}_k{BK}_n{NF}_s{STAGES} (BLOCK_M 64·WGS, BN 16·NF), then _x
 // for the 128-byte swizzled layout, each with the three entry points of the other versions.
 // Launched only on sm_90a GPUs.
 typedef WgCfg<1, 64, 8, 4> WgG1K64N8S4;

@@ -24,8 +24,10 @@
 #if !defined(MOE_EMU) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define MOE_WGMMA 1
 
-// A descriptor for a K-major operand at `smem` (16-byte aligned), no swizzle: `lead` bytes
-// between core matrices along K, `stride` bytes between them along M (or N).
+// ANCHOR: wgmma_api
+// A descriptor for a K-major operand at `smem` (16-byte aligned): `lead` bytes between core
+// matrices along K, `stride` bytes between them along M (or N); its layout bits (62-63) zero,
+// the flat layout (version 5 ORs in 1 << 62, the 128-byte swizzle).
 __device__ __forceinline__ unsigned long long moe_wgmma_desc(const void* smem, unsigned lead, unsigned stride) {
     const unsigned addr = (unsigned)__cvta_generic_to_shared(smem);
     return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((unsigned long long)((lead >> 4) & 0x3FFF) << 16) |
@@ -41,6 +43,7 @@ template <int N>
 __device__ __forceinline__ void moe_wgmma_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
+// ANCHOR_END: wgmma_api
 // Makes this thread's shared-memory writes through the generic proxy (st.shared, cp.async)
 // visible to the async proxy, through which wgmma reads its operands.
 __device__ __forceinline__ void moe_fence_proxy_async() {

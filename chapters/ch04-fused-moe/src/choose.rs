@@ -155,12 +155,11 @@ pub struct TileConfig {
     pub stages: usize,
     /// Warp rows of the grid (1: versions 1 and 2).
     pub wm: usize,
-    /// Version 4 (sm_90a): warpgroups of Hopper's `wgmma`, one per 64 rows of the tile (0:
+    /// Versions 4 and 5 (sm_90a): warpgroups of Hopper's `wgmma`, one per 64 rows of the tile (0:
     /// versions 1 to 3, `mma.sync`). Then `nf` is the fragments of 8 columns across the whole
     /// block (wgmma's N is `16·nf` staged rows; GEMM 1's `8·nf` gate and `8·nf` up rows).
     pub wg: usize,
-    /// Version 4's shared-memory layout: wgmma's 128-byte swizzle (`_x`), else its flat core
-    /// matrices.
+    /// Versions 4 and 5: wgmma's flat core matrices (4), or its 128-byte swizzle (5, `_x`).
     pub swz: bool,
 }
 
@@ -181,7 +180,7 @@ const fn grid(wm: usize, wn: usize, bk: usize, nf: usize, stages: usize) -> Tile
     }
 }
 
-/// Version 4: `wg` warpgroups (BLOCK_M = 64·wg), wgmma N = 16·`nf`, swizzled or flat.
+/// Versions 4 (flat) and 5 (swizzled): `wg` warpgroups (BLOCK_M = 64·wg), wgmma N = 16·`nf`, swizzled or flat.
 const fn hopper(wg: usize, bk: usize, nf: usize, stages: usize, swz: bool) -> TileConfig {
     TileConfig {
         warps: 4 * wg,
@@ -210,7 +209,7 @@ pub const TILE_CONFIGS: [TileConfig; 11] = [
     grid(2, 4, 32, 2, 4),
 ];
 
-/// Version 4's configurations (`g{wg}_k{bk}_n{nf}_s{stages}`), for sm_90a GPUs only: one or two
+/// The configurations of versions 4 and 5 (`g{wg}_k{bk}_n{nf}_s{stages}`), for sm_90a GPUs only: one or two
 /// warpgroups (BLOCK_M 64 or 128) by 128 or 256 staged B rows (GEMM 1: 64 or 128 intermediate
 /// columns), K staged 64 at a time through 4 buffers, two slices ahead; each in wgmma's flat
 /// core-matrix layout and in its 128-byte swizzle (`_x`). [`crate::FusedDevice::plan_for`] refuses them, with a typed error, on any other
@@ -255,11 +254,11 @@ impl TileConfig {
             .chain(HOPPER_CONFIGS)
             .find(|c| c.name() == s)
     }
-    /// Version 4: Hopper's `wgmma`, sm_90a only.
+    /// Versions 4 and 5: Hopper's `wgmma`, sm_90a only.
     pub fn is_hopper(&self) -> bool {
         self.wg > 0
     }
-    /// The BLOCK_M a configuration requires (version 4: 64 per warpgroup); None: any of chapter
+    /// The BLOCK_M a configuration requires (versions 4 and 5: 64 per warpgroup); None: any of chapter
     /// 3's.
     pub fn required_block_m(&self) -> Option<usize> {
         (self.wg > 0).then_some(64 * self.wg)
@@ -288,7 +287,7 @@ impl TileConfig {
     /// The dynamic shared memory a block of this configuration needs at `block_m` (the kernel's
     /// `fused_tile_product`): none for version 1 (its one stage is static), `stages` buffers
     /// of `block_m` A rows and `bn()` B rows of `bk + 8` bf16 for versions 2 and 3.
-    /// Version 4: `stages` buffers of `block_m` A rows and `bn()` B rows of `bk` bf16 (wgmma's
+    /// Versions 4 and 5: `stages` buffers of `block_m` A rows and `bn()` B rows of `bk` bf16 (wgmma's
     /// core matrices, no padding).
     pub fn shared_bytes(&self, block_m: usize) -> usize {
         if self.wg > 0 {

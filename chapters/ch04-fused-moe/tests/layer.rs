@@ -579,7 +579,7 @@ fn kernels_skip_placeholders_garbage_and_foreign_tiles(dev: &'static Device) {
             assert_same_bits(&format!("y, {what}"), &yy, &y);
         }
     }
-    // Version 4 (sm_90a GPUs only) at the BLOCK_M it is built for: the same rows untouched and
+    // Versions 4 and 5 (sm_90a GPUs only) at the BLOCK_M it is built for: the same rows untouched and
     // the same bits (here K = 72 and 40: the last slice of 64 mostly zero-filled).
     if dev.has_sm90a() {
         for tile in HOPPER_CONFIGS {
@@ -1160,12 +1160,12 @@ fn bad_inputs_are_typed_errors(dev: &'static Device) {
 }
 
 // ANCHOR: hopper_bits
-/// Version 4 (Hopper's `wgmma`, sm_90a GPUs only) against versions 1 to 3: on every regime whose
-/// H and I are multiples of 8, every version-4 configuration gives the portable tiled path's bits
+/// Versions 4 and 5 (Hopper's `wgmma`, sm_90a GPUs only) against versions 1 to 3: on every regime whose
+/// H and I are multiples of 8, every configuration of theirs gives the portable tiled path's bits
 /// at the same BLOCK_M, fused and unfused (each output the same k-steps of 16 into one fp32
 /// accumulator; this is where that is checked, not assumed), and asking it for another BLOCK_M
 /// is a typed error. Regimes of other widths, and every other device (the emulator), refuse
-/// every version-4 configuration with a typed error.
+/// every one of those configurations with a typed error.
 fn hopper_tiles_give_the_portable_bits(dev: &'static Device) {
     let mut compared = 0;
     for r in every_regime() {
@@ -1227,7 +1227,7 @@ fn hopper_tiles_give_the_portable_bits(dev: &'static Device) {
         }
     }
     if dev.has_sm90a() {
-        assert!(compared > 0, "no regime ran version 4");
+        assert!(compared > 0, "no regime ran versions 4 and 5");
     }
 }
 // ANCHOR_END: hopper_bits

@@ -169,7 +169,7 @@ pub struct Variant {
     /// Measured up to this many tokens (the decode path re-reads an expert's weights for each
     /// of its pairs: at 4096 tokens a call would take long and say nothing new).
     pub max_tokens: Option<usize>,
-    /// Runs only on an sm_90a GPU (version 4, Hopper's `wgmma`); left out elsewhere.
+    /// Runs only on an sm_90a GPU (versions 4 and 5, Hopper's `wgmma`); left out elsewhere.
     pub needs_sm90a: bool,
     pub make: fn(FusedDevice) -> FusedDevice,
 }
@@ -212,7 +212,7 @@ pub const VARIANTS: &[Variant] = &[
     },
     Variant {
         imp: "fused_tiled_v4",
-        about: "the tiled path at every T on version 4 (sm_90a only): Hopper's wgmma, two \
+        about: "the tiled path at every T on version 5 (sm_90a only): Hopper's wgmma, two \
                 warpgroups by 256 staged rows (g2_k64_n16_s4_x: the 128-byte swizzle, BLOCK_M 128)",
         max_tokens: None,
         needs_sm90a: true,
@@ -277,7 +277,7 @@ const TILE_V1: TileConfig = TileConfig {
     swz: false,
 };
 
-/// Version 4's largest tile: the `fused_tiled_v4` variant.
+/// Version 5's largest tile: the `fused_tiled_v4` variant.
 const TILE_V4: TileConfig = ch04_fused_moe::choose::HOPPER_CONFIGS[5];
 
 /// Variants that must give another's bits, not only agree within a tolerance: (variant, the one

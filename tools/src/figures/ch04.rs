@@ -1703,12 +1703,18 @@ pub fn tune_facts(shapes: &[TuneShape], tuned: &TunedFile, timings: usize, f: &m
     }
 }
 
-/// The kernel version of a tiled configuration (the page's numbering): 3 for a grid of warps
-/// (`w2x2_…`), 2 for a pipelined main loop (`…_s3`), 1 for the first main loop; a `_m64` suffix
-/// (a larger BLOCK_M) keeps the version of its tile. `None` for anything else.
+/// The kernel version of a tiled configuration (the page's numbering): 5 for warpgroup MMA in
+/// the 128-byte swizzle (`g2_…_x`), 4 for warpgroup MMA in the flat layout (`g2_…`), 3 for a
+/// grid of warps (`w2x2_…`), 2 for a pipelined main loop (`…_s3`), 1 for the first main loop; a
+/// `_m64` suffix (a larger BLOCK_M) keeps the version of its tile. `None` for anything else.
 pub fn tile_version(config: &str) -> Option<u8> {
     let mut parts = config.split('_');
-    let warps = parts.next()?.strip_prefix('w')?;
+    let first = parts.next()?;
+    if let Some(wg) = first.strip_prefix('g') {
+        wg.parse::<u32>().ok()?;
+        return Some(if parts.any(|p| p == "x") { 5 } else { 4 });
+    }
+    let warps = first.strip_prefix('w')?;
     let grid = warps.contains('x');
     let mut pipelined = false;
     for p in parts {
@@ -1766,6 +1772,8 @@ pub fn versions_table(shapes: &[TuneShape], best: &ByVersion) -> String {
             (1, "1: one stage"),
             (2, "2: stages in flight"),
             (3, "3: a grid of warps"),
+            (4, "4: warpgroup MMA (sm_90a)"),
+            (5, "5: 4 in the 128-byte swizzle"),
         ] {
             s += &format!("| {about} |");
             for &t in &tokens {
@@ -1776,7 +1784,7 @@ pub fn versions_table(shapes: &[TuneShape], best: &ByVersion) -> String {
             }
             s += "\n";
         }
-        for (a, b) in [(1, 2), (2, 3)] {
+        for (a, b) in [(1, 2), (2, 3), (3, 4), (3, 5), (4, 5)] {
             s += &format!("| version {a} ÷ version {b} |");
             for &t in &tokens {
                 s += &match (get(t, a), get(t, b)) {
@@ -1791,7 +1799,7 @@ pub fn versions_table(shapes: &[TuneShape], best: &ByVersion) -> String {
 }
 
 /// The versions' numbers for the prose: `{shape}_t{T}_v{N}_cold`, `…_v{N}_config` and
-/// `{shape}_t{T}_v2_over_v3`.
+/// `{shape}_t{T}_v{A}_over_v{B}` for (2, 3), (3, 5) and (4, 5).
 pub fn version_facts(best: &ByVersion, f: &mut Facts) {
     for ((shape, t, v), c) in best {
         let s = short(shape);
@@ -1805,11 +1813,14 @@ pub fn version_facts(best: &ByVersion, f: &mut Facts) {
             c.config.clone(),
             TUNE_ALL_CSV,
         );
-        if *v == 3 {
-            if let Some(c2) = best.get(&(shape.clone(), *t, 2)) {
+        for (a, b) in [(2, 3), (3, 5), (4, 5)] {
+            if *v != b {
+                continue;
+            }
+            if let Some(ca) = best.get(&(shape.clone(), *t, a)) {
                 f.add(
-                    format!("{s}_t{t}_v2_over_v3"),
-                    format!("{:.2}", c2.cold_us / c.cold_us),
+                    format!("{s}_t{t}_v{a}_over_v{b}"),
+                    format!("{:.2}", ca.cold_us / c.cold_us),
                     TUNE_ALL_CSV,
                 );
             }
@@ -2372,6 +2383,10 @@ mod tests {
             ("w4_k64_n1_s4_m32", Some(2)),
             ("w2x2_k64_n4_s3", Some(3)),
             ("w2x4_k32_n2_s4_m64", Some(3)),
+            ("g2_k64_n16_s4", Some(4)),
+            ("g1_k64_n8_s4_m64", Some(4)),
+            ("g2_k64_n16_s4_x", Some(5)),
+            ("gx_k64", None),
             ("decode", None),
         ] {
             assert_eq!(tile_version(config), v, "{config}");
@@ -2396,6 +2411,8 @@ mod tests {
             c(64, "tiled", "w4_k64_n1_s3", 400.0),
             c(64, "tiled", "w4_k64_n1_s4_m32", 380.0),
             c(64, "tiled", "w2x2_k64_n4_s3", 500.0),
+            c(64, "tiled", "g2_k64_n16_s4", 800.0),
+            c(64, "tiled", "g1_k64_n8_s4_x", 250.0),
             // A decode candidate faster than every tile is not a version of the tile.
             c(64, "decode", "w4_c1", 100.0),
         ];
@@ -2419,6 +2436,13 @@ mod tests {
         // 1000 / 380 and 380 / 500.
         assert!(t.contains("| version 1 ÷ version 2 | 2.63× |"), "{t}");
         assert!(t.contains("| version 2 ÷ version 3 | 0.76× |"), "{t}");
+        assert!(
+            t.contains("| 4: warpgroup MMA (sm_90a) | 800 `g2_k64_n16_s4` |"),
+            "{t}"
+        );
+        // 500 / 250 and 800 / 250.
+        assert!(t.contains("| version 3 ÷ version 5 | 2.00× |"), "{t}");
+        assert!(t.contains("| version 4 ÷ version 5 | 3.20× |"), "{t}");
         let mut f = Facts::default();
         version_facts(&by_version, &mut f);
         let text = f.render("test");
@@ -2426,6 +2450,8 @@ mod tests {
             ("qwen3_t64_v2_cold", "380"),
             ("qwen3_t64_v3_config", "w2x2_k64_n4_s3"),
             ("qwen3_t64_v2_over_v3", "0.76"),
+            ("qwen3_t64_v3_over_v5", "2.00"),
+            ("qwen3_t64_v5_config", "g1_k64_n8_s4_x"),
         ] {
             assert!(
                 text.contains(&format!("ANCHOR: {name}\n{value}\nANCHOR_END: {name}")),
