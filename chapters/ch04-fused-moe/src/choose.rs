@@ -325,10 +325,11 @@ pub fn default_matches_the_kernel_constants() -> bool {
 /// bytes in flight per stage of the base configuration) when both GEMMs' K, H and I, are at least
 /// 128; the base configuration `w4_k32_n1` for smaller layers, where a 64-wide stage would be
 /// mostly zeros past K. Both are version 1 of the main loop: no `cp.async` and at most 29 KB of
-/// static shared memory, so they run on any GPU since Volta. On the H200 the version-2
-/// configurations won every tiled bucket of the committed run of `bench ch04-tune`
-/// (`bench/results/h200/ch04_tune_all.csv`: `w8_k64_n1_s3` at 512 and 4096 tokens, about twice
-/// as fast as `w4_k64_n1`), and the tuned table picks them there.
+/// static shared memory, so they run on any GPU since Volta. On the H200 the committed run of
+/// `bench ch04-tune` (`bench/results/h200/ch04_tune_all.csv`) has version 5 (sm_90a, the
+/// 128-byte swizzle) win every tiled bucket, four to six times as fast as `w4_k64_n1` at 512
+/// and 4096 tokens, and the tuned table picks it there; on other devices the table's rows that
+/// name it are skipped and this rule applies.
 pub fn default_tile(hidden: usize, intermediate: usize) -> TileConfig {
     if hidden.min(intermediate) >= 128 {
         TILE_CONFIGS[1]

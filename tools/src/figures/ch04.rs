@@ -243,6 +243,9 @@ fn label(imp: &str) -> String {
         "fused_tiled_v1" => {
             "ours, tiled path, main loop v1 (w4_k64_n1: stage, wait, multiply)".into()
         }
+        "fused_tiled_v4" => {
+            "ours, tiled path, warpgroup MMA at every T (g2_k64_n16_s4_x, sm_90a)".into()
+        }
         "fused_decode" => "ours, decode path forced (SwiGLU and the sum over k fused)".into(),
         "fused_decode_swiglu" => "ours, decode path, the sum over k in its own kernel".into(),
         "fused_decode_unfused" => "ours, decode path, unfused".into(),
@@ -830,13 +833,18 @@ pub fn fusion_svg(rows: &[BenchRow]) -> String {
 /// the hardware's limit, on one scale for both shapes. Step 4b's targets are ratios on it.
 pub fn floor_svg(rows: &[BenchRow]) -> String {
     // The kernel versions (the tiled path's first main loop, the decode paths), not every fusion.
-    const VERSIONS: [&str; 3] = ["fused_tiled_v1", "fused_decode", "fused_decode_grouped"];
+    const VERSIONS: [&str; 4] = [
+        "fused_tiled_v1",
+        "fused_tiled_v4",
+        "fused_decode",
+        "fused_decode_grouped",
+    ];
     let imps: Vec<String> = drawn(rows)
         .into_iter()
         .filter(|i| !is_variant(i) || VERSIONS.contains(&i.as_str()))
         .collect();
     let color = |imp: &str| match VERSIONS.iter().position(|v| *v == imp) {
-        Some(k) => ["#56b4e9", "#cc79a7", "#009e73"][k],
+        Some(k) => ["#56b4e9", "#e69f00", "#cc79a7", "#009e73"][k],
         None => style(imp, 0).color,
     };
     let mut panels = Vec::new();
