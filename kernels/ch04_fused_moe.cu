@@ -174,6 +174,7 @@
 #define DECODE_PAIRS 4            // pairs of one token whose dot products decode_gemm2_sum runs together
 #define DECODE_GROUP 8            // pairs of one expert the grouped decode kernels multiply per weight load (and BLOCK_M)
 #define DECODE_GROUP_MAX_THREADS 512  // the grouped decode kernels take any multiple of 32 threads up to this
+#define WG_SWIZZLE_ALIGN 1024     // version 5's stages start on this many bytes: the host adds as many to its shared memory
 
 // ANCHOR: config
 // One tile configuration. GEMM 1 stages BN1 gate rows and the BN1 matching up rows; the plain
@@ -937,7 +938,6 @@ struct WgCfg {
     static constexpr unsigned STRIDE = SWZ ? 1024 : 16 * BK;
     static constexpr unsigned long long LAYOUT = SWZ ? 1ull << 62 : 0ull;  // descriptor bits 62-63: 1 = 128-byte swizzle
     static constexpr int KSTEP_UNITS = SWZ ? 2 : 16;       // a k-step's advance, in 16-byte units
-    static constexpr int ALIGN = SWZ ? 1024 : 0;           // extra shared bytes to align the stages to 1024
     static constexpr int ACC = BN / 2;                     // fp32 accumulators per thread
     static_assert(BK % 16 == 0 && THREADS % (8 * CHUNKS) == 0, "whole core matrices per pass of the block");
     static_assert(BM % RSTEP == 0 && BN % RSTEP == 0 && A_COPIES <= 32 && B_COPIES <= 32, "copies per thread");
@@ -946,6 +946,26 @@ struct WgCfg {
     static_assert(!SWZ || BK == 64, "the 128-byte swizzle holds one staged row of 64 bf16");
 };
 // ANCHOR_END: wg_config
+
+// A thread's copies of one operand: the source row of copy j (0 when it zero-fills) and, in bit
+// j of `full`, whether it reads that row (rows r0, r0 + RSTEP, ... of s_rows, -1: a zero row).
+template <int COPIES>
+struct WgCopies {
+    unsigned row[COPIES];
+    unsigned full;
+};
+template <int COPIES, int RSTEP>
+__device__ __forceinline__ WgCopies<COPIES> wg_copies(const int* s_rows, int r0) {
+    WgCopies<COPIES> cp;
+    cp.full = 0;
+#pragma unroll
+    for (int j = 0; j < COPIES; ++j) {
+        const int s = s_rows[r0 + j * RSTEP];
+        cp.row[j] = s >= 0 ? (unsigned)s : 0u;
+        cp.full |= (s >= 0 ? 1u : 0u) << j;
+    }
+    return cp;
+}
 
 // ANCHOR: wg_mainloop
 // The main loop of versions 4 and 5: acc += A[s_arow] · B[s_brow]ᵀ over K, for this thread's warpgroup's 64
@@ -964,23 +984,12 @@ __device__ __forceinline__ void wg_mainloop(const __nv_bfloat16* __restrict__ A,
     const int c = C::SWZ ? t % 8 : (t / 8) % C::CHUNKS;
     const int dst0 = C::SWZ ? 128 * r0 + 16 * (c ^ (r0 & 7)) : 16 * t;
     constexpr int DSTEP = C::SWZ ? 128 * C::RSTEP : 16 * C::THREADS;
-    if (C::SWZ) {  // the stages on a 1024-byte boundary of the shared window (C::ALIGN bytes spare)
+    if (C::SWZ) {  // the stages on a WG_SWIZZLE_ALIGN boundary of the shared window (as many bytes spare)
         const unsigned off = (unsigned)__cvta_generic_to_shared(smem);
-        smem += (1024u - (off & 1023u)) & 1023u;
+        smem += (WG_SWIZZLE_ALIGN - (off & (WG_SWIZZLE_ALIGN - 1))) & (WG_SWIZZLE_ALIGN - 1);
     }
-    unsigned arow[C::A_COPIES], brow[C::B_COPIES], afull = 0, bfull = 0;
-#pragma unroll
-    for (int j = 0; j < C::A_COPIES; ++j) {
-        const int s = s_arow[r0 + j * C::RSTEP];
-        arow[j] = s >= 0 ? (unsigned)s : 0u;
-        afull |= (s >= 0 ? 1u : 0u) << j;
-    }
-#pragma unroll
-    for (int j = 0; j < C::B_COPIES; ++j) {
-        const int s = s_brow[r0 + j * C::RSTEP];
-        brow[j] = s >= 0 ? (unsigned)s : 0u;
-        bfull |= (s >= 0 ? 1u : 0u) << j;
-    }
+    const WgCopies<C::A_COPIES> ca = wg_copies<C::A_COPIES, C::RSTEP>(s_arow, r0);
+    const WgCopies<C::B_COPIES> cb = wg_copies<C::B_COPIES, C::RSTEP>(s_brow, r0);
     const unsigned row_bytes = (unsigned)K * 2u;
     const int nk = (K + C::BK - 1) / C::BK;
     // Slice kt into buffer `stage`: columns past K (and zero rows) are copies of 0 bytes.
@@ -992,11 +1001,11 @@ __device__ __forceinline__ void wg_mainloop(const __nv_bfloat16* __restrict__ A,
         unsigned char* dst = smem + stage * C::STAGE_BYTES + dst0;
 #pragma unroll
         for (int j = 0; j < C::A_COPIES; ++j)
-            moe_cp_async16(dst + j * DSTEP, fused_row_address(a, arow[j], row_bytes), in_k && ((afull >> j) & 1u));
+            moe_cp_async16(dst + j * DSTEP, fused_row_address(a, ca.row[j], row_bytes), in_k && ((ca.full >> j) & 1u));
         dst += C::A_BYTES;
 #pragma unroll
         for (int j = 0; j < C::B_COPIES; ++j)
-            moe_cp_async16(dst + j * DSTEP, fused_row_address(b, brow[j], row_bytes), in_k && ((bfull >> j) & 1u));
+            moe_cp_async16(dst + j * DSTEP, fused_row_address(b, cb.row[j], row_bytes), in_k && ((cb.full >> j) & 1u));
     };
     // The pipeline: slice kt + AHEAD is copied while slice kt is multiplied, and one group of
     // wgmma stays in flight while the warps go on to the next slice's barrier and copies. So a
@@ -1031,7 +1040,10 @@ __device__ __forceinline__ void wg_mainloop(const __nv_bfloat16* __restrict__ A,
             moe_wgmma_wait<1>();  // slice kt − 1's group done; slice kt's may still run
         }
     }
-    if (live) moe_wgmma_wait<0>();  // every product in the accumulators before the epilogue
+    // Every product in the accumulators before the epilogue. Unconditional: a warpgroup that
+    // issued nothing waits for nothing, and behind `if (live)` ptxas injects a wait of its own
+    // where the paths meet (its advisory C7517).
+    moe_wgmma_wait<0>();
 #else
     __trap();  // versions 4 and 5 exist only on sm_90a; the host never launches it anywhere else
 #endif
@@ -1050,6 +1062,44 @@ __device__ __forceinline__ bool wg_live(const int* s_live, int wg) {
 #else
     return __reduce_or_sync(MOE_FULL_MASK, (unsigned)live) != 0;
 #endif
+}
+
+// The block's product for versions 4 and 5, as fused_tile_product is for the others: zeroes this
+// thread's accumulators and runs the main loop on the dynamic shared memory; returns whether the
+// thread's warpgroup holds a real pair (when not, its accumulators stay zero and unused).
+template <class C>
+__device__ __forceinline__ bool wg_tile_product(const __nv_bfloat16* __restrict__ A, const int* s_arow,
+                                                const __nv_bfloat16* __restrict__ B, const int* s_brow, int K,
+                                                const int* s_live, float (&acc)[C::ACC]) {
+#pragma unroll
+    for (int i = 0; i < C::ACC; ++i) acc[i] = 0.0f;
+    DYNAMIC_SHARED(unsigned char, smem);
+    const bool live = wg_live(s_live, threadIdx.x / 128);
+    wg_mainloop<C>(A, s_arow, B, s_brow, K, live, smem, acc);
+    return live;
+}
+
+// Columns col and col + 1 of `row` (n columns): one aligned store of the pair when `pair` (n even,
+// so row + col is 2-element aligned) and both are inside, else each inside one on its own.
+__device__ __forceinline__ void wg_store2(__nv_bfloat16* row, int col, int n, bool pair, __nv_bfloat16 v0,
+                                          __nv_bfloat16 v1) {
+    if (pair && col + 1 < n) {
+        __nv_bfloat162 two;
+        two.x = v0;
+        two.y = v1;
+        *reinterpret_cast<__nv_bfloat162*>(row + col) = two;
+    } else {
+        if (col < n) row[col] = v0;
+        if (col + 1 < n) row[col + 1] = v1;
+    }
+}
+__device__ __forceinline__ void wg_store2(float* row, int col, int n, bool pair, float v0, float v1) {
+    if (pair && col + 1 < n) {
+        *reinterpret_cast<float2*>(row + col) = make_float2(v0, v1);
+    } else {
+        if (col < n) row[col] = v0;
+        if (col + 1 < n) row[col + 1] = v1;
+    }
 }
 
 // ANCHOR: wg_gemm1
@@ -1075,14 +1125,9 @@ __device__ __forceinline__ void wg_gemm1_swiglu_impl(const __nv_bfloat16* __rest
     }
     __syncthreads();
     const __nv_bfloat16* w = w13 + (size_t)e * 2 * (size_t)I * (size_t)H;
-    const int wg = threadIdx.x / 128;
     float acc[C::ACC];
-#pragma unroll
-    for (int i = 0; i < C::ACC; ++i) acc[i] = 0.0f;
-    DYNAMIC_SHARED(unsigned char, smem);
-    const bool live = wg_live(s_live, wg);
-    wg_mainloop<C>(x, s_arow, w, s_brow, H, live, smem, acc);
-    if (!live) return;
+    if (!wg_tile_product<C>(x, s_arow, w, s_brow, H, s_live, acc)) return;
+    const int wg = threadIdx.x / 128;
     // Thread (warp w of its warpgroup, g, q) holds rows 64·wg + 16w + g (+ 8), columns
     // n0 + 8j + 2q (+ 1): the gate in fragment j, the up value in fragment j + BN1 / 8.
     const int lane = threadIdx.x & 31, w4 = (threadIdx.x >> 5) & 3, g = lane >> 2, q = lane & 3;
@@ -1102,15 +1147,7 @@ __device__ __forceinline__ void wg_gemm1_swiglu_impl(const __nv_bfloat16* __rest
                 const float up = __bfloat162float(__float2bfloat16(acc[4 * (j + C::BN1 / 8) + 2 * h + i]));
                 v[i] = __float2bfloat16((gate * moe_sigmoidf(gate)) * up);
             }
-            if (even && col + 1 < I) {
-                __nv_bfloat162 two;
-                two.x = v[0];
-                two.y = v[1];
-                *reinterpret_cast<__nv_bfloat162*>(row + col) = two;
-            } else {
-                if (col < I) row[col] = v[0];
-                if (col + 1 < I) row[col + 1] = v[1];
-            }
+            wg_store2(row, col, I, even, v[0], v[1]);
         }
     }
 }
@@ -1133,14 +1170,9 @@ __device__ __forceinline__ void wg_gemm_impl(const __nv_bfloat16* __restrict__ A
     for (int r = threadIdx.x; r < C::BROWS; r += C::THREADS) s_brow[r] = n0 + r < N ? n0 + r : -1;
     __syncthreads();
     const __nv_bfloat16* w = W + (size_t)e * (size_t)N * (size_t)K;
-    const int wg = threadIdx.x / 128;
     float acc[C::ACC];
-#pragma unroll
-    for (int i = 0; i < C::ACC; ++i) acc[i] = 0.0f;
-    DYNAMIC_SHARED(unsigned char, smem);
-    const bool live = wg_live(s_live, wg);
-    wg_mainloop<C>(A, s_arow, w, s_brow, K, live, smem, acc);
-    if (!live) return;
+    if (!wg_tile_product<C>(A, s_arow, w, s_brow, K, s_live, acc)) return;
+    const int wg = threadIdx.x / 128;
     const int lane = threadIdx.x & 31, w4 = (threadIdx.x >> 5) & 3, g = lane >> 2, q = lane & 3;
     const bool even = (N & 1) == 0;
 #pragma unroll
@@ -1153,26 +1185,12 @@ __device__ __forceinline__ void wg_gemm_impl(const __nv_bfloat16* __restrict__ A
             const int col = n0 + 8 * j + 2 * q;
             const float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
             if (BF16_OUT) {
-                __nv_bfloat16* row = static_cast<__nv_bfloat16*>(out) + (size_t)p * N;
-                if (even && col + 1 < N) {
-                    __nv_bfloat162 two;
-                    two.x = __float2bfloat16(v0);
-                    two.y = __float2bfloat16(v1);
-                    *reinterpret_cast<__nv_bfloat162*>(row + col) = two;
-                } else {
-                    if (col < N) row[col] = __float2bfloat16(v0);
-                    if (col + 1 < N) row[col + 1] = __float2bfloat16(v1);
-                }
+                wg_store2(static_cast<__nv_bfloat16*>(out) + (size_t)p * N, col, N, even, __float2bfloat16(v0),
+                          __float2bfloat16(v1));
             } else {
-                float* row = static_cast<float*>(out) + (size_t)p * N;
                 // weight · v rounded as fused_gemm_impl rounds it (no weight: v itself).
-                const float y0 = weight ? wp * v0 : v0, y1 = weight ? wp * v1 : v1;
-                if (even && col + 1 < N) {
-                    *reinterpret_cast<float2*>(row + col) = make_float2(y0, y1);
-                } else {
-                    if (col < N) row[col] = y0;
-                    if (col + 1 < N) row[col + 1] = y1;
-                }
+                wg_store2(static_cast<float*>(out) + (size_t)p * N, col, N, even, weight ? wp * v0 : v0,
+                          weight ? wp * v1 : v1);
             }
         }
     }

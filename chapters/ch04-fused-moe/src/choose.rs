@@ -12,7 +12,9 @@
 use std::fmt;
 use std::sync::OnceLock;
 
-use crate::device::geometry::{DECODE_MAX_THREADS, FUSED_BK, FUSED_BN1, FUSED_BN2, FUSED_THREADS};
+use crate::device::geometry::{
+    DECODE_MAX_THREADS, FUSED_BK, FUSED_BN1, FUSED_BN2, FUSED_THREADS, WG_SWIZZLE_ALIGN,
+};
 
 // ANCHOR: path
 /// How the experts' GEMMs run.
@@ -231,7 +233,7 @@ impl TileConfig {
     /// `w{warps}_k{bk}_n{nf}`, then `_s{stages}` for version 2, as the kernels' suffixes and
     /// the CSVs spell it; a warp grid (`wm` > 1) is `w{wm}x{wn}_k{bk}_n{nf}_s{stages}`.
     pub fn name(&self) -> String {
-        if self.wg > 0 {
+        if self.is_hopper() {
             let x = if self.swz { "_x" } else { "" };
             return format!("g{}_k{}_n{}_s{}{x}", self.wg, self.bk, self.nf, self.stages);
         }
@@ -261,7 +263,7 @@ impl TileConfig {
     /// The BLOCK_M a configuration requires (versions 4 and 5: 64 per warpgroup); None: any of chapter
     /// 3's.
     pub fn required_block_m(&self) -> Option<usize> {
-        (self.wg > 0).then_some(64 * self.wg)
+        self.is_hopper().then_some(64 * self.wg)
     }
     pub fn threads(&self) -> usize {
         32 * self.warps
@@ -272,16 +274,16 @@ impl TileConfig {
     }
     /// GEMM 1's intermediate columns per block (it stages as many gate and up rows).
     pub fn bn1(&self) -> usize {
-        match self.wg {
-            0 => 8 * self.wn() * self.nf,
-            _ => 8 * self.nf,
+        match self.is_hopper() {
+            false => 8 * self.wn() * self.nf,
+            true => 8 * self.nf,
         }
     }
     /// GEMM 2's (and gate|up's) output columns per block.
     pub fn bn(&self) -> usize {
-        match self.wg {
-            0 => 16 * self.wn() * self.nf,
-            _ => 16 * self.nf,
+        match self.is_hopper() {
+            false => 16 * self.wn() * self.nf,
+            true => 16 * self.nf,
         }
     }
     /// The dynamic shared memory a block of this configuration needs at `block_m` (the kernel's
@@ -290,9 +292,10 @@ impl TileConfig {
     /// Versions 4 and 5: `stages` buffers of `block_m` A rows and `bn()` B rows of `bk` bf16 (wgmma's
     /// core matrices, no padding).
     pub fn shared_bytes(&self, block_m: usize) -> usize {
-        if self.wg > 0 {
-            // The swizzled layout aligns its stages to 1024 bytes: up to 1024 more.
-            self.stages * (block_m + self.bn()) * self.bk * 2 + if self.swz { 1024 } else { 0 }
+        if self.is_hopper() {
+            // The swizzled layout starts its stages on WG_SWIZZLE_ALIGN bytes: up to as many more.
+            let align = if self.swz { WG_SWIZZLE_ALIGN } else { 0 };
+            self.stages * (block_m + self.bn()) * self.bk * 2 + align
         } else if self.stages > 1 {
             self.stages * (block_m + self.bn()) * (self.bk + 8) * 2
         } else {
@@ -728,7 +731,7 @@ mod tests {
             assert_eq!(c.required_block_m(), Some(64 * c.wg));
             assert_eq!((c.bn(), c.bn1()), (16 * c.nf, 8 * c.nf));
             let bm = 64 * c.wg;
-            let align = if c.swz { 1024 } else { 0 };
+            let align = if c.swz { WG_SWIZZLE_ALIGN } else { 0 };
             assert_eq!(
                 c.shared_bytes(bm),
                 c.stages * (bm + c.bn()) * c.bk * 2 + align

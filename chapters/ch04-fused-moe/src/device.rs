@@ -631,13 +631,11 @@ impl FusedDevice {
         let (block_m, tile) = match path {
             Path::Tiled => {
                 // A measured row naming a version-4 or -5 configuration counts only where it can run.
-                let tuned_tile = tuned_for(Path::Tiled)
-                    .filter(|t| !t.tile.is_hopper() || self.hopper_ok(t.tile).is_ok());
+                let tuned_tile = tuned_for(Path::Tiled).filter(|t| self.hopper_ok(t.tile).is_ok());
                 let tile = self
                     .tile
                     .or(tuned_tile.map(|t| t.tile))
                     .unwrap_or_else(|| default_tile(h, i));
-                self.hopper_ok(tile)?;
                 let block_m = match tile.required_block_m() {
                     Some(need) => {
                         if let Some(asked) = self.block_m.filter(|&b| b != need) {
