@@ -918,10 +918,15 @@ extern "C" __global__ void __launch_bounds__(256)
 // neighbouring threads copy one row's eight chunks: one whole 128-byte line of global memory per
 // eight threads (the flat layout's mapping reads 64 bytes of each of 8 rows), into eight
 // different bank groups of shared memory.
-template <int WGS_, int BK_, int NF_, int STAGES_, bool SWZ_ = false>
+// W0 (_w0): the main loop waits for each slice's wgmma before it goes on (wait<0>, not wait<1>),
+// so a buffer is free one slice after its product instead of two and the copies run STAGES − 1
+// slices ahead instead of STAGES − 2: more bytes in flight where memory is the bound, no
+// product overlapping the next slice's barrier and copies where the tensor cores are.
+template <int WGS_, int BK_, int NF_, int STAGES_, bool SWZ_ = false, bool W0_ = false>
 struct WgCfg {
     static constexpr int WGS = WGS_, BK = BK_, NF = NF_, STAGES = STAGES_;
-    static constexpr bool SWZ = SWZ_;
+    static constexpr bool SWZ = SWZ_, W0 = W0_;
+    static constexpr int AHEAD = W0 ? STAGES - 1 : STAGES - 2;  // slices copied ahead of the product
     static constexpr int THREADS = 128 * WGS;
     static constexpr int BM = 64 * WGS;                   // the tile's rows: BLOCK_M
     static constexpr int BN = 16 * NF;                     // B rows staged: wgmma's N
@@ -942,7 +947,7 @@ struct WgCfg {
     static_assert(BK % 16 == 0 && THREADS % (8 * CHUNKS) == 0, "whole core matrices per pass of the block");
     static_assert(BM % RSTEP == 0 && BN % RSTEP == 0 && A_COPIES <= 32 && B_COPIES <= 32, "copies per thread");
     static_assert(BN == 128 || BN == 256, "wgmma.cuh instantiates N = 128 and 256");
-    static_assert(STAGES >= 3, "a buffer is refilled two slices after its product was issued");
+    static_assert(AHEAD >= 1, "a buffer is refilled two slices (W0: one) after its product was issued");
     static_assert(!SWZ || BK == 64, "the 128-byte swizzle holds one staged row of 64 bf16");
 };
 // ANCHOR_END: wg_config
@@ -1011,7 +1016,9 @@ __device__ __forceinline__ void wg_mainloop(const __nv_bfloat16* __restrict__ A,
     // wgmma stays in flight while the warps go on to the next slice's barrier and copies. So a
     // buffer is refilled only two slices after it was multiplied (STAGES = AHEAD + 2): by then
     // every warpgroup has waited for that group (wait<1> one slice later) and met a barrier.
-    constexpr int AHEAD = C::STAGES - 2;
+    // W0: no group stays in flight (wait<0>), so the buffer of slice kt − 1 is free at slice
+    // kt's barrier (STAGES = AHEAD + 1).
+    constexpr int AHEAD = C::AHEAD;
 #pragma unroll
     for (int s = 0; s < AHEAD; ++s) {
         if (s < nk) issue(s, s);
@@ -1025,7 +1032,7 @@ __device__ __forceinline__ void wg_mainloop(const __nv_bfloat16* __restrict__ A,
         moe_cp_async_wait(AHEAD - 1);
         moe_fence_proxy_async();
         __syncthreads();
-        const int next = kt + AHEAD;  // into the buffer of slice kt − 2
+        const int next = kt + AHEAD;  // into the buffer of slice kt − 2 (W0: kt − 1)
         if (next < nk) issue(next % C::STAGES, next);
         moe_cp_async_commit();
         if (live) {
@@ -1037,7 +1044,10 @@ __device__ __forceinline__ void wg_mainloop(const __nv_bfloat16* __restrict__ A,
             for (int kk = 0; kk < C::BK / 16; ++kk)
                 moe_wgmma_bf16<C::BN>(acc, da + C::KSTEP_UNITS * kk, db + C::KSTEP_UNITS * kk);
             moe_wgmma_commit();
-            moe_wgmma_wait<1>();  // slice kt − 1's group done; slice kt's may still run
+            if (C::W0)
+                moe_wgmma_wait<0>();  // slice kt's group done
+            else
+                moe_wgmma_wait<1>();  // slice kt − 1's group done; slice kt's may still run
         }
     }
     // Every product in the accumulators before the epilogue. Unconditional: a warpgroup that
@@ -1313,6 +1323,46 @@ extern "C" __global__ void __launch_bounds__(256)
                       const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
                       int I, int E, int block_m) {
     wg_gemm_impl<WgG2K64N16S4X, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m);
+}
+// _w0: the smallest swizzled tile with its main loop waiting for each slice's wgmma (WgCfg's W0):
+// three slices in flight through 4 buffers, or two through 3 (three blocks to an SM).
+typedef WgCfg<1, 64, 8, 4, true, true> WgG1K64N8S4XW0;
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm1_swiglu_g1_k64_n8_s4_x_w0(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
+                      int E, int block_m) {
+    wg_gemm1_swiglu_impl<WgG1K64N8S4XW0>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);
+}
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm1_gateup_g1_k64_n8_s4_x_w0(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
+                      int I, int E, int block_m) {
+    wg_gemm_impl<WgG1K64N8S4XW0, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m);
+}
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm2_g1_k64_n8_s4_x_w0(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
+                      int I, int E, int block_m) {
+    wg_gemm_impl<WgG1K64N8S4XW0, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m);
+}
+typedef WgCfg<1, 64, 8, 3, true, true> WgG1K64N8S3XW0;
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm1_swiglu_g1_k64_n8_s3_x_w0(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
+                      int E, int block_m) {
+    wg_gemm1_swiglu_impl<WgG1K64N8S3XW0>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);
+}
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm1_gateup_g1_k64_n8_s3_x_w0(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
+                      int I, int E, int block_m) {
+    wg_gemm_impl<WgG1K64N8S3XW0, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m);
+}
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm2_g1_k64_n8_s3_x_w0(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
+                      int I, int E, int block_m) {
+    wg_gemm_impl<WgG1K64N8S3XW0, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m);
 }
 // ANCHOR_END: wg_entries
 

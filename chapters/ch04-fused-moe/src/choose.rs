@@ -163,6 +163,10 @@ pub struct TileConfig {
     pub wg: usize,
     /// Versions 4 and 5: wgmma's flat core matrices (4), or its 128-byte swizzle (5, `_x`).
     pub swz: bool,
+    /// Versions 4 and 5: the main loop waits for each slice's wgmma before the next slice
+    /// (`_w0`: none left in flight), which frees that slice's buffer one slice sooner: copies run
+    /// `stages − 1` slices ahead instead of `stages − 2`.
+    pub w0: bool,
 }
 
 const fn tile(warps: usize, bk: usize, nf: usize, stages: usize) -> TileConfig {
@@ -179,6 +183,7 @@ const fn grid(wm: usize, wn: usize, bk: usize, nf: usize, stages: usize) -> Tile
         wm,
         wg: 0,
         swz: false,
+        w0: false,
     }
 }
 
@@ -192,6 +197,15 @@ const fn hopper(wg: usize, bk: usize, nf: usize, stages: usize, swz: bool) -> Ti
         wm: 1,
         wg,
         swz,
+        w0: false,
+    }
+}
+
+/// The same, its main loop waiting for each slice's wgmma (`_w0`).
+const fn hopper_w0(wg: usize, bk: usize, nf: usize, stages: usize) -> TileConfig {
+    TileConfig {
+        w0: true,
+        ..hopper(wg, bk, nf, stages, true)
     }
 }
 
@@ -214,15 +228,19 @@ pub const TILE_CONFIGS: [TileConfig; 11] = [
 /// The configurations of versions 4 and 5 (`g{wg}_k{bk}_n{nf}_s{stages}`), for sm_90a GPUs only: one or two
 /// warpgroups (BLOCK_M 64 or 128) by 128 or 256 staged B rows (GEMM 1: 64 or 128 intermediate
 /// columns), K staged 64 at a time through 4 buffers, two slices ahead; each in wgmma's flat
-/// core-matrix layout and in its 128-byte swizzle (`_x`). [`crate::FusedDevice::plan_for`] refuses them, with a typed error, on any other
+/// core-matrix layout and in its 128-byte swizzle (`_x`). Then the smallest swizzled one with its
+/// main loop waiting for each slice's wgmma (`_w0`), through 4 buffers (three slices ahead) and
+/// through 3 (two ahead, three blocks to an SM). [`crate::FusedDevice::plan_for`] refuses them, with a typed error, on any other
 /// device and for layers whose H or I is not a multiple of 8.
-pub const HOPPER_CONFIGS: [TileConfig; 6] = [
+pub const HOPPER_CONFIGS: [TileConfig; 8] = [
     hopper(1, 64, 8, 4, false),
     hopper(2, 64, 8, 4, false),
     hopper(2, 64, 16, 4, false),
     hopper(1, 64, 8, 4, true),
     hopper(2, 64, 8, 4, true),
     hopper(2, 64, 16, 4, true),
+    hopper_w0(1, 64, 8, 4),
+    hopper_w0(1, 64, 8, 3),
 ];
 // ANCHOR_END: tile_config
 
@@ -235,7 +253,11 @@ impl TileConfig {
     pub fn name(&self) -> String {
         if self.is_hopper() {
             let x = if self.swz { "_x" } else { "" };
-            return format!("g{}_k{}_n{}_s{}{x}", self.wg, self.bk, self.nf, self.stages);
+            let w0 = if self.w0 { "_w0" } else { "" };
+            return format!(
+                "g{}_k{}_n{}_s{}{x}{w0}",
+                self.wg, self.bk, self.nf, self.stages
+            );
         }
         let w = if self.wm > 1 {
             format!("{}x{}", self.wm, self.wn())
@@ -329,10 +351,10 @@ pub fn default_matches_the_kernel_constants() -> bool {
 /// 128; the base configuration `w4_k32_n1` for smaller layers, where a 64-wide stage would be
 /// mostly zeros past K. Both are version 1 of the main loop: no `cp.async` and at most 29 KB of
 /// static shared memory, so they run on any GPU since Volta. On the H200 the committed run of
-/// `bench ch04-tune` (`bench/results/h200/ch04_tune_all.csv`) has version 5 (sm_90a, the
-/// 128-byte swizzle) win every tiled bucket, four to six times as fast as `w4_k64_n1` at 512
-/// and 4096 tokens, and the tuned table picks it there; on other devices the table's rows that
-/// name it are skipped and this rule applies.
+/// `bench ch04-tune` (`bench/results/h200/ch04_tune_all.csv`) has versions 5 and 6 (sm_90a: the
+/// 128-byte swizzle, then each slice's MMA waited for) win every tiled bucket, four to six and a
+/// half times as fast as `w4_k64_n1` at 512 and 4096 tokens, and the tuned table picks them
+/// there; on other devices the table's rows that name them are skipped and this rule applies.
 pub fn default_tile(hidden: usize, intermediate: usize) -> TileConfig {
     if hidden.min(intermediate) >= 128 {
         TILE_CONFIGS[1]
@@ -718,7 +740,9 @@ mod tests {
                 "g2_k64_n16_s4",
                 "g1_k64_n8_s4_x",
                 "g2_k64_n8_s4_x",
-                "g2_k64_n16_s4_x"
+                "g2_k64_n16_s4_x",
+                "g1_k64_n8_s4_x_w0",
+                "g1_k64_n8_s3_x_w0"
             ]
         );
         for c in HOPPER_CONFIGS {

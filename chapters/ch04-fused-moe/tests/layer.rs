@@ -1119,6 +1119,7 @@ fn bad_inputs_are_typed_errors(dev: &'static Device) {
         wm: 1,
         wg: 0,
         swz: false,
+        w0: false,
     };
     let e = l.clone().with_tile(bad_tile).err().unwrap();
     assert!(

@@ -275,6 +275,7 @@ const TILE_V1: TileConfig = TileConfig {
     wm: 1,
     wg: 0,
     swz: false,
+    w0: false,
 };
 
 /// Version 5's largest tile: the `fused_tiled_v4` variant.

@@ -1711,8 +1711,8 @@ pub fn tune_facts(shapes: &[TuneShape], tuned: &TunedFile, timings: usize, f: &m
     }
 }
 
-/// The kernel version of a tiled configuration (the page's numbering): 5 for warpgroup MMA in
-/// the 128-byte swizzle (`g2_…_x`), 4 for warpgroup MMA in the flat layout (`g2_…`), 3 for a
+/// The kernel version of a tiled configuration (the page's numbering): 6 for version 5 waiting
+/// for each slice's MMA (`g1_…_x_w0`), 5 for warpgroup MMA in the 128-byte swizzle (`g2_…_x`), 4 for warpgroup MMA in the flat layout (`g2_…`), 3 for a
 /// grid of warps (`w2x2_…`), 2 for a pipelined main loop (`…_s3`), 1 for the first main loop; a
 /// `_m64` suffix (a larger BLOCK_M) keeps the version of its tile. `None` for anything else.
 pub fn tile_version(config: &str) -> Option<u8> {
@@ -1720,7 +1720,14 @@ pub fn tile_version(config: &str) -> Option<u8> {
     let first = parts.next()?;
     if let Some(wg) = first.strip_prefix('g') {
         wg.parse::<u32>().ok()?;
-        return Some(if parts.any(|p| p == "x") { 5 } else { 4 });
+        let parts: Vec<&str> = parts.collect();
+        return Some(if parts.contains(&"w0") {
+            6
+        } else if parts.contains(&"x") {
+            5
+        } else {
+            4
+        });
     }
     let warps = first.strip_prefix('w')?;
     let grid = warps.contains('x');
@@ -1782,6 +1789,10 @@ pub fn versions_table(shapes: &[TuneShape], best: &ByVersion) -> String {
             (3, "3: a grid of warps"),
             (4, "4: warpgroup MMA (sm_90a)"),
             (5, "5: 4 in the 128-byte swizzle"),
+            (
+                6,
+                "6: 5 waiting for each slice's MMA, copies a slice deeper",
+            ),
         ] {
             s += &format!("| {about} |");
             for &t in &tokens {
@@ -1792,7 +1803,7 @@ pub fn versions_table(shapes: &[TuneShape], best: &ByVersion) -> String {
             }
             s += "\n";
         }
-        for (a, b) in [(1, 2), (2, 3), (3, 4), (3, 5), (4, 5)] {
+        for (a, b) in [(1, 2), (2, 3), (3, 4), (3, 5), (4, 5), (5, 6)] {
             s += &format!("| version {a} ÷ version {b} |");
             for &t in &tokens {
                 s += &match (get(t, a), get(t, b)) {
@@ -1807,7 +1818,7 @@ pub fn versions_table(shapes: &[TuneShape], best: &ByVersion) -> String {
 }
 
 /// The versions' numbers for the prose: `{shape}_t{T}_v{N}_cold`, `…_v{N}_config` and
-/// `{shape}_t{T}_v{A}_over_v{B}` for (2, 3), (3, 5) and (4, 5).
+/// `{shape}_t{T}_v{A}_over_v{B}` for (2, 3), (3, 5), (4, 5) and (5, 6).
 pub fn version_facts(best: &ByVersion, f: &mut Facts) {
     for ((shape, t, v), c) in best {
         let s = short(shape);
@@ -1821,7 +1832,7 @@ pub fn version_facts(best: &ByVersion, f: &mut Facts) {
             c.config.clone(),
             TUNE_ALL_CSV,
         );
-        for (a, b) in [(2, 3), (3, 5), (4, 5)] {
+        for (a, b) in [(2, 3), (3, 5), (4, 5), (5, 6)] {
             if *v != b {
                 continue;
             }
@@ -2394,6 +2405,8 @@ mod tests {
             ("g2_k64_n16_s4", Some(4)),
             ("g1_k64_n8_s4_m64", Some(4)),
             ("g2_k64_n16_s4_x", Some(5)),
+            ("g1_k64_n8_s3_x_w0", Some(6)),
+            ("g1_k64_n8_s4_x_w0_m64", Some(6)),
             ("gx_k64", None),
             ("decode", None),
         ] {
@@ -2421,6 +2434,7 @@ mod tests {
             c(64, "tiled", "w2x2_k64_n4_s3", 500.0),
             c(64, "tiled", "g2_k64_n16_s4", 800.0),
             c(64, "tiled", "g1_k64_n8_s4_x", 250.0),
+            c(64, "tiled", "g1_k64_n8_s3_x_w0", 200.0),
             // A decode candidate faster than every tile is not a version of the tile.
             c(64, "decode", "w4_c1", 100.0),
         ];
@@ -2451,6 +2465,8 @@ mod tests {
         // 500 / 250 and 800 / 250.
         assert!(t.contains("| version 3 ÷ version 5 | 2.00× |"), "{t}");
         assert!(t.contains("| version 4 ÷ version 5 | 3.20× |"), "{t}");
+        // 250 / 200.
+        assert!(t.contains("| version 5 ÷ version 6 | 1.25× |"), "{t}");
         let mut f = Facts::default();
         version_facts(&by_version, &mut f);
         let text = f.render("test");
@@ -2460,6 +2476,8 @@ mod tests {
             ("qwen3_t64_v2_over_v3", "0.76"),
             ("qwen3_t64_v3_over_v5", "2.00"),
             ("qwen3_t64_v5_config", "g1_k64_n8_s4_x"),
+            ("qwen3_t64_v5_over_v6", "1.25"),
+            ("qwen3_t64_v6_config", "g1_k64_n8_s3_x_w0"),
         ] {
             assert!(
                 text.contains(&format!("ANCHOR: {name}\n{value}\nANCHOR_END: {name}")),
