@@ -43,7 +43,7 @@
 //       16 it loads an A fragment per sub-tile for only 2·NF mma each; in version 3 the WARPS
 //       warps form WM × WN (WN = WARPS / WM) and warp w owns the sub-tiles w % WM, + WM, + 2·WM,
 //       ... and the columns of group w / WM: fewer A loads, more mma per load.
-//     versions 4 and 5 (sm_90a only, WgCfg, wg_mainloop): Hopper's warpgroup MMA (wgmma.cuh),
+//     versions 4 to 6 (sm_90a only, WgCfg, wg_mainloop): Hopper's warpgroup MMA (wgmma.cuh),
 //       one warpgroup per 64 rows multiplying straight from shared memory, the stages in
 //       wgmma's flat core-matrix layout (4) or its 128-byte swizzle (5, suffix _x), whose
 //       copies read whole 128-byte lines. The same bits as versions 1-3 (measured on the H200,
@@ -150,7 +150,7 @@
 // - The weighted down projection is kept in fp32 ([T·k, H] f32); upstream rounds it to the
 //   compute type (bf16) before moe_sum. The sum over k runs in fixed order in its own kernel, or
 //   inside decode_gemm2_sum.
-// - A handful of tile configurations, no split-K, no quantized weights, no TMA (versions 4 and 5
+// - A handful of tile configurations, no split-K, no quantized weights, no TMA (versions 4 to 6
 //   stage their operands with cp.async, not bulk tensor copies), no thread-block clusters;
 //   software pipelining (cp.async stages) in the configurations `_s{STAGES}`.
 // - Experts outside 0..E (e.g. -1 for an expert held by another rank in expert parallelism)
@@ -911,7 +911,7 @@ extern "C" __global__ void __launch_bounds__(256)
 // in its accumulators, and SwiGLU is the epilogue as before. Needs K (H and I) a multiple of 8.
 // Each output's sum is the same as the other versions': k-steps of 16 from k = 0 up into one
 // fp32 accumulator; whether wgmma's k-step rounds as mma.sync's does is measured, not assumed
-// (chapter 4's GPU test compares every version-4 and -5 configuration with the portable path's bits).
+// (chapter 4's GPU test compares every version 4 to 6 configuration with the portable path's bits).
 // SWZ (version 5): the 128-byte swizzled layout instead (BK 64: a staged row is 128 bytes, the swizzle's
 // width): row r's 128 bytes at byte 128·r, its 16-byte chunk c at chunk c ^ (r % 8) (the
 // hardware XORs address bits 4-6 with bits 7-9, so a stage starts on 1024 bytes). Then eight
@@ -973,7 +973,7 @@ __device__ __forceinline__ WgCopies<COPIES> wg_copies(const int* s_rows, int r0)
 }
 
 // ANCHOR: wg_mainloop
-// The main loop of versions 4 and 5: acc += A[s_arow] · B[s_brow]ᵀ over K, for this thread's warpgroup's 64
+// The main loop of versions 4 to 6: acc += A[s_arow] · B[s_brow]ᵀ over K, for this thread's warpgroup's 64
 // rows (live: whether any of them is a real pair; the warpgroup skips its wgmma when not, but
 // still copies and meets every barrier). s_arow / s_brow: the source row of each staged row, -1
 // for a zero row.
@@ -1055,7 +1055,7 @@ __device__ __forceinline__ void wg_mainloop(const __nv_bfloat16* __restrict__ A,
     // where the paths meet (its advisory C7517).
     moe_wgmma_wait<0>();
 #else
-    __trap();  // versions 4 and 5 exist only on sm_90a; the host never launches it anywhere else
+    __trap();  // versions 4 to 6 exist only on sm_90a; the host never launches it anywhere else
 #endif
 }
 // ANCHOR_END: wg_mainloop
@@ -1074,7 +1074,7 @@ __device__ __forceinline__ bool wg_live(const int* s_live, int wg) {
 #endif
 }
 
-// The block's product for versions 4 and 5, as fused_tile_product is for the others: zeroes this
+// The block's product for versions 4 to 6, as fused_tile_product is for the others: zeroes this
 // thread's accumulators and runs the main loop on the dynamic shared memory; returns whether the
 // thread's warpgroup holds a real pair (when not, its accumulators stay zero and unused).
 template <class C>
@@ -1113,7 +1113,7 @@ __device__ __forceinline__ void wg_store2(float* row, int col, int n, bool pair,
 }
 
 // ANCHOR: wg_gemm1
-// GEMM 1 + SwiGLU on versions 4 and 5: fused_gemm1_swiglu_impl's contract, BLOCK_M = C::BM.
+// GEMM 1 + SwiGLU on versions 4 to 6: fused_gemm1_swiglu_impl's contract, BLOCK_M = C::BM.
 template <class C>
 __device__ __forceinline__ void wg_gemm1_swiglu_impl(const __nv_bfloat16* __restrict__ x,
                                                      const __nv_bfloat16* __restrict__ w13,
@@ -1163,7 +1163,7 @@ __device__ __forceinline__ void wg_gemm1_swiglu_impl(const __nv_bfloat16* __rest
 }
 // ANCHOR_END: wg_gemm1
 
-// The plain GEMM on versions 4 and 5: fused_gemm_impl's contract, BLOCK_M = C::BM.
+// The plain GEMM on versions 4 to 6: fused_gemm_impl's contract, BLOCK_M = C::BM.
 template <class C, bool BF16_OUT>
 __device__ __forceinline__ void wg_gemm_impl(const __nv_bfloat16* __restrict__ A, const __nv_bfloat16* __restrict__ W,
                                              const int* __restrict__ sorted_ids, const int* __restrict__ expert_ids,
@@ -1207,9 +1207,11 @@ __device__ __forceinline__ void wg_gemm_impl(const __nv_bfloat16* __restrict__ A
 }
 
 // ANCHOR: wg_entries
-// The configurations of versions 4 and 5, g{WGS}_k{BK}_n{NF}_s{STAGES} (BLOCK_M 64·WGS, BN 16·NF), then _x
-// for the 128-byte swizzled layout, each with the three entry points of the other versions.
-// Launched only on sm_90a GPUs.
+// The configurations of versions 4 to 6, g{WGS}_k{BK}_n{NF}_s{STAGES} (BLOCK_M 64·WGS, BN 16·NF), then _x
+// for the 128-byte swizzled layout (and _w0 for version 6's main loop), each with the three entry
+// points of the other versions. Launched only on sm_90a GPUs. Written out rather than generated
+// by a macro, as every entry point of the book: the build finds a family's kernels by their
+// `extern "C" __global__ void NAME(` text (kernels/build-support), and a reader by grep.
 typedef WgCfg<1, 64, 8, 4> WgG1K64N8S4;
 extern "C" __global__ void __launch_bounds__(128)
     fused_gemm1_swiglu_g1_k64_n8_s4(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,

@@ -157,13 +157,13 @@ pub struct TileConfig {
     pub stages: usize,
     /// Warp rows of the grid (1: versions 1 and 2).
     pub wm: usize,
-    /// Versions 4 and 5 (sm_90a): warpgroups of Hopper's `wgmma`, one per 64 rows of the tile (0:
+    /// Versions 4 to 6 (sm_90a): warpgroups of Hopper's `wgmma`, one per 64 rows of the tile (0:
     /// versions 1 to 3, `mma.sync`). Then `nf` is the fragments of 8 columns across the whole
     /// block (wgmma's N is `16·nf` staged rows; GEMM 1's `8·nf` gate and `8·nf` up rows).
     pub wg: usize,
-    /// Versions 4 and 5: wgmma's flat core matrices (4), or its 128-byte swizzle (5, `_x`).
+    /// Versions 4 to 6: wgmma's flat core matrices (4), or its 128-byte swizzle (5 and 6, `_x`).
     pub swz: bool,
-    /// Versions 4 and 5: the main loop waits for each slice's wgmma before the next slice
+    /// Versions 4 to 6: the main loop waits for each slice's wgmma before the next slice
     /// (`_w0`: none left in flight), which frees that slice's buffer one slice sooner: copies run
     /// `stages − 1` slices ahead instead of `stages − 2`.
     pub w0: bool,
@@ -225,7 +225,7 @@ pub const TILE_CONFIGS: [TileConfig; 11] = [
     grid(2, 4, 32, 2, 4),
 ];
 
-/// The configurations of versions 4 and 5 (`g{wg}_k{bk}_n{nf}_s{stages}`), for sm_90a GPUs only: one or two
+/// The configurations of versions 4 to 6 (`g{wg}_k{bk}_n{nf}_s{stages}`), for sm_90a GPUs only: one or two
 /// warpgroups (BLOCK_M 64 or 128) by 128 or 256 staged B rows (GEMM 1: 64 or 128 intermediate
 /// columns), K staged 64 at a time through 4 buffers, two slices ahead; each in wgmma's flat
 /// core-matrix layout and in its 128-byte swizzle (`_x`). Then the smallest swizzled one with its
@@ -278,11 +278,11 @@ impl TileConfig {
             .chain(HOPPER_CONFIGS)
             .find(|c| c.name() == s)
     }
-    /// Versions 4 and 5: Hopper's `wgmma`, sm_90a only.
+    /// Versions 4 to 6: Hopper's `wgmma`, sm_90a only.
     pub fn is_hopper(&self) -> bool {
         self.wg > 0
     }
-    /// The BLOCK_M a configuration requires (versions 4 and 5: 64 per warpgroup); None: any of chapter
+    /// The BLOCK_M a configuration requires (versions 4 to 6: 64 per warpgroup); None: any of chapter
     /// 3's.
     pub fn required_block_m(&self) -> Option<usize> {
         self.is_hopper().then_some(64 * self.wg)
@@ -311,7 +311,7 @@ impl TileConfig {
     /// The dynamic shared memory a block of this configuration needs at `block_m` (the kernel's
     /// `fused_tile_product`): none for version 1 (its one stage is static), `stages` buffers
     /// of `block_m` A rows and `bn()` B rows of `bk + 8` bf16 for versions 2 and 3.
-    /// Versions 4 and 5: `stages` buffers of `block_m` A rows and `bn()` B rows of `bk` bf16 (wgmma's
+    /// Versions 4 to 6: `stages` buffers of `block_m` A rows and `bn()` B rows of `bk` bf16 (wgmma's
     /// core matrices, no padding).
     pub fn shared_bytes(&self, block_m: usize) -> usize {
         if self.is_hopper() {

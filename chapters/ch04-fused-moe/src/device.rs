@@ -508,7 +508,7 @@ impl FusedDevice {
     /// The same layer with the tiled path's tiles in `tile` (one of
     /// [`crate::choose::TILE_CONFIGS`], or on an sm_90a GPU one of
     /// [`crate::choose::HOPPER_CONFIGS`]) instead of the rule and the table: the same bits
-    /// within versions 1 to 3 (versions 4 and 5 too: chapter 4's GPU test checks it).
+    /// within versions 1 to 3 (versions 4 to 6 too: chapter 4's GPU test checks it).
     pub fn with_tile(mut self, tile: TileConfig) -> Result<Self, MoeError> {
         if TileConfig::parse(&tile.name()) != Some(tile) {
             return Err(MoeError::Config {
@@ -526,7 +526,7 @@ impl FusedDevice {
         Ok(self)
     }
 
-    /// Whether this layer can run `tile` here: a version-4 or -5 configuration needs an sm_90a GPU
+    /// Whether this layer can run `tile` here: a version 4 to 6 configuration needs an sm_90a GPU
     /// ([`Device::has_sm90a`]) and 16-byte rows in both GEMMs (H, I and the shared expert's I
     /// multiples of 8).
     fn hopper_ok(&self, tile: TileConfig) -> Result<(), MoeError> {
@@ -630,7 +630,7 @@ impl FusedDevice {
         let pairs = rows * k;
         let (block_m, tile) = match path {
             Path::Tiled => {
-                // A measured row naming a version-4 or -5 configuration counts only where it can run.
+                // A measured row naming a version 4 to 6 configuration counts only where it can run.
                 let tuned_tile = tuned_for(Path::Tiled).filter(|t| self.hopper_ok(t.tile).is_ok());
                 let tile = self
                     .tile
@@ -728,7 +728,7 @@ impl FusedDevice {
             Some(s) => {
                 let layout = match tiled {
                     true => {
-                        // Versions 4 and 5's tiles are 64 rows per warpgroup, the shared expert's too.
+                        // Versions 4 to 6's tiles are 64 rows per warpgroup, the shared expert's too.
                         let bm = plan
                             .tile
                             .required_block_m()

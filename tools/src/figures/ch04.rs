@@ -1746,6 +1746,11 @@ pub fn tile_version(config: &str) -> Option<u8> {
     })
 }
 
+/// The versions compared, (a, b) for "version a ÷ version b": each with the one before it, and
+/// versions 4 and 5 (Hopper's) with version 3 (the last portable one). The table's ratio rows
+/// and the facts `{shape}_t{T}_v{a}_over_v{b}`.
+const VERSION_RATIOS: [(u8, u8); 6] = [(1, 2), (2, 3), (3, 4), (3, 5), (4, 5), (5, 6)];
+
 /// The fastest tiled candidate of each kernel version, by (shape, batch, version).
 pub type ByVersion<'a> = BTreeMap<(String, u64, u8), &'a Candidate>;
 
@@ -1803,7 +1808,7 @@ pub fn versions_table(shapes: &[TuneShape], best: &ByVersion) -> String {
             }
             s += "\n";
         }
-        for (a, b) in [(1, 2), (2, 3), (3, 4), (3, 5), (4, 5), (5, 6)] {
+        for (a, b) in VERSION_RATIOS {
             s += &format!("| version {a} ÷ version {b} |");
             for &t in &tokens {
                 s += &match (get(t, a), get(t, b)) {
@@ -1818,7 +1823,7 @@ pub fn versions_table(shapes: &[TuneShape], best: &ByVersion) -> String {
 }
 
 /// The versions' numbers for the prose: `{shape}_t{T}_v{N}_cold`, `…_v{N}_config` and
-/// `{shape}_t{T}_v{A}_over_v{B}` for (2, 3), (3, 5), (4, 5) and (5, 6).
+/// `{shape}_t{T}_v{A}_over_v{B}` for every pair of [`VERSION_RATIOS`].
 pub fn version_facts(best: &ByVersion, f: &mut Facts) {
     for ((shape, t, v), c) in best {
         let s = short(shape);
@@ -1832,7 +1837,7 @@ pub fn version_facts(best: &ByVersion, f: &mut Facts) {
             c.config.clone(),
             TUNE_ALL_CSV,
         );
-        for (a, b) in [(2, 3), (3, 5), (4, 5), (5, 6)] {
+        for (a, b) in VERSION_RATIOS {
             if *v != b {
                 continue;
             }
