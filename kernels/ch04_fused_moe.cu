@@ -77,7 +77,8 @@
 // butterfly of shuffles (xor 16, 8, 4, 2, 1) adds the 32 partial sums. That order depends only on
 // K: not on the block size, the warps per block or the columns per warp (decode_* take those from
 // the launch), so every geometry gives the same bits; the scalar loads used when K is not a
-// multiple of 8 do the same arithmetic in the same order.
+// multiple of 8 do the same arithmetic in the same order; so do the weight loads without an L1
+// line (the `_na` twins of decode_gemm1_*, decode_gemm2 and decode_gemm2_sum: dec_load8_stream).
 //   decode_gemm1_swiglu: act[p, n] for the pair of block x and the columns n of its warps; the
 //     shared expert's T rows follow the T·k pairs in the same grid (x = T·k + t), and the block of
 //     each shared row with y = 0 also computes Qwen2-MoE's gate logit (gate_logit_warp, the same
@@ -1437,12 +1438,46 @@ __device__ __forceinline__ void dec_load8(const float* p, float v[8]) {
     for (int i = 0; i < 8; ++i) v[i] = __bfloat162float(__float2bfloat16(f[i]));
 }
 
+// ANCHOR: dec_load8_stream
+// dec_load8 for weight rows that no other warp of the SM will read: `ld.global.nc.L1::no_allocate`,
+// the read-only path without a place in the L1 (the line goes from the L2 to the registers). The
+// decode kernels stream each weight row once; at one token of both shapes and at 8 of Qwen3's, an
+// H200 ran the decode GEMMs faster so in a standalone harness, and slower at 8 GLM-like tokens
+// (bench/results/h200/logs/ch04_decode_harness_experiment.log), so the decode geometry chooses
+// (DecodeGeometry's `_na`, the measured table per bucket). The same values as dec_load8; on the
+// emulator, a plain load.
+__device__ __forceinline__ void dec_load8_stream(const __nv_bfloat16* p, float v[8]) {
+#ifdef MOE_EMU
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+#else
+    uint4 u;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
+                 : "l"(p));
+#endif
+    const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        v[2 * i] = __uint_as_float(w[i] << 16);
+        v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+}
+// A weight row's 8 values: streamed (NA) or as dec_load8 loads them.
+template <bool NA>
+__device__ __forceinline__ void dec_load8_w(const __nv_bfloat16* p, float v[8]) {
+    if (NA)
+        dec_load8_stream(p, v);
+    else
+        dec_load8(p, v);
+}
+// ANCHOR_END: dec_load8_stream
+
 // ANCHOR: decode_dot
 // This lane's partial sums of R dot products a · b[r] over K: chunks lane, lane + 32, ... of
 // DECODE_CHUNK values, each chunk in order, fmaf into s[r]. vec (K % 8 == 0, rows 16-byte
-// aligned): one 16-byte load per chunk and row; else one value at a time, in the same order, so
-// the bits do not depend on which.
-template <class AT, int R>
+// aligned): one 16-byte load per chunk and row (the rows b[r] streamed when NA: dec_load8_w); else
+// one value at a time, in the same order, so the bits do not depend on which.
+template <class AT, int R, bool NA = false>
 __device__ __forceinline__ void dec_lane_dots(const AT* __restrict__ a, const __nv_bfloat16* const* b, int K,
                                               bool vec, float s[R]) {
     const int lane = threadIdx.x & 31;
@@ -1454,7 +1489,7 @@ __device__ __forceinline__ void dec_lane_dots(const AT* __restrict__ a, const __
 #pragma unroll
             for (int r = 0; r < R; ++r) {
                 float bv[DECODE_CHUNK];
-                dec_load8(b[r] + c, bv);
+                dec_load8_w<NA>(b[r] + c, bv);
 #pragma unroll
                 for (int j = 0; j < DECODE_CHUNK; ++j) s[r] = fmaf(av[j], bv[j], s[r]);
             }
@@ -1471,7 +1506,7 @@ __device__ __forceinline__ void dec_lane_dots(const AT* __restrict__ a, const __
 
 // The same partial sums for R independent pairs of rows a[r] · b[r] (rows with live[r] false
 // are skipped and their s[r] stays 0): the k pairs of one token in decode_gemm2_sum.
-template <int R>
+template <int R, bool NA = false>
 __device__ __forceinline__ void dec_lane_dots_rows(const __nv_bfloat16* const* a, const __nv_bfloat16* const* b,
                                                    const bool* live, int K, bool vec, float s[R]) {
     const int lane = threadIdx.x & 31;
@@ -1483,7 +1518,7 @@ __device__ __forceinline__ void dec_lane_dots_rows(const __nv_bfloat16* const* a
                 if (!live[r]) continue;
                 float av[DECODE_CHUNK], bv[DECODE_CHUNK];
                 dec_load8(a[r] + c, av);
-                dec_load8(b[r] + c, bv);
+                dec_load8_w<NA>(b[r] + c, bv);
 #pragma unroll
                 for (int j = 0; j < DECODE_CHUNK; ++j) s[r] = fmaf(av[j], bv[j], s[r]);
             }
@@ -1553,7 +1588,7 @@ __device__ __forceinline__ float gate_logit_warp(const AT* __restrict__ row, con
 //   SWIGLU: out[row, n] = bf16(silu(bf16(g)) · bf16(u)) [rows, I];
 //   else:   out[row, n] = bf16(g), out[row, I + n] = bf16(u) [rows, 2I].
 // The shared rows' block y = 0 also writes shared_logit[t] = x[t] · shared_gate (if not null).
-template <bool SWIGLU>
+template <bool SWIGLU, bool NA>
 __device__ __forceinline__ void decode_gemm1_impl(const float* __restrict__ x, const int* __restrict__ ids,
                                                   const __nv_bfloat16* __restrict__ w13,
                                                   const __nv_bfloat16* __restrict__ shared_w13,
@@ -1586,7 +1621,7 @@ __device__ __forceinline__ void decode_gemm1_impl(const float* __restrict__ x, c
         if (n >= inter) break;  // the same for the whole warp
         const __nv_bfloat16* rows[2] = {w + (size_t)n * H, w + (size_t)(inter + n) * H};
         float s[2] = {0.0f, 0.0f};
-        dec_lane_dots<float, 2>(xr, rows, H, vec, s);
+        dec_lane_dots<float, 2, NA>(xr, rows, H, vec, s);
         dec_warp_sums<2>(s);  // lane 0: the gate's and the up projection's sums
         const float g = s[0], u = s[1];
         if (lane == 0) {
@@ -1615,16 +1650,36 @@ extern "C" __global__ void __launch_bounds__(DECODE_MAX_THREADS)
                         const __nv_bfloat16* shared_gate, float* shared_logit, __nv_bfloat16* act,
                         __nv_bfloat16* shared_act, int T, int k, int H, int I, int E, int Is, int cols_per_warp) {
     moe_launch_dependents();  // decode_gemm2_sum, a dependent launch, may start its prefetch now
-    decode_gemm1_impl<true>(x, ids, w13, shared_w13, shared_gate, shared_logit, act, shared_act, T, k, H, I, E, Is,
-                            cols_per_warp);
+    decode_gemm1_impl<true, false>(x, ids, w13, shared_w13, shared_gate, shared_logit, act, shared_act, T, k, H, I,
+                                   E, Is, cols_per_warp);
 }
 // The same grid; gateup [T·k, 2I], shared_gateup [T, 2Is] bf16.
 extern "C" __global__ void __launch_bounds__(DECODE_MAX_THREADS)
     decode_gemm1_gateup(const float* x, const int* ids, const __nv_bfloat16* w13, const __nv_bfloat16* shared_w13,
                         const __nv_bfloat16* shared_gate, float* shared_logit, __nv_bfloat16* gateup,
                         __nv_bfloat16* shared_gateup, int T, int k, int H, int I, int E, int Is, int cols_per_warp) {
-    decode_gemm1_impl<false>(x, ids, w13, shared_w13, shared_gate, shared_logit, gateup, shared_gateup, T, k, H, I,
-                             E, Is, cols_per_warp);
+    decode_gemm1_impl<false, false>(x, ids, w13, shared_w13, shared_gate, shared_logit, gateup, shared_gateup, T, k,
+                                    H, I, E, Is, cols_per_warp);
+}
+// The `_na` twins of the decode kernels: the same arguments and bits, the weight rows streamed
+// (dec_load8_stream). Separate entry points, not a run-time flag: both loops in one kernel would
+// take the registers of the larger for either (decode_gemm2: 40 instead of 34, three blocks an SM
+// fewer).
+extern "C" __global__ void __launch_bounds__(DECODE_MAX_THREADS)
+    decode_gemm1_swiglu_na(const float* x, const int* ids, const __nv_bfloat16* w13, const __nv_bfloat16* shared_w13,
+                           const __nv_bfloat16* shared_gate, float* shared_logit, __nv_bfloat16* act,
+                           __nv_bfloat16* shared_act, int T, int k, int H, int I, int E, int Is, int cols_per_warp) {
+    moe_launch_dependents();
+    decode_gemm1_impl<true, true>(x, ids, w13, shared_w13, shared_gate, shared_logit, act, shared_act, T, k, H, I, E,
+                                  Is, cols_per_warp);
+}
+extern "C" __global__ void __launch_bounds__(DECODE_MAX_THREADS)
+    decode_gemm1_gateup_na(const float* x, const int* ids, const __nv_bfloat16* w13, const __nv_bfloat16* shared_w13,
+                           const __nv_bfloat16* shared_gate, float* shared_logit, __nv_bfloat16* gateup,
+                           __nv_bfloat16* shared_gateup, int T, int k, int H, int I, int E, int Is,
+                           int cols_per_warp) {
+    decode_gemm1_impl<false, true>(x, ids, w13, shared_w13, shared_gate, shared_logit, gateup, shared_gateup, T, k,
+                                   H, I, E, Is, cols_per_warp);
 }
 
 // ANCHOR: decode_gemm2_sum
@@ -1635,12 +1690,14 @@ extern "C" __global__ void __launch_bounds__(DECODE_MAX_THREADS)
 //   act [T·k, I] bf16; ids [T·k] i32; weight [T·k] f32; w2 [E, H, I] bf16; shared_act [T, Is]
 //   bf16 and shared_w2 [H, Is] bf16, or null; shared_logit [T] f32 or null; out [T, H] f32.
 // Grid (T, ceil(H / (warps · cols_per_warp))), any multiple of 32 threads up to DECODE_MAX_THREADS.
-extern "C" __global__ void __launch_bounds__(DECODE_MAX_THREADS)
-    decode_gemm2_sum(const __nv_bfloat16* act, const int* __restrict__ ids,
-                     const float* __restrict__ weight, const __nv_bfloat16* __restrict__ w2,
-                     const __nv_bfloat16* shared_act, const __nv_bfloat16* __restrict__ shared_w2,
-                     const float* shared_logit, float* __restrict__ out, int T, int k, int H, int I,
-                     int E, int Is, int cols_per_warp) {
+template <bool NA>
+__device__ __forceinline__ void decode_gemm2_sum_impl(const __nv_bfloat16* act, const int* __restrict__ ids,
+                                                      const float* __restrict__ weight,
+                                                      const __nv_bfloat16* __restrict__ w2,
+                                                      const __nv_bfloat16* shared_act,
+                                                      const __nv_bfloat16* __restrict__ shared_w2,
+                                                      const float* shared_logit, float* __restrict__ out, int T,
+                                                      int k, int H, int I, int E, int Is, int cols_per_warp) {
     const int t = blockIdx.x;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
     const bool vec = I % DECODE_CHUNK == 0, shared_vec = Is % DECODE_CHUNK == 0;
@@ -1683,7 +1740,7 @@ extern "C" __global__ void __launch_bounds__(DECODE_MAX_THREADS)
                 wrow[q] = live[q] ? w2 + ((size_t)e * H + n) * (size_t)I : nullptr;  // 64-bit: E·H·I can pass 2^31
                 s[q] = 0.0f;
             }
-            dec_lane_dots_rows<DECODE_PAIRS>(arow, wrow, live, I, vec, s);
+            dec_lane_dots_rows<DECODE_PAIRS, NA>(arow, wrow, live, I, vec, s);
             dec_warp_sums<DECODE_PAIRS>(s);
 #pragma unroll
             for (int q = 0; q < DECODE_PAIRS; ++q)
@@ -1692,13 +1749,29 @@ extern "C" __global__ void __launch_bounds__(DECODE_MAX_THREADS)
         if (shared_act) {
             const __nv_bfloat16* row = shared_w2 + (size_t)n * Is;
             float s = 0.0f;
-            dec_lane_dots<__nv_bfloat16, 1>(shared_act + (size_t)t * Is, &row, Is, shared_vec, &s);
+            dec_lane_dots<__nv_bfloat16, 1, NA>(shared_act + (size_t)t * Is, &row, Is, shared_vec, &s);
             float v = dec_warp_sum(s);
             if (shared_logit) v = v * moe_sigmoidf(shared_logit[t]);
             acc = acc + v;
         }
         if (lane == 0) out[(size_t)t * H + n] = acc;
     }
+}
+extern "C" __global__ void __launch_bounds__(DECODE_MAX_THREADS)
+    decode_gemm2_sum(const __nv_bfloat16* act, const int* __restrict__ ids, const float* __restrict__ weight,
+                     const __nv_bfloat16* __restrict__ w2, const __nv_bfloat16* shared_act,
+                     const __nv_bfloat16* __restrict__ shared_w2, const float* shared_logit, float* __restrict__ out,
+                     int T, int k, int H, int I, int E, int Is, int cols_per_warp) {
+    decode_gemm2_sum_impl<false>(act, ids, weight, w2, shared_act, shared_w2, shared_logit, out, T, k, H, I, E, Is,
+                                 cols_per_warp);
+}
+extern "C" __global__ void __launch_bounds__(DECODE_MAX_THREADS)
+    decode_gemm2_sum_na(const __nv_bfloat16* act, const int* __restrict__ ids, const float* __restrict__ weight,
+                        const __nv_bfloat16* __restrict__ w2, const __nv_bfloat16* shared_act,
+                        const __nv_bfloat16* __restrict__ shared_w2, const float* shared_logit,
+                        float* __restrict__ out, int T, int k, int H, int I, int E, int Is, int cols_per_warp) {
+    decode_gemm2_sum_impl<true>(act, ids, weight, w2, shared_act, shared_w2, shared_logit, out, T, k, H, I, E, Is,
+                                cols_per_warp);
 }
 // ANCHOR_END: decode_gemm2_sum
 
@@ -1707,11 +1780,13 @@ extern "C" __global__ void __launch_bounds__(DECODE_MAX_THREADS)
 // shared_w2[n] for the shared rows x = T·k + t; fused_combine then sums (the same bits as
 // decode_gemm2_sum). y [T·k, H] f32, shared_y [T, H] f32 or null.
 // Grid (T·k [+ T], ceil(H / (warps · cols_per_warp))), any multiple of 32 threads.
-extern "C" __global__ void __launch_bounds__(DECODE_MAX_THREADS)
-    decode_gemm2(const __nv_bfloat16* act, const int* __restrict__ ids, const float* __restrict__ weight,
-                 const __nv_bfloat16* __restrict__ w2, const __nv_bfloat16* shared_act,
-                 const __nv_bfloat16* __restrict__ shared_w2, float* __restrict__ y, float* __restrict__ shared_y,
-                 int T, int k, int H, int I, int E, int Is, int cols_per_warp) {
+template <bool NA>
+__device__ __forceinline__ void decode_gemm2_impl(const __nv_bfloat16* act, const int* __restrict__ ids,
+                                                  const float* __restrict__ weight, const __nv_bfloat16* __restrict__ w2,
+                                                  const __nv_bfloat16* shared_act,
+                                                  const __nv_bfloat16* __restrict__ shared_w2, float* __restrict__ y,
+                                                  float* __restrict__ shared_y, int T, int k, int H, int I, int E,
+                                                  int Is, int cols_per_warp) {
     const int P = T * k, row = blockIdx.x;
     const __nv_bfloat16 *a, *w;
     float* o;
@@ -1750,10 +1825,27 @@ extern "C" __global__ void __launch_bounds__(DECODE_MAX_THREADS)
         if (n >= H) break;
         const __nv_bfloat16* row_n = w + (size_t)n * K;
         float s = 0.0f;
-        dec_lane_dots<__nv_bfloat16, 1>(a, &row_n, K, vec, &s);
+        dec_lane_dots<__nv_bfloat16, 1, NA>(a, &row_n, K, vec, &s);
         const float v = dec_warp_sum(s);
         if (lane == 0) o[n] = weighted ? scale * v : v;
     }
+}
+
+extern "C" __global__ void __launch_bounds__(DECODE_MAX_THREADS)
+    decode_gemm2(const __nv_bfloat16* act, const int* __restrict__ ids, const float* __restrict__ weight,
+                 const __nv_bfloat16* __restrict__ w2, const __nv_bfloat16* shared_act,
+                 const __nv_bfloat16* __restrict__ shared_w2, float* __restrict__ y, float* __restrict__ shared_y,
+                 int T, int k, int H, int I, int E, int Is, int cols_per_warp) {
+    decode_gemm2_impl<false>(act, ids, weight, w2, shared_act, shared_w2, y, shared_y, T, k, H, I, E, Is,
+                             cols_per_warp);
+}
+extern "C" __global__ void __launch_bounds__(DECODE_MAX_THREADS)
+    decode_gemm2_na(const __nv_bfloat16* act, const int* __restrict__ ids, const float* __restrict__ weight,
+                    const __nv_bfloat16* __restrict__ w2, const __nv_bfloat16* shared_act,
+                    const __nv_bfloat16* __restrict__ shared_w2, float* __restrict__ y, float* __restrict__ shared_y,
+                    int T, int k, int H, int I, int E, int Is, int cols_per_warp) {
+    decode_gemm2_impl<true>(act, ids, weight, w2, shared_act, shared_w2, y, shared_y, T, k, H, I, E, Is,
+                            cols_per_warp);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -364,11 +364,18 @@ pub fn default_tile(hidden: usize, intermediate: usize) -> TileConfig {
 }
 
 /// The decode kernels' launch: `warps` warps per block, each owning `cols_per_warp` columns one
-/// after another. Every geometry gives the same bits.
+/// after another; and whether the decode path's kernels load their weight rows without an L1
+/// line (`stream`: `dec_load8_stream` in `kernels/ch04_fused_moe.cu`, the name's `_na`). Every
+/// geometry gives the same bits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct DecodeGeometry {
     pub warps: usize,
     pub cols_per_warp: usize,
+    /// The weight rows by `ld.global.nc.L1::no_allocate`: each is read once, so an L1 line is
+    /// of no use to it. On the H200 faster at one token of both shapes and slower at 8 GLM-like
+    /// tokens, so the measured table chooses. The decode path only: the grouped decode path reads
+    /// a tile's rows again from L1 and refuses it.
+    pub stream: bool,
 }
 
 impl DecodeGeometry {
@@ -377,6 +384,7 @@ impl DecodeGeometry {
     pub const DEFAULT: DecodeGeometry = DecodeGeometry {
         warps: 4,
         cols_per_warp: 1,
+        stream: false,
     };
     pub fn threads(&self) -> usize {
         32 * self.warps
@@ -385,22 +393,37 @@ impl DecodeGeometry {
     pub fn cols(&self) -> usize {
         self.warps * self.cols_per_warp
     }
-    /// `w{warps}_c{cols_per_warp}`.
+    /// `w{warps}_c{cols_per_warp}`, then `_na` when the weights are streamed.
     pub fn name(&self) -> String {
-        format!("w{}_c{}", self.warps, self.cols_per_warp)
+        let na = if self.stream { "_na" } else { "" };
+        format!("w{}_c{}{na}", self.warps, self.cols_per_warp)
     }
     /// Parses [`DecodeGeometry::name`]; `None` unless it is a valid geometry.
     pub fn parse(s: &str) -> Option<DecodeGeometry> {
+        let (s, stream) = match s.strip_suffix("_na") {
+            Some(s) => (s, true),
+            None => (s, false),
+        };
         let (w, c) = s.strip_prefix('w')?.split_once("_c")?;
         let g = DecodeGeometry {
             warps: w.parse().ok()?,
             cols_per_warp: c.parse().ok()?,
+            stream,
         };
         g.is_valid().then_some(g)
     }
     /// At least one warp and one column, at most `DECODE_MAX_THREADS` threads.
     pub fn is_valid(&self) -> bool {
         self.warps >= 1 && self.cols_per_warp >= 1 && self.threads() <= DECODE_MAX_THREADS
+    }
+    /// The entry point of a decode-path kernel (`decode_gemm1_*`, `decode_gemm2`,
+    /// `decode_gemm2_sum`) for this geometry: its `_na` twin when the weights are streamed.
+    pub fn kernel(&self, name: &str) -> String {
+        if self.stream {
+            format!("{name}_na")
+        } else {
+            name.to_string()
+        }
     }
 }
 
@@ -841,10 +864,19 @@ mod tests {
             DecodeGeometry {
                 warps: 8,
                 cols_per_warp: 3,
+                stream: false,
             },
         ] {
             assert_eq!(DecodeGeometry::parse(&g.name()), Some(g));
         }
+        let streamed = DecodeGeometry {
+            stream: true,
+            ..DecodeGeometry::DEFAULT
+        };
+        assert_eq!(streamed.name(), "w4_c1_na");
+        assert_eq!(DecodeGeometry::parse("w4_c1_na"), Some(streamed));
+        assert_eq!(DecodeGeometry::parse("w4_c1_na_na"), None);
+        assert_eq!(DecodeGeometry::parse("w4_c1_nb"), None);
         assert_eq!(DecodeGeometry::parse("w0_c1"), None);
         assert_eq!(DecodeGeometry::parse("w64_c1"), None); // 2048 threads
         assert_eq!(DecodeGeometry::parse("w4"), None);
@@ -867,7 +899,8 @@ hidden,intermediate,experts,k,tokens,path,config,cold_us,warm_us,rule_path,rule_
             at(1).unwrap().decode,
             DecodeGeometry {
                 warps: 8,
-                cols_per_warp: 1
+                cols_per_warp: 1,
+                stream: false,
             }
         );
         // The nearest bucket on a log scale: 3 is 3× from 1 and 5.3× from 16.

@@ -665,6 +665,13 @@ impl FusedDevice {
             .decode
             .or(tuned_for(decode_path).map(|t| t.decode))
             .unwrap_or(DecodeGeometry::DEFAULT);
+        if path == Path::DecodeGrouped && decode.stream {
+            return Err(MoeError::Config {
+                field: "decode geometry",
+                expected: "no streamed weights (_na) on the decode_grouped path: its warps read a tile's weight rows again from L1".into(),
+                found: decode.name(),
+            });
+        }
         if path == Path::DecodeGrouped && decode.threads() > DECODE_GROUP_MAX_THREADS {
             return Err(MoeError::Config {
                 field: "decode geometry",
@@ -827,21 +834,27 @@ impl FusedDevice {
                 }
                 v.push(f("fused_combine"));
             }
-            Path::Decode => match plan.fusion {
-                Fusion::Unfused => {
-                    v.extend([f("decode_gemm1_gateup"), f("fused_swiglu")]);
-                    if shared.is_some() {
-                        v.push(f("fused_swiglu"));
+            Path::Decode => {
+                // The geometry's entry points (`_na`: the weights streamed).
+                let d = |n: &str| f(&plan.decode.kernel(n));
+                match plan.fusion {
+                    Fusion::Unfused => {
+                        v.extend([d("decode_gemm1_gateup"), f("fused_swiglu")]);
+                        if shared.is_some() {
+                            v.push(f("fused_swiglu"));
+                        }
+                        v.extend([d("decode_gemm2"), f("fused_combine")]);
                     }
-                    v.extend([f("decode_gemm2"), f("fused_combine")]);
+                    Fusion::SwiGlu => v.extend([
+                        d("decode_gemm1_swiglu"),
+                        d("decode_gemm2"),
+                        f("fused_combine"),
+                    ]),
+                    Fusion::SwiGluSumK => {
+                        v.extend([d("decode_gemm1_swiglu"), d("decode_gemm2_sum")])
+                    }
                 }
-                Fusion::SwiGlu => v.extend([
-                    f("decode_gemm1_swiglu"),
-                    f("decode_gemm2"),
-                    f("fused_combine"),
-                ]),
-                Fusion::SwiGluSumK => v.extend([f("decode_gemm1_swiglu"), f("decode_gemm2_sum")]),
-            },
+            }
             Path::DecodeGrouped => {
                 v.push(f("fused_to_bf16"));
                 match plan.fusion {
@@ -1147,13 +1160,14 @@ impl FusedDevice {
         // and routed tiles).
         let sizes = [rows, k, h, i, e, is, g.cols_per_warp].map(int);
         // `dependent`: a programmatic dependent launch (the down projections, which prefetch
-        // their w2 rows before they wait for GEMM 1's act).
+        // their w2 rows before they wait for GEMM 1's act). The kernel is the geometry's
+        // (`_na`: the weights streamed).
         let launch_as =
             |name: &str, blocks: usize, cols: usize, buffers: &[KernelArg], dependent| {
                 let mut cfg = LaunchConfig::blocks(blocks as u32, g.threads() as u32);
                 cfg.grid.1 = cols.div_ceil(g.cols()) as u32;
                 cfg.dependent = dependent;
-                m.launch(name, cfg, &[buffers, &sizes[..]].concat())
+                m.launch(&g.kernel(name), cfg, &[buffers, &sizes[..]].concat())
             };
         let launch = |name: &str, blocks: usize, cols: usize, buffers: &[KernelArg]| {
             launch_as(name, blocks, cols, buffers, false)

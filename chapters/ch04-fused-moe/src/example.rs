@@ -257,6 +257,7 @@ fn tour(device: &'static Device, out: Out) -> Result<(), ExampleError> {
             DecodeGeometry {
                 warps: 1,
                 cols_per_warp: 3,
+                stream: false,
             },
         ];
         for fusion in Fusion::ALL {

@@ -197,16 +197,25 @@ fn every_fusion_and_geometry_gives_the_same_bits(dev: &'static Device) {
         DecodeGeometry {
             warps: 1,
             cols_per_warp: 1,
+            stream: false,
         },
         DecodeGeometry {
             warps: 8,
             cols_per_warp: 3,
+            stream: false,
         },
         DecodeGeometry {
             warps: 3,
             cols_per_warp: 7,
+            stream: false,
         },
     ];
+    // The weights loaded without an L1 line (`_na`; the decode path only).
+    let streamed = DecodeGeometry {
+        warps: 2,
+        cols_per_warp: 3,
+        stream: true,
+    };
     for name in [
         "spec_decode_6rows",
         "gated_shared_expert",
@@ -235,7 +244,7 @@ fn every_fusion_and_geometry_gives_the_same_bits(dev: &'static Device) {
         let want = run(&decode);
         assert_same_bits(&format!("{name}: decode again"), &run(&decode), &want);
         for fusion in Fusion::ALL {
-            for g in geometries {
+            for g in geometries.into_iter().chain([streamed]) {
                 let l = decode
                     .clone()
                     .with_fusion(fusion)
@@ -720,12 +729,13 @@ fn grouped_kernels_on_a_hand_made_layout(
             m.launch("decode_grouped_gemm2", cfg2, &all).unwrap();
         } else {
             let (xd, idd) = (d.upload(x).unwrap(), d.upload(&ids).unwrap());
+            // The twins that stream the weights (the `_na` geometries): the same bits.
             let a = args![&xd, &idd, &w13d, null, null, null, &act, null];
-            m.launch("decode_gemm1_swiglu", cfg, &[&a[..], &sizes[..]].concat())
-                .unwrap();
+            let all = [&a[..], &sizes[..]].concat();
+            m.launch("decode_gemm1_swiglu_na", cfg, &all).unwrap();
             let a = args![&act, &idd, &wd, &w2d, null, null, &y, null];
-            m.launch("decode_gemm2", cfg2, &[&a[..], &sizes[..]].concat())
-                .unwrap();
+            let all = [&a[..], &sizes[..]].concat();
+            m.launch("decode_gemm2_na", cfg2, &all).unwrap();
         }
         (act.to_vec().unwrap(), y.to_vec().unwrap())
     };
@@ -795,9 +805,15 @@ fn decode_kernels_skip_foreign_ids(dev: &'static Device) {
         let sizes = [int(t), int(k), int(h), int(i), int(e), int(0), int(2)];
         let mut cfg = LaunchConfig::blocks(p as u32, 64);
         cfg.grid.1 = i.div_ceil(4) as u32;
+        // GEMM 1 and the summing GEMM 2 by their twins that stream the weights (the `_na`
+        // geometries), the plain GEMM 2 not: the same bits either way.
         let a = args![&xd, &idd, &w13d, null, null, null, &act, null];
-        m.launch("decode_gemm1_swiglu", cfg, &[&a[..], &sizes[..]].concat())
-            .unwrap();
+        m.launch(
+            "decode_gemm1_swiglu_na",
+            cfg,
+            &[&a[..], &sizes[..]].concat(),
+        )
+        .unwrap();
         cfg.grid.1 = h.div_ceil(4) as u32;
         let a = args![&act, &idd, &wd, &w2d, null, null, &y, null];
         m.launch("decode_gemm2", cfg, &[&a[..], &sizes[..]].concat())
@@ -805,7 +821,7 @@ fn decode_kernels_skip_foreign_ids(dev: &'static Device) {
         let mut cfg = LaunchConfig::blocks(t as u32, 64);
         cfg.grid.1 = h.div_ceil(4) as u32;
         let a = args![&act, &idd, &wd, &w2d, null, null, null, &out];
-        m.launch("decode_gemm2_sum", cfg, &[&a[..], &sizes[..]].concat())
+        m.launch("decode_gemm2_sum_na", cfg, &[&a[..], &sizes[..]].concat())
             .unwrap();
         // The grouped kernels on chapter 3's layout of the same ids.
         let bm = geometry::DECODE_GROUP;
@@ -1069,6 +1085,7 @@ fn bad_inputs_are_typed_errors(dev: &'static Device) {
     let bad_geometry = DecodeGeometry {
         warps: 33,
         cols_per_warp: 1,
+        stream: false,
     };
     let e = l.clone().with_decode_geometry(bad_geometry).err().unwrap();
     assert!(
@@ -1081,36 +1098,46 @@ fn bad_inputs_are_typed_errors(dev: &'static Device) {
         ),
         "{e}"
     );
-    // 32 warps are a decode geometry, but past the grouped kernels' launch bounds (16 warps).
-    let wide = DecodeGeometry {
+    // A geometry the decode path runs and the grouped path refuses, by a typed error naming it.
+    let grouped_refuses = |g: DecodeGeometry| {
+        let e = l
+            .clone()
+            .with_path(Path::DecodeGrouped)
+            .with_decode_geometry(g)
+            .unwrap()
+            .workspace(r.rows)
+            .err()
+            .unwrap();
+        assert!(
+            matches!(
+                &e,
+                MoeError::Config {
+                    field: "decode geometry",
+                    found,
+                    ..
+                } if *found == g.name()
+            ),
+            "{e}"
+        );
+        assert!(l
+            .clone()
+            .with_path(Path::Decode)
+            .with_decode_geometry(g)
+            .unwrap()
+            .workspace(r.rows)
+            .is_ok());
+    };
+    // 32 warps: past the grouped kernels' launch bounds (16 warps).
+    grouped_refuses(DecodeGeometry {
         warps: 32,
         cols_per_warp: 1,
-    };
-    let e = l
-        .clone()
-        .with_path(Path::DecodeGrouped)
-        .with_decode_geometry(wide)
-        .unwrap()
-        .workspace(r.rows)
-        .err()
-        .unwrap();
-    assert!(
-        matches!(
-            e,
-            MoeError::Config {
-                field: "decode geometry",
-                ..
-            }
-        ),
-        "{e}"
-    );
-    assert!(l
-        .clone()
-        .with_path(Path::Decode)
-        .with_decode_geometry(wide)
-        .unwrap()
-        .workspace(r.rows)
-        .is_ok());
+        stream: false,
+    });
+    // Streamed weights (`_na`): the grouped kernels read a tile's rows again from L1.
+    grouped_refuses(DecodeGeometry {
+        stream: true,
+        ..DecodeGeometry::DEFAULT
+    });
     let bad_tile = ch04_fused_moe::TileConfig {
         warps: 3,
         bk: 32,

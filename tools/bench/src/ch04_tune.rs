@@ -129,14 +129,27 @@ pub const DECODE_GEOMETRIES: [DecodeGeometry; 4] = [
     DecodeGeometry {
         warps: 8,
         cols_per_warp: 1,
+        stream: false,
     },
     DecodeGeometry {
         warps: 2,
         cols_per_warp: 1,
+        stream: false,
     },
     DecodeGeometry {
         warps: 4,
         cols_per_warp: 2,
+        stream: false,
+    },
+];
+
+/// The geometries tried again with the weights streamed (`_na`), on the decode path.
+pub const DECODE_STREAMED_GEOMETRIES: [DecodeGeometry; 2] = [
+    DecodeGeometry::DEFAULT,
+    DecodeGeometry {
+        warps: 4,
+        cols_per_warp: 2,
+        stream: false,
     },
 ];
 
@@ -195,9 +208,16 @@ pub fn candidates(shape: &Shape, tokens: usize, hopper: bool) -> Vec<Choice> {
     }
     if tokens * shape.k <= DECODE_MAX_PAIRS_PER_EXPERT * shape.experts {
         // Both decode paths with the sum over k fused into GEMM 2 and in its own kernel.
+        // The decode path also with its weights streamed (`_na`); the grouped path reads a
+        // tile's rows again from L1 and has no such geometry.
+        let streamed = DECODE_STREAMED_GEOMETRIES.map(|g| DecodeGeometry { stream: true, ..g });
         for path in [Path::Decode, Path::DecodeGrouped] {
+            let geometries: Vec<DecodeGeometry> = match path {
+                Path::Decode => DECODE_GEOMETRIES.iter().chain(&streamed).copied().collect(),
+                _ => DECODE_GEOMETRIES.to_vec(),
+            };
             for fusion in [Fusion::SwiGluSumK, Fusion::SwiGlu] {
-                v.extend(DECODE_GEOMETRIES.iter().map(|&decode| Choice {
+                v.extend(geometries.iter().map(|&decode| Choice {
                     path,
                     tile: TileConfig::DEFAULT,
                     decode,
