@@ -1701,25 +1701,13 @@ __device__ __forceinline__ void decode_gemm2_sum_impl(const __nv_bfloat16* act, 
     const int t = blockIdx.x;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
     const bool vec = I % DECODE_CHUNK == 0, shared_vec = Is % DECODE_CHUNK == 0;
-    // ANCHOR: decode_gemm2_prefetch
-    // A dependent launch (LaunchConfig::dependent): this block may start while GEMM 1 still runs.
-    // Until moe_grid_wait it touches only what no kernel of the layer writes: the ids and weights
-    // (the router's, finished before GEMM 1, a plain launch, could start) and w2, whose rows this
-    // warp will read it asks of the L2 now, one 128-byte line per lane, so that they stream from
-    // memory while GEMM 1 ends instead of after.
-    for (int c = 0; c < cols_per_warp; ++c) {
-        const int n = blockIdx.y * warps * cols_per_warp + warp * cols_per_warp + c;
-        if (n >= H) break;
-        for (int j = 0; j < k; ++j) {
-            const int e = ids[(size_t)t * k + j];
-            if (e < 0 || e >= E) continue;
-            const __nv_bfloat16* row = w2 + ((size_t)e * H + n) * (size_t)I;
-            for (int l = lane * 64; l < I; l += 32 * 64) moe_prefetch_l2(row + l);
-        }
-    }
-    moe_grid_wait();  // act (and the shared expert's act and logit) are GEMM 1's output: plain
-                      // pointers, not const __restrict__ (see moe_grid_wait in common.cuh)
-    // ANCHOR_END: decode_gemm2_prefetch
+    // A dependent launch (LaunchConfig::dependent): this block may be scheduled while GEMM 1 still
+    // runs, and waits here for its output. act (and the shared expert's act and logit) are read
+    // through plain pointers, not const __restrict__ (see moe_grid_wait in common.cuh). It used to
+    // ask the L2 for its w2 rows before the wait; without that, the layer took 3 to 6% less at 8
+    // tokens of both shapes and at one GLM-like token, and the same at one Qwen3 token
+    // (bench/results/h200/logs/ch04_tune_all_T1_T8_no_prefetch.csv beside ch04_tune_all.csv).
+    moe_grid_wait();
     for (int c = 0; c < cols_per_warp; ++c) {
         const int n = blockIdx.y * warps * cols_per_warp + warp * cols_per_warp + c;
         if (n >= H) break;  // the same for the whole warp
@@ -1810,14 +1798,9 @@ __device__ __forceinline__ void decode_gemm2_impl(const __nv_bfloat16* act, cons
     }
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
     const bool vec = K % DECODE_CHUNK == 0;
-    // A dependent launch, as decode_gemm2_sum: the warp's rows of w2 asked of the L2 before the
-    // wait for GEMM 1's act (act and shared_act: plain pointers, see moe_grid_wait). Then let
-    // fused_combine, a dependent of this kernel, be scheduled.
-    for (int c = 0; c < cols_per_warp; ++c) {
-        const int n = blockIdx.y * warps * cols_per_warp + warp * cols_per_warp + c;
-        if (n >= H) break;
-        for (int l = lane * 64; l < K; l += 32 * 64) moe_prefetch_l2(w + (size_t)n * K + l);
-    }
+    // A dependent launch, as decode_gemm2_sum: the wait for GEMM 1's act (act and shared_act:
+    // plain pointers, see moe_grid_wait). Then let fused_combine, a dependent of this kernel, be
+    // scheduled.
     moe_grid_wait();
     moe_launch_dependents();
     for (int c = 0; c < cols_per_warp; ++c) {

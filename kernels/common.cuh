@@ -52,16 +52,6 @@ __device__ __forceinline__ void moe_launch_dependents() {
 }
 // ANCHOR_END: pdl
 
-// Asks the L2 to fetch the 128-byte line holding p from memory, without waiting for it (and
-// without a register to land in). A no-op on the emulator, which has no cache.
-__device__ __forceinline__ void moe_prefetch_l2(const void* p) {
-#ifndef MOE_EMU
-    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
-#else
-    (void)p;
-#endif
-}
-
 // 2^n for n in [-252, 254], exactly, through the exponent bits.
 __device__ __forceinline__ float moe_pow2i(int n) {
     return __int_as_float((n + 127) << 23);

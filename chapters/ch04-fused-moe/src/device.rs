@@ -1159,9 +1159,9 @@ impl FusedDevice {
         // `cols` columns; its buffers, then the same sizes (and the grouped kernels' BLOCK_M
         // and routed tiles).
         let sizes = [rows, k, h, i, e, is, g.cols_per_warp].map(int);
-        // `dependent`: a programmatic dependent launch (the down projections, which prefetch
-        // their w2 rows before they wait for GEMM 1's act). The kernel is the geometry's
-        // (`_na`: the weights streamed).
+        // `dependent`: a programmatic dependent launch (the down projections: scheduled while
+        // GEMM 1 runs, they wait for its act). The kernel is the geometry's (`_na`: the weights
+        // streamed).
         let launch_as =
             |name: &str, blocks: usize, cols: usize, buffers: &[KernelArg], dependent| {
                 let mut cfg = LaunchConfig::blocks(blocks as u32, g.threads() as u32);

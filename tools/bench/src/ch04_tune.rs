@@ -629,9 +629,15 @@ mod tests {
                 .count()
         };
         assert_eq!(n(1, Path::DecodeGrouped), 2 * DECODE_GEOMETRIES.len());
-        assert_eq!(n(1, Path::Decode), 2 * DECODE_GEOMETRIES.len());
+        // The decode path also streams its weights (`_na`) in some geometries; never the grouped.
+        let streamed = DECODE_STREAMED_GEOMETRIES.len();
+        assert_eq!(n(1, Path::Decode), 2 * (DECODE_GEOMETRIES.len() + streamed));
+        assert!(candidates(&TINY, 1, false)
+            .iter()
+            .all(|c| !c.decode.stream || c.path == Path::Decode));
         let past = DECODE_MAX_PAIRS_PER_EXPERT * TINY.experts / TINY.k + 1;
         assert_eq!(n(past, Path::DecodeGrouped), 0);
+        assert_eq!(n(past, Path::Decode), 0);
     }
 
     #[test]
