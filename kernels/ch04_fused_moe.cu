@@ -1649,7 +1649,7 @@ extern "C" __global__ void __launch_bounds__(DECODE_MAX_THREADS)
     decode_gemm1_swiglu(const float* x, const int* ids, const __nv_bfloat16* w13, const __nv_bfloat16* shared_w13,
                         const __nv_bfloat16* shared_gate, float* shared_logit, __nv_bfloat16* act,
                         __nv_bfloat16* shared_act, int T, int k, int H, int I, int E, int Is, int cols_per_warp) {
-    moe_launch_dependents();  // decode_gemm2_sum, a dependent launch, may start its prefetch now
+    moe_launch_dependents();  // the down projection, a dependent launch, may be scheduled now
     decode_gemm1_impl<true, false>(x, ids, w13, shared_w13, shared_gate, shared_logit, act, shared_act, T, k, H, I,
                                    E, Is, cols_per_warp);
 }
@@ -1662,9 +1662,9 @@ extern "C" __global__ void __launch_bounds__(DECODE_MAX_THREADS)
                                     H, I, E, Is, cols_per_warp);
 }
 // The `_na` twins of the decode kernels: the same arguments and bits, the weight rows streamed
-// (dec_load8_stream). Separate entry points, not a run-time flag: both loops in one kernel would
-// take the registers of the larger for either (decode_gemm2: 40 instead of 34, three blocks an SM
-// fewer).
+// (dec_load8_stream). Separate entry points, not a run-time flag: the originals keep their code,
+// and neither loop is compiled around the other's registers (with a flag decode_gemm2 took 40
+// instead of 34).
 extern "C" __global__ void __launch_bounds__(DECODE_MAX_THREADS)
     decode_gemm1_swiglu_na(const float* x, const int* ids, const __nv_bfloat16* w13, const __nv_bfloat16* shared_w13,
                            const __nv_bfloat16* shared_gate, float* shared_logit, __nv_bfloat16* act,

@@ -372,8 +372,9 @@ pub struct DecodeGeometry {
     pub warps: usize,
     pub cols_per_warp: usize,
     /// The weight rows by `ld.global.nc.L1::no_allocate`: each is read once, so an L1 line is
-    /// of no use to it. On the H200 faster at one token of both shapes and slower at 8 GLM-like
-    /// tokens, so the measured table chooses. The decode path only: the grouped decode path reads
+    /// of no use to it. On the H200 the layer's tuning run found it faster at 1 and 8 tokens of
+    /// both shapes (a standalone harness had it slower at 8 GLM-like tokens); the measured table
+    /// chooses per bucket. The decode path only: the grouped decode path reads
     /// a tile's rows again from L1 and refuses it.
     pub stream: bool,
 }
