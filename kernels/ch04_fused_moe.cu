@@ -1421,15 +1421,19 @@ extern "C" __global__ void fused_to_bf16(const float* __restrict__ x, __nv_bfloa
 __device__ __forceinline__ float dec_value(const __nv_bfloat16* p) { return __bfloat162float(*p); }
 __device__ __forceinline__ float dec_value(const float* p) { return __bfloat162float(__float2bfloat16(*p)); }
 
-// 8 consecutive values (16 bytes of bf16, 32 of f32; 16-byte aligned) as dec_value gives them.
-__device__ __forceinline__ void dec_load8(const __nv_bfloat16* p, float v[8]) {
-    const uint4 u = *reinterpret_cast<const uint4*>(p);
+// 8 bf16 values loaded as 16 bytes, as floats.
+__device__ __forceinline__ void dec_unpack8(uint4 u, float v[8]) {
     const unsigned w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {  // the lower address in the low half; bf16 -> f32 is a shift
         v[2 * i] = __uint_as_float(w[i] << 16);
         v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
     }
+}
+
+// 8 consecutive values (16 bytes of bf16, 32 of f32; 16-byte aligned) as dec_value gives them.
+__device__ __forceinline__ void dec_load8(const __nv_bfloat16* p, float v[8]) {
+    dec_unpack8(*reinterpret_cast<const uint4*>(p), v);
 }
 __device__ __forceinline__ void dec_load8(const float* p, float v[8]) {
     const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
@@ -1441,26 +1445,21 @@ __device__ __forceinline__ void dec_load8(const float* p, float v[8]) {
 // ANCHOR: dec_load8_stream
 // dec_load8 for weight rows that no other warp of the SM will read: `ld.global.nc.L1::no_allocate`,
 // the read-only path without a place in the L1 (the line goes from the L2 to the registers). The
-// decode kernels stream each weight row once; at one token of both shapes and at 8 of Qwen3's, an
-// H200 ran the decode GEMMs faster so in a standalone harness, and slower at 8 GLM-like tokens
-// (bench/results/h200/logs/ch04_decode_harness_experiment.log), so the decode geometry chooses
-// (DecodeGeometry's `_na`, the measured table per bucket). The same values as dec_load8; on the
-// emulator, a plain load.
+// decode kernels stream each weight row once. Whether that is faster depends on the batch (in a
+// standalone harness on the H200, bench/results/h200/logs/ch04_decode_harness_experiment.log,
+// faster at one token and slower at 8 GLM-like tokens), so the decode geometry chooses
+// (DecodeGeometry's `_na`, the measured table per bucket). The same values as dec_load8, which is
+// what the emulator runs.
 __device__ __forceinline__ void dec_load8_stream(const __nv_bfloat16* p, float v[8]) {
 #ifdef MOE_EMU
-    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    dec_load8(p, v);
 #else
     uint4 u;
     asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
                  : "l"(p));
+    dec_unpack8(u, v);
 #endif
-    const unsigned w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        v[2 * i] = __uint_as_float(w[i] << 16);
-        v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-    }
 }
 // A weight row's 8 values: streamed (NA) or as dec_load8 loads them.
 template <bool NA>

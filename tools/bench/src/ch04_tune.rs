@@ -143,15 +143,10 @@ pub const DECODE_GEOMETRIES: [DecodeGeometry; 4] = [
     },
 ];
 
-/// The geometries tried again with the weights streamed (`_na`), on the decode path.
-pub const DECODE_STREAMED_GEOMETRIES: [DecodeGeometry; 2] = [
-    DecodeGeometry::DEFAULT,
-    DecodeGeometry {
-        warps: 4,
-        cols_per_warp: 2,
-        stream: false,
-    },
-];
+/// The geometries tried again with the weights streamed (`_na`), on the decode path: the
+/// default and `w4_c2`.
+pub const DECODE_STREAMED_GEOMETRIES: [DecodeGeometry; 2] =
+    [DECODE_GEOMETRIES[0], DECODE_GEOMETRIES[3]];
 
 /// The decode candidates run while T·k is at most this many times E: four times the rule's
 /// crossover ([`ch04_fused_moe::choose::DECODE_MAX_PAIRS_PER_EXPERT`]), so the table can move
