@@ -528,13 +528,21 @@ impl Choice {
                     block_m,
                 }
             }
-            Path::Decode | Path::DecodeGrouped => Choice {
-                path,
-                tile: TileConfig::DEFAULT,
-                decode: DecodeGeometry::parse(config)?,
-                fusion,
-                block_m: None,
-            },
+            Path::Decode | Path::DecodeGrouped => {
+                let decode = DecodeGeometry::parse(config)?;
+                // Streamed weights (`_na`) are the decode path's alone (FusedDevice::plan_for
+                // refuses them on the grouped path).
+                if decode.stream && path == Path::DecodeGrouped {
+                    return None;
+                }
+                Choice {
+                    path,
+                    tile: TileConfig::DEFAULT,
+                    decode,
+                    fusion,
+                    block_m: None,
+                }
+            }
         })
     }
 }
@@ -841,6 +849,13 @@ mod tests {
         assert_eq!(Choice::parse("tiled", "w4_k64_n1_m48"), None);
         assert_eq!(Choice::parse("tiled", "w4_k64_n1_m"), None);
         assert_eq!(Choice::parse("decode", "w4_c1_fast"), None);
+        assert!(
+            Choice::parse("decode", "w4_c1_na_swiglu")
+                .unwrap()
+                .decode
+                .stream
+        );
+        assert_eq!(Choice::parse("decode_grouped", "w4_c1_na"), None);
         // Never chosen by the rule; a table row that names it is what a batch in its bucket runs.
         for tokens in [1, 8, 64, 65, 512, 4096] {
             assert_ne!(choose_path(tokens, 8, 128), Path::DecodeGrouped);
