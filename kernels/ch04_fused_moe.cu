@@ -43,10 +43,13 @@
 //       16 it loads an A fragment per sub-tile for only 2·NF mma each; in version 3 the WARPS
 //       warps form WM × WN (WN = WARPS / WM) and warp w owns the sub-tiles w % WM, + WM, + 2·WM,
 //       ... and the columns of group w / WM: fewer A loads, more mma per load.
-//     versions 4 to 6 (sm_90a only, WgCfg, wg_mainloop): Hopper's warpgroup MMA (wgmma.cuh),
+//     versions 4 to 8 (sm_90a only, WgCfg, wg_mainloop): Hopper's warpgroup MMA (wgmma.cuh),
 //       one warpgroup per 64 rows multiplying straight from shared memory, the stages in
 //       wgmma's flat core-matrix layout (4) or its 128-byte swizzle (5, suffix _x), whose
-//       copies read whole 128-byte lines. The same bits as versions 1-3 (measured on the H200,
+//       copies read whole 128-byte lines; 6 (_w0) waits for each slice's MMA, copies a slice
+//       deeper; 7 (_tma) brings the weight slices by TMA (kernels/tma.cuh); 8 (_tma_ws) is
+//       warp-specialized, a producer warpgroup feeding the others through mbarriers
+//       (ws_producer, ws_consumer). The same bits as versions 1-3 (measured on the H200,
 //       chapter 4's GPU test); never compiled into the emulator's path, which runs 1-3.
 //   Each is instantiated as its own extern "C" entry points, named with the suffix
 //   _w{WARPS}_k{BK}_n{NF}, then _s{STAGES} for version 2 (_w{WM}x{WN}_k{BK}_n{NF}_s{STAGES} for
@@ -151,9 +154,9 @@
 // - The weighted down projection is kept in fp32 ([T·k, H] f32); upstream rounds it to the
 //   compute type (bf16) before moe_sum. The sum over k runs in fixed order in its own kernel, or
 //   inside decode_gemm2_sum.
-// - A handful of tile configurations, no split-K, no quantized weights, no TMA (versions 4 to 6
-//   stage their operands with cp.async, not bulk tensor copies), no thread-block clusters;
-//   software pipelining (cp.async stages) in the configurations `_s{STAGES}`.
+// - A handful of tile configurations, no split-K, no quantized weights, no thread-block clusters;
+//   software pipelining (cp.async stages) in the configurations `_s{STAGES}`; bulk tensor copies
+//   (TMA) for the weights only, in versions 7 and 8 (A's rows are gathered: cp.async).
 // - Experts outside 0..E (e.g. -1 for an expert held by another rank in expert parallelism)
 //   skip their tile or their pair: their rows of act and y are never written, and
 //   decode_gemm2_sum leaves them out of its sum (fused_combine would add whatever their y rows
@@ -161,6 +164,7 @@
 #include "common.cuh"
 #include "mma.cuh"
 #include "wgmma.cuh"
+#include "tma.cuh"
 
 #define FUSED_THREADS 128         // threads of the default tile configuration: 4 warps
 #define FUSED_WARPS 4             // = FUSED_THREADS / 32
@@ -912,7 +916,7 @@ extern "C" __global__ void __launch_bounds__(256)
 // in its accumulators, and SwiGLU is the epilogue as before. Needs K (H and I) a multiple of 8.
 // Each output's sum is the same as the other versions': k-steps of 16 from k = 0 up into one
 // fp32 accumulator; whether wgmma's k-step rounds as mma.sync's does is measured, not assumed
-// (chapter 4's GPU test compares every version 4 to 6 configuration with the portable path's bits).
+// (chapter 4's GPU test compares every version 4 to 8 configuration with the portable path's bits).
 // SWZ (version 5): the 128-byte swizzled layout instead (BK 64: a staged row is 128 bytes, the swizzle's
 // width): row r's 128 bytes at byte 128·r, its 16-byte chunk c at chunk c ^ (r % 8) (the
 // hardware XORs address bits 4-6 with bits 7-9, so a stage starts on 1024 bytes). Then eight
@@ -923,18 +927,34 @@ extern "C" __global__ void __launch_bounds__(256)
 // so a buffer is free one slice after its product instead of two and the copies run STAGES − 1
 // slices ahead instead of STAGES − 2: more bytes in flight where memory is the bound, no
 // product overlapping the next slice's barrier and copies where the tensor cores are.
-template <int WGS_, int BK_, int NF_, int STAGES_, bool SWZ_ = false, bool W0_ = false>
+// TMA (version 7, _tma): the B slices (weight rows) come through the tensor memory accelerator
+// instead (kernels/tma.cuh): one thread asks for each 64-row box of the slice, the copy engine
+// writes it in the swizzled layout and counts its bytes on the stage's mbarrier, which every
+// thread waits on beside its own cp.async of A (the gathered rows stay cp.async: a box is a
+// rectangle of the tensor, A's rows are scattered). Rows past N (or past I in GEMM 1's halves)
+// are the next rows of the weight tensor, not zeros: their products land only in columns the
+// epilogue never stores.
+// WS (version 8, _ws, with TMA): warp specialization. One more warpgroup, the producer, does
+// nothing but copy: its thread 0 asks for B's boxes, its 128 threads gather A's rows with
+// cp.async, and each buffer's "full" mbarrier completes when both have landed (every producer
+// thread's cp.async arrival, thread 0's arrival with the bytes). The WGS consumer warpgroups do
+// nothing but wait on "full", multiply, and arrive on the buffer's "empty" mbarrier once their
+// wgmma has read it; the producer waits on "empty" before refilling. No __syncthreads in the
+// loop: each side runs as far ahead as the buffers allow (all STAGES of them in flight).
+template <int WGS_, int BK_, int NF_, int STAGES_, bool SWZ_ = false, bool W0_ = false, bool TMA_ = false,
+          bool WS_ = false>
 struct WgCfg {
     static constexpr int WGS = WGS_, BK = BK_, NF = NF_, STAGES = STAGES_;
-    static constexpr bool SWZ = SWZ_, W0 = W0_;
+    static constexpr bool SWZ = SWZ_, W0 = W0_, TMA = TMA_, WS = WS_;
     static constexpr int AHEAD = W0 ? STAGES - 1 : STAGES - 2;  // slices copied ahead of the product
-    static constexpr int THREADS = 128 * WGS;
+    static constexpr int THREADS = 128 * (WGS + (WS ? 1 : 0));
+    static constexpr int COPIERS = WS ? 128 : THREADS;     // threads that issue the cp.async
     static constexpr int BM = 64 * WGS;                   // the tile's rows: BLOCK_M
     static constexpr int BN = 16 * NF;                     // B rows staged: wgmma's N
     static constexpr int BN1 = BN / 2;                     // GEMM 1: intermediate columns per block
     static constexpr int BROWS = BN;
     static constexpr int CHUNKS = BK / 8;                  // 16-byte chunks per staged row
-    static constexpr int RSTEP = THREADS / CHUNKS;         // rows between a thread's copies
+    static constexpr int RSTEP = COPIERS / CHUNKS;         // rows between a thread's copies
     static constexpr int A_COPIES = BM / RSTEP, B_COPIES = BN / RSTEP;
     static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
     // The descriptors: flat, 128 bytes between core matrices along K and 16·BK along M or N, a
@@ -950,6 +970,10 @@ struct WgCfg {
     static_assert(BN == 128 || BN == 256, "wgmma.cuh instantiates N = 128 and 256");
     static_assert(AHEAD >= 1, "a buffer is refilled two slices (W0: one) after its product was issued");
     static_assert(!SWZ || BK == 64, "the 128-byte swizzle holds one staged row of 64 bf16");
+    static_assert(!TMA || (SWZ && BN % 128 == 0), "TMA boxes: 64 swizzled rows, two halves of whole boxes");
+    static_assert(!WS || TMA, "version 8's producer asks for B's boxes");
+    static constexpr int BOX_ROWS = 64;                    // TMA: rows of one box (the host's tensor maps)
+    static constexpr int HALF_BOXES = BN / 2 / BOX_ROWS;   // TMA: boxes per half of B (gate | up, or two column halves)
 };
 // ANCHOR_END: wg_config
 
@@ -974,14 +998,15 @@ __device__ __forceinline__ WgCopies<COPIES> wg_copies(const int* s_rows, int r0)
 }
 
 // ANCHOR: wg_mainloop
-// The main loop of versions 4 to 6: acc += A[s_arow] · B[s_brow]ᵀ over K, for this thread's warpgroup's 64
+// The main loop of versions 4 to 8: acc += A[s_arow] · B[s_brow]ᵀ over K, for this thread's warpgroup's 64
 // rows (live: whether any of them is a real pair; the warpgroup skips its wgmma when not, but
 // still copies and meets every barrier). s_arow / s_brow: the source row of each staged row, -1
 // for a zero row.
 template <class C>
 __device__ __forceinline__ void wg_mainloop(const __nv_bfloat16* __restrict__ A, const int* s_arow,
                                             const __nv_bfloat16* __restrict__ B, const int* s_brow, int K, bool live,
-                                            unsigned char* smem, float (&acc)[C::ACC]) {
+                                            unsigned char* smem, float (&acc)[C::ACC], const void* bmap, int b0,
+                                            int b1) {
 #ifdef MOE_WGMMA
     const int t = threadIdx.x;
     // This thread's copies: rows r0, r0 + RSTEP, ... of each operand, 16-byte column c; at byte
@@ -998,6 +1023,16 @@ __device__ __forceinline__ void wg_mainloop(const __nv_bfloat16* __restrict__ A,
     const WgCopies<C::B_COPIES> cb = wg_copies<C::B_COPIES, C::RSTEP>(s_brow, r0);
     const unsigned row_bytes = (unsigned)K * 2u;
     const int nk = (K + C::BK - 1) / C::BK;
+    // Version 7: one mbarrier per buffer, one arrival (thread 0's, with the bytes) per phase.
+    __shared__ __align__(8) unsigned long long s_full[C::STAGES];
+    if (C::TMA) {
+        if (t == 0) {
+#pragma unroll
+            for (int s = 0; s < C::STAGES; ++s) moe_mbar_init(&s_full[s], 1);
+            moe_mbar_init_fence();
+        }
+        __syncthreads();
+    }
     // Slice kt into buffer `stage`: columns past K (and zero rows) are copies of 0 bytes.
     auto issue = [&](int stage, int kt) {
         const int kc = kt * C::BK + 8 * c;
@@ -1008,6 +1043,20 @@ __device__ __forceinline__ void wg_mainloop(const __nv_bfloat16* __restrict__ A,
 #pragma unroll
         for (int j = 0; j < C::A_COPIES; ++j)
             moe_cp_async16(dst + j * DSTEP, fused_row_address(a, ca.row[j], row_bytes), in_k && ((ca.full >> j) & 1u));
+        if (C::TMA) {
+            // Version 7: B's boxes, rows b0.. then b1.., each 64 rows at column kt·BK.
+            if (t == 0) {
+                unsigned char* bst = smem + stage * C::STAGE_BYTES + C::A_BYTES;
+                moe_mbar_arrive_expect_tx(&s_full[stage], C::B_BYTES);
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+#pragma unroll
+                    for (int j = 0; j < C::HALF_BOXES; ++j)
+                        moe_tma_load_2d(bst + (h * C::HALF_BOXES + j) * C::BOX_ROWS * 128, bmap, kt * C::BK,
+                                        (h ? b1 : b0) + j * C::BOX_ROWS, &s_full[stage]);
+            }
+            return;
+        }
         dst += C::A_BYTES;
 #pragma unroll
         for (int j = 0; j < C::B_COPIES; ++j)
@@ -1031,6 +1080,7 @@ __device__ __forceinline__ void wg_mainloop(const __nv_bfloat16* __restrict__ A,
         // AHEAD − 1 still running), is visible to wgmma (the proxy fence) and to every thread
         // (the barrier); and every warpgroup is past its wait for slice kt − 2's group.
         moe_cp_async_wait(AHEAD - 1);
+        if (C::TMA) moe_mbar_wait(&s_full[kt % C::STAGES], (unsigned)(kt / C::STAGES) & 1u);  // B's boxes landed
         moe_fence_proxy_async();
         __syncthreads();
         const int next = kt + AHEAD;  // into the buffer of slice kt − 2 (W0: kt − 1)
@@ -1056,7 +1106,7 @@ __device__ __forceinline__ void wg_mainloop(const __nv_bfloat16* __restrict__ A,
     // where the paths meet (its advisory C7517).
     moe_wgmma_wait<0>();
 #else
-    __trap();  // versions 4 to 6 exist only on sm_90a; the host never launches it anywhere else
+    __trap();  // versions 4 to 8 exist only on sm_90a; the host never launches it anywhere else
 #endif
 }
 // ANCHOR_END: wg_mainloop
@@ -1075,18 +1125,120 @@ __device__ __forceinline__ bool wg_live(const int* s_live, int wg) {
 #endif
 }
 
-// The block's product for versions 4 to 6, as fused_tile_product is for the others: zeroes this
+// ANCHOR: ws_mainloop
+// Version 8's two sides of the main loop (WgCfg's WS); `full` and `empty` are STAGES mbarriers
+// each, initialized by wg_tile_product. Slice kt lives in buffer kt % STAGES; its use of that
+// buffer is the (kt / STAGES)-th, whose parity the waits name.
+// The producer warpgroup: slice kt into its buffer once the consumers have released the slice
+// STAGES before it.
+template <class C>
+__device__ __forceinline__ void ws_producer(const __nv_bfloat16* __restrict__ A, const int* s_arow, int K,
+                                            unsigned char* smem, unsigned long long* full,
+                                            unsigned long long* empty, const void* bmap, int b0, int b1) {
+#ifdef MOE_WGMMA
+    const int t = threadIdx.x - 128 * C::WGS;  // 0..127
+    const int r0 = t / 8, c = t % 8;           // the swizzled layout's copy of version 5
+    const int dst0 = 128 * r0 + 16 * (c ^ (r0 & 7));
+    constexpr int DSTEP = 128 * C::RSTEP;
+    const WgCopies<C::A_COPIES> ca = wg_copies<C::A_COPIES, C::RSTEP>(s_arow, r0);
+    const unsigned row_bytes = (unsigned)K * 2u;
+    const int nk = (K + C::BK - 1) / C::BK;
+    for (int kt = 0; kt < nk; ++kt) {
+        const int st = kt % C::STAGES;
+        if (kt >= C::STAGES) moe_mbar_wait(&empty[st], (unsigned)(kt / C::STAGES - 1) & 1u);
+        unsigned char* stage = smem + st * C::STAGE_BYTES;
+        if (t == 0) {
+            moe_mbar_arrive_expect_tx(&full[st], C::B_BYTES);
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int j = 0; j < C::HALF_BOXES; ++j)
+                    moe_tma_load_2d(stage + C::A_BYTES + (h * C::HALF_BOXES + j) * C::BOX_ROWS * 128, bmap,
+                                    kt * C::BK, (h ? b1 : b0) + j * C::BOX_ROWS, &full[st]);
+        }
+        const int kc = kt * C::BK + 8 * c;
+        const bool in_k = kc < K;
+        const __nv_bfloat16* a = in_k ? A + kc : A;
+#pragma unroll
+        for (int j = 0; j < C::A_COPIES; ++j)
+            moe_cp_async16(stage + dst0 + j * DSTEP, fused_row_address(a, ca.row[j], row_bytes),
+                           in_k && ((ca.full >> j) & 1u));
+        moe_cp_async_mbar_arrive(&full[st]);
+    }
+    moe_cp_async_wait(0);  // nothing of this thread's still landing when it leaves
+#endif
+}
+
+// A consumer warpgroup (wg < WGS): wait for slice kt, make the producer's cp.async writes
+// visible to wgmma (the proxy fence), multiply, and release slice kt − 1 once its group is done
+// (one group stays in flight, as in version 5).
+template <class C>
+__device__ __forceinline__ void ws_consumer(int K, bool live, int wg, unsigned char* smem, unsigned long long* full,
+                                            unsigned long long* empty, float (&acc)[C::ACC]) {
+#ifdef MOE_WGMMA
+    const int nk = (K + C::BK - 1) / C::BK;
+    for (int kt = 0; kt < nk; ++kt) {
+        const int st = kt % C::STAGES;
+        moe_mbar_wait(&full[st], (unsigned)(kt / C::STAGES) & 1u);
+        moe_fence_proxy_async();
+        if (live) {
+            const unsigned char* stage = smem + st * C::STAGE_BYTES;
+            const unsigned long long da = moe_wgmma_desc(stage + wg * 64 * C::BK * 2, C::LEAD, C::STRIDE) | C::LAYOUT;
+            const unsigned long long db = moe_wgmma_desc(stage + C::A_BYTES, C::LEAD, C::STRIDE) | C::LAYOUT;
+            moe_wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < C::BK / 16; ++kk)
+                moe_wgmma_bf16<C::BN>(acc, da + C::KSTEP_UNITS * kk, db + C::KSTEP_UNITS * kk);
+            moe_wgmma_commit();
+            moe_wgmma_wait<1>();
+        }
+        if (kt > 0) moe_mbar_arrive(&empty[(kt - 1) % C::STAGES]);
+    }
+    moe_wgmma_wait<0>();
+#endif
+}
+// ANCHOR_END: ws_mainloop
+
+// The block's product for versions 4 to 8, as fused_tile_product is for the others: zeroes this
 // thread's accumulators and runs the main loop on the dynamic shared memory; returns whether the
 // thread's warpgroup holds a real pair (when not, its accumulators stay zero and unused).
 template <class C>
 __device__ __forceinline__ bool wg_tile_product(const __nv_bfloat16* __restrict__ A, const int* s_arow,
                                                 const __nv_bfloat16* __restrict__ B, const int* s_brow, int K,
-                                                const int* s_live, float (&acc)[C::ACC]) {
+                                                const int* s_live, float (&acc)[C::ACC], const void* bmap, int b0,
+                                                int b1) {
 #pragma unroll
     for (int i = 0; i < C::ACC; ++i) acc[i] = 0.0f;
     DYNAMIC_SHARED(unsigned char, smem);
-    const bool live = wg_live(s_live, threadIdx.x / 128);
-    wg_mainloop<C>(A, s_arow, B, s_brow, K, live, smem, acc);
+    const int wg = threadIdx.x / 128;
+    if (C::WS) {
+        // Version 8: the barriers, then each warpgroup to its side (the producer, last, returns
+        // false: it holds no rows).
+#ifdef MOE_WGMMA
+        __shared__ __align__(8) unsigned long long s_full[C::STAGES], s_empty[C::STAGES];
+        const unsigned off = (unsigned)__cvta_generic_to_shared(smem);
+        smem += (WG_SWIZZLE_ALIGN - (off & (WG_SWIZZLE_ALIGN - 1))) & (WG_SWIZZLE_ALIGN - 1);
+        if (threadIdx.x == 0) {
+            for (int st = 0; st < C::STAGES; ++st) {
+                moe_mbar_init(&s_full[st], 128 + 1);      // the producer's cp.async arrivals + thread 0's bytes
+                moe_mbar_init(&s_empty[st], 128 * C::WGS);  // every consumer thread
+            }
+            moe_mbar_init_fence();
+        }
+        __syncthreads();
+        if (wg == C::WGS) {
+            ws_producer<C>(A, s_arow, K, smem, s_full, s_empty, bmap, b0, b1);
+            return false;
+        }
+        const bool live = wg_live(s_live, wg);
+        ws_consumer<C>(K, live, wg, smem, s_full, s_empty, acc);
+        return live;
+#else
+        __trap();  // version 8 exists only on sm_90a
+#endif
+    }
+    const bool live = wg_live(s_live, wg);
+    wg_mainloop<C>(A, s_arow, B, s_brow, K, live, smem, acc, bmap, b0, b1);
     return live;
 }
 
@@ -1114,14 +1266,15 @@ __device__ __forceinline__ void wg_store2(float* row, int col, int n, bool pair,
 }
 
 // ANCHOR: wg_gemm1
-// GEMM 1 + SwiGLU on versions 4 to 6: fused_gemm1_swiglu_impl's contract, BLOCK_M = C::BM.
+// GEMM 1 + SwiGLU on versions 4 to 8: fused_gemm1_swiglu_impl's contract, BLOCK_M = C::BM.
 template <class C>
 __device__ __forceinline__ void wg_gemm1_swiglu_impl(const __nv_bfloat16* __restrict__ x,
                                                      const __nv_bfloat16* __restrict__ w13,
                                                      const int* __restrict__ sorted_ids,
                                                      const int* __restrict__ expert_ids,
                                                      const int* __restrict__ num_post, __nv_bfloat16* __restrict__ act,
-                                                     int P, int k, int H, int I, int E, int block_m) {
+                                                     int P, int k, int H, int I, int E, int block_m,
+                                                     const void* w13_map = nullptr) {
     __shared__ int s_pair[FUSED_MAX_BLOCK_M], s_arow[FUSED_MAX_BLOCK_M], s_brow[C::BROWS];
     __shared__ int s_live[FUSED_MAX_SUBTILES];
     if (block_m != C::BM) __trap();  // the host pads to C::BM; anything else is a launch bug
@@ -1137,7 +1290,9 @@ __device__ __forceinline__ void wg_gemm1_swiglu_impl(const __nv_bfloat16* __rest
     __syncthreads();
     const __nv_bfloat16* w = w13 + (size_t)e * 2 * (size_t)I * (size_t)H;
     float acc[C::ACC];
-    if (!wg_tile_product<C>(x, s_arow, w, s_brow, H, s_live, acc)) return;
+    // Version 7's boxes: gate rows e·2I + n0.., up rows e·2I + I + n0.. of w13 viewed as [E·2I, H].
+    const int g0 = e * 2 * I + n0;
+    if (!wg_tile_product<C>(x, s_arow, w, s_brow, H, s_live, acc, w13_map, g0, g0 + I)) return;
     const int wg = threadIdx.x / 128;
     // Thread (warp w of its warpgroup, g, q) holds rows 64·wg + 16w + g (+ 8), columns
     // n0 + 8j + 2q (+ 1): the gate in fragment j, the up value in fragment j + BN1 / 8.
@@ -1164,12 +1319,13 @@ __device__ __forceinline__ void wg_gemm1_swiglu_impl(const __nv_bfloat16* __rest
 }
 // ANCHOR_END: wg_gemm1
 
-// The plain GEMM on versions 4 to 6: fused_gemm_impl's contract, BLOCK_M = C::BM.
+// The plain GEMM on versions 4 to 8: fused_gemm_impl's contract, BLOCK_M = C::BM.
 template <class C, bool BF16_OUT>
 __device__ __forceinline__ void wg_gemm_impl(const __nv_bfloat16* __restrict__ A, const __nv_bfloat16* __restrict__ W,
                                              const int* __restrict__ sorted_ids, const int* __restrict__ expert_ids,
                                              const int* __restrict__ num_post, const float* __restrict__ weight,
-                                             void* __restrict__ out, int P, int k, int N, int K, int E, int block_m) {
+                                             void* __restrict__ out, int P, int k, int N, int K, int E, int block_m,
+                                             const void* w_map = nullptr) {
     __shared__ int s_pair[FUSED_MAX_BLOCK_M], s_arow[FUSED_MAX_BLOCK_M], s_brow[C::BROWS];
     __shared__ int s_live[FUSED_MAX_SUBTILES];
     if (block_m != C::BM) __trap();
@@ -1182,7 +1338,9 @@ __device__ __forceinline__ void wg_gemm_impl(const __nv_bfloat16* __restrict__ A
     __syncthreads();
     const __nv_bfloat16* w = W + (size_t)e * (size_t)N * (size_t)K;
     float acc[C::ACC];
-    if (!wg_tile_product<C>(A, s_arow, w, s_brow, K, s_live, acc)) return;
+    // Version 7's boxes: rows e·N + n0.. of W viewed as [E·N, K], in two halves of BN / 2.
+    const int r0 = e * N + n0;
+    if (!wg_tile_product<C>(A, s_arow, w, s_brow, K, s_live, acc, w_map, r0, r0 + C::BN / 2)) return;
     const int wg = threadIdx.x / 128;
     const int lane = threadIdx.x & 31, w4 = (threadIdx.x >> 5) & 3, g = lane >> 2, q = lane & 3;
     const bool even = (N & 1) == 0;
@@ -1208,7 +1366,7 @@ __device__ __forceinline__ void wg_gemm_impl(const __nv_bfloat16* __restrict__ A
 }
 
 // ANCHOR: wg_entries
-// The configurations of versions 4 to 6, g{WGS}_k{BK}_n{NF}_s{STAGES} (BLOCK_M 64·WGS, BN 16·NF), then _x
+// The configurations of versions 4 to 8, g{WGS}_k{BK}_n{NF}_s{STAGES} (BLOCK_M 64·WGS, BN 16·NF), then _x
 // for the 128-byte swizzled layout (and _w0 for version 6's main loop), each with the three entry
 // points of the other versions. Launched only on sm_90a GPUs. Written out rather than generated
 // by a macro, as every entry point of the book: the build finds a family's kernels by their
@@ -1366,6 +1524,164 @@ extern "C" __global__ void __launch_bounds__(128)
                       const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
                       int I, int E, int block_m) {
     wg_gemm_impl<WgG1K64N8S3XW0, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m);
+}
+// _tma (version 7): the weight slices through the tensor memory accelerator (WgCfg's TMA), for
+// the configurations the tuning run picks among versions 5 and 6; each entry point takes one more
+// parameter, the device address of its weight tensor's map (kernels/tma.cuh), which the host
+// encodes once per tensor.
+typedef WgCfg<1, 64, 8, 3, true, true, true> WgG1K64N8S3XW0T;
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm1_swiglu_g1_k64_n8_s3_x_w0_tma(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
+                      int E, int block_m, const void* w13_map) {
+    wg_gemm1_swiglu_impl<WgG1K64N8S3XW0T>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m, w13_map);
+}
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm1_gateup_g1_k64_n8_s3_x_w0_tma(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
+                      int I, int E, int block_m, const void* w13_map) {
+    wg_gemm_impl<WgG1K64N8S3XW0T, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m, w13_map);
+}
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm2_g1_k64_n8_s3_x_w0_tma(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
+                      int I, int E, int block_m, const void* w2_map) {
+    wg_gemm_impl<WgG1K64N8S3XW0T, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m, w2_map);
+}
+typedef WgCfg<1, 64, 8, 4, true, true, true> WgG1K64N8S4XW0T;
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm1_swiglu_g1_k64_n8_s4_x_w0_tma(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
+                      int E, int block_m, const void* w13_map) {
+    wg_gemm1_swiglu_impl<WgG1K64N8S4XW0T>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m, w13_map);
+}
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm1_gateup_g1_k64_n8_s4_x_w0_tma(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
+                      int I, int E, int block_m, const void* w13_map) {
+    wg_gemm_impl<WgG1K64N8S4XW0T, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m, w13_map);
+}
+extern "C" __global__ void __launch_bounds__(128)
+    fused_gemm2_g1_k64_n8_s4_x_w0_tma(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
+                      int I, int E, int block_m, const void* w2_map) {
+    wg_gemm_impl<WgG1K64N8S4XW0T, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m, w2_map);
+}
+typedef WgCfg<2, 64, 8, 4, true, false, true> WgG2K64N8S4XT;
+extern "C" __global__ void __launch_bounds__(256)
+    fused_gemm1_swiglu_g2_k64_n8_s4_x_tma(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
+                      int E, int block_m, const void* w13_map) {
+    wg_gemm1_swiglu_impl<WgG2K64N8S4XT>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m, w13_map);
+}
+extern "C" __global__ void __launch_bounds__(256)
+    fused_gemm1_gateup_g2_k64_n8_s4_x_tma(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
+                      int I, int E, int block_m, const void* w13_map) {
+    wg_gemm_impl<WgG2K64N8S4XT, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m, w13_map);
+}
+extern "C" __global__ void __launch_bounds__(256)
+    fused_gemm2_g2_k64_n8_s4_x_tma(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
+                      int I, int E, int block_m, const void* w2_map) {
+    wg_gemm_impl<WgG2K64N8S4XT, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m, w2_map);
+}
+typedef WgCfg<2, 64, 16, 4, true, false, true> WgG2K64N16S4XT;
+extern "C" __global__ void __launch_bounds__(256)
+    fused_gemm1_swiglu_g2_k64_n16_s4_x_tma(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
+                      int E, int block_m, const void* w13_map) {
+    wg_gemm1_swiglu_impl<WgG2K64N16S4XT>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m, w13_map);
+}
+extern "C" __global__ void __launch_bounds__(256)
+    fused_gemm1_gateup_g2_k64_n16_s4_x_tma(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
+                      int I, int E, int block_m, const void* w13_map) {
+    wg_gemm_impl<WgG2K64N16S4XT, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m, w13_map);
+}
+extern "C" __global__ void __launch_bounds__(256)
+    fused_gemm2_g2_k64_n16_s4_x_tma(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
+                      int I, int E, int block_m, const void* w2_map) {
+    wg_gemm_impl<WgG2K64N16S4XT, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m, w2_map);
+}
+// _ws (version 8): warp-specialized (WgCfg's WS), one producer warpgroup more than version 7's
+// consumers; the same parameters as version 7's entry points.
+typedef WgCfg<1, 64, 8, 4, true, false, true, true> WgG1K64N8S4XTW;
+extern "C" __global__ void __launch_bounds__(256)
+    fused_gemm1_swiglu_g1_k64_n8_s4_x_tma_ws(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
+                      int E, int block_m, const void* w13_map) {
+    wg_gemm1_swiglu_impl<WgG1K64N8S4XTW>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m, w13_map);
+}
+extern "C" __global__ void __launch_bounds__(256)
+    fused_gemm1_gateup_g1_k64_n8_s4_x_tma_ws(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
+                      int I, int E, int block_m, const void* w13_map) {
+    wg_gemm_impl<WgG1K64N8S4XTW, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m, w13_map);
+}
+extern "C" __global__ void __launch_bounds__(256)
+    fused_gemm2_g1_k64_n8_s4_x_tma_ws(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
+                      int I, int E, int block_m, const void* w2_map) {
+    wg_gemm_impl<WgG1K64N8S4XTW, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m, w2_map);
+}
+typedef WgCfg<1, 64, 8, 3, true, false, true, true> WgG1K64N8S3XTW;
+extern "C" __global__ void __launch_bounds__(256)
+    fused_gemm1_swiglu_g1_k64_n8_s3_x_tma_ws(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
+                      int E, int block_m, const void* w13_map) {
+    wg_gemm1_swiglu_impl<WgG1K64N8S3XTW>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m, w13_map);
+}
+extern "C" __global__ void __launch_bounds__(256)
+    fused_gemm1_gateup_g1_k64_n8_s3_x_tma_ws(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
+                      int I, int E, int block_m, const void* w13_map) {
+    wg_gemm_impl<WgG1K64N8S3XTW, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m, w13_map);
+}
+extern "C" __global__ void __launch_bounds__(256)
+    fused_gemm2_g1_k64_n8_s3_x_tma_ws(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
+                      int I, int E, int block_m, const void* w2_map) {
+    wg_gemm_impl<WgG1K64N8S3XTW, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m, w2_map);
+}
+typedef WgCfg<2, 64, 8, 6, true, false, true, true> WgG2K64N8S6XTW;
+extern "C" __global__ void __launch_bounds__(384)
+    fused_gemm1_swiglu_g2_k64_n8_s6_x_tma_ws(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
+                      int E, int block_m, const void* w13_map) {
+    wg_gemm1_swiglu_impl<WgG2K64N8S6XTW>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m, w13_map);
+}
+extern "C" __global__ void __launch_bounds__(384)
+    fused_gemm1_gateup_g2_k64_n8_s6_x_tma_ws(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
+                      int I, int E, int block_m, const void* w13_map) {
+    wg_gemm_impl<WgG2K64N8S6XTW, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m, w13_map);
+}
+extern "C" __global__ void __launch_bounds__(384)
+    fused_gemm2_g2_k64_n8_s6_x_tma_ws(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
+                      int I, int E, int block_m, const void* w2_map) {
+    wg_gemm_impl<WgG2K64N8S6XTW, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m, w2_map);
+}
+typedef WgCfg<2, 64, 16, 4, true, false, true, true> WgG2K64N16S4XTW;
+extern "C" __global__ void __launch_bounds__(384)
+    fused_gemm1_swiglu_g2_k64_n16_s4_x_tma_ws(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
+                      int E, int block_m, const void* w13_map) {
+    wg_gemm1_swiglu_impl<WgG2K64N16S4XTW>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m, w13_map);
+}
+extern "C" __global__ void __launch_bounds__(384)
+    fused_gemm1_gateup_g2_k64_n16_s4_x_tma_ws(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
+                      int I, int E, int block_m, const void* w13_map) {
+    wg_gemm_impl<WgG2K64N16S4XTW, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m, w13_map);
+}
+extern "C" __global__ void __launch_bounds__(384)
+    fused_gemm2_g2_k64_n16_s4_x_tma_ws(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
+                      int I, int E, int block_m, const void* w2_map) {
+    wg_gemm_impl<WgG2K64N16S4XTW, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m, w2_map);
 }
 // ANCHOR_END: wg_entries
 

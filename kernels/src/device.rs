@@ -191,6 +191,37 @@ impl Device {
             .is_some_and(|g| crate::cuda::target_arch(g.arch) == "sm_90a")
     }
 
+    /// The tensor map of a row-major bf16 matrix `[rows, cols]` in `buf` (from element 0), for
+    /// the tensor memory accelerator's copies of `box_rows` × `box_cols` boxes in the 128-byte
+    /// swizzle: 128 bytes for a kernel to read from device memory. CUDA only (the emulator runs
+    /// no kernel that uses one).
+    pub fn tensor_map_bf16<T: DeviceRepr>(
+        &self,
+        buf: &DeviceBuffer<T>,
+        rows: usize,
+        cols: usize,
+        box_rows: u32,
+        box_cols: u32,
+    ) -> Result<[u64; 16]> {
+        let gpu = self.gpu().ok_or(KernelError::CudaOnly("a tensor map"))?;
+        let need = rows.saturating_mul(cols).saturating_mul(2);
+        let have = buf.len() * std::mem::size_of::<T>();
+        if need > have {
+            return Err(KernelError::Length {
+                what: format!("the matrix of a tensor map ([{rows}, {cols}] bf16)"),
+                expected: need,
+                got: have,
+            });
+        }
+        gpu.tensor_map_bf16(
+            buf.device_ptr(),
+            rows as u64,
+            cols as u64,
+            box_rows,
+            box_cols,
+        )
+    }
+
     pub(crate) fn gpu(&self) -> Option<&Gpu> {
         self.backend.gpu()
     }

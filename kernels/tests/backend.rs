@@ -126,3 +126,25 @@ fn a_kernel_that_does_not_compile_shows_the_nvrtc_log() {
         other => panic!("expected a compile error, got {other:?}"),
     }
 }
+
+#[test]
+fn tensor_maps_are_cuda_only_and_never_outrun_their_buffer() {
+    // The emulator runs no kernel that reads a tensor map: asking it for one is a typed error.
+    let emu = Device::emu();
+    let w = emu.zeros::<half::bf16>(64 * 64).unwrap();
+    assert_eq!(
+        emu.tensor_map_bf16(&w, 64, 64, 64, 64),
+        Err(KernelError::CudaOnly("a tensor map"))
+    );
+    // On a GPU (when this process has one): a matrix larger than its buffer is refused before
+    // the driver sees it; one that fits gives 128 bytes that are not all zero.
+    if let Ok(gpu) = Device::cuda() {
+        let w = gpu.zeros::<half::bf16>(64 * 64).unwrap();
+        assert!(matches!(
+            gpu.tensor_map_bf16(&w, 65, 64, 64, 64),
+            Err(KernelError::Length { .. })
+        ));
+        let map = gpu.tensor_map_bf16(&w, 64, 64, 64, 64).unwrap();
+        assert!(map.iter().any(|&v| v != 0));
+    }
+}

@@ -15,8 +15,17 @@ pub mod tree;
 
 use std::path::{Path, PathBuf};
 
-/// The repository root: the workspace this crate was built from (`tools/..`).
+/// The repository root: the one the wrapper scripts (`tools/plot`, `tools/steps`,
+/// `tools/bookcheck`) run from (`MOE_REPO_ROOT`), else the workspace this crate was built from
+/// (`tools/..`). The wrappers' answer comes first because Cargo reuses a build whose sources
+/// match even when it was made in another checkout (a target folder copied or shared between
+/// clones), and the path compiled into that build would send the figures to the other clone.
 pub fn repo_root() -> PathBuf {
+    if let Some(root) = std::env::var_os("MOE_REPO_ROOT").map(PathBuf::from) {
+        if root.join("tools").join("Cargo.toml").is_file() {
+            return root;
+        }
+    }
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("tools/ has a parent")

@@ -157,16 +157,23 @@ pub struct TileConfig {
     pub stages: usize,
     /// Warp rows of the grid (1: versions 1 and 2).
     pub wm: usize,
-    /// Versions 4 to 6 (sm_90a): warpgroups of Hopper's `wgmma`, one per 64 rows of the tile (0:
+    /// Versions 4 to 8 (sm_90a): warpgroups of Hopper's `wgmma`, one per 64 rows of the tile (0:
     /// versions 1 to 3, `mma.sync`). Then `nf` is the fragments of 8 columns across the whole
     /// block (wgmma's N is `16·nf` staged rows; GEMM 1's `8·nf` gate and `8·nf` up rows).
     pub wg: usize,
-    /// Versions 4 to 6: wgmma's flat core matrices (4), or its 128-byte swizzle (5 and 6, `_x`).
+    /// Versions 4 to 8: wgmma's flat core matrices (4), or its 128-byte swizzle (5 to 8, `_x`).
     pub swz: bool,
-    /// Versions 4 to 6: the main loop waits for each slice's wgmma before the next slice
+    /// Versions 4 to 8: the main loop waits for each slice's wgmma before the next slice
     /// (`_w0`: none left in flight), which frees that slice's buffer one slice sooner: copies run
     /// `stages − 1` slices ahead instead of `stages − 2`.
     pub w0: bool,
+    /// Version 7 (`_tma`, swizzled only): the weight slices through the tensor memory
+    /// accelerator, one bulk copy per 64-row box, instead of every thread's `cp.async`; the
+    /// launch passes the weight tensor's map ([`crate::FusedDevice`] encodes one per tensor).
+    pub tma: bool,
+    /// Version 8 (`_tma_ws`): warp-specialized, one producer warpgroup (4 more warps) copying
+    /// while the `wg` consumer warpgroups only multiply, the two sides meeting on mbarriers.
+    pub ws: bool,
 }
 
 const fn tile(warps: usize, bk: usize, nf: usize, stages: usize) -> TileConfig {
@@ -184,6 +191,8 @@ const fn grid(wm: usize, wn: usize, bk: usize, nf: usize, stages: usize) -> Tile
         wg: 0,
         swz: false,
         w0: false,
+        tma: false,
+        ws: false,
     }
 }
 
@@ -198,6 +207,8 @@ const fn hopper(wg: usize, bk: usize, nf: usize, stages: usize, swz: bool) -> Ti
         wg,
         swz,
         w0: false,
+        tma: false,
+        ws: false,
     }
 }
 
@@ -206,6 +217,22 @@ const fn hopper_w0(wg: usize, bk: usize, nf: usize, stages: usize) -> TileConfig
     TileConfig {
         w0: true,
         ..hopper(wg, bk, nf, stages, true)
+    }
+}
+
+/// Version 7: a swizzled configuration with its weight slices through the tensor memory
+/// accelerator (`_tma`).
+const fn with_tma(c: TileConfig) -> TileConfig {
+    TileConfig { tma: true, ..c }
+}
+
+/// Version 8: the same, warp-specialized (`_tma_ws`): a producer warpgroup more.
+const fn with_ws(c: TileConfig) -> TileConfig {
+    TileConfig {
+        tma: true,
+        ws: true,
+        warps: c.warps + 4,
+        ..c
     }
 }
 
@@ -225,14 +252,18 @@ pub const TILE_CONFIGS: [TileConfig; 11] = [
     grid(2, 4, 32, 2, 4),
 ];
 
-/// The configurations of versions 4 to 6 (`g{wg}_k{bk}_n{nf}_s{stages}`), for sm_90a GPUs only: one or two
+/// The configurations of versions 4 to 8 (`g{wg}_k{bk}_n{nf}_s{stages}`), for sm_90a GPUs only: one or two
 /// warpgroups (BLOCK_M 64 or 128) by 128 or 256 staged B rows (GEMM 1: 64 or 128 intermediate
 /// columns), K staged 64 at a time through 4 buffers, two slices ahead; each in wgmma's flat
 /// core-matrix layout and in its 128-byte swizzle (`_x`). Then the smallest swizzled one with its
 /// main loop waiting for each slice's wgmma (`_w0`), through 4 buffers (three slices ahead) and
-/// through 3 (two ahead, three blocks to an SM). [`crate::FusedDevice::plan_for`] refuses them, with a typed error, on any other
+/// through 3 (two ahead, three blocks to an SM). Then version 7 (`_tma`): the four that the tuning
+/// run picked or nearly picked among versions 5 and 6, their weight slices through the tensor
+/// memory accelerator. Then version 8 (`_tma_ws`), warp-specialized: one or two consumer
+/// warpgroups beside the producer, through 3, 4 or 6 buffers.
+/// [`crate::FusedDevice::plan_for`] refuses them, with a typed error, on any other
 /// device and for layers whose H or I is not a multiple of 8.
-pub const HOPPER_CONFIGS: [TileConfig; 8] = [
+pub const HOPPER_CONFIGS: [TileConfig; 16] = [
     hopper(1, 64, 8, 4, false),
     hopper(2, 64, 8, 4, false),
     hopper(2, 64, 16, 4, false),
@@ -241,6 +272,14 @@ pub const HOPPER_CONFIGS: [TileConfig; 8] = [
     hopper(2, 64, 16, 4, true),
     hopper_w0(1, 64, 8, 4),
     hopper_w0(1, 64, 8, 3),
+    with_tma(hopper_w0(1, 64, 8, 3)),
+    with_tma(hopper_w0(1, 64, 8, 4)),
+    with_tma(hopper(2, 64, 8, 4, true)),
+    with_tma(hopper(2, 64, 16, 4, true)),
+    with_ws(hopper(1, 64, 8, 4, true)),
+    with_ws(hopper(1, 64, 8, 3, true)),
+    with_ws(hopper(2, 64, 8, 6, true)),
+    with_ws(hopper(2, 64, 16, 4, true)),
 ];
 // ANCHOR_END: tile_config
 
@@ -254,8 +293,10 @@ impl TileConfig {
         if self.is_hopper() {
             let x = if self.swz { "_x" } else { "" };
             let w0 = if self.w0 { "_w0" } else { "" };
+            let tma = if self.tma { "_tma" } else { "" };
+            let ws = if self.ws { "_ws" } else { "" };
             return format!(
-                "g{}_k{}_n{}_s{}{x}{w0}",
+                "g{}_k{}_n{}_s{}{x}{w0}{tma}{ws}",
                 self.wg, self.bk, self.nf, self.stages
             );
         }
@@ -278,11 +319,11 @@ impl TileConfig {
             .chain(HOPPER_CONFIGS)
             .find(|c| c.name() == s)
     }
-    /// Versions 4 to 6: Hopper's `wgmma`, sm_90a only.
+    /// Versions 4 to 8: Hopper's `wgmma`, sm_90a only.
     pub fn is_hopper(&self) -> bool {
         self.wg > 0
     }
-    /// The BLOCK_M a configuration requires (versions 4 to 6: 64 per warpgroup); None: any of chapter
+    /// The BLOCK_M a configuration requires (versions 4 to 8: 64 per warpgroup); None: any of chapter
     /// 3's.
     pub fn required_block_m(&self) -> Option<usize> {
         self.is_hopper().then_some(64 * self.wg)
@@ -311,7 +352,7 @@ impl TileConfig {
     /// The dynamic shared memory a block of this configuration needs at `block_m` (the kernel's
     /// `fused_tile_product`): none for version 1 (its one stage is static), `stages` buffers
     /// of `block_m` A rows and `bn()` B rows of `bk + 8` bf16 for versions 2 and 3.
-    /// Versions 4 to 6: `stages` buffers of `block_m` A rows and `bn()` B rows of `bk` bf16 (wgmma's
+    /// Versions 4 to 8: `stages` buffers of `block_m` A rows and `bn()` B rows of `bk` bf16 (wgmma's
     /// core matrices, no padding).
     pub fn shared_bytes(&self, block_m: usize) -> usize {
         if self.is_hopper() {
@@ -774,7 +815,15 @@ mod tests {
                 "g2_k64_n8_s4_x",
                 "g2_k64_n16_s4_x",
                 "g1_k64_n8_s4_x_w0",
-                "g1_k64_n8_s3_x_w0"
+                "g1_k64_n8_s3_x_w0",
+                "g1_k64_n8_s3_x_w0_tma",
+                "g1_k64_n8_s4_x_w0_tma",
+                "g2_k64_n8_s4_x_tma",
+                "g2_k64_n16_s4_x_tma",
+                "g1_k64_n8_s4_x_tma_ws",
+                "g1_k64_n8_s3_x_tma_ws",
+                "g2_k64_n8_s6_x_tma_ws",
+                "g2_k64_n16_s4_x_tma_ws"
             ]
         );
         for c in HOPPER_CONFIGS {
@@ -783,7 +832,8 @@ mod tests {
             // One warpgroup per 64 rows; wgmma's N (GEMM 2's columns) is 16·nf, GEMM 1's
             // intermediate columns half of it; stages hold 64·wg A rows and N B rows of 64 bf16,
             // within the H200's 227 KB of shared memory per block.
-            assert_eq!(c.threads(), 128 * c.wg);
+            // (version 8: one producer warpgroup more)
+            assert_eq!(c.threads(), 128 * (c.wg + c.ws as usize));
             assert_eq!(c.required_block_m(), Some(64 * c.wg));
             assert_eq!((c.bn(), c.bn1()), (16 * c.nf, 8 * c.nf));
             let bm = 64 * c.wg;
@@ -793,6 +843,9 @@ mod tests {
                 c.stages * (bm + c.bn()) * c.bk * 2 + align
             );
             assert!(c.shared_bytes(bm) <= 227 * 1024);
+            // Version 7's boxes land in the swizzled layout, 64 rows each, in two halves.
+            assert!(!c.tma || (c.swz && c.bn() % 128 == 0));
+            assert!(!c.ws || c.tma);
         }
         let g = TileConfig::parse("g2_k64_n16_s4").unwrap();
         assert_eq!(g.kernel("fused_gemm2"), "fused_gemm2_g2_k64_n16_s4");

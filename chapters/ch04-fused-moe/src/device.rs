@@ -118,6 +118,63 @@ struct Weights {
     gate: DeviceBuffer<f32>,
     bias: Option<DeviceBuffer<f32>>,
     experts: DeviceWeights,
+    /// Version 7's tensor maps (sm_90a GPUs, H and I multiples of 8): 16 u64 (128 bytes) for
+    /// each of w13 `[E·2I, H]`, w2 `[E·H, I]` and the shared expert's w13 and w2 (zeros when
+    /// there is none), their boxes 64 rows × 64 bf16 ([`TensorMap`]).
+    maps: Option<DeviceBuffer<u64>>,
+}
+
+/// Which weight tensor's map a version 7 launch reads (its index in [`Weights::maps`]).
+#[derive(Clone, Copy, Debug)]
+enum TensorMap {
+    W13 = 0,
+    W2 = 1,
+    SharedW13 = 2,
+    SharedW2 = 3,
+}
+
+/// Rows and columns of version 7's boxes (`WgCfg::BOX_ROWS`, and BK: 128 bytes of bf16).
+const TMA_BOX: (u32, u32) = (64, 64);
+
+/// The four tensor maps of [`Weights::maps`], or None where no version 7 configuration can run.
+fn encode_maps(
+    device: &'static Device,
+    c: &MoeConfig,
+    experts: &DeviceWeights,
+) -> Result<Option<DeviceBuffer<u64>>, MoeError> {
+    let widths = [
+        c.hidden,
+        c.intermediate,
+        c.shared.map_or(8, |s| s.intermediate),
+    ];
+    if !device.has_sm90a() || widths.iter().any(|n| n % 8 != 0) {
+        return Ok(None);
+    }
+    let (h, i, e) = (c.hidden, c.intermediate, c.experts);
+    let (br, bc) = TMA_BOX;
+    let mut all = vec![0u64; 64];
+    let mut put = |at: TensorMap, map: [u64; 16]| {
+        all[16 * at as usize..][..16].copy_from_slice(&map);
+    };
+    put(
+        TensorMap::W13,
+        device.tensor_map_bf16(&experts.w13, e * 2 * i, h, br, bc)?,
+    );
+    put(
+        TensorMap::W2,
+        device.tensor_map_bf16(&experts.w2, e * h, i, br, bc)?,
+    );
+    if let Some(s) = &experts.shared {
+        put(
+            TensorMap::SharedW13,
+            device.tensor_map_bf16(&s.w13, 2 * s.inter, h, br, bc)?,
+        );
+        put(
+            TensorMap::SharedW2,
+            device.tensor_map_bf16(&s.w2, h, s.inter, br, bc)?,
+        );
+    }
+    Ok(Some(device.upload(&all)?))
 }
 
 /// Numbers the fused layers of a process, so that a workspace is only used by its layer.
@@ -452,6 +509,7 @@ impl FusedDevice {
         bias: Option<&[f32]>,
         experts: DeviceWeights,
     ) -> Result<Self, MoeError> {
+        let maps = encode_maps(device, config, &experts)?;
         Ok(FusedDevice {
             device,
             id: NEXT_LAYER_ID.fetch_add(1, Ordering::Relaxed),
@@ -465,6 +523,7 @@ impl FusedDevice {
                     None => None,
                 },
                 experts,
+                maps,
             }),
             block_m: None,
             path: None,
@@ -508,7 +567,7 @@ impl FusedDevice {
     /// The same layer with the tiled path's tiles in `tile` (one of
     /// [`crate::choose::TILE_CONFIGS`], or on an sm_90a GPU one of
     /// [`crate::choose::HOPPER_CONFIGS`]) instead of the rule and the table: the same bits
-    /// within versions 1 to 3 (versions 4 to 6 too: chapter 4's GPU test checks it).
+    /// within versions 1 to 3 (versions 4 to 8 too: chapter 4's GPU test checks it).
     pub fn with_tile(mut self, tile: TileConfig) -> Result<Self, MoeError> {
         if TileConfig::parse(&tile.name()) != Some(tile) {
             return Err(MoeError::Config {
@@ -526,7 +585,7 @@ impl FusedDevice {
         Ok(self)
     }
 
-    /// Whether this layer can run `tile` here: a version 4 to 6 configuration needs an sm_90a GPU
+    /// Whether this layer can run `tile` here: a version 4 to 8 configuration needs an sm_90a GPU
     /// ([`Device::has_sm90a`]) and 16-byte rows in both GEMMs (H, I and the shared expert's I
     /// multiples of 8).
     fn hopper_ok(&self, tile: TileConfig) -> Result<(), MoeError> {
@@ -630,7 +689,7 @@ impl FusedDevice {
         let pairs = rows * k;
         let (block_m, tile) = match path {
             Path::Tiled => {
-                // A measured row naming a version 4 to 6 configuration counts only where it can run.
+                // A measured row naming a version 4 to 8 configuration counts only where it can run.
                 let tuned_tile = tuned_for(Path::Tiled).filter(|t| self.hopper_ok(t.tile).is_ok());
                 let tile = self
                     .tile
@@ -735,7 +794,7 @@ impl FusedDevice {
             Some(s) => {
                 let layout = match tiled {
                     true => {
-                        // Versions 4 to 6's tiles are 64 rows per warpgroup, the shared expert's too.
+                        // Versions 4 to 8's tiles are 64 rows per warpgroup, the shared expert's too.
                         let bm = plan
                             .tile
                             .required_block_m()
@@ -888,6 +947,7 @@ impl FusedDevice {
         tiles: usize,
         out: &DeviceBuffer<bf16>,
         (pairs, k, inter, experts, block_m): (usize, usize, usize, usize, usize),
+        map: TensorMap,
     ) -> Result<(), MoeError> {
         let h = self.config.hidden;
         let tile = plan.tile;
@@ -920,7 +980,10 @@ impl FusedDevice {
                 int(inter),
                 int(experts),
                 int(block_m)
-            ],
+            ]
+            .into_iter()
+            .chain(self.map_arg(tile, map)?)
+            .collect::<Vec<_>>(),
         )?;
         Ok(())
     }
@@ -937,6 +1000,7 @@ impl FusedDevice {
         weight: KernelArg,
         y: &DeviceBuffer<f32>,
         (pairs, inter, experts, block_m): (usize, usize, usize, usize),
+        map: TensorMap,
     ) -> Result<(), MoeError> {
         let h = self.config.hidden;
         let mut cfg = LaunchConfig::blocks(tiles as u32, tile.threads() as u32)
@@ -959,11 +1023,28 @@ impl FusedDevice {
                 int(inter),
                 int(experts),
                 int(block_m)
-            ],
+            ]
+            .into_iter()
+            .chain(self.map_arg(tile, map)?)
+            .collect::<Vec<_>>(),
         )?;
         Ok(())
     }
     // ANCHOR_END: gemm_launches
+
+    /// Version 7's last argument: the address of `map` in device memory (other versions: none).
+    fn map_arg(&self, tile: TileConfig, map: TensorMap) -> Result<Option<KernelArg>, MoeError> {
+        if !tile.tma {
+            return Ok(None);
+        }
+        let maps = self.weights.maps.as_ref().ok_or_else(|| MoeError::Config {
+            field: "tile configuration",
+            expected: "an sm_90a GPU and H and I multiples of 8 (the tensor maps of version 7)"
+                .into(),
+            found: tile.name(),
+        })?;
+        Ok(Some(KernelArg::Ptr(maps.device_ptr() + 128 * map as u64)))
+    }
 
     /// `act [rows, I] = SwiGLU(gateup [rows, 2I])`: the unfused layer's elementwise kernel.
     fn swiglu(
@@ -1079,6 +1160,7 @@ impl FusedDevice {
             tiles,
             first,
             (pairs, k, i, e, plan.block_m),
+            TensorMap::W13,
         )?;
         if let Some(g) = &ws.gateup {
             self.swiglu(g, &ws.act, pairs, i)?;
@@ -1093,6 +1175,7 @@ impl FusedDevice {
             wt,
             y,
             (pairs, i, e, plan.block_m),
+            TensorMap::W2,
         )?;
         // 4. The shared expert: the same kernels, every token a pair of the one expert.
         let (mut shared_y, mut shared_gate) = (KernelArg::Ptr(0), KernelArg::Ptr(0));
@@ -1112,6 +1195,7 @@ impl FusedDevice {
                 l.tiles,
                 first,
                 (rows, 1, s.inter, 1, l.block_m),
+                TensorMap::SharedW13,
             )?;
             if let Some(g) = &sw.gateup {
                 self.swiglu(g, &sw.act, rows, s.inter)?;
@@ -1126,6 +1210,7 @@ impl FusedDevice {
                 none,
                 sy,
                 (rows, s.inter, 1, l.block_m),
+                TensorMap::SharedW2,
             )?;
             shared_y = KernelArg::from(sy);
             if let (Some(g), Some(logit)) = (&s.gate, &sw.gate) {

@@ -21,7 +21,9 @@ use ch04_fused_moe::regimes::{fused_regime, FUSED_REGIMES};
 use ch04_fused_moe::{DecodeGeometry, FusedDevice, Fusion, Path, TileConfig};
 use half::bf16;
 use moe_kernels::testing::assert_same_bits;
-use moe_kernels::{args, record_launches, BackendKind, Device, KernelArg, LaunchConfig};
+use moe_kernels::{
+    args, record_launches, BackendKind, Device, DeviceBuffer, KernelArg, LaunchConfig,
+};
 
 /// Chapter 2's regimes, then this chapter's.
 fn every_regime() -> impl Iterator<Item = MoeRegime> {
@@ -530,11 +532,20 @@ fn kernels_skip_placeholders_garbage_and_foreign_tiles(dev: &'static Device) {
         cfg.grid.1 = i.div_ceil(tile.bn1()) as u32;
         let int = |v: usize| KernelArg::I32(v as i32);
         let sizes = [int(p), int(k), int(h), int(i), int(e), int(bm)];
+        // Version 7 also takes its weight tensor's map (boxes of 64 rows × 64 bf16).
+        let map = |w: &DeviceBuffer<bf16>, rows: usize, cols: usize| -> Option<DeviceBuffer<u64>> {
+            tile.tma
+                .then(|| d.upload(&d.tensor_map_bf16(w, rows, cols, 64, 64).unwrap()[..]))
+                .map(Result::unwrap)
+        };
+        let (map13, map2) = (map(&w13d, e * 2 * i, h), map(&w2d, e * h, i));
+        let m13: Vec<KernelArg> = map13.iter().map(KernelArg::from).collect();
+        let m2: Vec<KernelArg> = map2.iter().map(KernelArg::from).collect();
         let a = args![&xd, &w13d, &sd, &ed, &nd, &act];
         m.launch(
             &tile.kernel("fused_gemm1_swiglu"),
             cfg,
-            &[&a[..], &sizes[..]].concat(),
+            &[&a[..], &sizes[..], &m13[..]].concat(),
         )
         .unwrap();
         cfg.grid.1 = h.div_ceil(tile.bn()) as u32;
@@ -543,7 +554,7 @@ fn kernels_skip_placeholders_garbage_and_foreign_tiles(dev: &'static Device) {
         m.launch(
             &tile.kernel("fused_gemm2"),
             cfg,
-            &[&a[..], &sizes[..]].concat(),
+            &[&a[..], &sizes[..], &m2[..]].concat(),
         )
         .unwrap();
         (act.to_vec().unwrap(), y.to_vec().unwrap())
@@ -588,7 +599,7 @@ fn kernels_skip_placeholders_garbage_and_foreign_tiles(dev: &'static Device) {
             assert_same_bits(&format!("y, {what}"), &yy, &y);
         }
     }
-    // Versions 4 to 6 (sm_90a GPUs only) at the BLOCK_M it is built for: the same rows untouched and
+    // Versions 4 to 8 (sm_90a GPUs only) at the BLOCK_M it is built for: the same rows untouched and
     // the same bits (here K = 72 and 40: the last slice of 64 mostly zero-filled).
     if dev.has_sm90a() {
         for tile in HOPPER_CONFIGS {
@@ -1147,7 +1158,24 @@ fn bad_inputs_are_typed_errors(dev: &'static Device) {
         wg: 0,
         swz: false,
         w0: false,
+        tma: false,
+        ws: false,
     };
+    // Version 7's bulk copies on an mma.sync tile (whose name cannot say so) are no configuration.
+    let tma_on_v1 = ch04_fused_moe::TileConfig {
+        tma: true,
+        ..TileConfig::DEFAULT
+    };
+    assert!(
+        matches!(
+            l.clone().with_tile(tma_on_v1).err(),
+            Some(MoeError::Config {
+                field: "tile configuration",
+                ..
+            })
+        ),
+        "w4_k32_n1 with tma set was not refused"
+    );
     let e = l.clone().with_tile(bad_tile).err().unwrap();
     assert!(
         matches!(
@@ -1188,7 +1216,7 @@ fn bad_inputs_are_typed_errors(dev: &'static Device) {
 }
 
 // ANCHOR: hopper_bits
-/// Versions 4 to 6 (Hopper's `wgmma`, sm_90a GPUs only) against versions 1 to 3: on every regime whose
+/// Versions 4 to 8 (Hopper's `wgmma`, sm_90a GPUs only) against versions 1 to 3: on every regime whose
 /// H and I are multiples of 8, every configuration of theirs gives the portable tiled path's bits
 /// at the same BLOCK_M, fused and unfused (each output the same k-steps of 16 into one fp32
 /// accumulator; this is where that is checked, not assumed), and asking it for another BLOCK_M
@@ -1255,7 +1283,7 @@ fn hopper_tiles_give_the_portable_bits(dev: &'static Device) {
         }
     }
     if dev.has_sm90a() {
-        assert!(compared > 0, "no regime ran versions 4 to 6");
+        assert!(compared > 0, "no regime ran versions 4 to 8");
     }
 }
 // ANCHOR_END: hopper_bits

@@ -173,6 +173,50 @@ impl Gpu {
         check(r.result(), describe)
     }
 
+    /// The 128-byte tensor map of a row-major bf16 matrix `[rows, cols]` at `ptr` whose boxes
+    /// are `box_rows` × `box_cols` elements, laid out in shared memory with the 128-byte swizzle
+    /// (`box_cols` · 2 must be 128 at most); parts of a box past the matrix are filled with
+    /// zeros. For the tensor memory accelerator's bulk copies (`kernels/tma.cuh`).
+    pub(crate) fn tensor_map_bf16(
+        &self,
+        ptr: u64,
+        rows: u64,
+        cols: u64,
+        box_rows: u32,
+        box_cols: u32,
+    ) -> Result<[u64; 16]> {
+        use sys::{
+            CUtensorMapDataType as D, CUtensorMapFloatOOBfill as F, CUtensorMapInterleave as I,
+            CUtensorMapL2promotion as L, CUtensorMapSwizzle as S,
+        };
+        self.bind()?;
+        let mut map: sys::CUtensorMap = unsafe { std::mem::zeroed() };
+        let dims = [cols, rows];
+        let strides = [cols * 2]; // bytes between rows; the innermost dimension's is implied
+        let boxes = [box_cols, box_rows];
+        let steps = [1u32, 1];
+        let r = unsafe {
+            sys::cuTensorMapEncodeTiled(
+                &mut map,
+                D::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                2,
+                ptr as *mut std::ffi::c_void,
+                dims.as_ptr(),
+                strides.as_ptr(),
+                boxes.as_ptr(),
+                steps.as_ptr(),
+                I::CU_TENSOR_MAP_INTERLEAVE_NONE,
+                S::CU_TENSOR_MAP_SWIZZLE_128B,
+                L::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                F::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+            )
+        };
+        check(r.result(), || {
+            format!("cuTensorMapEncodeTiled(bf16 [{rows}, {cols}] at {ptr:#x}, box {box_rows} x {box_cols}, 128-byte swizzle)")
+        })?;
+        Ok(map.opaque)
+    }
+
     pub(crate) fn sync(&self, when: &str) -> Result<()> {
         self.bind()?;
         check(unsafe { cu::stream::synchronize(self.stream) }, || {

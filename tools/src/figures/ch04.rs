@@ -405,6 +405,12 @@ pub fn gpu_facts(rows: &[BenchRow], layout: &[Layout], f: &mut Facts) -> Result<
                 f.add(format!("{name}_cold"), fmt_us(r.cold_median_us), src);
                 f.add(format!("{name}_warm"), fmt_us(r.warm_median_us), src);
                 f.add(format!("{name}_launches"), r.launches.to_string(), src);
+                if imp == OURS {
+                    // The spread of the shipped layer's cold runs, for where a step's time is
+                    // within it.
+                    f.add(format!("{p}_cold_p10"), fmt_us(r.cold_p10_us), src);
+                    f.add(format!("{p}_cold_p90"), fmt_us(r.cold_p90_us), src);
+                }
                 if imp != OURS {
                     if let Some((c, w)) = over_ours(&measured, &shape, n, imp) {
                         f.add(format!("{p}_over_ours_{imp}"), format!("{c:.2}"), src);
@@ -1711,7 +1717,9 @@ pub fn tune_facts(shapes: &[TuneShape], tuned: &TunedFile, timings: usize, f: &m
     }
 }
 
-/// The kernel version of a tiled configuration (the page's numbering): 6 for version 5 waiting
+/// The kernel version of a tiled configuration (the page's numbering): 8 for version 7
+/// warp-specialized (`g2_…_x_tma_ws`), 7 for version 5 or 6 with its weight slices through the
+/// tensor memory accelerator (`g2_…_x_tma`, `g1_…_x_w0_tma`), 6 for version 5 waiting
 /// for each slice's MMA (`g1_…_x_w0`), 5 for warpgroup MMA in the 128-byte swizzle (`g2_…_x`), 4 for warpgroup MMA in the flat layout (`g2_…`), 3 for a
 /// grid of warps (`w2x2_…`), 2 for a pipelined main loop (`…_s3`), 1 for the first main loop; a
 /// `_m64` suffix (a larger BLOCK_M) keeps the version of its tile. `None` for anything else.
@@ -1721,7 +1729,11 @@ pub fn tile_version(config: &str) -> Option<u8> {
     if let Some(wg) = first.strip_prefix('g') {
         wg.parse::<u32>().ok()?;
         let parts: Vec<&str> = parts.collect();
-        return Some(if parts.contains(&"w0") {
+        return Some(if parts.contains(&"ws") {
+            8
+        } else if parts.contains(&"tma") {
+            7
+        } else if parts.contains(&"w0") {
             6
         } else if parts.contains(&"x") {
             5
@@ -1746,10 +1758,22 @@ pub fn tile_version(config: &str) -> Option<u8> {
     })
 }
 
-/// The versions compared, (a, b) for "version a ÷ version b": each with the one before it, and
-/// versions 4 and 5 (Hopper's) with version 3 (the last portable one). The table's ratio rows
-/// and the facts `{shape}_t{T}_v{a}_over_v{b}`.
-const VERSION_RATIOS: [(u8, u8); 6] = [(1, 2), (2, 3), (3, 4), (3, 5), (4, 5), (5, 6)];
+/// The versions compared, (a, b) for "version a ÷ version b": each with the one before it,
+/// versions 4 and 5 (Hopper's) with version 3 (the last portable one), and versions 7 and 8 with
+/// version 5 (whose tiles they keep). The table's ratio rows and the facts
+/// `{shape}_t{T}_v{a}_over_v{b}`.
+const VERSION_RATIOS: [(u8, u8); 10] = [
+    (1, 2),
+    (2, 3),
+    (3, 4),
+    (3, 5),
+    (4, 5),
+    (5, 6),
+    (6, 7),
+    (7, 8),
+    (5, 7),
+    (5, 8),
+];
 
 /// The fastest tiled candidate of each kernel version, by (shape, batch, version).
 pub type ByVersion<'a> = BTreeMap<(String, u64, u8), &'a Candidate>;
@@ -1775,8 +1799,9 @@ pub fn fastest_by_version(all: &[Candidate]) -> ByVersion<'_> {
 pub fn versions_table(shapes: &[TuneShape], best: &ByVersion) -> String {
     let mut s =
         "The tiled path's fastest configuration of each kernel version (any BLOCK_M), cold µs \
-                 per layer call, median, from the same run of `bench ch04-tune` \
-                 (bench/results/h200/ch04_tune_all.csv).\n"
+                 per layer call, median, from `bench ch04-tune` \
+                 (bench/results/h200/ch04_tune_all.csv: every candidate of one batch from one run; \
+                 – where a version was not timed).\n"
             .to_string();
     for shape in shapes.iter().map(|t| &t.name) {
         let tokens: BTreeSet<u64> = best.keys().filter(|k| &k.0 == shape).map(|k| k.1).collect();
@@ -1798,6 +1823,8 @@ pub fn versions_table(shapes: &[TuneShape], best: &ByVersion) -> String {
                 6,
                 "6: 5 waiting for each slice's MMA, copies a slice deeper",
             ),
+            (7, "7: 5 or 6, the weights through TMA"),
+            (8, "8: 7, warp-specialized"),
         ] {
             s += &format!("| {about} |");
             for &t in &tokens {
@@ -2412,6 +2439,10 @@ mod tests {
             ("g2_k64_n16_s4_x", Some(5)),
             ("g1_k64_n8_s3_x_w0", Some(6)),
             ("g1_k64_n8_s4_x_w0_m64", Some(6)),
+            ("g2_k64_n16_s4_x_tma", Some(7)),
+            ("g1_k64_n8_s3_x_w0_tma", Some(7)),
+            ("g2_k64_n16_s4_x_tma_ws", Some(8)),
+            ("g1_k64_n8_s4_x_tma_ws_m64", Some(8)),
             ("gx_k64", None),
             ("decode", None),
         ] {

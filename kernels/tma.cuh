@@ -1,0 +1,74 @@
+// tma.cuh -- Hopper's tensor memory accelerator (sm_90a only), the way chapter 4's version 7 uses
+// it: one thread asks the copy engine for a whole 2-D box of a tensor (here 64 rows x 64 bf16 of
+// a weight matrix, 8 KiB), the engine writes it into shared memory in wgmma's 128-byte swizzled
+// layout and counts its bytes on an mbarrier; the threads that need the box wait on that
+// barrier. No thread computes an address or issues a 16-byte copy for it: where version 6's
+// 128 threads issue 512 cp.async for a 64 x 128-row slice of B, version 7's one thread issues
+// two bulk copies.
+//
+// The box's shape, the tensor's sizes and strides and the swizzle live in a 128-byte "tensor
+// map" the host encodes once per weight tensor (cuTensorMapEncodeTiled, kernels/src/cuda) and
+// copies into global memory; the kernel gets its address. Boxes that reach past the tensor's
+// edge (K not a multiple of 64, the last rows) are filled with zeros by the engine, and still
+// count their whole size on the barrier.
+//
+// An mbarrier (8 bytes of shared memory) completes a phase when its expected arrivals have
+// arrived AND the bytes announced with expect_tx have landed; threads wait for a phase by its
+// parity (0, 1, 0, ... as the barrier is reused).
+#pragma once
+#include "wgmma.cuh"
+
+#ifdef MOE_WGMMA
+// ANCHOR: tma_api
+__device__ __forceinline__ unsigned moe_smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+// A barrier of `count` arrivals per phase (one thread initializes it; then
+// moe_mbar_init_fence and a block barrier before anyone uses it).
+__device__ __forceinline__ void moe_mbar_init(unsigned long long* bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(moe_smem_addr(bar)), "r"(count) : "memory");
+}
+// Makes the initialized barriers visible to the copy engine (the async proxy).
+__device__ __forceinline__ void moe_mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+
+// One arrival that also announces `bytes` more to land before the phase completes.
+__device__ __forceinline__ void moe_mbar_arrive_expect_tx(unsigned long long* bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(moe_smem_addr(bar)), "r"(bytes)
+                 : "memory");
+}
+
+// Waits until the phase of parity `parity` has completed.
+__device__ __forceinline__ void moe_mbar_wait(unsigned long long* bar, unsigned parity) {
+    const unsigned a = moe_smem_addr(bar);
+    unsigned done;
+    do {
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(a), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+
+// The box of `map` whose first element is (column c0, row c1) into shared memory at `dst`
+// (1024-byte aligned for the 128-byte swizzle), its bytes counted on `bar`.
+__device__ __forceinline__ void moe_tma_load_2d(void* dst, const void* map, int c0, int c1, unsigned long long* bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+            moe_smem_addr(dst)),
+        "l"(map), "r"(c0), "r"(c1), "r"(moe_smem_addr(bar))
+        : "memory");
+}
+// ANCHOR_END: tma_api
+
+// ANCHOR: mbar_more
+// Version 8's two more arrivals. A plain one (a consumer thread done with a buffer):
+__device__ __forceinline__ void moe_mbar_arrive(unsigned long long* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(moe_smem_addr(bar)) : "memory");
+}
+// And one the hardware makes on this thread's behalf once every cp.async it issued before has
+// landed (noinc: it counts against the arrivals the barrier was initialized with).
+__device__ __forceinline__ void moe_cp_async_mbar_arrive(unsigned long long* bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(moe_smem_addr(bar)) : "memory");
+}
+// ANCHOR_END: mbar_more
+#endif  // sm_90a
