@@ -940,7 +940,8 @@ extern "C" __global__ void __launch_bounds__(256)
 // thread's cp.async arrival, thread 0's arrival with the bytes). The WGS consumer warpgroups do
 // nothing but wait on "full", multiply, and arrive on the buffer's "empty" mbarrier once their
 // wgmma has read it; the producer waits on "empty" before refilling. No __syncthreads in the
-// loop: each side runs as far ahead as the buffers allow (all STAGES of them in flight).
+// loop: each side runs as far ahead as the buffers allow (every buffer but the one whose wgmma
+// group is still running may be filling: STAGES − 1 slices ahead).
 template <int WGS_, int BK_, int NF_, int STAGES_, bool SWZ_ = false, bool W0_ = false, bool TMA_ = false,
           bool WS_ = false>
 struct WgCfg {

@@ -3,8 +3,8 @@
 // a weight matrix, 8 KiB), the engine writes it into shared memory in wgmma's 128-byte swizzled
 // layout and counts its bytes on an mbarrier; the threads that need the box wait on that
 // barrier. No thread computes an address or issues a 16-byte copy for it: where version 6's
-// 128 threads issue 512 cp.async for a 64 x 128-row slice of B, version 7's one thread issues
-// two bulk copies.
+// 128 threads issue 1024 cp.async (8 each) for a 64-column slice of 128 rows of B, version 7's
+// one thread issues two bulk copies.
 //
 // The box's shape, the tensor's sizes and strides and the swizzle live in a 128-byte "tensor
 // map" the host encodes once per weight tensor (cuTensorMapEncodeTiled, kernels/src/cuda) and

@@ -10,9 +10,9 @@ use std::fmt::Write as _;
 
 /// A time in µs with about three significant digits.
 pub fn fmt_us(v: f64) -> String {
-    if v >= 100.0 {
+    if v.abs() >= 100.0 {
         format!("{v:.0}")
-    } else if v >= 10.0 {
+    } else if v.abs() >= 10.0 {
         format!("{v:.1}")
     } else {
         format!("{v:.2}")
