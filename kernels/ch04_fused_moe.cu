@@ -180,6 +180,7 @@
 #define DECODE_GROUP 8            // pairs of one expert the grouped decode kernels multiply per weight load (and BLOCK_M)
 #define DECODE_GROUP_MAX_THREADS 512  // the grouped decode kernels take any multiple of 32 threads up to this
 #define WG_SWIZZLE_ALIGN 1024     // version 5's stages start on this many bytes: the host adds as many to its shared memory
+#define WG_TMA_BOX 64             // versions 7 and 8: a TMA box is this many rows of this many bf16 (the host's tensor maps)
 
 // ANCHOR: config
 // One tile configuration. GEMM 1 stages BN1 gate rows and the BN1 matching up rows; the plain
@@ -971,9 +972,10 @@ struct WgCfg {
     static_assert(BN == 128 || BN == 256, "wgmma.cuh instantiates N = 128 and 256");
     static_assert(AHEAD >= 1, "a buffer is refilled two slices (W0: one) after its product was issued");
     static_assert(!SWZ || BK == 64, "the 128-byte swizzle holds one staged row of 64 bf16");
-    static_assert(!TMA || (SWZ && BN % 128 == 0), "TMA boxes: 64 swizzled rows, two halves of whole boxes");
+    static_assert(!TMA || (SWZ && BN % (2 * WG_TMA_BOX) == 0 && BK == WG_TMA_BOX),
+                  "TMA boxes: WG_TMA_BOX swizzled rows of BK, two halves of whole boxes");
     static_assert(!WS || TMA, "version 8's producer asks for B's boxes");
-    static constexpr int BOX_ROWS = 64;                    // TMA: rows of one box (the host's tensor maps)
+    static constexpr int BOX_ROWS = WG_TMA_BOX;            // TMA: rows of one box (the host's tensor maps)
     static constexpr int HALF_BOXES = BN / 2 / BOX_ROWS;   // TMA: boxes per half of B (gate | up, or two column halves)
 };
 // ANCHOR_END: wg_config

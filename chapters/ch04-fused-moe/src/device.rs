@@ -83,7 +83,7 @@ pub mod geometry {
 }
 use geometry::{
     DECODE_GROUP, DECODE_GROUP_MAX_THREADS, FUSED_BN1, FUSED_BN2, FUSED_ELEMENTWISE_THREADS,
-    FUSED_THREADS, FUSED_WARPS,
+    FUSED_THREADS, FUSED_WARPS, WG_TMA_BOX,
 };
 
 /// The tile heights the kernels support: chapter 3's choices for BLOCK_M.
@@ -133,25 +133,33 @@ enum TensorMap {
     SharedW2 = 3,
 }
 
-/// Rows and columns of version 7's boxes (`WgCfg::BOX_ROWS`, and BK: 128 bytes of bf16).
-const TMA_BOX: (u32, u32) = (64, 64);
+/// The first of a layer's widths (H, I, the shared expert's I) whose bf16 rows are not whole
+/// 16-byte copies, which versions 4 to 8 need (wgmma's staged rows, TMA's row strides).
+fn width_not_16_bytes(c: &MoeConfig) -> Option<(&'static str, usize)> {
+    [
+        ("hidden", c.hidden),
+        ("intermediate", c.intermediate),
+        (
+            "shared intermediate",
+            c.shared.map_or(8, |s| s.intermediate),
+        ),
+    ]
+    .into_iter()
+    .find(|(_, n)| n % 8 != 0)
+}
 
 /// The four tensor maps of [`Weights::maps`], or None where no version 7 configuration can run.
+/// Their boxes are the kernel's: WG_TMA_BOX rows of WG_TMA_BOX bf16 (one swizzled 128-byte row).
 fn encode_maps(
     device: &'static Device,
     c: &MoeConfig,
     experts: &DeviceWeights,
 ) -> Result<Option<DeviceBuffer<u64>>, MoeError> {
-    let widths = [
-        c.hidden,
-        c.intermediate,
-        c.shared.map_or(8, |s| s.intermediate),
-    ];
-    if !device.has_sm90a() || widths.iter().any(|n| n % 8 != 0) {
+    if !device.has_sm90a() || width_not_16_bytes(c).is_some() {
         return Ok(None);
     }
     let (h, i, e) = (c.hidden, c.intermediate, c.experts);
-    let (br, bc) = TMA_BOX;
+    let (br, bc) = (WG_TMA_BOX as u32, WG_TMA_BOX as u32);
     let mut all = vec![0u64; 64];
     let mut put = |at: TensorMap, map: [u64; 16]| {
         all[16 * at as usize..][..16].copy_from_slice(&map);
@@ -603,16 +611,7 @@ impl FusedDevice {
                 found: tile.name(),
             });
         }
-        let c = &self.config;
-        let widths = [
-            ("hidden", c.hidden),
-            ("intermediate", c.intermediate),
-            (
-                "shared intermediate",
-                c.shared.map_or(8, |s| s.intermediate),
-            ),
-        ];
-        if let Some((what, n)) = widths.into_iter().find(|(_, n)| n % 8 != 0) {
+        if let Some((what, n)) = width_not_16_bytes(&self.config) {
             return Err(MoeError::Config {
                 field: "tile configuration",
                 expected: format!(

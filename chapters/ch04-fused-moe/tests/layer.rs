@@ -532,10 +532,13 @@ fn kernels_skip_placeholders_garbage_and_foreign_tiles(dev: &'static Device) {
         cfg.grid.1 = i.div_ceil(tile.bn1()) as u32;
         let int = |v: usize| KernelArg::I32(v as i32);
         let sizes = [int(p), int(k), int(h), int(i), int(e), int(bm)];
-        // Version 7 also takes its weight tensor's map (boxes of 64 rows × 64 bf16).
+        // Versions 7 and 8 also take their weight tensor's map (the kernel's boxes).
         let map = |w: &DeviceBuffer<bf16>, rows: usize, cols: usize| -> Option<DeviceBuffer<u64>> {
             tile.tma
-                .then(|| d.upload(&d.tensor_map_bf16(w, rows, cols, 64, 64).unwrap()[..]))
+                .then(|| {
+                    let b = geometry::WG_TMA_BOX as u32;
+                    d.upload(&d.tensor_map_bf16(w, rows, cols, b, b).unwrap()[..])
+                })
                 .map(Result::unwrap)
         };
         let (map13, map2) = (map(&w13d, e * 2 * i, h), map(&w2d, e * h, i));
