@@ -6,7 +6,9 @@
 // memory and writing its output back. Here one warp owns one token row: each lane loads its
 // share of the row's logits once (expert lane, lane+32, ...), keeps the scores and rank keys in
 // registers, and the warp selects in k rounds of argmax by a warp reduction (redux.sync) and a
-// vote. The row never goes back to memory; only the k ids and k weights are stored.
+// vote. The row never goes back to memory; only the k ids and k weights are stored. For few
+// rows, fused_router_block runs the same router with one block per row and a thread per expert
+// (below): more instructions in all, a much shorter chain.
 //
 // Upstream: SGLang's fused router (`_router_triton_kernel` in a profile; the biased grouped
 // top-k of sgl-kernel's moe_fused_gate and vLLM's grouped_topk kernels are the same idea in
@@ -333,6 +335,128 @@ __device__ __forceinline__ void fused_router(const float* __restrict__ logits,
     }
 }
 // ANCHOR_END: fused_router
+
+// ANCHOR: block_router
+// The same router for few rows: one block per token row, one thread per expert (blockDim =
+// 32 * ceil(E / 32), at most 1024), without grouped selection. At a few rows one warp's chain is
+// the time (about 1,600 dependent instructions for a GLM-like row); here a thread scores one
+// expert, and the selection is two rank counts instead of k rounds:
+//   1. every warp ranks its 32 experts by 32 shuffles and compares (no chain: each compare waits
+//      only for its shuffle), and its k best go to shared memory;
+//   2. each of those ceil(E / 32) * k candidates counts the candidates better than itself (a loop
+//      over shared memory, every thread reading the same word), and the one with count r < k is
+//      pick r.
+// The order is the one-warp kernel's (a larger key, then the lower id), and so are the scores and
+// the sums (the softmax's sum taken lane by lane over the experts lane, lane + 32, ..., then the
+// same xor tree): the two forms give the same ids and weights, bit for bit.
+//   logits [T, E] f32, bias [E] f32 or null, ids [T, k] i32, weights [T, k] f32
+extern "C" __global__ void __launch_bounds__(FR_MAX_EXPERTS) fused_router_block(
+    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
+    float* __restrict__ weights, int T, int E, int k, int scoring, int renormalize, float scale) {
+    __shared__ float fb_max[32];                             // the warps' maxima (softmax)
+    __shared__ float fb_sum;                                 // the row's sum (softmax)
+    __shared__ float fb_exp[FR_MAX_EXPERTS];                 // the exponentials (softmax)
+    __shared__ unsigned long long fb_cand[FR_MAX_EXPERTS];   // ordered key << 32 | ~id; 0: none
+    __shared__ float fb_cand_score[FR_MAX_EXPERTS];
+    __shared__ int fb_id[FR_MAX_K];                          // pick r
+    __shared__ float fb_score[FR_MAX_K];
+    const int t = blockIdx.x, e = threadIdx.x, lane = e & 31, warp = e >> 5;
+    const int warps = blockDim.x >> 5;
+    if (t >= T) return;  // the whole block leaves
+    const float neg_inf = -__int_as_float(0x7f800000);
+    const bool real = e < E, has_bias = bias != nullptr;
+    // The bias before the wait (no kernel writes it), through the L2 (__ldcg): ptxas moved a
+    // read-only load of it (ld.global.nc) below the wait, where a cold bias then took its trip to
+    // memory only after the logits were ready.
+    const float b = (has_bias && real) ? __ldcg(&bias[e]) : 0.0f;
+    if (e < k) {
+        fb_id[e] = -1;  // a pick nobody takes (k > the experts left): id -1, score 0
+        fb_score[e] = 0.0f;
+    }
+    moe_grid_wait();
+    float s = real ? __ldcg(&logits[(size_t)t * E + e]) : __int_as_float(0x7fc00000);
+    const bool finite = moe_isfinite(s);
+    s = finite ? s : 0.0f;
+    if (scoring == FR_SCORING_SOFTMAX) {
+        float m = finite ? s : neg_inf;
+        for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(MOE_FULL_MASK, m, off));
+        if (lane == 0) fb_max[warp] = m;
+        __syncthreads();
+        for (int w = 0; w < warps; ++w) m = fmaxf(m, fb_max[w]);  // exact in any order
+        const float ex = moe_expf(s - m);
+        fb_exp[e] = finite ? ex : 0.0f;
+        __syncthreads();
+        if (warp == 0) {  // the one-warp kernel's order: lane l adds experts l, l + 32, ...
+            float sum = 0.0f;
+            for (int w = 0; w < warps; ++w) sum += fb_exp[lane + 32 * w];
+            for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(MOE_FULL_MASK, sum, off);
+            if (lane == 0) fb_sum = sum;
+        }
+        __syncthreads();
+        const float sum = fb_sum;
+        const float p = fb_exp[e] / sum;
+        s = (finite && sum > 0.0f) ? p : 0.0f;
+    } else if (scoring == FR_SCORING_SIGMOID) {
+        const float p = moe_sigmoidf(s);
+        s = finite ? p : 0.0f;
+    } else {
+        const float p = sqrtf(moe_softplusf(s));
+        s = finite ? p : 0.0f;
+    }
+    const float key = finite ? (has_bias ? s + b : s) : neg_inf;
+    const unsigned u = real ? fr_order(key) : 0u;  // 0: no expert
+    // 1. The expert's rank in its warp: the lanes ahead of it (a larger key, or the same key and
+    //    a lower lane, so a lower id). The ranks are 0..31, each once, so the warp's first k
+    //    candidate slots are all written (0 where the warp has fewer experts).
+    //    Four counters, so that the 32 additions are four short chains, not one long one.
+    int part[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+        const unsigned o = __shfl_sync(MOE_FULL_MASK, u, i);
+        part[i & 3] += (o > u || (o == u && i < lane)) ? 1 : 0;
+    }
+    const int rank = (part[0] + part[1]) + (part[2] + part[3]);
+    if (rank < k) {
+        fb_cand[warp * k + rank] = u ? ((unsigned long long)u << 32) | (unsigned)(~e) : 0ull;
+        fb_cand_score[warp * k + rank] = s;
+    }
+    __syncthreads();
+    // 2. The candidate's rank among all: the candidates with a larger packed number (a larger
+    //    key, or the same key and a lower id). Distinct experts pack to distinct numbers.
+    const int candidates = warps * k;  // k <= 32: at most one per thread
+    if (e < candidates) {
+        const unsigned long long mine = fb_cand[e];
+        int c[4] = {0, 0, 0, 0};  // four counters, as above, and a tail for the last few
+        int j = 0;
+#pragma unroll 2
+        for (; j + 4 <= candidates; j += 4) {
+#pragma unroll
+            for (int q = 0; q < 4; ++q) c[q] += fb_cand[j + q] > mine ? 1 : 0;
+        }
+        for (; j < candidates; ++j) c[0] += fb_cand[j] > mine ? 1 : 0;
+        const int r = (c[0] + c[1]) + (c[2] + c[3]);
+        if (mine != 0ull && r < k) {
+            fb_id[r] = (int)~(unsigned)mine;
+            fb_score[r] = fb_cand_score[e];
+        }
+    }
+    __syncthreads();
+    // The weights, as the one-warp kernel: the sum in selection order, plus 1e-20, then scaled.
+    if (e < k) {
+        const float my_score = fb_score[e];
+        float w = my_score;
+        if (renormalize) {
+            float total = 0.0f;
+            for (int r = 0; r < k; ++r) total += fb_score[r];
+            w = my_score / (total + 1e-20f) * scale;
+        } else if (scale != 1.0f) {
+            w = my_score * scale;
+        }
+        ids[(size_t)t * k + e] = fb_id[e];
+        weights[(size_t)t * k + e] = w;
+    }
+}
+// ANCHOR_END: block_router
 
 // One entry point per row width: up to 128, 256, 320, 384, 512 and 1024 experts (4, 8, 10, 12,
 // 16, 32 per lane; every slot is scored, so the narrowest that holds the row is the fastest).

@@ -2,7 +2,7 @@
 //!
 //! | router | logits | steps 2 and 3 | launches |
 //! |---|---|---|---|
-//! | [`FusedRouter`] (`fused`) | tiny GEMM, bf16 in, fp32 out | `fused_router_e{128,256,320,384,512,1024}` | 2 |
+//! | [`FusedRouter`] (`fused`) | tiny GEMM, bf16 in, fp32 out | `fused_router_block` up to [`BLOCK_FORM_MAX_ROWS`] rows, else `fused_router_e{128,256,320,384,512,1024}` ([`RowForm`]) | 2 |
 //! | [`FusedRouter`] with [`LogitsFrom::Blas`] (`blas+fused`) | cuBLAS (the emulator: a reference GEMM) | the same | 1 + cuBLAS's |
 //! | [`TinyGemmChain`] (`tiny+chain`) | tiny GEMM | chapter 1's chain after its GEMM | 6 or 7 |
 //!
@@ -58,6 +58,44 @@ pub fn launch(rows: usize) -> LaunchConfig {
     .dependent()
 }
 
+// ANCHOR: row_form
+/// How the fused kernel spreads a row over the GPU. Both give the same ids and weights, bit for
+/// bit; they differ in time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowForm {
+    /// `fused_router_e{W}`: one warp per row, the row in its registers, k rounds of warp argmax.
+    /// The fewest instructions per row: the form for many rows, and the only one with grouped
+    /// selection.
+    WarpPerRow,
+    /// `fused_router_block`: one block per row, one thread per expert, the picks by two rank
+    /// counts. More instructions per row but a much shorter chain: the form for few rows.
+    BlockPerRow,
+}
+
+/// Up to how many rows [`RowForm::BlockPerRow`] is the default. `bench ch05` times both forms
+/// (`fused_router_warp`, `fused_router_block`): the block form ahead at every count up to 96,
+/// the one-warp form about twice as fast at 8192, where the block form's extra instructions are
+/// the time. 512 lies between, where a block per GLM-like row (288 threads) still fits on the
+/// H200 at once (132 SMs × 2,048 threads hold 924); it is a choice, not a measured crossover.
+pub const BLOCK_FORM_MAX_ROWS: usize = 512;
+
+/// The form [`FusedTopk::new`] picks: a block per row up to [`BLOCK_FORM_MAX_ROWS`] rows, unless
+/// the config groups experts (only the one-warp form selects groups).
+pub fn form_for(config: &RouterConfig, rows: usize) -> RowForm {
+    if config.grouping.is_none() && rows <= BLOCK_FORM_MAX_ROWS {
+        RowForm::BlockPerRow
+    } else {
+        RowForm::WarpPerRow
+    }
+}
+
+/// The launch of `fused_router_block`: one block per row, a thread per expert rounded up to
+/// whole warps; a dependent launch, as [`launch`].
+pub fn block_launch(rows: usize, experts: usize) -> LaunchConfig {
+    LaunchConfig::blocks(rows as u32, 32 * experts.div_ceil(32) as u32).dependent()
+}
+// ANCHOR_END: row_form
+
 // ANCHOR: limits
 /// Checks `config` and the bias against `experts` (chapter 1's rules, in chapter 1's order),
 /// then the fused kernel's limits: E ≤ 1024 (32 experts per lane), k ≤ 32 (a lane per pick),
@@ -105,11 +143,12 @@ pub struct FusedTopk {
     rows: usize,
     experts: usize,
     has_bias: bool,
+    form: RowForm,
 }
 
 impl FusedTopk {
     /// Validates `config` and the bias against `experts` and the kernel's limits
-    /// ([`check_limits`]); loads the kernels.
+    /// ([`check_limits`]); loads the kernels. The form is [`form_for`]'s.
     pub fn new(
         device: &'static Device,
         config: &RouterConfig,
@@ -117,19 +156,50 @@ impl FusedTopk {
         experts: usize,
         bias: Option<&[f32]>,
     ) -> Result<Self, DeviceRouterError> {
+        Self::with_form(device, config, rows, experts, bias, form_for(config, rows))
+    }
+
+    /// As [`FusedTopk::new`], in the form given: [`RowForm::BlockPerRow`] with grouped selection
+    /// is a [`DeviceRouterError::Limit`] (n_group at most 1).
+    pub fn with_form(
+        device: &'static Device,
+        config: &RouterConfig,
+        rows: usize,
+        experts: usize,
+        bias: Option<&[f32]>,
+        form: RowForm,
+    ) -> Result<Self, DeviceRouterError> {
         check_limits(config, experts, bias)?;
+        if let (RowForm::BlockPerRow, Some(g)) = (form, config.grouping) {
+            return Err(DeviceRouterError::Limit {
+                what: "n_group (the block-per-row form selects without groups)",
+                limit: 1,
+                got: g.n_group,
+            });
+        }
         Ok(FusedTopk {
             module: device.load(&KERNELS)?,
             config: config.clone(),
             rows,
             experts,
             has_bias: bias.is_some(),
+            form,
         })
+    }
+
+    /// The form this router runs.
+    pub fn form(&self) -> RowForm {
+        self.form
     }
 
     /// The kernel one call launches.
     pub fn kernel(&self) -> &'static str {
-        kernel_for(self.experts).expect("experts checked against FR_MAX_EXPERTS")
+        match self.form {
+            RowForm::WarpPerRow => {
+                kernel_for(self.experts).expect("experts checked against FR_MAX_EXPERTS")
+            }
+            RowForm::BlockPerRow => "fused_router_block",
+        }
     }
 
     fn check(
@@ -156,11 +226,12 @@ impl FusedTopk {
     }
 
     // ANCHOR: enqueue_fused
-    /// Queues the fused kernel on `logits [rows, experts]` f32 and the bias. Kernel:
+    /// Queues the fused kernel on `logits [rows, experts]` f32 and the bias. Kernels:
     /// `fused_router_e{128,256,320,384,512,1024}(const float* logits, const float* bias, int* ids,
     /// float* weights, int T, int E, int k, int scoring, int n_group, int topk_group,
-    /// int renormalize, float scale)`; grid `⌈T / 4⌉`, blocks of 4 warps, one warp per row. An
-    /// empty batch launches nothing.
+    /// int renormalize, float scale)`, grid `⌈T / 4⌉`, blocks of 4 warps, one warp per row; or
+    /// `fused_router_block(logits, bias, ids, weights, T, E, k, scoring, renormalize, scale)`,
+    /// grid `T`, blocks of `32 ⌈E / 32⌉` threads. An empty batch launches nothing.
     pub fn enqueue(
         &self,
         logits: &DeviceBuffer<f32>,
@@ -179,25 +250,30 @@ impl FusedTopk {
             Scoring::SqrtSoftplus => FR_SCORING_SQRT_SOFTPLUS,
         };
         let (n_group, topk_group) = c.grouping.map_or((0, 0), |g| (g.n_group, g.topk_group));
-        let bias = bias.map_or(KernelArg::Ptr(0), KernelArg::from); // null: no bias
-        self.module.launch(
-            self.kernel(),
-            launch(self.rows),
-            &args![
-                logits,
-                bias,
-                outputs.ids,
-                outputs.weights,
-                self.rows as i32,
-                self.experts as i32,
-                c.k as i32,
-                scoring as i32,
-                n_group as i32,
-                topk_group as i32,
-                i32::from(c.renormalize),
-                c.routed_scaling
-            ],
-        )?;
+        // null: no bias
+        let bias = bias.map_or(KernelArg::Ptr(0), KernelArg::from);
+        // The same arguments for both forms but the groups, which only the one-warp form takes.
+        let (rows, experts, k) = (self.rows as i32, self.experts as i32, c.k as i32);
+        let mut a = args![
+            logits,
+            bias,
+            outputs.ids,
+            outputs.weights,
+            rows,
+            experts,
+            k,
+            scoring as i32
+        ]
+        .to_vec();
+        let config = match self.form {
+            RowForm::WarpPerRow => {
+                a.extend(args![n_group as i32, topk_group as i32]);
+                launch(self.rows)
+            }
+            RowForm::BlockPerRow => block_launch(self.rows, self.experts),
+        };
+        a.extend(args![i32::from(c.renormalize), c.routed_scaling]);
+        self.module.launch(self.kernel(), config, &a)?;
         Ok(())
     }
     // ANCHOR_END: enqueue_fused
@@ -444,7 +520,8 @@ pub fn route_fused(
     route_on_device(&router, device, GateDtype::Bf16, hidden, weight, bias)
 }
 
-/// Host in, host out, from logits: `logits` [rows, experts] f32 through the fused kernel alone.
+/// Host in, host out, from logits: `logits` [rows, experts] f32 through the fused kernel alone,
+/// in [`form_for`]'s form.
 pub fn route_logits_fused(
     device: &'static Device,
     config: &RouterConfig,
@@ -453,7 +530,21 @@ pub fn route_logits_fused(
     logits: &[f32],
     bias: Option<&[f32]>,
 ) -> Result<Routing, DeviceRouterError> {
-    let topk = FusedTopk::new(device, config, rows, experts, bias)?;
+    let form = form_for(config, rows);
+    route_logits_fused_as(device, config, rows, experts, logits, bias, form)
+}
+
+/// As [`route_logits_fused`], in the form given.
+pub fn route_logits_fused_as(
+    device: &'static Device,
+    config: &RouterConfig,
+    rows: usize,
+    experts: usize,
+    logits: &[f32],
+    bias: Option<&[f32]>,
+    form: RowForm,
+) -> Result<Routing, DeviceRouterError> {
+    let topk = FusedTopk::with_form(device, config, rows, experts, bias, form)?;
     route_logits_with(
         device,
         rows,

@@ -10,7 +10,8 @@
 //! - the fused router ([`fused`], `kernels/ch05_fused_router.cu`): one warp per token row, the
 //!   row's scores and rank keys in registers, k rounds of warp argmax, the weights from the
 //!   unbiased scores, renormalised and scaled, for every family of chapter 1 (softmax, sigmoid +
-//!   bias, √softplus, grouped selection).
+//!   bias, √softplus, grouped selection); and for few rows the same router with one block per
+//!   row, a thread per expert and the picks by rank counts (the same bits, a shorter chain).
 //!
 //! [`FusedRouter`] implements chapter 1's [`DeviceRouter`](ch01_router::chain::DeviceRouter), so
 //! chapter 1's test body ([`ch01_router::conformance`]) checks it on every regime and backend.
@@ -25,5 +26,6 @@ pub mod io;
 pub mod tiny_gemm;
 
 pub use fused::{
-    route_fused, route_logits_fused, FusedRouter, FusedTopk, LogitsFrom, TinyGemmChain,
+    route_fused, route_logits_fused, route_logits_fused_as, FusedRouter, FusedTopk, LogitsFrom,
+    RowForm, TinyGemmChain,
 };

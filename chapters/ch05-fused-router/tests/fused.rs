@@ -16,7 +16,10 @@ use ch01_router::literal::LiteralRouter;
 use ch01_router::regimes::{regime, RegimeInput, REGIMES};
 use ch01_router::routing::Routing;
 use ch01_router::RouterError;
-use ch05_fused_router::fused::{kernel_for, route_fused, route_logits_fused};
+use ch05_fused_router::fused::{
+    form_for, kernel_for, route_fused, route_logits_fused, route_logits_fused_as, RowForm,
+    BLOCK_FORM_MAX_ROWS,
+};
 use ch05_fused_router::{tiny_gemm, FusedRouter, LogitsFrom, TinyGemmChain};
 use half::bf16;
 use moe_kernels::testing::assert_same_bits;
@@ -131,10 +134,20 @@ fn fused_kernel_from_logits_matches_the_oracle(dev: &'static Device) {
     }
 }
 
+/// Logits to route, with their config and bias.
+struct LogitsCase {
+    name: String,
+    rows: usize,
+    experts: usize,
+    config: RouterConfig,
+    logits: Vec<f32>,
+    bias: Option<Vec<f32>>,
+}
+
 /// Rows of every width the kernel is compiled for (E = 129, 300, 1000 and 1024, not multiples
-/// of 32), k up to 32, every scoring, with exact ties and non-finite logits, grouped and not:
-/// against the oracle on the same logits.
-fn wide_rows_and_large_k_match_the_oracle(dev: &'static Device) {
+/// of 32), k up to 32, every scoring, grouped and not, 13 rows each: row 1 an exact tie (one
+/// value repeated), row 2 non-finite logits, row 3 all NaN. With the bias of a sigmoid config.
+fn wide_cases() -> Vec<LogitsCase> {
     let cases = [
         (129, RouterConfig::qwen3(32)),
         (300, RouterConfig::glm5(8)),
@@ -159,21 +172,48 @@ fn wide_rows_and_large_k_match_the_oracle(dev: &'static Device) {
             },
         ),
     ];
-    for (i, (experts, config)) in cases.into_iter().enumerate() {
-        let rows = 13;
-        let mut logits = patterned(rows * experts, 500 + i as u64, 4.0);
-        // Exact ties: row 1 repeats one value; non-finite logits in row 2; row 3 all NaN.
-        logits[experts..2 * experts].fill(0.75);
-        logits[2 * experts + 3] = f32::NAN;
-        logits[2 * experts + 7] = f32::INFINITY;
-        logits[2 * experts + 8] = f32::NEG_INFINITY;
-        logits[3 * experts..4 * experts].fill(f32::NAN);
-        let bias = (config.scoring == Scoring::Sigmoid).then(|| {
-            patterned(experts, 600 + i as u64, 0.05)
-                .iter()
-                .map(|b| 8.0 + b)
-                .collect::<Vec<f32>>()
-        });
+    let rows = WIDE_ROWS;
+    cases
+        .into_iter()
+        .enumerate()
+        .map(|(i, (experts, config))| {
+            let mut logits = patterned(rows * experts, 500 + i as u64, 4.0);
+            logits[experts..2 * experts].fill(0.75);
+            logits[2 * experts + 3] = f32::NAN;
+            logits[2 * experts + 7] = f32::INFINITY;
+            logits[2 * experts + 8] = f32::NEG_INFINITY;
+            logits[3 * experts..4 * experts].fill(f32::NAN);
+            let bias = (config.scoring == Scoring::Sigmoid).then(|| {
+                patterned(experts, 600 + i as u64, 0.05)
+                    .iter()
+                    .map(|b| 8.0 + b)
+                    .collect::<Vec<f32>>()
+            });
+            LogitsCase {
+                name: format!("wide E = {experts}"),
+                rows,
+                experts,
+                config,
+                logits,
+                bias,
+            }
+        })
+        .collect()
+}
+const WIDE_ROWS: usize = 13;
+
+/// The wide cases against the oracle on the same logits (the block-per-row form, which 13 rows
+/// get, except for the grouped case).
+fn wide_rows_and_large_k_match_the_oracle(dev: &'static Device) {
+    let rows = WIDE_ROWS;
+    for LogitsCase {
+        experts,
+        config,
+        logits,
+        bias,
+        ..
+    } in wide_cases()
+    {
         let got =
             route_logits_fused(dev, &config, rows, experts, &logits, bias.as_deref()).unwrap();
         let oracle = LiteralRouter {
@@ -198,6 +238,66 @@ fn wide_rows_and_large_k_match_the_oracle(dev: &'static Device) {
     }
 }
 
+// ANCHOR: both_forms
+/// The fused kernel's two forms on the same logits give the same ids and weights, bit for bit:
+/// every regime and every wide case (one block per row against one warp per row). A grouped
+/// config in the block form is a typed error.
+fn both_forms_give_the_same_bits(dev: &'static Device) {
+    let mut inputs: Vec<LogitsCase> = REGIMES
+        .iter()
+        .map(|name| {
+            let r = regime(name).unwrap();
+            LogitsCase {
+                name: name.to_string(),
+                rows: r.rows,
+                experts: r.experts,
+                logits: r.logits_f32(),
+                config: r.config,
+                bias: r.bias,
+            }
+        })
+        .collect();
+    inputs.extend(wide_cases());
+    let (total, mut compared, mut grouped) = (inputs.len(), 0, 0);
+    for LogitsCase {
+        name,
+        rows,
+        experts,
+        config,
+        logits,
+        bias,
+    } in inputs
+    {
+        let bias = bias.as_deref();
+        let route = |form| route_logits_fused_as(dev, &config, rows, experts, &logits, bias, form);
+        if let Some(g) = config.grouping {
+            assert_eq!(
+                route(RowForm::BlockPerRow).unwrap_err(),
+                DeviceRouterError::Limit {
+                    what: "n_group (the block-per-row form selects without groups)",
+                    limit: 1,
+                    got: g.n_group
+                },
+                "{name}"
+            );
+            assert_eq!(form_for(&config, 1), RowForm::WarpPerRow, "{name}");
+            grouped += 1;
+            continue;
+        }
+        let warp = route(RowForm::WarpPerRow).unwrap();
+        let block = route(RowForm::BlockPerRow).unwrap();
+        assert_same_bits(&format!("{name} ids"), &warp.ids, &block.ids);
+        assert_same_bits(&format!("{name} weights"), &warp.weights, &block.weights);
+        compared += 1;
+    }
+    assert_eq!((compared + grouped, total), (total, total));
+    assert!(
+        compared > grouped,
+        "{compared} inputs compared, {grouped} grouped"
+    );
+}
+// ANCHOR_END: both_forms
+
 fn launches_are_the_pair(dev: &'static Device) {
     let config = RouterConfig::glm5(8);
     for (rows, experts, gemm) in [
@@ -219,7 +319,8 @@ fn launches_are_the_pair(dev: &'static Device) {
         let (got, launched) = record_launches(|| {
             route_on_device(&pair, dev, GateDtype::Bf16, &h, &w, Some(&bias)).unwrap()
         });
-        let fused = kernel_for(experts).unwrap();
+        // GLM-5's config selects without groups: a block per row at these row counts.
+        let fused = "fused_router_block";
         assert_eq!(
             launched,
             vec![
@@ -238,6 +339,19 @@ fn launches_are_the_pair(dev: &'static Device) {
     assert_eq!(kernel_for(385), Some("fused_router_e512"));
     assert_eq!(kernel_for(1024), Some("fused_router_e1024"));
     assert_eq!(kernel_for(1025), None);
+    // The one-warp form past BLOCK_FORM_MAX_ROWS rows, and for grouped selection at any count.
+    let glm = RouterConfig::glm5(8);
+    assert_eq!(form_for(&glm, BLOCK_FORM_MAX_ROWS), RowForm::BlockPerRow);
+    assert_eq!(form_for(&glm, BLOCK_FORM_MAX_ROWS + 1), RowForm::WarpPerRow);
+    let shape = GateShape {
+        rows: BLOCK_FORM_MAX_ROWS + 1,
+        hidden: 64,
+        experts: 288,
+    };
+    let pair = FusedRouter::new(dev, &glm, shape, Some(&[8.0; 288])).unwrap();
+    assert_eq!(pair.launch_names()[1], "fused_router_e320");
+    let v3 = RouterConfig::deepseek_v3();
+    assert_eq!(form_for(&v3, 1), RowForm::WarpPerRow);
 }
 
 fn empty_batch_launches_nothing_and_returns_empty(dev: &'static Device) {
@@ -425,6 +539,7 @@ moe_kernels::backend_tests!(
     combinations_match_the_oracle_on_every_regime,
     fused_kernel_from_logits_matches_the_oracle,
     wide_rows_and_large_k_match_the_oracle,
+    both_forms_give_the_same_bits,
     launches_are_the_pair,
     empty_batch_launches_nothing_and_returns_empty,
     limits_and_bad_inputs_are_typed_errors,
@@ -469,7 +584,7 @@ fn emulator_and_gpu_give_the_same_bits_on_every_regime() {
 /// `rows` random rows through the pair on the GPU in chunks: the ids of every clear cut equal
 /// the f64 oracle's on the pair's own logits, every weight within 2e-6 of it and never NaN; and
 /// the fused kernel on the emulator, given the GPU's logits, gives the same ids and weights bit
-/// for bit. The logits' bits are compared with the emulator on the first chunk's first 64 rows
+/// for bit, as does the block-per-row form on the GPU. The logits' bits are compared with the emulator on the first chunk's first 64 rows
 /// (the emulator's GEMM at this size would take minutes).
 fn random_rows(hidden: usize, experts: usize, config: RouterConfig, with_bias: bool, salt: u64) {
     let (gpu, emu) = (moe_kernels::testing::cuda(), moe_kernels::testing::emu());
@@ -503,6 +618,15 @@ fn random_rows(hidden: usize, experts: usize, config: RouterConfig, with_bias: b
         let on_emu = route_logits_fused(emu, &config, chunk, experts, &logits, bias).unwrap();
         assert_same_bits(&format!("chunk {c} ids"), &got.ids, &on_emu.ids);
         assert_same_bits(&format!("chunk {c} weights"), &got.weights, &on_emu.weights);
+        // The chunk is one warp per row; the block-per-row form gives the same bits on the GPU.
+        let block = RowForm::BlockPerRow;
+        let b = route_logits_fused_as(gpu, &config, chunk, experts, &logits, bias, block).unwrap();
+        assert_same_bits(&format!("chunk {c} ids, block form"), &got.ids, &b.ids);
+        assert_same_bits(
+            &format!("chunk {c} weights, block form"),
+            &got.weights,
+            &b.weights,
+        );
         if c == 0 {
             let few = GateShape { rows: 64, ..s };
             let on_emu = FusedRouter::new(emu, &config, few, bias).unwrap();

@@ -6,7 +6,8 @@
 //! | impl | what one call is | bytes of its floor |
 //! |---|---|---|
 //! | `tiny_gemm` | the tiny GEMM alone: bf16 hidden and gate in, fp32 logits out | hidden and gate read (bf16), logits written |
-//! | `fused_router` | the fused kernel alone, on logits already on the device | logits and bias read, ids and weights written |
+//! | `fused_router` | the fused kernel alone, on logits already on the device, in the form the pair runs (a block per row up to 512 rows, else a warp per row) | logits and bias read, ids and weights written |
+//! | `fused_router_warp`, `fused_router_block` | the same, each form at every row count | the same |
 //! | `pair` | the tiny GEMM + the fused kernel ([`FusedRouter`]) | the router's: hidden and gate (bf16) and bias read, ids and weights written |
 //! | `blas_fused` | cuBLAS's bf16 → fp32 GEMM + the fused kernel | the router's |
 //! | `chain` | chapter 1's chain of plain kernels, fp32 in | the router's |
@@ -35,7 +36,7 @@ use ch01_router::config::RouterConfig;
 use ch01_router::inputs::patterned;
 use ch01_router::literal::LiteralRouter;
 use ch01_router::routing::Routing;
-use ch05_fused_router::fused::FusedTopk;
+use ch05_fused_router::fused::{FusedTopk, RowForm};
 use ch05_fused_router::{tiny_gemm, FusedRouter, LogitsFrom};
 use half::bf16;
 use moe_kernels::{BackendKind, Device, DeviceBuffer};
@@ -53,7 +54,15 @@ pub const ROWS: [usize; 9] = [1, 2, 4, 6, 16, 32, 64, 96, 8192];
 const EMU_ROWS: [usize; 3] = [1, 6, 17];
 /// The implementations, in the order they are measured and listed (the peer's rows are merged
 /// from its samples, and take the floor of the first case at their shape and rows: the pair's).
-pub const IMPLS: [&str; 5] = ["pair", "tiny_gemm", "fused_router", "blas_fused", "chain"];
+pub const IMPLS: [&str; 7] = [
+    "pair",
+    "tiny_gemm",
+    "fused_router",
+    "fused_router_warp",
+    "fused_router_block",
+    "blas_fused",
+    "chain",
+];
 
 /// `(read, written)` bytes of one implementation's floor at `rows` rows of shape `s` (see the
 /// module's table).
@@ -62,7 +71,9 @@ fn floor_bytes(s: &crate::ch01::Shape, rows: usize, imp: &str) -> (f64, f64) {
     let bias = if s.bias { 4 * e } else { 0 };
     let (r, w) = match imp {
         "tiny_gemm" => (2 * (t * h + e * h), 4 * t * e),
-        "fused_router" => (4 * t * e + bias, 8 * t * k),
+        "fused_router" | "fused_router_warp" | "fused_router_block" => {
+            (4 * t * e + bias, 8 * t * k)
+        }
         _ => (2 * (t * h + e * h) + bias, 8 * t * k),
     };
     (r as f64, w as f64)
@@ -282,6 +293,15 @@ fn build(dev: &'static Device, i: &Input, imp: &str) -> Result<RouterWork, Strin
         "fused_router" => {
             Imp::Fused(FusedTopk::new(dev, cfg, i.rows, i.experts, bias).map_err(err)?)
         }
+        "fused_router_warp" | "fused_router_block" => {
+            let form = if imp == "fused_router_warp" {
+                RowForm::WarpPerRow
+            } else {
+                RowForm::BlockPerRow
+            };
+            let topk = FusedTopk::with_form(dev, cfg, i.rows, i.experts, bias, form);
+            Imp::Fused(topk.map_err(err)?)
+        }
         "pair" => Imp::Pair(FusedRouter::new(dev, cfg, shape, bias).map_err(err)?),
         "blas_fused" => Imp::Pair(
             FusedRouter::with_logits(dev, cfg, shape, bias, LogitsFrom::Blas).map_err(err)?,
@@ -359,7 +379,7 @@ fn cases(rows: &[usize]) -> Vec<Case> {
         for imp in IMPLS {
             for &t in rows {
                 let (read, written) = floor_bytes(s, t, imp);
-                let flops = if imp == "fused_router" {
+                let flops = if imp.starts_with("fused_router") {
                     0.0
                 } else {
                     2.0 * (t * s.hidden * s.experts) as f64

@@ -1,5 +1,6 @@
 //! Chapter 5's generated files, from the GPU run of `bench ch05` (`tools/bench/src/ch05.rs`):
-//! `bench/results/h200/ch05.csv` (the tiny GEMM `tiny_gemm`, the fused kernel `fused_router`,
+//! `bench/results/h200/ch05.csv` (the tiny GEMM `tiny_gemm`, the fused kernel `fused_router` in
+//! the pair's form and in each form, `fused_router_warp` and `fused_router_block`,
 //! the pair `pair`, cuBLAS + the fused kernel `blas_fused`, chapter 1's chain `chain`, the PyTorch
 //! five lines `torch_5line`, a floor probe per case and one empty launch).
 //!
@@ -31,11 +32,13 @@ const FACTS: &str = "book/src/figures/ch05-facts.md";
 
 /// The implementations, as the CSV names them, in the order the table lists them.
 const PAIR: &str = "pair";
-const IMPLS: [&str; 6] = [
+const IMPLS: [&str; 8] = [
     "pair",
     "blas_fused",
     "tiny_gemm",
     "fused_router",
+    "fused_router_warp",
+    "fused_router_block",
     "chain",
     "torch_5line",
 ];
@@ -271,6 +274,8 @@ pub fn facts(rows: &[BenchRow]) -> Facts {
             "blas_fused" => "blas",
             "tiny_gemm" => "tiny",
             "fused_router" => "fused",
+            "fused_router_warp" => "fused_warp",
+            "fused_router_block" => "fused_block",
             "torch_5line" => "torch",
             other => other,
         }
