@@ -2,8 +2,9 @@
 //! gate [E, H] bf16ᵀ`, fp32 accumulation, for few rows.
 //!
 //! One safe wrapper, [`enqueue`], checks every length and size and then only launches. Any T
-//! runs (more blocks along y above 16 rows), and a row's logits have the same bits whatever the
-//! batch around it, on the emulator and on the GPU.
+//! runs: up to 8 rows on CUDA cores (`tiny_gemm_r{1,2,4,8,16}`), from 9 on tensor cores
+//! (`tiny_gemm_tc`), [`GemmForm`]. Within a form a row's logits have the same bits whatever the
+//! batch around it, on the emulator and on the GPU; the two forms sum in different orders.
 
 use ch01_router::chain::{expect_len, DeviceRouterError};
 use half::bf16;
@@ -30,10 +31,50 @@ const HEIGHTS: [(usize, &str); 5] = [
     (16, "tiny_gemm_r16"),
 ];
 
-/// The entry point and the launch for `rows` rows of `experts` experts: the smallest block
-/// height that holds `min(rows, 16)` rows, 2 experts per block along x, blocks of that height
-/// along y.
+// ANCHOR: gemm_form
+/// Which kernel computes the logits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GemmForm {
+    /// `tiny_gemm_r{1,2,4,8,16}`: two experts per block, one fmaf per product; the gate weight
+    /// spread over E / 2 blocks, the form for few rows.
+    CudaCores,
+    /// `tiny_gemm_tc`: 16 experts × 16 tokens per block on tensor cores (mma.sync m16n8k16).
+    TensorCores,
+}
+
+/// The form [`enqueue`] runs for `rows` rows: CUDA cores up to 8, tensor cores from
+/// `TC_FROM_ROWS` (9) on (see the constant in `kernels/ch05_tiny_gemm.cu` for why).
+pub fn form_for(rows: usize) -> GemmForm {
+    if rows >= TC_FROM_ROWS {
+        GemmForm::TensorCores
+    } else {
+        GemmForm::CudaCores
+    }
+}
+// ANCHOR_END: gemm_form
+
+/// The entry point and the launch for `rows` rows of `experts` experts, in [`form_for`]'s form.
 pub fn launch(rows: usize, experts: usize) -> (&'static str, LaunchConfig) {
+    launch_as(form_for(rows), rows, experts)
+}
+
+/// The entry point and the launch in `form`. CUDA cores: the smallest block height that holds
+/// `min(rows, 16)` rows, 2 experts per block along x, blocks of that height along y. Tensor
+/// cores: 16 experts along x, 16 tokens along y, 8 warps.
+pub fn launch_as(form: GemmForm, rows: usize, experts: usize) -> (&'static str, LaunchConfig) {
+    if form == GemmForm::TensorCores {
+        let cfg = LaunchConfig {
+            grid: (
+                experts.div_ceil(TC_EXPERTS) as u32,
+                rows.div_ceil(8 * TC_TILES) as u32,
+                1,
+            ),
+            block: (32 * TC_WARPS as u32, 1, 1),
+            shared_bytes: 0,
+            dependent: false,
+        };
+        return ("tiny_gemm_tc", cfg);
+    }
     let want = rows.clamp(1, TINY_ROWS);
     let (height, name) = *HEIGHTS
         .iter()
@@ -69,10 +110,27 @@ pub fn check_hidden(hidden: usize) -> Result<(), DeviceRouterError> {
 
 // ANCHOR: enqueue
 /// Queues `logits [rows, experts] = hidden [rows, h] · gate [experts, h]ᵀ` on `module` (this
-/// family, loaded on the buffers' device). Kernel: `tiny_gemm_r{1,2,4,8,16}(const bf16* hidden,
-/// const bf16* gate, float* logits, int T, int H, int E)`; grid `(⌈E / 2⌉, ⌈T / height⌉)`,
-/// blocks of 256 threads ([`launch`]). An empty batch launches nothing.
+/// family, loaded on the buffers' device), in [`form_for`]'s form. Kernels:
+/// `tiny_gemm_r{1,2,4,8,16}` and `tiny_gemm_tc`, each `(const bf16* hidden, const bf16* gate,
+/// float* logits, int T, int H, int E)`; grid and blocks by [`launch_as`]. An empty batch
+/// launches nothing.
 pub fn enqueue(
+    module: &Module,
+    hidden: &DeviceBuffer<bf16>,
+    gate: &DeviceBuffer<bf16>,
+    logits: &DeviceBuffer<f32>,
+    rows: usize,
+    h: usize,
+    experts: usize,
+) -> Result<(), DeviceRouterError> {
+    let form = form_for(rows);
+    enqueue_as(form, module, hidden, gate, logits, rows, h, experts)
+}
+
+/// As [`enqueue`], in the form given.
+#[allow(clippy::too_many_arguments)]
+pub fn enqueue_as(
+    form: GemmForm,
     module: &Module,
     hidden: &DeviceBuffer<bf16>,
     gate: &DeviceBuffer<bf16>,
@@ -88,7 +146,7 @@ pub fn enqueue(
     if rows == 0 || experts == 0 {
         return Ok(());
     }
-    let (name, cfg) = launch(rows, experts);
+    let (name, cfg) = launch_as(form, rows, experts);
     module.launch(
         name,
         cfg,

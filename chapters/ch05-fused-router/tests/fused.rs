@@ -20,6 +20,7 @@ use ch05_fused_router::fused::{
     form_for, kernel_for, route_fused, route_logits_fused, route_logits_fused_as, RowForm,
     BLOCK_FORM_MAX_ROWS,
 };
+use ch05_fused_router::tiny_gemm::GemmForm;
 use ch05_fused_router::{tiny_gemm, FusedRouter, LogitsFrom, TinyGemmChain};
 use half::bf16;
 use moe_kernels::testing::assert_same_bits;
@@ -304,8 +305,10 @@ fn launches_are_the_pair(dev: &'static Device) {
         (1, 288, "tiny_gemm_r1"),
         (3, 288, "tiny_gemm_r4"),
         (6, 128, "tiny_gemm_r8"),
-        (16, 100, "tiny_gemm_r16"),
-        (40, 33, "tiny_gemm_r16"),
+        (8, 128, "tiny_gemm_r8"),
+        (9, 100, "tiny_gemm_tc"),
+        (16, 100, "tiny_gemm_tc"),
+        (40, 33, "tiny_gemm_tc"),
     ] {
         let shape = GateShape {
             rows,
@@ -487,10 +490,14 @@ fn limits_and_bad_inputs_are_typed_errors(dev: &'static Device) {
 // ANCHOR_END: limits_are_typed_errors
 
 // ANCHOR: batch_invariance
-/// A row's logits do not depend on its batch: the same bits alone, in a batch of 5, of 16 (one
-/// block along y) and of 40 (three), because every block height adds in the same order.
+/// A row's logits do not depend on its batch within a form: on CUDA cores the same bits alone,
+/// in a batch of 5, of 16 (one block along y) and of 40 (three), because every block height adds
+/// in the same order; on tensor cores the same bits in batches of 1, 17 and 40. Both are the
+/// exact dot products within an fp32 sum's rounding.
 fn tiny_gemm_bits_do_not_depend_on_the_batch(dev: &'static Device) {
-    let (hidden, experts) = (2056, 37); // 257 slices: a thread with two slices, one with none
+    // 257 slices: a CUDA-core thread with two slices and one with none; 64 chunks of 32 and a
+    // partial one on tensor cores; 37 experts: a partial tile of 16.
+    let (hidden, experts) = (2056, 37);
     let h: Vec<bf16> = patterned(40 * hidden, 41, 1.0)
         .into_iter()
         .map(bf16::from_f32)
@@ -501,36 +508,44 @@ fn tiny_gemm_bits_do_not_depend_on_the_batch(dev: &'static Device) {
         .collect();
     let m = dev.load(&tiny_gemm::KERNELS).unwrap();
     let wd = dev.upload(&w).unwrap();
-    let logits_of = |rows: usize| {
+    let logits_of = |form, rows: usize| {
         let hd = dev.upload(&h[..rows * hidden]).unwrap();
         let out = dev.alloc::<f32>(rows * experts).unwrap();
-        tiny_gemm::enqueue(&m, &hd, &wd, &out, rows, hidden, experts).unwrap();
+        tiny_gemm::enqueue_as(form, &m, &hd, &wd, &out, rows, hidden, experts).unwrap();
         out.to_vec().unwrap()
     };
-    let all = logits_of(40);
-    for rows in [1, 5, 16] {
-        assert_same_bits(
-            &format!("{rows} rows"),
-            &logits_of(rows),
-            &all[..rows * experts],
-        );
-    }
-    // Against the exact dot products: the error of an fp32 sum of 2056 exact products.
-    for t in 0..40 {
-        for e in 0..experts {
-            let (mut exact, mut size) = (0.0f64, 0.0f64);
-            for j in 0..hidden {
-                let p = h[t * hidden + j].to_f64() * w[e * hidden + j].to_f64();
-                exact += p;
-                size += p.abs();
-            }
-            let got = all[t * experts + e] as f64;
-            assert!(
-                (got - exact).abs() <= 1e-6 * size,
-                "row {t} expert {e}: {got} vs {exact}"
+    for (form, batches) in [
+        (GemmForm::CudaCores, [1, 5, 16]),
+        (GemmForm::TensorCores, [1, 17, 39]),
+    ] {
+        let all = logits_of(form, 40);
+        for rows in batches {
+            assert_same_bits(
+                &format!("{form:?}, {rows} rows"),
+                &logits_of(form, rows),
+                &all[..rows * experts],
             );
         }
+        // Against the exact dot products: the error of an fp32 sum of 2056 exact products.
+        for t in 0..40 {
+            for e in 0..experts {
+                let (mut exact, mut size) = (0.0f64, 0.0f64);
+                for j in 0..hidden {
+                    let p = h[t * hidden + j].to_f64() * w[e * hidden + j].to_f64();
+                    exact += p;
+                    size += p.abs();
+                }
+                let got = all[t * experts + e] as f64;
+                assert!(
+                    (got - exact).abs() <= 1e-6 * size,
+                    "{form:?}: row {t} expert {e}: {got} vs {exact}"
+                );
+            }
+        }
     }
+    // The forms by row count.
+    assert_eq!(tiny_gemm::form_for(8), GemmForm::CudaCores);
+    assert_eq!(tiny_gemm::form_for(9), GemmForm::TensorCores);
 }
 // ANCHOR_END: batch_invariance
 
@@ -642,8 +657,9 @@ fn random_rows(hidden: usize, experts: usize, config: RouterConfig, with_bias: b
 }
 
 /// The router kernel is a dependent launch of the tiny GEMM: it must read the logits only after
-/// its wait, even when the tiny GEMM has more blocks than fit at once (GLM-like: 144 blocks a row
-/// of 16 tokens, two blocks per SM) and the router's blocks start before its last ones. A read
+/// its wait, even when the tiny GEMM has more blocks than fit at once and the router's blocks
+/// start before its last ones (GLM-like: the tensor-core form's 18 × 32 blocks at 512 rows, two
+/// per SM; 600 rows take the one-warp router, 512 the block form). A read
 /// hoisted above the wait gave other experts for row 16 of 32 (bench ch05, first H200 run with
 /// the dependent launch). Fresh buffers each time, several batch sizes, five times each: the
 /// pair's ids and weights must be the fused kernel's bits on the pair's own final logits.
@@ -657,7 +673,7 @@ fn pair_reads_the_logits_only_after_the_tiny_gemm_ends() {
         .iter()
         .map(|b| 8.0 + b)
         .collect();
-    for rows in [17, 32, 64, 96] {
+    for rows in [17, 32, 64, 96, 512, 600] {
         for rep in 0..5 {
             let h = patterned(rows * hidden, 9310 + rep, 1.0);
             let s = GateShape {

@@ -1,11 +1,12 @@
 //! Chapter 5's cases: the fused router pair along the row axis, at chapter 1's two shapes (the
 //! router article's GLM-like router, hidden 4096, 288 experts, k = 8, sigmoid + bias; and
-//! Qwen3-30B-A3B's, hidden 2048, 128 experts, k = 8, softmax), at 1, 2, 4, 6, 16, 32, 64, 96 and
-//! 8192 rows. One table of implementations ([`IMPLS`]), each measured the same way:
+//! Qwen3-30B-A3B's, hidden 2048, 128 experts, k = 8, softmax), at 1, 2, 4, 6, 8, 12, 16, 32, 64,
+//! 96 and 8192 rows. One table of implementations ([`IMPLS`]), each measured the same way:
 //!
 //! | impl | what one call is | bytes of its floor |
 //! |---|---|---|
-//! | `tiny_gemm` | the tiny GEMM alone: bf16 hidden and gate in, fp32 logits out | hidden and gate read (bf16), logits written |
+//! | `tiny_gemm` | the tiny GEMM alone, in the form the pair runs (CUDA cores up to 16 rows, tensor cores past them): bf16 hidden and gate in, fp32 logits out | hidden and gate read (bf16), logits written |
+//! | `tiny_gemm_fma`, `tiny_gemm_tc` | the same, each form at every row count | the same |
 //! | `fused_router` | the fused kernel alone, on logits already on the device, in the form the pair runs (a block per row up to 512 rows, else a warp per row) | logits and bias read, ids and weights written |
 //! | `fused_router_warp`, `fused_router_block` | the same, each form at every row count | the same |
 //! | `pair` | the tiny GEMM + the fused kernel ([`FusedRouter`]) | the router's: hidden and gate (bf16) and bias read, ids and weights written |
@@ -37,6 +38,7 @@ use ch01_router::inputs::patterned;
 use ch01_router::literal::LiteralRouter;
 use ch01_router::routing::Routing;
 use ch05_fused_router::fused::{FusedTopk, RowForm};
+use ch05_fused_router::tiny_gemm::GemmForm;
 use ch05_fused_router::{tiny_gemm, FusedRouter, LogitsFrom};
 use half::bf16;
 use moe_kernels::{BackendKind, Device, DeviceBuffer};
@@ -47,16 +49,19 @@ use moe_tools::figures::ch05::{
 };
 use std::time::Instant;
 
-/// One decode token, 2 and 4, one request verifying 6 speculative tokens, the tiny GEMM's
-/// limit in the engines (16), past it (32, 64), 16 such requests (96), a prefill chunk.
-pub const ROWS: [usize; 9] = [1, 2, 4, 6, 16, 32, 64, 96, 8192];
+/// One decode token, 2 and 4, one request verifying 6 speculative tokens, 8 and 12 (either side
+/// of where the tiny GEMM changes form), the engines' tiny GEMM's limit (16), past it (32, 64),
+/// 16 such requests (96), a prefill chunk.
+pub const ROWS: [usize; 11] = [1, 2, 4, 6, 8, 12, 16, 32, 64, 96, 8192];
 /// The emulator's smoke test: one row, six, and one past a 16-row block.
 const EMU_ROWS: [usize; 3] = [1, 6, 17];
 /// The implementations, in the order they are measured and listed (the peer's rows are merged
 /// from its samples, and take the floor of the first case at their shape and rows: the pair's).
-pub const IMPLS: [&str; 7] = [
+pub const IMPLS: [&str; 9] = [
     "pair",
     "tiny_gemm",
+    "tiny_gemm_fma",
+    "tiny_gemm_tc",
     "fused_router",
     "fused_router_warp",
     "fused_router_block",
@@ -70,7 +75,7 @@ fn floor_bytes(s: &crate::ch01::Shape, rows: usize, imp: &str) -> (f64, f64) {
     let (t, h, e, k) = (rows, s.hidden, s.experts, (s.config)().k);
     let bias = if s.bias { 4 * e } else { 0 };
     let (r, w) = match imp {
-        "tiny_gemm" => (2 * (t * h + e * h), 4 * t * e),
+        "tiny_gemm" | "tiny_gemm_fma" | "tiny_gemm_tc" => (2 * (t * h + e * h), 4 * t * e),
         "fused_router" | "fused_router_warp" | "fused_router_block" => {
             (4 * t * e + bias, 8 * t * k)
         }
@@ -231,7 +236,8 @@ impl Buffers {
 
 /// What one implementation queues.
 enum Imp {
-    TinyGemm(std::sync::Arc<moe_kernels::Module>),
+    /// The tiny GEMM in its form for the row count, or in the form given.
+    TinyGemm(std::sync::Arc<moe_kernels::Module>, Option<GemmForm>),
     Fused(FusedTopk),
     /// The pair, or cuBLAS + the fused kernel.
     Pair(FusedRouter),
@@ -251,7 +257,8 @@ impl Work for RouterWork {
     fn enqueue(&self) -> Result<(), String> {
         let b = &self.b;
         let r = match &self.imp {
-            Imp::TinyGemm(m) => tiny_gemm::enqueue(
+            Imp::TinyGemm(m, form) => tiny_gemm::enqueue_as(
+                form.unwrap_or(tiny_gemm::form_for(self.rows)),
                 m,
                 &b.hidden16,
                 &b.gate16,
@@ -289,7 +296,9 @@ fn build(dev: &'static Device, i: &Input, imp: &str) -> Result<RouterWork, Strin
     let (cfg, shape, bias) = (&i.config, i.gate_shape(), i.bias.as_deref());
     let tiny = dev.load(&tiny_gemm::KERNELS).map_err(|e| e.to_string())?;
     let imp_of = match imp {
-        "tiny_gemm" => Imp::TinyGemm(tiny.clone()),
+        "tiny_gemm" => Imp::TinyGemm(tiny.clone(), None),
+        "tiny_gemm_fma" => Imp::TinyGemm(tiny.clone(), Some(GemmForm::CudaCores)),
+        "tiny_gemm_tc" => Imp::TinyGemm(tiny.clone(), Some(GemmForm::TensorCores)),
         "fused_router" => {
             Imp::Fused(FusedTopk::new(dev, cfg, i.rows, i.experts, bias).map_err(err)?)
         }
@@ -344,7 +353,7 @@ fn check(dev: &'static Device, i: &Input, imp: &str, work: &RouterWork) -> Resul
         _ => work.b.logits.to_vec().map_err(e)?,
     };
     i.check_logits(imp, &logits)?;
-    if matches!(work.imp, Imp::TinyGemm(_)) {
+    if matches!(work.imp, Imp::TinyGemm(..)) {
         return Ok(());
     }
     let got = work.b.routing(i.rows, i.config.k)?;

@@ -1,5 +1,6 @@
 //! Chapter 5's generated files, from the GPU run of `bench ch05` (`tools/bench/src/ch05.rs`):
-//! `bench/results/h200/ch05.csv` (the tiny GEMM `tiny_gemm`, the fused kernel `fused_router` in
+//! `bench/results/h200/ch05.csv` (the tiny GEMM `tiny_gemm` in the pair's form and in each form,
+//! `tiny_gemm_fma` and `tiny_gemm_tc`, the fused kernel `fused_router` in
 //! the pair's form and in each form, `fused_router_warp` and `fused_router_block`,
 //! the pair `pair`, cuBLAS + the fused kernel `blas_fused`, chapter 1's chain `chain`, the PyTorch
 //! five lines `torch_5line`, a floor probe per case and one empty launch).
@@ -32,10 +33,12 @@ const FACTS: &str = "book/src/figures/ch05-facts.md";
 
 /// The implementations, as the CSV names them, in the order the table lists them.
 const PAIR: &str = "pair";
-const IMPLS: [&str; 8] = [
+const IMPLS: [&str; 10] = [
     "pair",
     "blas_fused",
     "tiny_gemm",
+    "tiny_gemm_fma",
+    "tiny_gemm_tc",
     "fused_router",
     "fused_router_warp",
     "fused_router_block",
@@ -273,6 +276,8 @@ pub fn facts(rows: &[BenchRow]) -> Facts {
         match imp {
             "blas_fused" => "blas",
             "tiny_gemm" => "tiny",
+            "tiny_gemm_fma" => "tiny_fma",
+            "tiny_gemm_tc" => "tiny_tc",
             "fused_router" => "fused",
             "fused_router_warp" => "fused_warp",
             "fused_router_block" => "fused_block",
