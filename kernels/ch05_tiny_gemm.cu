@@ -177,9 +177,10 @@ extern "C" __global__ void __launch_bounds__(TINY_THREADS, 2) tiny_gemm_r16(cons
 #define TC_EXPERTS 16  // gate rows per block: the mma's M
 #define TC_TILES 2     // n-tiles of 8 tokens per block
 #define TC_UNROLL 4    // chunks a warp loads before it multiplies: 8 KB in flight per warp
-// The host runs this kernel from this many rows on: bench ch05 measured it behind the CUDA-core
-// kernel at 6 rows and ahead at 16 at both shapes; the CUDA-core kernel's time grows with the
-// rows about linearly, and crosses this one's near 9 at both.
+// The host runs this kernel from this many rows on: a first run of bench ch05 measured it behind
+// the CUDA-core kernel at 6 rows and ahead at 16 at both shapes, and a straight line through the
+// CUDA-core kernel's times crosses this one's near 9 (GLM-like) and 7 (Qwen3-like); the run after
+// measured the crossing between 8 and 12 GLM-like rows and before 8 Qwen3-like rows.
 #define TC_FROM_ROWS 9
 
 __device__ __forceinline__ uint4 tc_load16(const __nv_bfloat16* p, bool in) {

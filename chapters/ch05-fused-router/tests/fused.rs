@@ -492,8 +492,8 @@ fn limits_and_bad_inputs_are_typed_errors(dev: &'static Device) {
 // ANCHOR: batch_invariance
 /// A row's logits do not depend on its batch within a form: on CUDA cores the same bits alone,
 /// in a batch of 5, of 16 (one block along y) and of 40 (three), because every block height adds
-/// in the same order; on tensor cores the same bits in batches of 1, 17 and 40. Both are the
-/// exact dot products within an fp32 sum's rounding.
+/// in the same order; on tensor cores the same bits in batches of 1, 17 and 39 as in one of 40.
+/// Both are the exact dot products within an fp32 sum's rounding.
 fn tiny_gemm_bits_do_not_depend_on_the_batch(dev: &'static Device) {
     // 257 slices: a CUDA-core thread with two slices and one with none; 64 chunks of 32 and a
     // partial one on tensor cores; 37 experts: a partial tile of 16.

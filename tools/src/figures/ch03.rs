@@ -67,16 +67,8 @@ pub fn generate(root: &Path) -> Result<Vec<Generated>, String> {
             for st in &steps {
                 let kernel = st.kernel.trim_start_matches("align_");
                 let name = format!("{}_t{}_{kernel}", short(&st.shape), st.rows);
-                f.add(
-                    format!("{name}_cold"),
-                    fmt_us(st.cold_us.max(0.0)),
-                    STEPS_CSV,
-                );
-                f.add(
-                    format!("{name}_warm"),
-                    fmt_us(st.warm_us.max(0.0)),
-                    STEPS_CSV,
-                );
+                f.add(format!("{name}_cold"), fmt_us(st.cold_us), STEPS_CSV);
+                f.add(format!("{name}_warm"), fmt_us(st.warm_us), STEPS_CSV);
             }
         }
     } else {
