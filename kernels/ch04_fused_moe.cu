@@ -1001,6 +1001,17 @@ __device__ __forceinline__ WgCopies<COPIES> wg_copies(const int* s_rows, int r0)
 }
 
 // ANCHOR: wg_mainloop
+// This thread's copies of one operand's slice: COPIES cp.async of 16 bytes, the j-th `dstep`
+// bytes after `dst`, from row cp.row[j] of `src` (already offset to the slice's column); 0 bytes
+// for a zero row or a column past K (in_k false).
+template <int COPIES>
+__device__ __forceinline__ void wg_copy_rows(unsigned char* dst, int dstep, const __nv_bfloat16* src,
+                                             const WgCopies<COPIES>& cp, unsigned row_bytes, bool in_k) {
+#pragma unroll
+    for (int j = 0; j < COPIES; ++j)
+        moe_cp_async16(dst + j * dstep, fused_row_address(src, cp.row[j], row_bytes), in_k && ((cp.full >> j) & 1u));
+}
+
 // The main loop of versions 4 to 8: acc += A[s_arow] · B[s_brow]ᵀ over K, for this thread's warpgroup's 64
 // rows (live: whether any of them is a real pair; the warpgroup skips its wgmma when not, but
 // still copies and meets every barrier). s_arow / s_brow: the source row of each staged row, -1
@@ -1043,9 +1054,7 @@ __device__ __forceinline__ void wg_mainloop(const __nv_bfloat16* __restrict__ A,
         const __nv_bfloat16* a = in_k ? A + kc : A;
         const __nv_bfloat16* b = in_k ? B + kc : B;
         unsigned char* dst = smem + stage * C::STAGE_BYTES + dst0;
-#pragma unroll
-        for (int j = 0; j < C::A_COPIES; ++j)
-            moe_cp_async16(dst + j * DSTEP, fused_row_address(a, ca.row[j], row_bytes), in_k && ((ca.full >> j) & 1u));
+        wg_copy_rows(dst, DSTEP, a, ca, row_bytes, in_k);
         if (C::TMA) {
             // Version 7: B's boxes, rows b0.. then b1.., each 64 rows at column kt·BK.
             if (t == 0) {
@@ -1061,9 +1070,7 @@ __device__ __forceinline__ void wg_mainloop(const __nv_bfloat16* __restrict__ A,
             return;
         }
         dst += C::A_BYTES;
-#pragma unroll
-        for (int j = 0; j < C::B_COPIES; ++j)
-            moe_cp_async16(dst + j * DSTEP, fused_row_address(b, cb.row[j], row_bytes), in_k && ((cb.full >> j) & 1u));
+        wg_copy_rows(dst, DSTEP, b, cb, row_bytes, in_k);
     };
     // The pipeline: slice kt + AHEAD is copied while slice kt is multiplied, and one group of
     // wgmma stays in flight while the warps go on to the next slice's barrier and copies. So a
@@ -1162,10 +1169,7 @@ __device__ __forceinline__ void ws_producer(const __nv_bfloat16* __restrict__ A,
         const int kc = kt * C::BK + 8 * c;
         const bool in_k = kc < K;
         const __nv_bfloat16* a = in_k ? A + kc : A;
-#pragma unroll
-        for (int j = 0; j < C::A_COPIES; ++j)
-            moe_cp_async16(stage + dst0 + j * DSTEP, fused_row_address(a, ca.row[j], row_bytes),
-                           in_k && ((ca.full >> j) & 1u));
+        wg_copy_rows(stage + dst0, DSTEP, a, ca, row_bytes, in_k);
         moe_cp_async_mbar_arrive(&full[st]);
     }
     moe_cp_async_wait(0);  // nothing of this thread's still landing when it leaves

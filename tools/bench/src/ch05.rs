@@ -236,8 +236,8 @@ impl Buffers {
 
 /// What one implementation queues.
 enum Imp {
-    /// The tiny GEMM in its form for the row count, or in the form given.
-    TinyGemm(std::sync::Arc<moe_kernels::Module>, Option<GemmForm>),
+    /// The tiny GEMM in the form given (for `tiny_gemm`, the pair's form at the row count).
+    TinyGemm(std::sync::Arc<moe_kernels::Module>, GemmForm),
     Fused(FusedTopk),
     /// The pair, or cuBLAS + the fused kernel.
     Pair(FusedRouter),
@@ -258,7 +258,7 @@ impl Work for RouterWork {
         let b = &self.b;
         let r = match &self.imp {
             Imp::TinyGemm(m, form) => tiny_gemm::enqueue_as(
-                form.unwrap_or(tiny_gemm::form_for(self.rows)),
+                *form,
                 m,
                 &b.hidden16,
                 &b.gate16,
@@ -296,9 +296,9 @@ fn build(dev: &'static Device, i: &Input, imp: &str) -> Result<RouterWork, Strin
     let (cfg, shape, bias) = (&i.config, i.gate_shape(), i.bias.as_deref());
     let tiny = dev.load(&tiny_gemm::KERNELS).map_err(|e| e.to_string())?;
     let imp_of = match imp {
-        "tiny_gemm" => Imp::TinyGemm(tiny.clone(), None),
-        "tiny_gemm_fma" => Imp::TinyGemm(tiny.clone(), Some(GemmForm::CudaCores)),
-        "tiny_gemm_tc" => Imp::TinyGemm(tiny.clone(), Some(GemmForm::TensorCores)),
+        "tiny_gemm" => Imp::TinyGemm(tiny.clone(), tiny_gemm::form_for(i.rows)),
+        "tiny_gemm_fma" => Imp::TinyGemm(tiny.clone(), GemmForm::CudaCores),
+        "tiny_gemm_tc" => Imp::TinyGemm(tiny.clone(), GemmForm::TensorCores),
         "fused_router" => {
             Imp::Fused(FusedTopk::new(dev, cfg, i.rows, i.experts, bias).map_err(err)?)
         }
@@ -565,6 +565,10 @@ mod tests {
     fn floors_and_peers() {
         let cases = cases(&[1, 6]);
         assert_eq!(cases.len(), SHAPES.len() * IMPLS.len() * 2);
+        // Every implementation measured has its line in the book's table.
+        for imp in IMPLS {
+            assert!(moe_tools::figures::ch05::IMPLS.contains(&imp), "{imp}");
+        }
         // The router reads the bf16 gate weight (288 × 4096 × 2 bytes), one hidden row and the
         // bias, and writes 8 ids and 8 weights.
         let glm = &SHAPES[0];
