@@ -120,10 +120,6 @@ __device__ __forceinline__ void fr_scores(float* s, float* key, const float* b, 
 }
 // ANCHOR_END: scores
 
-// The levels of a pairwise tree over N candidates: ceil(log2 N).
-template <int N> struct FrLevels { static const int value = 1 + FrLevels<(N + 1) / 2>::value; };
-template <> struct FrLevels<1> { static const int value = 0; };
-
 // ANCHOR: ordered_key
 // A key as an unsigned number with the same order: the float's bits made monotone (a negative
 // float's bits reversed, a positive float's sign bit set; -0 taken as +0, as == does). Keys are
@@ -135,36 +131,30 @@ __device__ __forceinline__ unsigned fr_order(float key) {
 }
 // ANCHOR_END: ordered_key
 
-// The best of a lane's ordered keys, leaving out slot `skip` (-1: none): its key (0 when every
-// slot is 0) and slot. A tree of neighbours, so the left always holds the lower slots (the lower
-// id keeps a tie); an odd one out moves up.
+// ANCHOR: top2
+// A lane's two best slots of its ordered keys, leaving out the slots in `taken`: their keys (0
+// when there is none) and slots. One pass in slot order, each slot moving in only past a
+// strictly smaller key, so that of equal keys the lower slot (the lower expert id) stays ahead:
+// two compares and four selects a slot, where a tree for the best alone costs three a slot and
+// would have to run again after every pick.
 template <int SLOTS>
-__device__ __forceinline__ void fr_best(const unsigned* ok, int skip, unsigned& best_key, int& best_slot) {
-    unsigned bk[SLOTS];
-    int bj[SLOTS];
+__device__ __forceinline__ void fr_top2(const unsigned* ok, unsigned taken, unsigned& b1k, int& b1j,
+                                        unsigned& b2k, int& b2j) {
+    b1k = 0u;
+    b2k = 0u;
+    b1j = 0;
+    b2j = 0;
 #pragma unroll
     for (int j = 0; j < SLOTS; ++j) {
-        bk[j] = j == skip ? 0u : ok[j];
-        bj[j] = j;
+        const unsigned v = (taken >> j & 1u) ? 0u : ok[j];
+        const bool first = v > b1k, second = v > b2k;
+        b2k = first ? b1k : (second ? v : b2k);
+        b2j = first ? b1j : (second ? j : b2j);
+        b1k = first ? v : b1k;
+        b1j = first ? j : b1j;
     }
-#pragma unroll
-    for (int level = 0; level < FrLevels<SLOTS>::value; ++level) {
-        const int n = (SLOTS + (1 << level) - 1) >> level;  // candidates at this level
-#pragma unroll
-        for (int i = 0; i < SLOTS / 2; ++i) {  // a constant trip count, so it unrolls
-            if (i >= n / 2) break;
-            const bool right = bk[2 * i + 1] > bk[2 * i];
-            bk[i] = right ? bk[2 * i + 1] : bk[2 * i];
-            bj[i] = right ? bj[2 * i + 1] : bj[2 * i];
-        }
-        if (n & 1) {
-            bk[n / 2] = bk[n - 1];
-            bj[n / 2] = bj[n - 1];
-        }
-    }
-    best_key = bk[0];
-    best_slot = bj[0];
 }
+// ANCHOR_END: top2
 
 // ANCHOR: groups
 // DeepSeek-V3's grouped selection: experts form n_group contiguous groups of E / n_group; a
@@ -238,7 +228,8 @@ __device__ __forceinline__ void fused_router(const float* __restrict__ logits,
     const int t = blockIdx.x * FR_ROWS_PER_BLOCK + warp;
     if (t >= T) return;  // the whole warp leaves; nothing waits for the other warps
     const float* x = logits + (size_t)t * E;
-    // The lanes' slots that hold experts: E = 288 fills 9 of the 10 slots of fused_router_e320.
+    // The lanes' slots that hold experts: E = 300 fills 10 slots of fused_router_e320, 12 lanes
+    // only the tenth.
     // The loads stop there; scores and the picks' score shuffles cover all SLOTS (a past-E slot
     // scores 0), so no branch separates one slot's work from the next.
     const int slots = (E + 31) / 32;
@@ -268,27 +259,22 @@ __device__ __forceinline__ void fused_router(const float* __restrict__ logits,
     // k rounds of argmax. A round: the warp's largest of the lanes' best free keys
     // (__reduce_max_sync, one redux.sync instruction) and the lane holding it (a vote; on a tie
     // between lanes, the lowest id among them, __reduce_min_sync). Lane r keeps round r's expert;
-    // the lane that holds it clears its slot and takes its second-best as its best.
+    // the lane that holds it moves its second-best up. With random keys some lane wins twice in
+    // 58% of GLM-like rows (8 picks among 32 lanes) and three times in 3.5%: only a lane's third
+    // win costs a new pass over its slots, in a branch the other lanes skip.
     // ANCHOR: rounds
-    unsigned ok[SLOTS];  // the ordered keys; 0 = taken, past E, or in a dropped group
+    unsigned ok[SLOTS];  // the ordered keys; 0 = past E or in a dropped group
 #pragma unroll
     for (int j = 0; j < SLOTS; ++j) ok[j] = (used >> j & 1u) ? 0u : fr_order(key[j]);
-    // b1: the lane's best free slot. b2, recomputed in every round: its best free slot other
-    // than b1, which becomes b1 when the lane wins. The tree for b2 needs nothing from the round's
-    // reductions, so its instructions fill their wait; the chain from one round to the next is
-    // the reduction, the vote and a select, not the tree.
-    unsigned b1k;
-    int b1j;
-    fr_best<SLOTS>(ok, -1, b1k, b1j);
+    unsigned b1k, b2k;  // the lane's best and second-best free slot: keys and slots
+    int b1j, b2j;
+    fr_top2<SLOTS>(ok, 0u, b1k, b1j, b2k, b2j);
+    unsigned taken = 0;  // the lane's slots picked so far
+    bool have_b2 = true;  // b2 is still the lane's second best (false once it moved up)
     int my_id = -1;
     for (int round = 0; round < k; ++round) {
         // The warp's largest key: one redux.sync.
         const unsigned top = __reduce_max_sync(MOE_FULL_MASK, b1k);
-        unsigned b2k;
-        int b2j;
-        fr_best<SLOTS>(ok, b1j, b2k, b2j);
-        b2k = moe_computed(b2k);  // here, for every lane: not moved into the holder's branch below
-        b2j = moe_computed(b2j);
         // The lanes holding it: one vote. When one lane holds it (keys of distinct experts
         // rarely tie) that lane is the holder, known to every lane from the vote alone; on a tie,
         // the lowest id among the holders, one more redux.
@@ -301,11 +287,15 @@ __device__ __forceinline__ void fused_router(const float* __restrict__ logits,
         // The holder's slot: a shuffle that the next round does not wait for.
         const int slot = __shfl_sync(MOE_FULL_MASK, b1j, holder < 0 ? 0 : holder);
         if (lane == holder) {
-#pragma unroll
-            for (int j = 0; j < SLOTS; ++j)
-                if (j == b1j) ok[j] = 0u;
-            b1k = b2k;
-            b1j = b2j;
+            taken |= 1u << b1j;
+            if (have_b2) {
+                b1k = b2k;
+                b1j = b2j;
+                have_b2 = false;
+            } else {
+                fr_top2<SLOTS>(ok, taken, b1k, b1j, b2k, b2j);
+                have_b2 = true;
+            }
         }
         if (lane == round) my_id = holder < 0 ? -1 : holder + 32 * slot;
     }
@@ -458,8 +448,8 @@ extern "C" __global__ void __launch_bounds__(FR_MAX_EXPERTS) fused_router_block(
 }
 // ANCHOR_END: block_router
 
-// One entry point per row width: up to 128, 256, 320, 384, 512 and 1024 experts (4, 8, 10, 12,
-// 16, 32 per lane; every slot is scored, so the narrowest that holds the row is the fastest).
+// One entry point per row width: up to 128, 256, 288, 320, 384, 512 and 1024 experts (4, 8, 9, 10,
+// 12, 16, 32 per lane; every slot is scored, so the narrowest that holds the row is the fastest).
 extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e128(
     const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
     float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
@@ -471,6 +461,12 @@ extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_route
     float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
     int renormalize, float scale) {
     fused_router<8>(logits, bias, ids, weights, T, E, k, scoring, n_group, topk_group, renormalize, scale);
+}
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e288(
+    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
+    float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
+    int renormalize, float scale) {
+    fused_router<9>(logits, bias, ids, weights, T, E, k, scoring, n_group, topk_group, renormalize, scale);
 }
 extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_e320(
     const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,

@@ -33,9 +33,10 @@ pub mod geometry {
 use geometry::*;
 
 /// The row widths the kernel is compiled for (experts per row, at most), with their entry points.
-const WIDTHS: [(usize, &str); 6] = [
+const WIDTHS: [(usize, &str); 7] = [
     (128, "fused_router_e128"),
     (256, "fused_router_e256"),
+    (288, "fused_router_e288"),
     (320, "fused_router_e320"),
     (384, "fused_router_e384"),
     (512, "fused_router_e512"),
