@@ -135,8 +135,8 @@ __device__ __forceinline__ unsigned fr_order(float key) {
 // A lane's two best slots of its ordered keys, leaving out the slots in `taken`: their keys (0
 // when there is none) and slots. One pass in slot order, each slot moving in only past a
 // strictly smaller key, so that of equal keys the lower slot (the lower expert id) stays ahead:
-// two compares and four selects a slot, where a tree for the best alone costs three a slot and
-// would have to run again after every pick.
+// two compares and six selects a slot (ptxas makes some of them min/max), once, where a tree for
+// the best alone costs three instructions a slot and would have to run again after every pick.
 template <int SLOTS>
 __device__ __forceinline__ void fr_top2(const unsigned* ok, unsigned taken, unsigned& b1k, int& b1j,
                                         unsigned& b2k, int& b2j) {
@@ -234,7 +234,7 @@ __device__ __forceinline__ void fused_router(const float* __restrict__ logits,
     // scores 0), so no branch separates one slot's work from the next.
     const int slots = (E + 31) / 32;
     float s[SLOTS], key[SLOTS], b[SLOTS];
-    unsigned used = 0;  // bit j: slot j is taken, past E, or in a dropped group
+    unsigned used = 0;  // bit j: slot j is past E or in a dropped group
     // The bias first: no kernel writes it, so its loads go out before the wait for the logits
     // (the kernel is launched as a dependent of the tiny GEMM: LaunchConfig::dependent).
     const bool has_bias = bias != nullptr;
@@ -260,7 +260,7 @@ __device__ __forceinline__ void fused_router(const float* __restrict__ logits,
     // (__reduce_max_sync, one redux.sync instruction) and the lane holding it (a vote; on a tie
     // between lanes, the lowest id among them, __reduce_min_sync). Lane r keeps round r's expert;
     // the lane that holds it moves its second-best up. With random keys some lane wins twice in
-    // 58% of GLM-like rows (8 picks among 32 lanes) and three times in 3.5%: only a lane's third
+    // 57% of GLM-like rows (8 picks among 32 lanes) and three times in 3.5%: only a lane's third
     // win costs a new pass over its slots, in a branch the other lanes skip.
     // ANCHOR: rounds
     unsigned ok[SLOTS];  // the ordered keys; 0 = past E or in a dropped group
@@ -329,7 +329,7 @@ __device__ __forceinline__ void fused_router(const float* __restrict__ logits,
 // ANCHOR: block_router
 // The same router for few rows: one block per token row, one thread per expert (blockDim =
 // 32 * ceil(E / 32), at most 1024), without grouped selection. At a few rows one warp's chain is
-// the time (about 1,600 dependent instructions for a GLM-like row); here a thread scores one
+// the time (over a thousand dependent instructions for a GLM-like row); here a thread scores one
 // expert, and the selection is two rank counts instead of k rounds:
 //   1. every warp ranks its 32 experts by 32 shuffles and compares (no chain: each compare waits
 //      only for its shuffle), and its k best go to shared memory;

@@ -177,11 +177,12 @@ extern "C" __global__ void __launch_bounds__(TINY_THREADS, 2) tiny_gemm_r16(cons
 #define TC_EXPERTS 16  // gate rows per block: the mma's M
 #define TC_TILES 2     // n-tiles of 8 tokens per block
 #define TC_UNROLL 4    // chunks a warp loads before it multiplies: 8 KB in flight per warp
-// The host runs this kernel from this many rows on: a first run of bench ch05 measured it behind
-// the CUDA-core kernel at 6 rows and ahead at 16 at both shapes, and a straight line through the
-// CUDA-core kernel's times crosses this one's near 9 (GLM-like) and 7 (Qwen3-like); the run after
-// measured the crossing between 8 and 12 GLM-like rows and before 8 Qwen3-like rows.
-#define TC_FROM_ROWS 9
+// The host runs this kernel from this many rows on. Alone, the two kernels cross between 8 and 12
+// GLM-like rows and between 6 and 8 Qwen3-like rows; in the pair, timed with each form (bench ch05's
+// pair_fma and pair_tc, bench/results/h200/logs/ch05_pair_forms.csv), the CUDA-core form is ahead
+// at 6 rows at both shapes, the tensor-core form at 8 GLM-like rows (11.6 us cold against 12.5)
+// and 0.1 us behind at 8 Qwen3-like rows, and ahead at 12 at both.
+#define TC_FROM_ROWS 8
 
 __device__ __forceinline__ uint4 tc_load16(const __nv_bfloat16* p, bool in) {
     return in ? *reinterpret_cast<const uint4*>(p) : make_uint4(0u, 0u, 0u, 0u);

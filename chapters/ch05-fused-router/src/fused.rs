@@ -10,7 +10,7 @@
 //! logits and an fp32 bias. The limits of the fused kernel: E ≤ 1024, k ≤ 32, at most 32 groups;
 //! larger sizes are a [`DeviceRouterError::Limit`].
 
-use crate::tiny_gemm;
+use crate::tiny_gemm::{self, GemmForm};
 use ch01_router::chain::{
     expect_len, route_logits_with, route_on_device, DeviceMatrix, DeviceRouter, DeviceRouterError,
     FiveLineChain, GateDtype, GateInputs, GateShape, RouterOutputs,
@@ -337,6 +337,7 @@ pub struct FusedRouter {
     topk: FusedTopk,
     shape: GateShape,
     from: LogitsFrom,
+    gemm: GemmForm,            // the tiny GEMM's form (with LogitsFrom::TinyGemm)
     logits: DeviceBuffer<f32>, // [T, E] fp32
 }
 
@@ -367,8 +368,16 @@ impl FusedRouter {
             topk,
             shape,
             from,
+            gemm: tiny_gemm::form_for(shape.rows),
             logits: device.alloc(shape.rows * shape.experts)?,
         })
+    }
+
+    /// The same pair with the tiny GEMM in `form` at any row count, not [`tiny_gemm::form_for`]'s
+    /// (the bench times the pair in each form; nothing changes with [`LogitsFrom::Blas`]).
+    pub fn with_gemm_form(mut self, form: GemmForm) -> Self {
+        self.gemm = form;
+        self
     }
 
     /// The `[T, E]` fp32 logits of the last call (the example writes them out).
@@ -379,7 +388,9 @@ impl FusedRouter {
     /// The kernels one call launches, in order (cuBLAS's own kernels are one entry, `blas`).
     pub fn launch_names(&self) -> Vec<&'static str> {
         let gemm = match self.from {
-            LogitsFrom::TinyGemm => tiny_gemm::launch(self.shape.rows, self.shape.experts).0,
+            LogitsFrom::TinyGemm => {
+                tiny_gemm::launch_as(self.gemm, self.shape.rows, self.shape.experts).0
+            }
             LogitsFrom::Blas => "blas",
         };
         vec![gemm, self.topk.kernel()]
@@ -420,9 +431,16 @@ impl DeviceRouter for FusedRouter {
             return Ok(());
         }
         match self.from {
-            LogitsFrom::TinyGemm => {
-                tiny_gemm::enqueue(&self.tiny, hidden, weight, &self.logits, rows, h, experts)?
-            }
+            LogitsFrom::TinyGemm => tiny_gemm::enqueue_as(
+                self.gemm,
+                &self.tiny,
+                hidden,
+                weight,
+                &self.logits,
+                rows,
+                h,
+                experts,
+            )?,
             LogitsFrom::Blas => linear(
                 self.device,
                 Linear {

@@ -2,7 +2,7 @@
 //! gate [E, H] bf16ᵀ`, fp32 accumulation, for few rows.
 //!
 //! One safe wrapper, [`enqueue`], checks every length and size and then only launches. Any T
-//! runs: up to 8 rows on CUDA cores (`tiny_gemm_r{1,2,4,8,16}`), from 9 on tensor cores
+//! runs: up to 7 rows on CUDA cores (`tiny_gemm_r{1,2,4,8,16}`), from 8 on tensor cores
 //! (`tiny_gemm_tc`), [`GemmForm`]. Within a form a row's logits have the same bits whatever the
 //! batch around it, on the emulator and on the GPU; the two forms sum in different orders.
 
@@ -42,8 +42,8 @@ pub enum GemmForm {
     TensorCores,
 }
 
-/// The form [`enqueue`] runs for `rows` rows: CUDA cores up to 8, tensor cores from
-/// `TC_FROM_ROWS` (9) on (see the constant in `kernels/ch05_tiny_gemm.cu` for why).
+/// The form [`enqueue`] runs for `rows` rows: CUDA cores up to 7, tensor cores from
+/// `TC_FROM_ROWS` (8) on (see the constant in `kernels/ch05_tiny_gemm.cu` for why).
 pub fn form_for(rows: usize) -> GemmForm {
     if rows >= TC_FROM_ROWS {
         GemmForm::TensorCores

@@ -151,6 +151,7 @@ struct LogitsCase {
 fn wide_cases() -> Vec<LogitsCase> {
     let cases = [
         (129, RouterConfig::qwen3(32)),
+        (288, RouterConfig::glm5(8)),
         (300, RouterConfig::glm5(8)),
         (1000, RouterConfig::deepseek_v4(32)),
         (
@@ -352,8 +353,8 @@ fn launches_are_the_pair(dev: &'static Device) {
         (1, 288, "tiny_gemm_r1"),
         (3, 288, "tiny_gemm_r4"),
         (6, 128, "tiny_gemm_r8"),
-        (8, 128, "tiny_gemm_r8"),
-        (9, 100, "tiny_gemm_tc"),
+        (7, 128, "tiny_gemm_r8"),
+        (8, 100, "tiny_gemm_tc"),
         (16, 100, "tiny_gemm_tc"),
         (40, 33, "tiny_gemm_tc"),
     ] {
@@ -592,8 +593,8 @@ fn tiny_gemm_bits_do_not_depend_on_the_batch(dev: &'static Device) {
         }
     }
     // The forms by row count.
-    assert_eq!(tiny_gemm::form_for(8), GemmForm::CudaCores);
-    assert_eq!(tiny_gemm::form_for(9), GemmForm::TensorCores);
+    assert_eq!(tiny_gemm::form_for(7), GemmForm::CudaCores);
+    assert_eq!(tiny_gemm::form_for(8), GemmForm::TensorCores);
 }
 // ANCHOR_END: batch_invariance
 

@@ -5,11 +5,12 @@
 //!
 //! | impl | what one call is | bytes of its floor |
 //! |---|---|---|
-//! | `tiny_gemm` | the tiny GEMM alone, in the form the pair runs (CUDA cores up to 16 rows, tensor cores past them): bf16 hidden and gate in, fp32 logits out | hidden and gate read (bf16), logits written |
+//! | `tiny_gemm` | the tiny GEMM alone, in the form the pair runs (CUDA cores up to 7 rows, tensor cores from 8): bf16 hidden and gate in, fp32 logits out | hidden and gate read (bf16), logits written |
 //! | `tiny_gemm_fma`, `tiny_gemm_tc` | the same, each form at every row count | the same |
 //! | `fused_router` | the fused kernel alone, on logits already on the device, in the form the pair runs (a block per row up to 512 rows, else a warp per row) | logits and bias read, ids and weights written |
 //! | `fused_router_warp`, `fused_router_block` | the same, each form at every row count | the same |
 //! | `pair` | the tiny GEMM + the fused kernel ([`FusedRouter`]) | the router's: hidden and gate (bf16) and bias read, ids and weights written |
+//! | `pair_fma`, `pair_tc` | the same, with the tiny GEMM in each form at every row count | the same |
 //! | `blas_fused` | cuBLAS's bf16 → fp32 GEMM + the fused kernel | the router's |
 //! | `chain` | chapter 1's chain of plain kernels, fp32 in | the router's |
 //! | `torch_5line` | the five PyTorch lines (`tools/peers/router5.py --chapter ch05`), fp32 | the router's (merged from the peer's samples) |
@@ -49,16 +50,18 @@ use moe_tools::figures::ch05::{
 };
 use std::time::Instant;
 
-/// One decode token, 2 and 4, one request verifying 6 speculative tokens, 8 and 12 (either side
-/// of where the tiny GEMM changes form), the engines' tiny GEMM's limit (16), past it (32, 64),
-/// 16 such requests (96), a prefill chunk.
+/// One decode token, 2 and 4, one request verifying 6 speculative tokens, 8 and 12 (around where
+/// the tiny GEMM changes form: 6 and 8 either side of the pair's switch), the engines' tiny GEMM's
+/// limit (16), past it (32, 64), 16 such requests (96), a prefill chunk.
 pub const ROWS: [usize; 11] = [1, 2, 4, 6, 8, 12, 16, 32, 64, 96, 8192];
 /// The emulator's smoke test: one row, six, and one past a 16-row block.
 const EMU_ROWS: [usize; 3] = [1, 6, 17];
 /// The implementations, in the order they are measured and listed (the peer's rows are merged
 /// from its samples, and take the floor of the first case at their shape and rows: the pair's).
-pub const IMPLS: [&str; 9] = [
+pub const IMPLS: [&str; 11] = [
     "pair",
+    "pair_fma",
+    "pair_tc",
     "tiny_gemm",
     "tiny_gemm_fma",
     "tiny_gemm_tc",
@@ -312,6 +315,15 @@ fn build(dev: &'static Device, i: &Input, imp: &str) -> Result<RouterWork, Strin
             Imp::Fused(topk.map_err(err)?)
         }
         "pair" => Imp::Pair(FusedRouter::new(dev, cfg, shape, bias).map_err(err)?),
+        "pair_fma" | "pair_tc" => {
+            let form = if imp == "pair_fma" {
+                GemmForm::CudaCores
+            } else {
+                GemmForm::TensorCores
+            };
+            let pair = FusedRouter::new(dev, cfg, shape, bias).map_err(err)?;
+            Imp::Pair(pair.with_gemm_form(form))
+        }
         "blas_fused" => Imp::Pair(
             FusedRouter::with_logits(dev, cfg, shape, bias, LogitsFrom::Blas).map_err(err)?,
         ),
@@ -358,7 +370,7 @@ fn check(dev: &'static Device, i: &Input, imp: &str, work: &RouterWork) -> Resul
     }
     let got = work.b.routing(i.rows, i.config.k)?;
     i.check_routing(imp, &logits, &got)?;
-    if imp == "pair" {
+    if imp.starts_with("pair") {
         // The pair's outputs are the fused kernel's bits on the tiny GEMM's logits.
         let alone = ch05_fused_router::route_logits_fused(
             dev,

@@ -2,7 +2,8 @@
 //! `bench/results/h200/ch05.csv` (the tiny GEMM `tiny_gemm` in the pair's form and in each form,
 //! `tiny_gemm_fma` and `tiny_gemm_tc`, the fused kernel `fused_router` in
 //! the pair's form and in each form, `fused_router_warp` and `fused_router_block`,
-//! the pair `pair`, cuBLAS + the fused kernel `blas_fused`, chapter 1's chain `chain`, the PyTorch
+//! the pair `pair` (and with the tiny GEMM in each form, `pair_fma` and `pair_tc`), cuBLAS + the
+//! fused kernel `blas_fused`, chapter 1's chain `chain`, the PyTorch
 //! five lines `torch_5line`, a floor probe per case and one empty launch).
 //!
 //! Made from it: the row-axis figure (µs per call against rows, the routers beside the floor, as
@@ -34,8 +35,10 @@ const FACTS: &str = "book/src/figures/ch05-facts.md";
 /// The implementations, as the CSV names them, in the order the table lists them (`bench ch05`
 /// measures these but the peer, in its own order; its test checks that none is left out here).
 const PAIR: &str = "pair";
-pub const IMPLS: [&str; 10] = [
+pub const IMPLS: [&str; 12] = [
     "pair",
+    "pair_fma",
+    "pair_tc",
     "blas_fused",
     "tiny_gemm",
     "tiny_gemm_fma",
