@@ -259,9 +259,10 @@ __device__ __forceinline__ void fused_router(const float* __restrict__ logits,
     // k rounds of argmax. A round: the warp's largest of the lanes' best free keys
     // (__reduce_max_sync, one redux.sync instruction) and the lane holding it (a vote; on a tie
     // between lanes, the lowest id among them, __reduce_min_sync). Lane r keeps round r's expert;
-    // the lane that holds it moves its second-best up. With random keys some lane wins twice in
-    // 57% of GLM-like rows (8 picks among 32 lanes) and three times in 3.5%: only a lane's third
-    // win costs a new pass over its slots, in a branch the other lanes skip.
+    // the lane that holds it moves its second-best up. A lane that wins again after that (its
+    // second win, and its fourth) takes a new pass over its slots, in a branch the other lanes
+    // skip: with random keys some lane wins twice in 57% of GLM-like rows (8 picks among 32 lanes),
+    // so about every other row takes one pass; four wins come in about one row in a thousand.
     // ANCHOR: rounds
     unsigned ok[SLOTS];  // the ordered keys; 0 = past E or in a dropped group
 #pragma unroll

@@ -19,7 +19,7 @@
 // - The block's reduction is a fixed tree (warp xor shuffles, then the 8 warps' sums in warp
 //   order), so the bits do not depend on the batch: a row's logits are the same whether it is
 //   routed alone or with 8191 others, on the emulator and on the GPU.
-// - Any T: above TINY_ROWS rows, more blocks along y. The host runs it up to 8 rows; from 9 on,
+// - Any T: above TINY_ROWS rows, more blocks along y. The host runs it up to 7 rows; from 8 on,
 //   tiny_gemm_tc (below) computes the same logits on tensor cores, in another order.
 // - H must be a multiple of 8 (whole 16-byte slices); the host refuses other sizes.
 #include "common.cuh"

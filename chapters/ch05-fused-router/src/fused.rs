@@ -2,7 +2,7 @@
 //!
 //! | router | logits | steps 2 and 3 | launches |
 //! |---|---|---|---|
-//! | [`FusedRouter`] (`fused`) | tiny GEMM, bf16 in, fp32 out | `fused_router_block` up to [`BLOCK_FORM_MAX_ROWS`] rows, else `fused_router_e{128,256,320,384,512,1024}` ([`RowForm`]) | 2 |
+//! | [`FusedRouter`] (`fused`) | tiny GEMM, bf16 in, fp32 out | `fused_router_block` up to [`BLOCK_FORM_MAX_ROWS`] rows, else `fused_router_e{128,256,288,320,384,512,1024}` ([`RowForm`]) | 2 |
 //! | [`FusedRouter`] with [`LogitsFrom::Blas`] (`blas+fused`) | cuBLAS (the emulator: a reference GEMM) | the same | 1 + cuBLAS's |
 //! | [`TinyGemmChain`] (`tiny+chain`) | tiny GEMM | chapter 1's chain after its GEMM | 6 or 7 |
 //!

@@ -187,8 +187,8 @@ fn wide_cases() -> Vec<LogitsCase> {
             logits[3 * experts..4 * experts].fill(f32::NAN);
             // Rows 4 and 5: one lane's experts (3, 35, 67, ...) hold the row's largest logits,
             // far above the others (below -4: a sigmoid score under 0.02, less than the bias
-            // spread), so the one-warp kernel's lane 3 wins round after round (from its third
-            // win on, it takes a new pass over its slots); in row 5 they are equal.
+            // spread), so the one-warp kernel's lane 3 wins round after round (on its second and
+            // fourth wins, and so on, it takes a new pass over its slots); in row 5 they are equal.
             for l in &mut logits[4 * experts..6 * experts] {
                 *l = *l * 0.25 - 5.0;
             }
