@@ -461,7 +461,10 @@ fn gpu(dev: &'static Device, args: &GpuArgs, quick: bool) -> Result<(), String> 
             }
         )
     );
-    print!("{}", targets(&rows));
+    // The targets from the numbers as written (three decimals), the ones the book's facts are
+    // made from, so that the log and the book round a ratio the same way.
+    let written = moe_tools::bench_row::parse_csv(&csv(&rows), "ch05.csv")?;
+    print!("{}", targets(&written));
     println!(
         "wrote ch05.csv, ch05_steps.csv and ch05_ceilings.csv in {}{}",
         out.display(),
@@ -571,6 +574,44 @@ mod tests {
     #[test]
     fn the_gpu_path_runs_on_the_emulator() {
         emu_smoke(Device::emu()).unwrap();
+    }
+
+    /// The targets as the bench prints them from the committed CSV carry the ratios the book
+    /// quotes (the facts file, generated from the same CSV and checked by `tools/plot --check`),
+    /// rounded the same way.
+    #[test]
+    fn targets_from_the_committed_csv_are_the_books_ratios() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap();
+        let rows =
+            moe_tools::bench_row::parse_csv(&read("bench/results/h200/ch05.csv"), "ch05").unwrap();
+        let printed = targets(&rows);
+        let facts = read("book/src/figures/ch05-facts.md");
+        let fact = |name: &str| {
+            let start = format!("ANCHOR: {name}\n");
+            let at = facts
+                .find(&start)
+                .unwrap_or_else(|| panic!("no fact {name}"))
+                + start.len();
+            facts[at..].lines().next().unwrap().to_string()
+        };
+        for (shape, s) in [("glm", SHAPES[0].name), ("qwen3", SHAPES[1].name)] {
+            for want in [
+                format!(
+                    "{s}: 1 row: tiny GEMM {}×",
+                    fact(&format!("{shape}_1_tiny_over_probe"))
+                ),
+                format!(
+                    "pair {}× (target",
+                    fact(&format!("{shape}_1_pair_over_probe"))
+                ),
+                format!("worst {}×", fact(&format!("{shape}_chain_over_pair_min"))),
+            ] {
+                assert!(printed.contains(&want), "{want:?} not in:\n{printed}");
+            }
+        }
+        let want = format!("8192 rows {}×", fact("glm_8192_fused_over_logits_probe"));
+        assert!(printed.contains(&want), "{want:?} not in:\n{printed}");
     }
 
     #[test]
