@@ -228,8 +228,8 @@ impl FusedTopk {
 
     // ANCHOR: enqueue_fused
     /// Queues the fused kernel on `logits [rows, experts]` f32 and the bias. Kernels:
-    /// `fused_router_e{128,256,320,384,512,1024}(const float* logits, const float* bias, int* ids,
-    /// float* weights, int T, int E, int k, int scoring, int n_group, int topk_group,
+    /// `fused_router_e{128,256,288,320,384,512,1024}(const float* logits, const float* bias,
+    /// int* ids, float* weights, int T, int E, int k, int scoring, int n_group, int topk_group,
     /// int renormalize, float scale)`, grid `⌈T / 4⌉`, blocks of 4 warps, one warp per row; or
     /// `fused_router_block(logits, bias, ids, weights, T, E, k, scoring, renormalize, scale)`,
     /// grid `T`, blocks of `32 ⌈E / 32⌉` threads. An empty batch launches nothing.
@@ -389,7 +389,7 @@ impl FusedRouter {
     pub fn launch_names(&self) -> Vec<&'static str> {
         let gemm = match self.from {
             LogitsFrom::TinyGemm => {
-                tiny_gemm::launch_as(self.gemm, self.shape.rows, self.shape.experts).0
+                tiny_gemm::launch(self.gemm, self.shape.rows, self.shape.experts).0
             }
             LogitsFrom::Blas => "blas",
         };

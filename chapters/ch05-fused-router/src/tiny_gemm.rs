@@ -53,15 +53,10 @@ pub fn form_for(rows: usize) -> GemmForm {
 }
 // ANCHOR_END: gemm_form
 
-/// The entry point and the launch for `rows` rows of `experts` experts, in [`form_for`]'s form.
-pub fn launch(rows: usize, experts: usize) -> (&'static str, LaunchConfig) {
-    launch_as(form_for(rows), rows, experts)
-}
-
-/// The entry point and the launch in `form`. CUDA cores: the smallest block height that holds
+/// The entry point and the launch for `rows` rows of `experts` experts in `form`. CUDA cores: the smallest block height that holds
 /// `min(rows, 16)` rows, 2 experts per block along x, blocks of that height along y. Tensor
 /// cores: 16 experts along x, 16 tokens along y, 8 warps.
-pub fn launch_as(form: GemmForm, rows: usize, experts: usize) -> (&'static str, LaunchConfig) {
+pub fn launch(form: GemmForm, rows: usize, experts: usize) -> (&'static str, LaunchConfig) {
     if form == GemmForm::TensorCores {
         let cfg = LaunchConfig {
             grid: (
@@ -112,7 +107,7 @@ pub fn check_hidden(hidden: usize) -> Result<(), DeviceRouterError> {
 /// Queues `logits [rows, experts] = hidden [rows, h] · gate [experts, h]ᵀ` on `module` (this
 /// family, loaded on the buffers' device), in [`form_for`]'s form. Kernels:
 /// `tiny_gemm_r{1,2,4,8,16}` and `tiny_gemm_tc`, each `(const bf16* hidden, const bf16* gate,
-/// float* logits, int T, int H, int E)`; grid and blocks by [`launch_as`]. An empty batch
+/// float* logits, int T, int H, int E)`; grid and blocks by [`launch`]. An empty batch
 /// launches nothing.
 pub fn enqueue(
     module: &Module,
@@ -146,7 +141,7 @@ pub fn enqueue_as(
     if rows == 0 || experts == 0 {
         return Ok(());
     }
-    let (name, cfg) = launch_as(form, rows, experts);
+    let (name, cfg) = launch(form, rows, experts);
     module.launch(
         name,
         cfg,

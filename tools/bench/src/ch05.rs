@@ -1,7 +1,7 @@
 //! Chapter 5's cases: the fused router pair along the row axis, at chapter 1's two shapes (the
 //! router article's GLM-like router, hidden 4096, 288 experts, k = 8, sigmoid + bias; and
 //! Qwen3-30B-A3B's, hidden 2048, 128 experts, k = 8, softmax), at 1, 2, 4, 6, 8, 12, 16, 32, 64,
-//! 96 and 8192 rows. One table of implementations ([`IMPLS`]), each measured the same way:
+//! 96 and 8192 rows. One table of implementations ([`impls`]), each measured the same way:
 //!
 //! | impl | what one call is | bytes of its floor |
 //! |---|---|---|
@@ -56,21 +56,18 @@ use std::time::Instant;
 pub const ROWS: [usize; 11] = [1, 2, 4, 6, 8, 12, 16, 32, 64, 96, 8192];
 /// The emulator's smoke test: one row, six, and one past a 16-row block.
 const EMU_ROWS: [usize; 3] = [1, 6, 17];
-/// The implementations, in the order they are measured and listed (the peer's rows are merged
-/// from its samples, and take the floor of the first case at their shape and rows: the pair's).
-pub const IMPLS: [&str; 11] = [
-    "pair",
-    "pair_fma",
-    "pair_tc",
-    "tiny_gemm",
-    "tiny_gemm_fma",
-    "tiny_gemm_tc",
-    "fused_router",
-    "fused_router_warp",
-    "fused_router_block",
-    "blas_fused",
-    "chain",
-];
+/// The PyTorch peer's implementation: in the book's table, not measured here (its rows are merged
+/// from its own samples, and take the floor of the first case at their shape and rows: the
+/// pair's).
+const PEER: &str = "torch_5line";
+
+/// The implementations measured, in the order of the book's table
+/// ([`moe_tools::figures::ch05::IMPLS`], one list for both), but the peer.
+pub fn impls() -> impl Iterator<Item = &'static str> {
+    moe_tools::figures::ch05::IMPLS
+        .into_iter()
+        .filter(|&imp| imp != PEER)
+}
 
 /// `(read, written)` bytes of one implementation's floor at `rows` rows of shape `s` (see the
 /// module's table).
@@ -397,7 +394,7 @@ fn check(dev: &'static Device, i: &Input, imp: &str, work: &RouterWork) -> Resul
 fn cases(rows: &[usize]) -> Vec<Case> {
     let mut v = Vec::new();
     for s in &SHAPES {
-        for imp in IMPLS {
+        for imp in impls() {
             for &t in rows {
                 let (read, written) = floor_bytes(s, t, imp);
                 let flops = if imp.starts_with("fused_router") {
@@ -617,11 +614,9 @@ mod tests {
     #[test]
     fn floors_and_peers() {
         let cases = cases(&[1, 6]);
-        assert_eq!(cases.len(), SHAPES.len() * IMPLS.len() * 2);
-        // Every implementation measured has its line in the book's table.
-        for imp in IMPLS {
-            assert!(moe_tools::figures::ch05::IMPLS.contains(&imp), "{imp}");
-        }
+        assert_eq!(cases.len(), SHAPES.len() * impls().count() * 2);
+        // Every line of the book's table is measured here but the peer's (which is one of them).
+        assert_eq!(impls().count() + 1, moe_tools::figures::ch05::IMPLS.len());
         // The router reads the bf16 gate weight (288 × 4096 × 2 bytes), one hidden row and the
         // bias, and writes 8 ids and 8 weights.
         let glm = &SHAPES[0];

@@ -32,9 +32,9 @@ const SVG: &str = "book/src/figures/ch05-router.svg";
 const TABLE: &str = "book/src/figures/ch05-router-table.md";
 const FACTS: &str = "book/src/figures/ch05-facts.md";
 
-/// The implementations, as the CSV names them, in the order the table lists them (`bench ch05`
-/// measures these but the peer, in its own order; its test checks that none is left out here).
 const PAIR: &str = "pair";
+/// The implementations, as the CSV names them, in the order the table lists them: `bench ch05`
+/// measures these, in this order, but the PyTorch peer (`torch_5line`), whose samples it merges.
 pub const IMPLS: [&str; 12] = [
     "pair",
     "pair_fma",
