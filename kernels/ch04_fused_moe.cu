@@ -43,13 +43,15 @@
 //       16 it loads an A fragment per sub-tile for only 2·NF mma each; in version 3 the WARPS
 //       warps form WM × WN (WN = WARPS / WM) and warp w owns the sub-tiles w % WM, + WM, + 2·WM,
 //       ... and the columns of group w / WM: fewer A loads, more mma per load.
-//     versions 4 to 8 (sm_90a only, WgCfg, wg_mainloop): Hopper's warpgroup MMA (wgmma.cuh),
+//     versions 4 to 9 (sm_90a only, WgCfg, wg_mainloop): Hopper's warpgroup MMA (wgmma.cuh),
 //       one warpgroup per 64 rows multiplying straight from shared memory, the stages in
 //       wgmma's flat core-matrix layout (4) or its 128-byte swizzle (5, suffix _x), whose
 //       copies read whole 128-byte lines; 6 (_w0) waits for each slice's MMA, copies a slice
 //       deeper; 7 (_tma) brings the weight slices by TMA (kernels/tma.cuh); 8 (_tma_ws) is
 //       warp-specialized, a producer warpgroup feeding the others through mbarriers
-//       (ws_producer, ws_consumer). The same bits as versions 1-3 (measured on the H200,
+//       (ws_producer, ws_consumer); 9 (_tma_ws_mc) is 8 in clusters of two blocks that take one
+//       copy of the weight slice between them when their tiles are of one expert (multicast;
+//       slower than 8 on the H200). The same bits as versions 1-3 (measured on the H200,
 //       chapter 4's GPU test); never compiled into the emulator's path, which runs 1-3.
 //   Each is instantiated as its own extern "C" entry points, named with the suffix
 //   _w{WARPS}_k{BK}_n{NF}, then _s{STAGES} for version 2 (_w{WM}x{WN}_k{BK}_n{NF}_s{STAGES} for
@@ -154,7 +156,8 @@
 // - The weighted down projection is kept in fp32 ([T·k, H] f32); upstream rounds it to the
 //   compute type (bf16) before moe_sum. The sum over k runs in fixed order in its own kernel, or
 //   inside decode_gemm2_sum.
-// - A handful of tile configurations, no split-K, no quantized weights, no thread-block clusters;
+// - A handful of tile configurations, no split-K, no quantized weights; clusters of two blocks in
+//   version 9 only;
 //   software pipelining (cp.async stages) in the configurations `_s{STAGES}`; bulk tensor copies
 //   (TMA) for the weights only, in versions 7 and 8 (A's rows are gathered: cp.async).
 // - Experts outside 0..E (e.g. -1 for an expert held by another rank in expert parallelism)
@@ -180,7 +183,7 @@
 #define DECODE_GROUP 8            // pairs of one expert the grouped decode kernels multiply per weight load (and BLOCK_M)
 #define DECODE_GROUP_MAX_THREADS 512  // the grouped decode kernels take any multiple of 32 threads up to this
 #define WG_SWIZZLE_ALIGN 1024     // version 5's stages start on this many bytes: the host adds as many to its shared memory
-#define WG_TMA_BOX 64             // versions 7 and 8: a TMA box is this many rows of this many bf16 (the host's tensor maps)
+#define WG_TMA_BOX 64             // versions 7 to 9: a TMA box is this many rows of this many bf16 (the host's tensor maps)
 
 // ANCHOR: config
 // One tile configuration. GEMM 1 stages BN1 gate rows and the BN1 matching up rows; the plain
@@ -917,7 +920,7 @@ extern "C" __global__ void __launch_bounds__(256)
 // in its accumulators, and SwiGLU is the epilogue as before. Needs K (H and I) a multiple of 8.
 // Each output's sum is the same as the other versions': k-steps of 16 from k = 0 up into one
 // fp32 accumulator; whether wgmma's k-step rounds as mma.sync's does is measured, not assumed
-// (chapter 4's GPU test compares every version 4 to 8 configuration with the portable path's bits).
+// (chapter 4's GPU test compares every version 4 to 9 configuration with the portable path's bits).
 // SWZ (version 5): the 128-byte swizzled layout instead (BK 64: a staged row is 128 bytes, the swizzle's
 // width): row r's 128 bytes at byte 128·r, its 16-byte chunk c at chunk c ^ (r % 8) (the
 // hardware XORs address bits 4-6 with bits 7-9, so a stage starts on 1024 bytes). Then eight
@@ -944,10 +947,10 @@ extern "C" __global__ void __launch_bounds__(256)
 // loop: each side runs as far ahead as the buffers allow (every buffer but the one whose wgmma
 // group is still running may be filling: STAGES − 1 slices ahead).
 template <int WGS_, int BK_, int NF_, int STAGES_, bool SWZ_ = false, bool W0_ = false, bool TMA_ = false,
-          bool WS_ = false>
+          bool WS_ = false, bool MC_ = false>
 struct WgCfg {
     static constexpr int WGS = WGS_, BK = BK_, NF = NF_, STAGES = STAGES_;
-    static constexpr bool SWZ = SWZ_, W0 = W0_, TMA = TMA_, WS = WS_;
+    static constexpr bool SWZ = SWZ_, W0 = W0_, TMA = TMA_, WS = WS_, MC = MC_;
     static constexpr int AHEAD = W0 ? STAGES - 1 : STAGES - 2;  // slices copied ahead of the product
     static constexpr int THREADS = 128 * (WGS + (WS ? 1 : 0));
     static constexpr int COPIERS = WS ? 128 : THREADS;     // threads that issue the cp.async
@@ -975,6 +978,7 @@ struct WgCfg {
     static_assert(!TMA || (SWZ && BN % (2 * WG_TMA_BOX) == 0 && BK == WG_TMA_BOX),
                   "TMA boxes: WG_TMA_BOX swizzled rows of BK, two halves of whole boxes");
     static_assert(!WS || TMA, "version 8's producer asks for B's boxes");
+    static_assert(!MC || WS, "version 9 is version 8 in clusters of two");
     static constexpr int BOX_ROWS = WG_TMA_BOX;            // TMA: rows of one box (the host's tensor maps)
     static constexpr int HALF_BOXES = BN / 2 / BOX_ROWS;   // TMA: boxes per half of B (gate | up, or two column halves)
 };
@@ -1012,7 +1016,7 @@ __device__ __forceinline__ void wg_copy_rows(unsigned char* dst, int dstep, cons
         moe_cp_async16(dst + j * dstep, fused_row_address(src, cp.row[j], row_bytes), in_k && ((cp.full >> j) & 1u));
 }
 
-// The main loop of versions 4 to 8: acc += A[s_arow] · B[s_brow]ᵀ over K, for this thread's warpgroup's 64
+// The main loop of versions 4 to 9: acc += A[s_arow] · B[s_brow]ᵀ over K, for this thread's warpgroup's 64
 // rows (live: whether any of them is a real pair; the warpgroup skips its wgmma when not, but
 // still copies and meets every barrier). s_arow / s_brow: the source row of each staged row, -1
 // for a zero row.
@@ -1116,7 +1120,7 @@ __device__ __forceinline__ void wg_mainloop(const __nv_bfloat16* __restrict__ A,
     // where the paths meet (its advisory C7517).
     moe_wgmma_wait<0>();
 #else
-    __trap();  // versions 4 to 8 exist only on sm_90a; the host never launches it anywhere else
+    __trap();  // versions 4 to 9 exist only on sm_90a; the host never launches it anywhere else
 #endif
 }
 // ANCHOR_END: wg_mainloop
@@ -1141,10 +1145,15 @@ __device__ __forceinline__ bool wg_live(const int* s_live, int wg) {
 // buffer is the (kt / STAGES)-th, whose parity the waits name.
 // The producer warpgroup: slice kt into its buffer once the consumers have released the slice
 // STAGES before it.
+// Version 9 (C::MC, `share`): the two blocks of a cluster multiply tiles of one expert by the
+// same weight slice; block `rank` asks for half `rank` of B's boxes (the gate rows or the up
+// rows, or a half of the columns) for both blocks at once, and refills a buffer only once both
+// blocks' consumers have released it (their arrivals on its `empty`).
 template <class C>
 __device__ __forceinline__ void ws_producer(const __nv_bfloat16* __restrict__ A, const int* s_arow, int K,
                                             unsigned char* smem, unsigned long long* full,
-                                            unsigned long long* empty, const void* bmap, int b0, int b1) {
+                                            unsigned long long* empty, const void* bmap, int b0, int b1,
+                                            bool share = false, unsigned rank = 0) {
 #ifdef MOE_WGMMA
     const int t = threadIdx.x - 128 * C::WGS;  // 0..127
     const int r0 = t / 8, c = t % 8;           // the swizzled layout's copy of version 5
@@ -1155,16 +1164,29 @@ __device__ __forceinline__ void ws_producer(const __nv_bfloat16* __restrict__ A,
     const int nk = (K + C::BK - 1) / C::BK;
     for (int kt = 0; kt < nk; ++kt) {
         const int st = kt % C::STAGES;
-        if (kt >= C::STAGES) moe_mbar_wait(&empty[st], (unsigned)(kt / C::STAGES - 1) & 1u);
+        if (kt >= C::STAGES) {
+            if (C::MC)
+                moe_mbar_wait_cluster(&empty[st], (unsigned)(kt / C::STAGES - 1) & 1u);
+            else
+                moe_mbar_wait(&empty[st], (unsigned)(kt / C::STAGES - 1) & 1u);
+        }
         unsigned char* stage = smem + st * C::STAGE_BYTES;
         if (t == 0) {
-            moe_mbar_arrive_expect_tx(&full[st], C::B_BYTES);
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
+            moe_mbar_arrive_expect_tx(&full[st], C::B_BYTES);  // both halves land here either way
+            if (C::MC && share) {
 #pragma unroll
                 for (int j = 0; j < C::HALF_BOXES; ++j)
-                    moe_tma_load_2d(stage + C::A_BYTES + (h * C::HALF_BOXES + j) * C::BOX_ROWS * 128, bmap,
-                                    kt * C::BK, (h ? b1 : b0) + j * C::BOX_ROWS, &full[st]);
+                    moe_tma_load_2d_multicast(stage + C::A_BYTES + (rank * C::HALF_BOXES + j) * C::BOX_ROWS * 128,
+                                              bmap, kt * C::BK, (rank ? b1 : b0) + j * C::BOX_ROWS, &full[st],
+                                              (unsigned short)0x3);
+            } else {
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+#pragma unroll
+                    for (int j = 0; j < C::HALF_BOXES; ++j)
+                        moe_tma_load_2d(stage + C::A_BYTES + (h * C::HALF_BOXES + j) * C::BOX_ROWS * 128, bmap,
+                                        kt * C::BK, (h ? b1 : b0) + j * C::BOX_ROWS, &full[st]);
+            }
         }
         const int kc = kt * C::BK + 8 * c;
         const bool in_k = kc < K;
@@ -1179,9 +1201,12 @@ __device__ __forceinline__ void ws_producer(const __nv_bfloat16* __restrict__ A,
 // A consumer warpgroup (wg < WGS): wait for slice kt, make the producer's cp.async writes
 // visible to wgmma (the proxy fence), multiply, and release slice kt − 1 once its group is done
 // (one group stays in flight, as in version 5).
+// Version 9: one arrival a warp (lane 0, once the warp's wait is behind all its lanes) on this
+// block's `empty` and, when the blocks share B, on the other block's.
 template <class C>
 __device__ __forceinline__ void ws_consumer(int K, bool live, int wg, unsigned char* smem, unsigned long long* full,
-                                            unsigned long long* empty, float (&acc)[C::ACC]) {
+                                            unsigned long long* empty, float (&acc)[C::ACC], bool share = false,
+                                            unsigned rank = 0) {
 #ifdef MOE_WGMMA
     const int nk = (K + C::BK - 1) / C::BK;
     for (int kt = 0; kt < nk; ++kt) {
@@ -1199,21 +1224,44 @@ __device__ __forceinline__ void ws_consumer(int K, bool live, int wg, unsigned c
             moe_wgmma_commit();
             moe_wgmma_wait<1>();
         }
-        if (kt > 0) moe_mbar_arrive(&empty[(kt - 1) % C::STAGES]);
+        if (kt > 0) {
+            unsigned long long* e = &empty[(kt - 1) % C::STAGES];
+            if (C::MC) {
+                __syncwarp();
+                if ((threadIdx.x & 31) == 0) {
+                    moe_mbar_arrive(e);
+                    if (share) moe_mbar_arrive_cluster(e, rank ^ 1u);
+                }
+            } else {
+                moe_mbar_arrive(e);
+            }
+        }
     }
     moe_wgmma_wait<0>();
 #endif
 }
 // ANCHOR_END: ws_mainloop
 
-// The block's product for versions 4 to 8, as fused_tile_product is for the others: zeroes this
+// Version 9: whether this tile (of expert e, live) and the other tile of its cluster (tile ^ 1)
+// belong to the same expert, and so multiply the same weight slice. Both blocks compute the same
+// answer; a tile past the layout, or of another expert, shares nothing, and then both blocks run
+// as version 8 does.
+template <class C>
+__device__ __forceinline__ bool wg_cluster_shares(int tile, int e, const int* __restrict__ expert_ids,
+                                                  const int* __restrict__ num_post, int block_m) {
+    if (!C::MC) return false;
+    const int other = tile ^ 1;
+    return (long long)other * block_m < (long long)*num_post && expert_ids[other] == e;
+}
+
+// The block's product for versions 4 to 9, as fused_tile_product is for the others: zeroes this
 // thread's accumulators and runs the main loop on the dynamic shared memory; returns whether the
 // thread's warpgroup holds a real pair (when not, its accumulators stay zero and unused).
 template <class C>
 __device__ __forceinline__ bool wg_tile_product(const __nv_bfloat16* __restrict__ A, const int* s_arow,
                                                 const __nv_bfloat16* __restrict__ B, const int* s_brow, int K,
                                                 const int* s_live, float (&acc)[C::ACC], const void* bmap, int b0,
-                                                int b1) {
+                                                int b1, bool share = false) {
 #pragma unroll
     for (int i = 0; i < C::ACC; ++i) acc[i] = 0.0f;
     DYNAMIC_SHARED(unsigned char, smem);
@@ -1225,23 +1273,33 @@ __device__ __forceinline__ bool wg_tile_product(const __nv_bfloat16* __restrict_
         __shared__ __align__(8) unsigned long long s_full[C::STAGES], s_empty[C::STAGES];
         const unsigned off = (unsigned)__cvta_generic_to_shared(smem);
         smem += (WG_SWIZZLE_ALIGN - (off & (WG_SWIZZLE_ALIGN - 1))) & (WG_SWIZZLE_ALIGN - 1);
+        // Version 9: a warp's arrival, or two when the cluster's blocks share B (the other
+        // block's warps release this block's buffers too).
+        const unsigned releases = C::MC ? 4u * C::WGS * (share ? 2u : 1u) : 128u * C::WGS;
         if (threadIdx.x == 0) {
             for (int st = 0; st < C::STAGES; ++st) {
-                moe_mbar_init(&s_full[st], 128 + 1);      // the producer's cp.async arrivals + thread 0's bytes
-                moe_mbar_init(&s_empty[st], 128 * C::WGS);  // every consumer thread
+                moe_mbar_init(&s_full[st], 128 + 1);  // the producer's cp.async arrivals + thread 0's bytes
+                moe_mbar_init(&s_empty[st], releases);  // every consumer thread (version 9: warp)
             }
             moe_mbar_init_fence();
         }
         __syncthreads();
+        // Version 9: neither block's copies may reach the other before its barriers exist, and
+        // neither block may leave while the other can still arrive on its barriers.
+        const bool shared_b = C::MC && share;
+        const unsigned rank = C::MC ? moe_cluster_rank() : 0u;
+        if (shared_b) moe_cluster_sync();
         if (wg == C::WGS) {
-            ws_producer<C>(A, s_arow, K, smem, s_full, s_empty, bmap, b0, b1);
+            ws_producer<C>(A, s_arow, K, smem, s_full, s_empty, bmap, b0, b1, shared_b, rank);
+            if (shared_b) moe_cluster_sync();
             return false;
         }
         const bool live = wg_live(s_live, wg);
-        ws_consumer<C>(K, live, wg, smem, s_full, s_empty, acc);
+        ws_consumer<C>(K, live, wg, smem, s_full, s_empty, acc, shared_b, rank);
+        if (shared_b) moe_cluster_sync();
         return live;
 #else
-        __trap();  // version 8 exists only on sm_90a
+        __trap();  // versions 8 and 9 exist only on sm_90a
 #endif
     }
     const bool live = wg_live(s_live, wg);
@@ -1273,7 +1331,7 @@ __device__ __forceinline__ void wg_store2(float* row, int col, int n, bool pair,
 }
 
 // ANCHOR: wg_gemm1
-// GEMM 1 + SwiGLU on versions 4 to 8: fused_gemm1_swiglu_impl's contract, BLOCK_M = C::BM.
+// GEMM 1 + SwiGLU on versions 4 to 9: fused_gemm1_swiglu_impl's contract, BLOCK_M = C::BM.
 template <class C>
 __device__ __forceinline__ void wg_gemm1_swiglu_impl(const __nv_bfloat16* __restrict__ x,
                                                      const __nv_bfloat16* __restrict__ w13,
@@ -1299,7 +1357,9 @@ __device__ __forceinline__ void wg_gemm1_swiglu_impl(const __nv_bfloat16* __rest
     float acc[C::ACC];
     // Version 7's boxes: gate rows e·2I + n0.., up rows e·2I + I + n0.. of w13 viewed as [E·2I, H].
     const int g0 = e * 2 * I + n0;
-    if (!wg_tile_product<C>(x, s_arow, w, s_brow, H, s_live, acc, w13_map, g0, g0 + I)) return;
+    if (!wg_tile_product<C>(x, s_arow, w, s_brow, H, s_live, acc, w13_map, g0, g0 + I,
+                            wg_cluster_shares<C>(tile, e, expert_ids, num_post, block_m)))
+        return;
     const int wg = threadIdx.x / 128;
     // Thread (warp w of its warpgroup, g, q) holds rows 64·wg + 16w + g (+ 8), columns
     // n0 + 8j + 2q (+ 1): the gate in fragment j, the up value in fragment j + BN1 / 8.
@@ -1326,7 +1386,7 @@ __device__ __forceinline__ void wg_gemm1_swiglu_impl(const __nv_bfloat16* __rest
 }
 // ANCHOR_END: wg_gemm1
 
-// The plain GEMM on versions 4 to 8: fused_gemm_impl's contract, BLOCK_M = C::BM.
+// The plain GEMM on versions 4 to 9: fused_gemm_impl's contract, BLOCK_M = C::BM.
 template <class C, bool BF16_OUT>
 __device__ __forceinline__ void wg_gemm_impl(const __nv_bfloat16* __restrict__ A, const __nv_bfloat16* __restrict__ W,
                                              const int* __restrict__ sorted_ids, const int* __restrict__ expert_ids,
@@ -1347,7 +1407,9 @@ __device__ __forceinline__ void wg_gemm_impl(const __nv_bfloat16* __restrict__ A
     float acc[C::ACC];
     // Version 7's boxes: rows e·N + n0.. of W viewed as [E·N, K], in two halves of BN / 2.
     const int r0 = e * N + n0;
-    if (!wg_tile_product<C>(A, s_arow, w, s_brow, K, s_live, acc, w_map, r0, r0 + C::BN / 2)) return;
+    if (!wg_tile_product<C>(A, s_arow, w, s_brow, K, s_live, acc, w_map, r0, r0 + C::BN / 2,
+                            wg_cluster_shares<C>(tile, e, expert_ids, num_post, block_m)))
+        return;
     const int wg = threadIdx.x / 128;
     const int lane = threadIdx.x & 31, w4 = (threadIdx.x >> 5) & 3, g = lane >> 2, q = lane & 3;
     const bool even = (N & 1) == 0;
@@ -1373,7 +1435,7 @@ __device__ __forceinline__ void wg_gemm_impl(const __nv_bfloat16* __restrict__ A
 }
 
 // ANCHOR: wg_entries
-// The configurations of versions 4 to 8, g{WGS}_k{BK}_n{NF}_s{STAGES} (BLOCK_M 64·WGS, BN 16·NF), then _x
+// The configurations of versions 4 to 9, g{WGS}_k{BK}_n{NF}_s{STAGES} (BLOCK_M 64·WGS, BN 16·NF), then _x
 // for the 128-byte swizzled layout (and _w0 for version 6's main loop), each with the three entry
 // points of the other versions. Launched only on sm_90a GPUs. Written out rather than generated
 // by a macro, as every entry point of the book: the build finds a family's kernels by their
@@ -1689,6 +1751,47 @@ extern "C" __global__ void __launch_bounds__(384)
                       const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
                       int I, int E, int block_m, const void* w2_map) {
     wg_gemm_impl<WgG2K64N16S4XTW, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m, w2_map);
+}
+// _mc (version 9): version 8 in clusters of two blocks (__cluster_dims__: the grid's x is even,
+// blocks 2j and 2j + 1 one cluster) that multicast the weight slice when their tiles are of one
+// expert (wg_cluster_shares); the same parameters as version 8's entry points.
+typedef WgCfg<1, 64, 8, 4, true, false, true, true, true> WgG1K64N8S4XTWM;
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256)
+    fused_gemm1_swiglu_g1_k64_n8_s4_x_tma_ws_mc(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
+                      int E, int block_m, const void* w13_map) {
+    wg_gemm1_swiglu_impl<WgG1K64N8S4XTWM>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m, w13_map);
+}
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256)
+    fused_gemm1_gateup_g1_k64_n8_s4_x_tma_ws_mc(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
+                      int I, int E, int block_m, const void* w13_map) {
+    wg_gemm_impl<WgG1K64N8S4XTWM, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m, w13_map);
+}
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256)
+    fused_gemm2_g1_k64_n8_s4_x_tma_ws_mc(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
+                      int I, int E, int block_m, const void* w2_map) {
+    wg_gemm_impl<WgG1K64N8S4XTWM, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m, w2_map);
+}
+typedef WgCfg<2, 64, 16, 4, true, false, true, true, true> WgG2K64N16S4XTWM;
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384)
+    fused_gemm1_swiglu_g2_k64_n16_s4_x_tma_ws_mc(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
+                      int E, int block_m, const void* w13_map) {
+    wg_gemm1_swiglu_impl<WgG2K64N16S4XTWM>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m, w13_map);
+}
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384)
+    fused_gemm1_gateup_g2_k64_n16_s4_x_tma_ws_mc(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
+                      int I, int E, int block_m, const void* w13_map) {
+    wg_gemm_impl<WgG2K64N16S4XTWM, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m, w13_map);
+}
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384)
+    fused_gemm2_g2_k64_n16_s4_x_tma_ws_mc(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
+                      int I, int E, int block_m, const void* w2_map) {
+    wg_gemm_impl<WgG2K64N16S4XTWM, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m, w2_map);
 }
 // ANCHOR_END: wg_entries
 

@@ -71,4 +71,50 @@ __device__ __forceinline__ void moe_cp_async_mbar_arrive(unsigned long long* bar
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(moe_smem_addr(bar)) : "memory");
 }
 // ANCHOR_END: mbar_more
+// ANCHOR: cluster_api
+// Version 9: two blocks of a cluster (__cluster_dims__(2, 1, 1): blocks 2j and 2j + 1 run at
+// the same time on two SMs of one GPC, and each can reach the other's shared memory).
+// This block's rank in its cluster (0 or 1).
+__device__ __forceinline__ unsigned moe_cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+// Every thread of both blocks: what each did before it (barrier inits, arrivals on the other's
+// barriers) is done and visible to the other after it.
+__device__ __forceinline__ void moe_cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+// One arrival on the barrier at the same place in block `rank`'s shared memory (this block's
+// own, or the other's).
+__device__ __forceinline__ void moe_mbar_arrive_cluster(unsigned long long* bar, unsigned rank) {
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(moe_smem_addr(bar)), "r"(rank));
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
+}
+// A wait whose phase the other block's threads helped complete (their arrivals above).
+__device__ __forceinline__ void moe_mbar_wait_cluster(unsigned long long* bar, unsigned parity) {
+    const unsigned a = moe_smem_addr(bar);
+    unsigned done;
+    do {
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, "
+            "p;\n}\n"
+            : "=r"(done)
+            : "r"(a), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+// moe_tma_load_2d for both blocks at once: the engine reads the box once and writes it at `dst`
+// in the shared memory of every block in `mask` (bit r: rank r), counting its bytes on the
+// barrier at `bar`'s place in each of them.
+__device__ __forceinline__ void moe_tma_load_2d_multicast(void* dst, const void* map, int c0, int c1,
+                                                          unsigned long long* bar, unsigned short mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, "
+        "{%2, %3}], [%4], %5;\n" ::"r"(moe_smem_addr(dst)),
+        "l"(map), "r"(c0), "r"(c1), "r"(moe_smem_addr(bar)), "h"(mask)
+        : "memory");
+}
+// ANCHOR_END: cluster_api
 #endif  // sm_90a

@@ -157,13 +157,13 @@ pub struct TileConfig {
     pub stages: usize,
     /// Warp rows of the grid (1: versions 1 and 2).
     pub wm: usize,
-    /// Versions 4 to 8 (sm_90a): warpgroups of Hopper's `wgmma`, one per 64 rows of the tile (0:
+    /// Versions 4 to 9 (sm_90a): warpgroups of Hopper's `wgmma`, one per 64 rows of the tile (0:
     /// versions 1 to 3, `mma.sync`). Then `nf` is the fragments of 8 columns across the whole
     /// block (wgmma's N is `16·nf` staged rows; GEMM 1's `8·nf` gate and `8·nf` up rows).
     pub wg: usize,
-    /// Versions 4 to 8: wgmma's flat core matrices (4), or its 128-byte swizzle (5 to 8, `_x`).
+    /// Versions 4 to 9: wgmma's flat core matrices (4), or its 128-byte swizzle (5 to 8, `_x`).
     pub swz: bool,
-    /// Versions 4 to 8: the main loop waits for each slice's wgmma before the next slice
+    /// Versions 4 to 9: the main loop waits for each slice's wgmma before the next slice
     /// (`_w0`: none left in flight), which frees that slice's buffer one slice sooner: copies run
     /// `stages − 1` slices ahead instead of `stages − 2`.
     pub w0: bool,
@@ -174,6 +174,10 @@ pub struct TileConfig {
     /// Version 8 (`_tma_ws`): warp-specialized, one producer warpgroup (4 more warps) copying
     /// while the `wg` consumer warpgroups only multiply, the two sides meeting on mbarriers.
     pub ws: bool,
+    /// Version 9 (`_tma_ws_mc`): version 8 in clusters of two blocks (tiles 2j and 2j + 1) which,
+    /// when both tiles are of one expert, ask the copy engine once for the weight slice and have
+    /// it written into both blocks' shared memory (multicast). The grid's tile count is even.
+    pub mc: bool,
 }
 
 const fn tile(warps: usize, bk: usize, nf: usize, stages: usize) -> TileConfig {
@@ -193,6 +197,7 @@ const fn grid(wm: usize, wn: usize, bk: usize, nf: usize, stages: usize) -> Tile
         w0: false,
         tma: false,
         ws: false,
+        mc: false,
     }
 }
 
@@ -209,6 +214,7 @@ const fn hopper(wg: usize, bk: usize, nf: usize, stages: usize, swz: bool) -> Ti
         w0: false,
         tma: false,
         ws: false,
+        mc: false,
     }
 }
 
@@ -236,6 +242,14 @@ const fn with_ws(c: TileConfig) -> TileConfig {
     }
 }
 
+/// Version 9: version 8 in clusters of two (`_tma_ws_mc`).
+const fn with_mc(c: TileConfig) -> TileConfig {
+    TileConfig {
+        mc: true,
+        ..with_ws(c)
+    }
+}
+
 /// The configurations the kernel file instantiates, the base (plain-named) one first; version 1
 /// (one stage), then version 2 (`_s{stages}`), then version 3 (`w{wm}x{wn}_…`).
 pub const TILE_CONFIGS: [TileConfig; 11] = [
@@ -252,7 +266,7 @@ pub const TILE_CONFIGS: [TileConfig; 11] = [
     grid(2, 4, 32, 2, 4),
 ];
 
-/// The configurations of versions 4 to 8 (`g{wg}_k{bk}_n{nf}_s{stages}`), for sm_90a GPUs only: one or two
+/// The configurations of versions 4 to 9 (`g{wg}_k{bk}_n{nf}_s{stages}`), for sm_90a GPUs only: one or two
 /// warpgroups (BLOCK_M 64 or 128) by 128 or 256 staged B rows (GEMM 1: 64 or 128 intermediate
 /// columns), K staged 64 at a time through 4 buffers, two slices ahead; each in wgmma's flat
 /// core-matrix layout and in its 128-byte swizzle (`_x`). Then the smallest swizzled one with its
@@ -260,10 +274,11 @@ pub const TILE_CONFIGS: [TileConfig; 11] = [
 /// through 3 (two ahead, three blocks to an SM). Then version 7 (`_tma`): the four that the tuning
 /// run picked or nearly picked among versions 5 and 6, their weight slices through the tensor
 /// memory accelerator. Then version 8 (`_tma_ws`), warp-specialized: one or two consumer
-/// warpgroups beside the producer, through 3, 4 or 6 buffers.
+/// warpgroups beside the producer, through 3, 4 or 6 buffers. Then version 9 (`_tma_ws_mc`):
+/// two of version 8's in clusters of two blocks that share one copy of the weight slice.
 /// [`crate::FusedDevice::plan_for`] refuses them, with a typed error, on any other
 /// device and for layers whose H or I is not a multiple of 8.
-pub const HOPPER_CONFIGS: [TileConfig; 16] = [
+pub const HOPPER_CONFIGS: [TileConfig; 18] = [
     hopper(1, 64, 8, 4, false),
     hopper(2, 64, 8, 4, false),
     hopper(2, 64, 16, 4, false),
@@ -280,6 +295,8 @@ pub const HOPPER_CONFIGS: [TileConfig; 16] = [
     with_ws(hopper(1, 64, 8, 3, true)),
     with_ws(hopper(2, 64, 8, 6, true)),
     with_ws(hopper(2, 64, 16, 4, true)),
+    with_mc(hopper(1, 64, 8, 4, true)),
+    with_mc(hopper(2, 64, 16, 4, true)),
 ];
 // ANCHOR_END: tile_config
 
@@ -295,8 +312,9 @@ impl TileConfig {
             let w0 = if self.w0 { "_w0" } else { "" };
             let tma = if self.tma { "_tma" } else { "" };
             let ws = if self.ws { "_ws" } else { "" };
+            let mc = if self.mc { "_mc" } else { "" };
             return format!(
-                "g{}_k{}_n{}_s{}{x}{w0}{tma}{ws}",
+                "g{}_k{}_n{}_s{}{x}{w0}{tma}{ws}{mc}",
                 self.wg, self.bk, self.nf, self.stages
             );
         }
@@ -319,17 +337,27 @@ impl TileConfig {
             .chain(HOPPER_CONFIGS)
             .find(|c| c.name() == s)
     }
-    /// Versions 4 to 8: Hopper's `wgmma`, sm_90a only.
+    /// Versions 4 to 9: Hopper's `wgmma`, sm_90a only.
     pub fn is_hopper(&self) -> bool {
         self.wg > 0
     }
-    /// The BLOCK_M a configuration requires (versions 4 to 8: 64 per warpgroup); None: any of chapter
+    /// The BLOCK_M a configuration requires (versions 4 to 9: 64 per warpgroup); None: any of chapter
     /// 3's.
     pub fn required_block_m(&self) -> Option<usize> {
         self.is_hopper().then_some(64 * self.wg)
     }
     pub fn threads(&self) -> usize {
         32 * self.warps
+    }
+    /// The grid's blocks along the tiles for a layout of `tiles` tiles: one per tile, and for
+    /// version 9 one more when that is odd (its clusters are blocks 2j and 2j + 1; the extra block
+    /// finds no tile and leaves).
+    pub fn grid_tiles(&self, tiles: usize) -> usize {
+        if self.mc {
+            tiles.next_multiple_of(2)
+        } else {
+            tiles
+        }
     }
     /// Warp columns: the block's column groups (every warp for `wm` 1).
     pub fn wn(&self) -> usize {
@@ -352,7 +380,7 @@ impl TileConfig {
     /// The dynamic shared memory a block of this configuration needs at `block_m` (the kernel's
     /// `fused_tile_product`): none for version 1 (its one stage is static), `stages` buffers
     /// of `block_m` A rows and `bn()` B rows of `bk + 8` bf16 for versions 2 and 3.
-    /// Versions 4 to 8: `stages` buffers of `block_m` A rows and `bn()` B rows of `bk` bf16 (wgmma's
+    /// Versions 4 to 9: `stages` buffers of `block_m` A rows and `bn()` B rows of `bk` bf16 (wgmma's
     /// core matrices, no padding).
     pub fn shared_bytes(&self, block_m: usize) -> usize {
         if self.is_hopper() {
@@ -823,7 +851,9 @@ mod tests {
                 "g1_k64_n8_s4_x_tma_ws",
                 "g1_k64_n8_s3_x_tma_ws",
                 "g2_k64_n8_s6_x_tma_ws",
-                "g2_k64_n16_s4_x_tma_ws"
+                "g2_k64_n16_s4_x_tma_ws",
+                "g1_k64_n8_s4_x_tma_ws_mc",
+                "g2_k64_n16_s4_x_tma_ws_mc"
             ]
         );
         for c in HOPPER_CONFIGS {
@@ -846,6 +876,9 @@ mod tests {
             // Version 7's boxes land in the swizzled layout, 64 rows each, in two halves.
             assert!(!c.tma || (c.swz && c.bn() % 128 == 0));
             assert!(!c.ws || c.tma);
+            assert!(!c.mc || c.ws);
+            // Version 9's clusters pair tiles 2j and 2j + 1: an even grid.
+            assert_eq!(c.grid_tiles(7), if c.mc { 8 } else { 7 });
         }
         let g = TileConfig::parse("g2_k64_n16_s4").unwrap();
         assert_eq!(g.kernel("fused_gemm2"), "fused_gemm2_g2_k64_n16_s4");

@@ -11,7 +11,7 @@ use ch01_router::{RouterConfig, RouterError, Routing};
 use ch02_grouped::compare::{check_output, Tolerance};
 use ch02_grouped::conformance::{check_layer, oracle};
 use ch02_grouped::regimes::{regime, MoeRegime, REGIMES};
-use ch02_grouped::{Dtype, GroupedDevice, MoeError, MoeLayer};
+use ch02_grouped::{Dtype, GroupedDevice, MoeConfig, MoeError, MoeLayer, MoeWeights};
 use ch03_align::device::DeviceAlign;
 use ch03_align::max_tiles;
 use ch04_fused_moe::choose::{choose_path, HOPPER_CONFIGS, TILE_CONFIGS};
@@ -527,7 +527,7 @@ fn kernels_skip_placeholders_garbage_and_foreign_tiles(dev: &'static Device) {
         );
         let act = d.upload(&vec![sentinel; p * i]).unwrap();
         let y = d.upload(&vec![-12345.0f32; p * h]).unwrap();
-        let mut cfg = LaunchConfig::blocks(5, tile.threads() as u32)
+        let mut cfg = LaunchConfig::blocks(tile.grid_tiles(5) as u32, tile.threads() as u32)
             .with_shared(tile.shared_bytes(bm) as u32);
         cfg.grid.1 = i.div_ceil(tile.bn1()) as u32;
         let int = |v: usize| KernelArg::I32(v as i32);
@@ -1163,6 +1163,7 @@ fn bad_inputs_are_typed_errors(dev: &'static Device) {
         w0: false,
         tma: false,
         ws: false,
+        mc: false,
     };
     // Version 7's bulk copies on an mma.sync tile (whose name cannot say so) are no configuration.
     let tma_on_v1 = ch04_fused_moe::TileConfig {
@@ -1291,6 +1292,103 @@ fn hopper_tiles_give_the_portable_bits(dev: &'static Device) {
 }
 // ANCHOR_END: hopper_bits
 
+// ANCHOR: cluster_bits
+/// Version 9 where its clusters share and where they do not: a routing made by hand, 256, 130,
+/// 100 and 200 pairs for experts 0 to 3, so that at BLOCK_M 64 (4, 3, 2 and 4 tiles) and at 128
+/// (2, 2, 1 and 2) some clusters (tiles 2j and 2j + 1) are two tiles of one expert, whose blocks
+/// take one copy of the weight slice between them, and others are not (tiles of two experts, or
+/// a last tile alone); H 512 and I 320 make 8 slices of K in GEMM 1 and 5 in GEMM 2, so every
+/// buffer is refilled, each time after both blocks released it. Version 9 gives version 8's
+/// bits and the portable path's, with either fusion. Every other device refuses it.
+fn clusters_give_version_8s_bits(dev: &'static Device) {
+    let (hidden, intermediate, counts) = (512, 320, [256usize, 130, 100, 200]);
+    let config = MoeConfig {
+        hidden,
+        intermediate,
+        experts: counts.len(),
+        router: RouterConfig::qwen3(2),
+        shared: None,
+    };
+    let weights = MoeWeights::patterned(&config, 90, 2.0 / (hidden as f32).sqrt(), false);
+    let base = FusedDevice::new(dev, &weights, Dtype::Bf16)
+        .unwrap()
+        .with_path(Path::Tiled);
+    let v9: Vec<TileConfig> = HOPPER_CONFIGS.into_iter().filter(|c| c.mc).collect();
+    assert!(!v9.is_empty(), "no version-9 configuration");
+    if !dev.has_sm90a() {
+        for tile in v9 {
+            let e = base.clone().with_tile(tile).err();
+            assert!(
+                matches!(
+                    e,
+                    Some(MoeError::Config {
+                        field: "tile configuration",
+                        ..
+                    })
+                ),
+                "{tile}: {e:?}"
+            );
+        }
+        return;
+    }
+    // Every expert's pairs in a run, dealt so that row t takes pairs t and t + T: two experts
+    // apart (no run is longer than T).
+    let sorted: Vec<u32> = (0..counts.len())
+        .flat_map(|e| std::iter::repeat_n(e as u32, counts[e]))
+        .collect();
+    let rows = sorted.len() / 2;
+    let ids: Vec<u32> = (0..rows)
+        .flat_map(|t| [sorted[t], sorted[t + rows]])
+        .collect();
+    let routing = Routing {
+        rows,
+        k: 2,
+        weights: (0..rows).flat_map(|_| [0.625f32, 0.375]).collect(),
+        ids,
+    };
+    let hidden_states = ch01_router::inputs::patterned(rows * hidden, 9050, 1.0);
+    for tile in v9 {
+        let bm = tile.required_block_m().unwrap();
+        // Chapter 3's layout: each expert's tiles in a run, in expert order.
+        let owners: Vec<usize> = (0..counts.len())
+            .flat_map(|e| std::iter::repeat_n(e, counts[e].div_ceil(bm)))
+            .collect();
+        let clusters = owners.len().div_ceil(2);
+        let shared = owners
+            .chunks(2)
+            .filter(|c| c.len() == 2 && c[0] == c[1])
+            .count();
+        assert!(
+            shared > 0 && shared < clusters,
+            "{tile}: {shared} of {clusters} clusters share"
+        );
+        let v8 = TileConfig { mc: false, ..tile };
+        for fusion in [Fusion::SwiGlu, Fusion::Unfused] {
+            let what = format!("{tile}, {fusion} ({shared} of {clusters} clusters sharing)");
+            let run = |t: TileConfig| {
+                base.clone()
+                    .with_tile(t)
+                    .unwrap()
+                    .with_fusion(fusion)
+                    .experts(&hidden_states, &routing)
+                    .unwrap()
+            };
+            let got = run(tile);
+            assert_same_bits(&format!("{what} vs version 8"), &got, &run(v8));
+            let portable = base
+                .clone()
+                .with_fusion(fusion)
+                .with_block_m(bm)
+                .unwrap()
+                .experts(&hidden_states, &routing)
+                .unwrap();
+            assert_same_bits(&format!("{what} vs the portable path"), &got, &portable);
+            println!("{what}: the same bits as version 8 and the portable path");
+        }
+    }
+}
+// ANCHOR_END: cluster_bits
+
 /// The added regimes send their pairs where their names say.
 fn regimes_do_what_their_names_say(dev: &'static Device) {
     let layer = |name: &str| {
@@ -1349,4 +1447,5 @@ moe_kernels::backend_tests!(
     weights_filled_on_the_device_match_the_host,
     bad_inputs_are_typed_errors,
     hopper_tiles_give_the_portable_bits,
+    clusters_give_version_8s_bits,
 );

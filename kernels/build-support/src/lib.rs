@@ -103,7 +103,7 @@ fn inline_into(
 }
 
 /// The names of the `extern "C" __global__ void NAME(` entry points of a source, in order.
-/// `__launch_bounds__(...)` between `void` and the name is skipped.
+/// `__launch_bounds__(...)` and `__cluster_dims__(...)` between `void` and the name are skipped.
 pub fn kernel_names(source: &str) -> Vec<String> {
     let mut names = Vec::new();
     let mut rest = source;
@@ -121,15 +121,18 @@ pub fn kernel_names(source: &str) -> Vec<String> {
             Some(a) => a.trim_start(),
             None => continue,
         };
-        if let Some(a) = after.strip_prefix("__launch_bounds__") {
-            // skip the balanced parentheses
+        // Attributes with arguments, in any order: skip their balanced parentheses.
+        while let Some(a) = ["__launch_bounds__", "__cluster_dims__"]
+            .iter()
+            .find_map(|attr| after.strip_prefix(attr))
+        {
             let mut depth = 0usize;
-            let mut end = 0;
+            let mut end = a.len();
             for (i, c) in a.char_indices() {
                 match c {
                     '(' => depth += 1,
                     ')' => {
-                        depth -= 1;
+                        depth = depth.saturating_sub(1);
                         if depth == 0 {
                             end = i + 1;
                             break;
@@ -478,10 +481,11 @@ mod tests {
 // extern "C" __global__ void commented_out(int x) {}
 extern "C" __global__ void plain(float* x) {}
 extern "C" __global__ void __launch_bounds__(256, 2) bounded(const int* a) {}
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384) clustered(int* a) {}
 __global__ void not_extern_c(int) {}
 extern "C" __device__ int helper() { return 0; }
 "#;
-        assert_eq!(kernel_names(src), vec!["plain", "bounded"]);
+        assert_eq!(kernel_names(src), vec!["plain", "bounded", "clustered"]);
     }
 
     #[test]

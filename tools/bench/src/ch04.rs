@@ -57,7 +57,9 @@ use ch01_router::Routing;
 use ch02_grouped::compare::{check_output, output_error, OutputError, Tolerance};
 use ch02_grouped::{Dtype, GroupPlan, GroupedCpu, GroupedDevice, MoeLayer, MoeWeights};
 use ch04_fused_moe::choose::{use_tuned_table, TunedTable};
-use ch04_fused_moe::{FusedDevice, FusedWorkspace, Fusion, Path as FusedPath, TileConfig};
+use ch04_fused_moe::{
+    BatchPlan, FusedDevice, FusedWorkspace, Fusion, Path as FusedPath, TileConfig,
+};
 use moe_kernels::measure::{Harness, Plan};
 use moe_kernels::safetensors::SafetensorsWriter;
 use moe_kernels::{record_launches, BackendKind, Device, DeviceBuffer};
@@ -278,6 +280,7 @@ const TILE_V1: TileConfig = TileConfig {
     w0: false,
     tma: false,
     ws: false,
+    mc: false,
 };
 
 /// Version 5's largest tile: the `fused_tiled_v4` variant.
@@ -925,13 +928,46 @@ fn wrong_peers(
 // ---------------------------------------------------------------------------------------------
 // The cases.
 
-/// What the layout table prints beside the timings (`ch04_layout.csv`).
-pub const LAYOUT_HEADER: &str =
-    "shape,hidden,intermediate,experts,k,tokens,pairs,active_experts,block_m,touched_bytes,flops";
+/// What the layout table prints beside the timings (`ch04_layout.csv`): the routing's active
+/// experts, and the path, BLOCK_M and tile count of chapter 4's layer as it runs the batch (its
+/// plan: the measured table's bucket). BLOCK_M and tiles are 0 on the decode path (no layout).
+/// `paired_tiles`: the tiles whose neighbour in a cluster of version 9 (tile 2j with 2j + 1) is
+/// of the same expert, so that the two could share one copy of the weight slice.
+pub const LAYOUT_HEADER: &str = "shape,hidden,intermediate,experts,k,tokens,pairs,active_experts,path,block_m,tiles,paired_tiles,touched_bytes,flops";
 
-fn layout_line(shape: &Shape, tokens: usize, routing: &Routing, block_m: usize) -> String {
+/// The tiles of chapter 3's layout of `routing` at `block_m`: each expert's pairs in
+/// ⌈pairs / BLOCK_M⌉ tiles (0 for BLOCK_M 0).
+pub fn layout_tiles(routing: &Routing, experts: usize, block_m: usize) -> usize {
+    tile_owners(routing, experts, block_m).len()
+}
+
+/// The expert of every tile of that layout, in order (each expert's tiles in a run).
+fn tile_owners(routing: &Routing, experts: usize, block_m: usize) -> Vec<usize> {
+    if block_m == 0 {
+        return Vec::new();
+    }
+    let mut per_expert = vec![0usize; experts];
+    for &id in &routing.ids {
+        per_expert[id as usize] += 1;
+    }
+    (0..experts)
+        .flat_map(|e| std::iter::repeat_n(e, per_expert[e].div_ceil(block_m)))
+        .collect()
+}
+
+/// The tiles of that layout whose cluster neighbour (tile 2j with 2j + 1, version 9's clusters
+/// of two) is a tile of the same expert.
+pub fn paired_tiles(routing: &Routing, experts: usize, block_m: usize) -> usize {
+    let owners = tile_owners(routing, experts, block_m);
+    2 * owners
+        .chunks(2)
+        .filter(|c| c.len() == 2 && c[0] == c[1])
+        .count()
+}
+
+fn layout_line(shape: &Shape, tokens: usize, routing: &Routing, plan: &BatchPlan) -> String {
     format!(
-        "{},{},{},{},{},{tokens},{},{},{block_m},{},{}",
+        "{},{},{},{},{},{tokens},{},{},{},{},{},{},{},{}",
         shape.name,
         shape.hidden,
         shape.intermediate,
@@ -939,6 +975,10 @@ fn layout_line(shape: &Shape, tokens: usize, routing: &Routing, block_m: usize) 
         shape.k,
         tokens * shape.k,
         active_experts(routing),
+        plan.path,
+        plan.block_m,
+        layout_tiles(routing, shape.experts, plan.block_m),
+        paired_tiles(routing, shape.experts, plan.block_m),
         touched_bytes(shape, routing),
         flops(shape, tokens)
     )
@@ -1109,8 +1149,8 @@ fn gpu(dev: &'static Device, args: &Ch04Args, quick: bool) -> Result<(), String>
         print_checks(&c);
         checks.extend(c);
         for (t, r) in &routings {
-            let bm = layers.fused[0].1.block_m_for(t * shape.k);
-            layout.push(layout_line(shape, *t, r, bm));
+            let plan = layers.fused[0].1.plan_for(*t).map_err(|e| e.to_string())?;
+            layout.push(layout_line(shape, *t, r, &plan));
         }
         let cases = cases(shape, &routings, &layers);
         session.settle(&cases)?;
@@ -1374,6 +1414,31 @@ mod tests {
         // 32768 pairs over 288 experts: all of them, 7.2 GB.
         assert_eq!(active_experts(&glm), 288);
         assert_eq!(touched_bytes(&GLM, &glm), 7_247_757_312.0);
+    }
+
+    #[test]
+    fn layout_tiles_pads_each_expert_to_block_m() {
+        let r = Routing {
+            rows: 3,
+            k: 2,
+            ids: vec![0, 2, 0, 2, 0, 2],
+            weights: vec![0.5; 6],
+        };
+        // Expert 0: 3 pairs, expert 1: none, expert 2: 3 pairs.
+        assert_eq!(layout_tiles(&r, 3, 2), 4); // 2 + 0 + 2
+        assert_eq!(layout_tiles(&r, 3, 4), 2); // 1 + 0 + 1
+        assert_eq!(layout_tiles(&r, 3, 0), 0);
+        // Tiles [0, 0, 2, 2] at BLOCK_M 2: both clusters of one expert; [0, 2] at 4: none.
+        assert_eq!(paired_tiles(&r, 3, 2), 4);
+        assert_eq!(paired_tiles(&r, 3, 4), 0);
+        let odd = Routing {
+            rows: 5,
+            k: 1,
+            ids: vec![0, 0, 0, 1, 1],
+            weights: vec![1.0; 5],
+        };
+        // Tiles [0, 0, 0, 1, 1] at BLOCK_M 1: clusters [0, 0], [0, 1] and [1]; one shares.
+        assert_eq!(paired_tiles(&odd, 2, 1), 2);
     }
 
     #[test]

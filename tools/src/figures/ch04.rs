@@ -181,9 +181,23 @@ fn is_variant(imp: &str) -> bool {
 pub struct Layout {
     pub shape: String,
     pub tokens: u64,
+    pub pairs: u64,
     pub active: u64,
+    /// The path the layer took (`tiled`, `decode`, `decode_grouped`), its BLOCK_M and its tiles
+    /// (both 0 on the decode path).
+    pub path: String,
     pub block_m: u64,
+    pub tiles: u64,
+    /// Tiles whose cluster neighbour (tile 2j with 2j + 1) is of the same expert.
+    pub paired_tiles: u64,
     pub touched_bytes: f64,
+}
+
+impl Layout {
+    /// The share of the tiles' rows that hold a pair, in percent (None without tiles).
+    pub fn rows_used_pct(&self) -> Option<f64> {
+        (self.tiles > 0).then(|| 100.0 * self.pairs as f64 / (self.tiles * self.block_m) as f64)
+    }
 }
 
 pub fn parse_layout(text: &str, name: &str) -> Result<Vec<Layout>, String> {
@@ -197,8 +211,12 @@ pub fn parse_layout(text: &str, name: &str) -> Result<Vec<Layout>, String> {
             Ok(Layout {
                 shape: r("shape"),
                 tokens: num("tokens")? as u64,
+                pairs: num("pairs")? as u64,
                 active: num("active_experts")? as u64,
+                path: r("path"),
                 block_m: num("block_m")? as u64,
+                tiles: num("tiles")? as u64,
+                paired_tiles: num("paired_tiles")? as u64,
                 touched_bytes: num("touched_bytes")?,
             })
         })
@@ -286,9 +304,12 @@ pub fn table(rows: &[BenchRow], layout: &[Layout]) -> String {
         }
         s += "\n\n";
         s += &super::tables::count_header(&counts, "token");
-        line(&mut s, "active experts · BLOCK_M", &|n| {
+        line(&mut s, "active experts · path, BLOCK_M", &|n| {
             here(n)
-                .map(|l| format!("{} · {}", l.active, l.block_m))
+                .map(|l| match l.block_m {
+                    0 => format!("{} · {}", l.active, l.path),
+                    bm => format!("{} · {}, {bm}", l.active, l.path),
+                })
                 .unwrap_or_default()
         });
         let impls = impls_at(&measured, &shape);
@@ -424,6 +445,12 @@ pub fn gpu_facts(rows: &[BenchRow], layout: &[Layout], f: &mut Facts) -> Result<
                     format!("{:.2}", r.cold_median_us / r.floor_us),
                     src,
                 );
+                // To four places, for a case that sits on its target.
+                f.add(
+                    format!("{p}_over_floor_4"),
+                    format!("{:.4}", r.cold_median_us / r.floor_us),
+                    src,
+                );
                 f.add(format!("{p}_tbs"), format!("{:.2}", r.cold_gbs / 1e3), src);
                 f.add(format!("{p}_tflops"), format!("{:.1}", r.cold_tflops), src);
                 f.add(
@@ -440,6 +467,25 @@ pub fn gpu_facts(rows: &[BenchRow], layout: &[Layout], f: &mut Facts) -> Result<
             if let Some(l) = layout.iter().find(|l| l.shape == shape && l.tokens == n) {
                 f.add(format!("{p}_active"), l.active.to_string(), LAYOUT_CSV);
                 f.add(format!("{p}_block_m"), l.block_m.to_string(), LAYOUT_CSV);
+                f.add(format!("{p}_path"), l.path.clone(), LAYOUT_CSV);
+                if let Some(pct) = l.rows_used_pct() {
+                    f.add(format!("{p}_tiles"), l.tiles.to_string(), LAYOUT_CSV);
+                    f.add(
+                        format!("{p}_rows_used_pct"),
+                        format!("{pct:.1}"),
+                        LAYOUT_CSV,
+                    );
+                    f.add(
+                        format!("{p}_padding_pct"),
+                        format!("{:.1}", 100.0 - pct),
+                        LAYOUT_CSV,
+                    );
+                    f.add(
+                        format!("{p}_paired_tiles_pct"),
+                        format!("{:.0}", 100.0 * l.paired_tiles as f64 / l.tiles as f64),
+                        LAYOUT_CSV,
+                    );
+                }
             }
         }
         for (imp, v) in &ratios {
@@ -1712,7 +1758,8 @@ pub fn tune_facts(shapes: &[TuneShape], tuned: &TunedFile, timings: usize, f: &m
     }
 }
 
-/// The kernel version of a tiled configuration (the page's numbering): 8 for version 7
+/// The kernel version of a tiled configuration (the page's numbering): 9 for version 8 in
+/// clusters of two (`g2_…_x_tma_ws_mc`), 8 for version 7
 /// warp-specialized (`g2_…_x_tma_ws`), 7 for version 5 or 6 with its weight slices through the
 /// tensor memory accelerator (`g2_…_x_tma`, `g1_…_x_w0_tma`), 6 for version 5 waiting
 /// for each slice's MMA (`g1_…_x_w0`), 5 for warpgroup MMA in the 128-byte swizzle (`g2_…_x`), 4 for warpgroup MMA in the flat layout (`g2_…`), 3 for a
@@ -1724,7 +1771,9 @@ pub fn tile_version(config: &str) -> Option<u8> {
     if let Some(wg) = first.strip_prefix('g') {
         wg.parse::<u32>().ok()?;
         let parts: Vec<&str> = parts.collect();
-        return Some(if parts.contains(&"ws") {
+        return Some(if parts.contains(&"mc") {
+            9
+        } else if parts.contains(&"ws") {
             8
         } else if parts.contains(&"tma") {
             7
@@ -1757,7 +1806,7 @@ pub fn tile_version(config: &str) -> Option<u8> {
 /// versions 4 and 5 (Hopper's) with version 3 (the last portable one), and versions 7 and 8 with
 /// version 5 (whose tiles they keep). The table's ratio rows and the facts
 /// `{shape}_t{T}_v{a}_over_v{b}`.
-const VERSION_RATIOS: [(u8, u8); 10] = [
+const VERSION_RATIOS: [(u8, u8); 12] = [
     (1, 2),
     (2, 3),
     (3, 4),
@@ -1768,6 +1817,8 @@ const VERSION_RATIOS: [(u8, u8); 10] = [
     (7, 8),
     (5, 7),
     (5, 8),
+    (8, 9),
+    (5, 9),
 ];
 
 /// The fastest tiled candidate of each kernel version, by (shape, batch, version).
@@ -1820,6 +1871,7 @@ pub fn versions_table(shapes: &[TuneShape], best: &ByVersion) -> String {
             ),
             (7, "7: 5 or 6, the weights through TMA"),
             (8, "8: 7, warp-specialized"),
+            (9, "9: 8 in clusters of two, the weight slice multicast"),
         ] {
             s += &format!("| {about} |");
             for &t in &tokens {
@@ -2000,14 +2052,20 @@ mod tests {
     }
 
     fn layout_csv() -> String {
-        let mut s = "shape,hidden,intermediate,experts,k,tokens,pairs,active_experts,block_m,touched_bytes,flops\n".to_string();
+        let mut s = "shape,hidden,intermediate,experts,k,tokens,pairs,active_experts,path,block_m,tiles,paired_tiles,touched_bytes,flops\n".to_string();
         for (shape, h, i, e) in SHAPES {
             for t in TOKENS {
-                let bm = if t == 4096 { 64 } else { 16 };
+                // 4096 tokens: 320 tiles of 128 for 32768 pairs (80.0% of their rows used).
+                let (path, bm, tiles) = match t {
+                    4096 => ("tiled", 128u64, 320u64),
+                    1 | 8 => ("decode", 0, 0),
+                    _ => ("tiled", 16, (8 * t).div_ceil(16) + e as u64),
+                };
                 s += &format!(
-                    "{shape},{h},{i},{e},8,{t},{},{},{bm},{},0\n",
+                    "{shape},{h},{i},{e},8,{t},{},{},{path},{bm},{tiles},{},{},0\n",
                     8 * t,
                     active(e, t),
+                    tiles / 2 * 2,
                     active(e, t) * 3.0 * h * i * 2.0
                 );
             }
@@ -2240,7 +2298,7 @@ mod tests {
             "{md}"
         );
         assert!(
-            md.contains("| active experts · BLOCK_M | 8 · 16 | 288 · 16 | 288 · 64 |"),
+            md.contains("| active experts · path, BLOCK_M | 8 · decode | 288 · tiled, 16 | 288 · tiled, 128 |"),
             "{md}"
         );
         assert!(
@@ -2269,7 +2327,13 @@ mod tests {
             ("glm_t64_over_floor", "2.20"),
             ("glm_t64_floor", "5.00"),
             ("glm_t1_active", "8"),
-            ("glm_t4096_block_m", "64"),
+            ("glm_t4096_block_m", "128"),
+            ("glm_t4096_path", "tiled"),
+            ("glm_t4096_tiles", "320"),
+            ("glm_t4096_rows_used_pct", "80.0"),
+            ("glm_t4096_padding_pct", "20.0"),
+            ("glm_t4096_paired_tiles_pct", "100"),
+            ("glm_t1_path", "decode"),
             ("glm_t1_touched_mb", "201"),
             ("glm_t64_step3_gemm1_swiglu_cold", "20.0"),
             ("glm_check_fused_vs_ch02_grouped", "3.0e-4"),
@@ -2438,6 +2502,7 @@ mod tests {
             ("g1_k64_n8_s3_x_w0_tma", Some(7)),
             ("g2_k64_n16_s4_x_tma_ws", Some(8)),
             ("g1_k64_n8_s4_x_tma_ws_m64", Some(8)),
+            ("g2_k64_n16_s4_x_tma_ws_mc", Some(9)),
             ("gx_k64", None),
             ("decode", None),
         ] {
