@@ -161,7 +161,7 @@ pub struct TileConfig {
     /// versions 1 to 3, `mma.sync`). Then `nf` is the fragments of 8 columns across the whole
     /// block (wgmma's N is `16·nf` staged rows; GEMM 1's `8·nf` gate and `8·nf` up rows).
     pub wg: usize,
-    /// Versions 4 to 9: wgmma's flat core matrices (4), or its 128-byte swizzle (5 to 8, `_x`).
+    /// Versions 4 to 9: wgmma's flat core matrices (4), or its 128-byte swizzle (5 to 9, `_x`).
     pub swz: bool,
     /// Versions 4 to 9: the main loop waits for each slice's wgmma before the next slice
     /// (`_w0`: none left in flight), which frees that slice's buffer one slice sooner: copies run

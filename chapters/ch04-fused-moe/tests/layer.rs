@@ -532,7 +532,7 @@ fn kernels_skip_placeholders_garbage_and_foreign_tiles(dev: &'static Device) {
         cfg.grid.1 = i.div_ceil(tile.bn1()) as u32;
         let int = |v: usize| KernelArg::I32(v as i32);
         let sizes = [int(p), int(k), int(h), int(i), int(e), int(bm)];
-        // Versions 7 and 8 also take their weight tensor's map (the kernel's boxes).
+        // Versions 7 to 9 also take their weight tensor's map (the kernel's boxes).
         let map = |w: &DeviceBuffer<bf16>, rows: usize, cols: usize| -> Option<DeviceBuffer<u64>> {
             tile.tma
                 .then(|| {
@@ -602,7 +602,7 @@ fn kernels_skip_placeholders_garbage_and_foreign_tiles(dev: &'static Device) {
             assert_same_bits(&format!("y, {what}"), &yy, &y);
         }
     }
-    // Versions 4 to 8 (sm_90a GPUs only) at the BLOCK_M it is built for: the same rows untouched and
+    // Versions 4 to 9 (sm_90a GPUs only) at the BLOCK_M it is built for: the same rows untouched and
     // the same bits (here K = 72 and 40: the last slice of 64 mostly zero-filled).
     if dev.has_sm90a() {
         for tile in HOPPER_CONFIGS {
@@ -1220,7 +1220,7 @@ fn bad_inputs_are_typed_errors(dev: &'static Device) {
 }
 
 // ANCHOR: hopper_bits
-/// Versions 4 to 8 (Hopper's `wgmma`, sm_90a GPUs only) against versions 1 to 3: on every regime whose
+/// Versions 4 to 9 (Hopper's `wgmma`, sm_90a GPUs only) against versions 1 to 3: on every regime whose
 /// H and I are multiples of 8, every configuration of theirs gives the portable tiled path's bits
 /// at the same BLOCK_M, fused and unfused (each output the same k-steps of 16 into one fp32
 /// accumulator; this is where that is checked, not assumed), and asking it for another BLOCK_M
@@ -1287,7 +1287,7 @@ fn hopper_tiles_give_the_portable_bits(dev: &'static Device) {
         }
     }
     if dev.has_sm90a() {
-        assert!(compared > 0, "no regime ran versions 4 to 8");
+        assert!(compared > 0, "no regime ran versions 4 to 9");
     }
 }
 // ANCHOR_END: hopper_bits

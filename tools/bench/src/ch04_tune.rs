@@ -173,7 +173,7 @@ fn plan(quick: bool) -> Plan {
 }
 
 /// Every candidate for `tokens` tokens at `shape`; `hopper`: the device runs sm_90a code, so
-/// versions 4 to 8's configurations too (each at the BLOCK_M it is built for).
+/// versions 4 to 9's configurations too (each at the BLOCK_M it is built for).
 pub fn candidates(shape: &Shape, tokens: usize, hopper: bool) -> Vec<Choice> {
     let mut v: Vec<Choice> = TILE_CONFIGS
         .iter()
@@ -279,7 +279,7 @@ fn run_once(layer: &FusedDevice, b: &Batch) -> Result<Vec<f32>, String> {
 /// The candidates' outputs must agree: bit for bit within a path (the decode and grouped decode
 /// paths together: the same arithmetic), within [`ch04_fused_moe::ACROSS_SUM_ORDERS`] across.
 ///
-/// Versions 4 to 8 (sm_90a) are held to the same bits, but such a candidate that misses them is
+/// Versions 4 to 9 (sm_90a) are held to the same bits, but such a candidate that misses them is
 /// reported on stderr and left out of the timings (returned), instead of ending the run: its
 /// GPU test in chapter 4 fails too, and the rest of the table still gets measured.
 fn check(at: &str, outs: &[(Choice, Vec<f32>)]) -> Result<Vec<Choice>, String> {
@@ -290,7 +290,7 @@ fn check(at: &str, outs: &[(Choice, Vec<f32>)]) -> Result<Vec<Choice>, String> {
             .filter(|(c, _)| (c.path == Path::Tiled) == tiled);
         if let Some((first, want)) = same.next() {
             for (c, got) in same {
-                // Versions 4 to 8: the count of other bits, always reported.
+                // Versions 4 to 9: the count of other bits, always reported.
                 if c.tile.is_hopper() {
                     let differ = (0..want.len())
                         .filter(|&i| want[i].to_bits() != got[i].to_bits())
@@ -590,6 +590,29 @@ fn smoke() -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The routing this tool timed version 9 on (4096 tokens, tiles of 128 rows): how many of
+    /// its tiles have their cluster neighbour in the same expert, the count `bench ch04` writes
+    /// for its own routing as `paired_tiles`. The numbers were computed apart from this code, by
+    /// a separate program and by Python on the same generator, and the book quotes them.
+    #[test]
+    fn the_tuning_routing_pairs_tiles_as_the_book_says() {
+        for (name, tiles, paired) in [("qwen3", 312, 174), ("glm", 311, 22)] {
+            let shape = SHAPES.iter().find(|(n, _)| *n == name).unwrap().1;
+            let ids = routed_ids(4096, shape.experts, shape.k, IDS_SEED, |_| 0.0);
+            let r = ch01_router::Routing {
+                rows: 4096,
+                k: shape.k,
+                weights: vec![0.0; ids.len()],
+                ids: ids.iter().map(|&i| i as u32).collect(),
+            };
+            let got = (
+                crate::ch04::layout_tiles(&r, shape.experts, 128),
+                crate::ch04::paired_tiles(&r, shape.experts, 128),
+            );
+            assert_eq!(got, (tiles, paired), "{name}");
+        }
+    }
 
     #[test]
     fn tiled_candidates_try_the_next_larger_block_m() {

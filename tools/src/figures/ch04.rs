@@ -1803,7 +1803,7 @@ pub fn tile_version(config: &str) -> Option<u8> {
 }
 
 /// The versions compared, (a, b) for "version a ÷ version b": each with the one before it,
-/// versions 4 and 5 (Hopper's) with version 3 (the last portable one), and versions 7 and 8 with
+/// versions 4 and 5 (Hopper's) with version 3 (the last portable one), and versions 7 to 9 with
 /// version 5 (whose tiles they keep). The table's ratio rows and the facts
 /// `{shape}_t{T}_v{a}_over_v{b}`.
 const VERSION_RATIOS: [(u8, u8); 12] = [
