@@ -942,6 +942,15 @@ pub fn floor_svg(rows: &[BenchRow]) -> String {
 /// to 512 tokens within 1.1×, at 4096 tokens at least 65% of the measured bf16 matrix rate on the
 /// layer's FLOPs; and at every T faster than the `torch._grouped_mm` layer.
 pub fn targets_table(rows: &[BenchRow], bf16_tflops: f64) -> String {
+    // A ratio to two places, or to four where two would print the limit itself (1.1034 is 1.10):
+    // the number beside a verdict must show which side of the line it is on.
+    let ratio = |over: f64, limit: f64| -> String {
+        if format!("{over:.2}") == format!("{limit:.2}") && over != limit {
+            format!("{over:.4}")
+        } else {
+            format!("{over:.2}")
+        }
+    };
     let mut s =
         String::from("| shape | tokens | target | measured (cold) | |\n|---|---:|---|---|---|\n");
     let verdict = |ok: bool| if ok { "met" } else { "**missed**" };
@@ -954,12 +963,12 @@ pub fn targets_table(rows: &[BenchRow], bf16_tflops: f64) -> String {
             let (target, measured, ok) = match n {
                 1 => (
                     "≤ 1.3× the floor".to_string(),
-                    format!("{over:.2}× the floor"),
+                    format!("{}× the floor", ratio(over, 1.3)),
                     over <= 1.3,
                 ),
                 8..=512 => (
                     "≤ 1.1× the floor".to_string(),
-                    format!("{over:.2}× the floor"),
+                    format!("{}× the floor", ratio(over, 1.1)),
                     over <= 1.1,
                 ),
                 _ => {
@@ -2244,8 +2253,13 @@ mod tests {
         {
             let over = r.cold_median_us / r.floor_us;
             let limit = if r.rows == 1 { 1.3 } else { 1.1 };
+            let shown = if (over * 100.0).round() == limit * 100.0 && over != limit {
+                format!("{over:.4}")
+            } else {
+                format!("{over:.2}")
+            };
             let line = format!(
-                "| {} | {} | ≤ {limit}× the floor | {over:.2}× the floor | {} |",
+                "| {} | {} | ≤ {limit}× the floor | {shown}× the floor | {} |",
                 short_title(&r.shape),
                 r.rows,
                 if over <= limit { "met" } else { "**missed**" }
@@ -2482,6 +2496,49 @@ mod tests {
             std::fs::write(root.join(TUNE_ALL_CSV), a).unwrap();
         }
         root
+    }
+
+    /// A ratio that two places would print as the limit itself gets four, so the number and
+    /// the verdict beside it agree to the eye.
+    #[test]
+    fn targets_near_the_line_show_four_places() {
+        let row = |t: u64, cold: f64| BenchRow {
+            chapter: "ch04".into(),
+            shape: "qwen3_h2048_i768_e128_k8".into(),
+            imp: OURS.into(),
+            rows: t,
+            launches: 6,
+            cold_median_us: cold,
+            cold_p10_us: cold,
+            cold_p90_us: cold,
+            warm_median_us: cold,
+            warm_p10_us: cold,
+            warm_p90_us: cold,
+            floor_us: 100.0,
+            bytes: 0.0,
+            flops: 0.0,
+            cold_gbs: 0.0,
+            cold_tflops: 0.0,
+            samples: 200,
+            device: "NVIDIA_H200".into(),
+        };
+        let md = targets_table(
+            &[
+                row(8, 110.34),
+                row(64, 109.65),
+                row(512, 112.0),
+                row(1, 130.0),
+            ],
+            680.0,
+        );
+        for line in [
+            "| 8 | ≤ 1.1× the floor | 1.1034× the floor | **missed** |",
+            "| 64 | ≤ 1.1× the floor | 1.0965× the floor | met |",
+            "| 512 | ≤ 1.1× the floor | 1.12× the floor | **missed** |",
+            "| 1 | ≤ 1.3× the floor | 1.30× the floor | met |",
+        ] {
+            assert!(md.contains(line), "{line}\n{md}");
+        }
     }
 
     #[test]
