@@ -1164,12 +1164,7 @@ __device__ __forceinline__ void ws_producer(const __nv_bfloat16* __restrict__ A,
     const int nk = (K + C::BK - 1) / C::BK;
     for (int kt = 0; kt < nk; ++kt) {
         const int st = kt % C::STAGES;
-        if (kt >= C::STAGES) {
-            if (C::MC)
-                moe_mbar_wait_cluster(&empty[st], (unsigned)(kt / C::STAGES - 1) & 1u);
-            else
-                moe_mbar_wait(&empty[st], (unsigned)(kt / C::STAGES - 1) & 1u);
-        }
+        if (kt >= C::STAGES) moe_mbar_wait<C::MC>(&empty[st], (unsigned)(kt / C::STAGES - 1) & 1u);
         unsigned char* stage = smem + st * C::STAGE_BYTES;
         if (t == 0) {
             moe_mbar_arrive_expect_tx(&full[st], C::B_BYTES);  // both halves land here either way

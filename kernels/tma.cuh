@@ -36,16 +36,20 @@ __device__ __forceinline__ void moe_mbar_arrive_expect_tx(unsigned long long* ba
                  : "memory");
 }
 
-// Waits until the phase of parity `parity` has completed.
+// Waits until the phase of parity `parity` has completed. CLUSTER (version 9): a phase the other
+// block of a cluster helped complete (its arrivals, moe_mbar_arrive_cluster), waited for with
+// acquire at the cluster's scope.
+#define MOE_MBAR_TRY_WAIT(sem) \
+    "{\n.reg .pred p;\nmbarrier.try_wait.parity" sem ".shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+template <bool CLUSTER = false>
 __device__ __forceinline__ void moe_mbar_wait(unsigned long long* bar, unsigned parity) {
     const unsigned a = moe_smem_addr(bar);
     unsigned done;
     do {
-        asm volatile(
-            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(a), "r"(parity)
-            : "memory");
+        if (CLUSTER)
+            asm volatile(MOE_MBAR_TRY_WAIT(".acquire.cluster") : "=r"(done) : "r"(a), "r"(parity) : "memory");
+        else
+            asm volatile(MOE_MBAR_TRY_WAIT("") : "=r"(done) : "r"(a), "r"(parity) : "memory");
     } while (!done);
 }
 
@@ -91,19 +95,6 @@ __device__ __forceinline__ void moe_mbar_arrive_cluster(unsigned long long* bar,
     unsigned remote;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(moe_smem_addr(bar)), "r"(rank));
     asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
-}
-// A wait whose phase the other block's threads helped complete (their arrivals above).
-__device__ __forceinline__ void moe_mbar_wait_cluster(unsigned long long* bar, unsigned parity) {
-    const unsigned a = moe_smem_addr(bar);
-    unsigned done;
-    do {
-        asm volatile(
-            "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, "
-            "p;\n}\n"
-            : "=r"(done)
-            : "r"(a), "r"(parity)
-            : "memory");
-    } while (!done);
 }
 // moe_tma_load_2d for both blocks at once: the engine reads the box once and writes it at `dst`
 // in the shared memory of every block in `mask` (bit r: rank r), counting its bytes on the

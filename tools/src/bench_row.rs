@@ -53,6 +53,32 @@ fn num(v: f64) -> String {
 }
 
 impl BenchRow {
+    /// A row whose every time is `us` (cold and warm, median and percentiles), with one launch,
+    /// one sample, a floor of 1 µs and no bytes, FLOPs or rates: the start of a row a test makes
+    /// by hand (`BenchRow { floor_us: …, ..BenchRow::flat(…) }`).
+    pub fn flat(chapter: &str, shape: &str, imp: &str, rows: u64, us: f64) -> BenchRow {
+        BenchRow {
+            chapter: chapter.into(),
+            shape: shape.into(),
+            imp: imp.into(),
+            rows,
+            launches: 1,
+            cold_median_us: us,
+            cold_p10_us: us,
+            cold_p90_us: us,
+            warm_median_us: us,
+            warm_p10_us: us,
+            warm_p90_us: us,
+            floor_us: 1.0,
+            bytes: 0.0,
+            flops: 0.0,
+            cold_gbs: 0.0,
+            cold_tflops: 0.0,
+            samples: 1,
+            device: "H200".into(),
+        }
+    }
+
     /// The rates from the cold median.
     pub fn with_rates(mut self) -> BenchRow {
         self.cold_gbs = self.bytes / (self.cold_median_us * 1e3);

@@ -56,6 +56,7 @@ use ch01_router::inputs::patterned;
 use ch01_router::Routing;
 use ch02_grouped::compare::{check_output, output_error, OutputError, Tolerance};
 use ch02_grouped::{Dtype, GroupPlan, GroupedCpu, GroupedDevice, MoeLayer, MoeWeights};
+use ch03_align::reference::align_reference;
 use ch04_fused_moe::choose::{use_tuned_table, TunedTable};
 use ch04_fused_moe::{
     BatchPlan, FusedDevice, FusedWorkspace, Fusion, Path as FusedPath, TileConfig,
@@ -935,30 +936,21 @@ fn wrong_peers(
 /// of the same expert, so that the two could share one copy of the weight slice.
 pub const LAYOUT_HEADER: &str = "shape,hidden,intermediate,experts,k,tokens,pairs,active_experts,path,block_m,tiles,paired_tiles,touched_bytes,flops";
 
-/// The tiles of chapter 3's layout of `routing` at `block_m`: each expert's pairs in
-/// ⌈pairs / BLOCK_M⌉ tiles (0 for BLOCK_M 0).
-pub fn layout_tiles(routing: &Routing, experts: usize, block_m: usize) -> usize {
-    tile_owners(routing, experts, block_m).len()
-}
-
-/// The expert of every tile of that layout, in order (each expert's tiles in a run).
-fn tile_owners(routing: &Routing, experts: usize, block_m: usize) -> Vec<usize> {
+/// The expert of every tile of chapter 3's layout of `routing` at `block_m` (its CPU reference,
+/// each expert's pairs in ⌈pairs / BLOCK_M⌉ tiles, in expert order); none for BLOCK_M 0 (the
+/// decode path has no layout).
+pub fn tile_owners(routing: &Routing, experts: usize, block_m: usize) -> Vec<i32> {
     if block_m == 0 {
         return Vec::new();
     }
-    let mut per_expert = vec![0usize; experts];
-    for &id in &routing.ids {
-        per_expert[id as usize] += 1;
-    }
-    (0..experts)
-        .flat_map(|e| std::iter::repeat_n(e, per_expert[e].div_ceil(block_m)))
-        .collect()
+    let ids: Vec<i64> = routing.ids.iter().map(|&i| i as i64).collect();
+    let a = align_reference(&ids, experts, block_m);
+    a.expert_ids[..a.tiles(block_m)].to_vec()
 }
 
-/// The tiles of that layout whose cluster neighbour (tile 2j with 2j + 1, version 9's clusters
+/// Of those tiles, the ones whose cluster neighbour (tile 2j with 2j + 1, version 9's clusters
 /// of two) is a tile of the same expert.
-pub fn paired_tiles(routing: &Routing, experts: usize, block_m: usize) -> usize {
-    let owners = tile_owners(routing, experts, block_m);
+pub fn paired_tiles(owners: &[i32]) -> usize {
     2 * owners
         .chunks(2)
         .filter(|c| c.len() == 2 && c[0] == c[1])
@@ -966,6 +958,7 @@ pub fn paired_tiles(routing: &Routing, experts: usize, block_m: usize) -> usize 
 }
 
 fn layout_line(shape: &Shape, tokens: usize, routing: &Routing, plan: &BatchPlan) -> String {
+    let owners = tile_owners(routing, shape.experts, plan.block_m);
     format!(
         "{},{},{},{},{},{tokens},{},{},{},{},{},{},{},{}",
         shape.name,
@@ -977,8 +970,8 @@ fn layout_line(shape: &Shape, tokens: usize, routing: &Routing, plan: &BatchPlan
         active_experts(routing),
         plan.path,
         plan.block_m,
-        layout_tiles(routing, shape.experts, plan.block_m),
-        paired_tiles(routing, shape.experts, plan.block_m),
+        owners.len(),
+        paired_tiles(&owners),
         touched_bytes(shape, routing),
         flops(shape, tokens)
     )
@@ -1417,7 +1410,7 @@ mod tests {
     }
 
     #[test]
-    fn layout_tiles_pads_each_expert_to_block_m() {
+    fn tile_owners_pad_each_expert_to_block_m() {
         let r = Routing {
             rows: 3,
             k: 2,
@@ -1425,12 +1418,12 @@ mod tests {
             weights: vec![0.5; 6],
         };
         // Expert 0: 3 pairs, expert 1: none, expert 2: 3 pairs.
-        assert_eq!(layout_tiles(&r, 3, 2), 4); // 2 + 0 + 2
-        assert_eq!(layout_tiles(&r, 3, 4), 2); // 1 + 0 + 1
-        assert_eq!(layout_tiles(&r, 3, 0), 0);
+        assert_eq!(tile_owners(&r, 3, 2).len(), 4); // 2 + 0 + 2
+        assert_eq!(tile_owners(&r, 3, 4).len(), 2); // 1 + 0 + 1
+        assert_eq!(tile_owners(&r, 3, 0).len(), 0);
         // Tiles [0, 0, 2, 2] at BLOCK_M 2: both clusters of one expert; [0, 2] at 4: none.
-        assert_eq!(paired_tiles(&r, 3, 2), 4);
-        assert_eq!(paired_tiles(&r, 3, 4), 0);
+        assert_eq!(paired_tiles(&tile_owners(&r, 3, 2)), 4);
+        assert_eq!(paired_tiles(&tile_owners(&r, 3, 4)), 0);
         let odd = Routing {
             rows: 5,
             k: 1,
@@ -1438,7 +1431,7 @@ mod tests {
             weights: vec![1.0; 5],
         };
         // Tiles [0, 0, 0, 1, 1] at BLOCK_M 1: clusters [0, 0], [0, 1] and [1]; one shares.
-        assert_eq!(paired_tiles(&odd, 2, 1), 2);
+        assert_eq!(paired_tiles(&tile_owners(&odd, 2, 1)), 2);
     }
 
     #[test]

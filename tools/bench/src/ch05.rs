@@ -649,24 +649,9 @@ mod tests {
     #[test]
     fn targets_read_the_rows() {
         let row = |imp: &str, t: u64, cold: f64, bytes: f64| BenchRow {
-            chapter: "ch05".into(),
-            shape: SHAPES[0].name.into(),
-            imp: imp.into(),
-            rows: t,
-            launches: 1,
-            cold_median_us: cold,
-            cold_p10_us: cold,
-            cold_p90_us: cold,
-            warm_median_us: cold,
-            warm_p10_us: cold,
-            warm_p90_us: cold,
-            floor_us: 1.0,
-            bytes,
-            flops: 0.0,
-            cold_gbs: 0.0,
-            cold_tflops: 0.0,
             samples: 3,
-            device: "H200".into(),
+            bytes,
+            ..BenchRow::flat("ch05", SHAPES[0].name, imp, t, cold)
         };
         let glm = &SHAPES[0];
         let rows = vec![

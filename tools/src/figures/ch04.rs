@@ -2503,24 +2503,8 @@ mod tests {
     #[test]
     fn targets_near_the_line_show_four_places() {
         let row = |t: u64, cold: f64| BenchRow {
-            chapter: "ch04".into(),
-            shape: "qwen3_h2048_i768_e128_k8".into(),
-            imp: OURS.into(),
-            rows: t,
-            launches: 6,
-            cold_median_us: cold,
-            cold_p10_us: cold,
-            cold_p90_us: cold,
-            warm_median_us: cold,
-            warm_p10_us: cold,
-            warm_p90_us: cold,
             floor_us: 100.0,
-            bytes: 0.0,
-            flops: 0.0,
-            cold_gbs: 0.0,
-            cold_tflops: 0.0,
-            samples: 200,
-            device: "NVIDIA_H200".into(),
+            ..BenchRow::flat("ch04", "qwen3_h2048_i768_e128_k8", OURS, t, cold)
         };
         let md = targets_table(
             &[
