@@ -43,7 +43,7 @@
 //       16 it loads an A fragment per sub-tile for only 2·NF mma each; in version 3 the WARPS
 //       warps form WM × WN (WN = WARPS / WM) and warp w owns the sub-tiles w % WM, + WM, + 2·WM,
 //       ... and the columns of group w / WM: fewer A loads, more mma per load.
-//     versions 4 to 9 (sm_90a only, WgCfg, wg_mainloop): Hopper's warpgroup MMA (wgmma.cuh),
+//     versions 4 to 10 (sm_90a only, WgCfg, wg_mainloop): Hopper's warpgroup MMA (wgmma.cuh),
 //       one warpgroup per 64 rows multiplying straight from shared memory, the stages in
 //       wgmma's flat core-matrix layout (4) or its 128-byte swizzle (5, suffix _x), whose
 //       copies read whole 128-byte lines; 6 (_w0) waits for each slice's MMA, copies a slice
@@ -51,7 +51,8 @@
 //       warp-specialized, a producer warpgroup feeding the others through mbarriers
 //       (ws_producer, ws_consumer); 9 (_tma_ws_mc) is 8 in clusters of two blocks that take one
 //       copy of the weight slice between them when their tiles are of one expert (multicast;
-//       slower than 8 on the H200). The same bits as versions 1-3 (measured on the H200,
+//       slower than 8 on the H200); 10 (_tma_ws_ps) is 8 persistent, its blocks taking a
+//       tile's column blocks one after another (ps_run). The same bits as versions 1-3 (measured on the H200,
 //       chapter 4's GPU test); never compiled into the emulator's path, which runs 1-3.
 //   Each is instantiated as its own extern "C" entry points, named with the suffix
 //   _w{WARPS}_k{BK}_n{NF}, then _s{STAGES} for version 2 (_w{WM}x{WN}_k{BK}_n{NF}_s{STAGES} for
@@ -920,7 +921,7 @@ extern "C" __global__ void __launch_bounds__(256)
 // in its accumulators, and SwiGLU is the epilogue as before. Needs K (H and I) a multiple of 8.
 // Each output's sum is the same as the other versions': k-steps of 16 from k = 0 up into one
 // fp32 accumulator; whether wgmma's k-step rounds as mma.sync's does is measured, not assumed
-// (chapter 4's GPU test compares every version 4 to 9 configuration with the portable path's bits).
+// (chapter 4's GPU test compares every version 4 to 10 configuration with the portable path's bits).
 // SWZ (version 5): the 128-byte swizzled layout instead (BK 64: a staged row is 128 bytes, the swizzle's
 // width): row r's 128 bytes at byte 128·r, its 16-byte chunk c at chunk c ^ (r % 8) (the
 // hardware XORs address bits 4-6 with bits 7-9, so a stage starts on 1024 bytes). Then eight
@@ -946,11 +947,17 @@ extern "C" __global__ void __launch_bounds__(256)
 // wgmma has read it; the producer waits on "empty" before refilling. No __syncthreads in the
 // loop: each side runs as far ahead as the buffers allow (every buffer but the one whose wgmma
 // group is still running may be filling: STAGES − 1 slices ahead).
+// PS (version 10, _ps, with WS): persistent. As many blocks as the SMs hold at once (the host's
+// grid) work through the items of the grid versions 1 to 9 launch, tile × column block, a tile's
+// column blocks one after another (ps_loop): block b takes items b, b + gridDim.x, ... The
+// barriers are set up once and their uses counted across the block's items, so the producer
+// fills the next item's buffers while the consumers still multiply, and then store, this one,
+// and no block launch or barrier set-up comes between items.
 template <int WGS_, int BK_, int NF_, int STAGES_, bool SWZ_ = false, bool W0_ = false, bool TMA_ = false,
-          bool WS_ = false, bool MC_ = false>
+          bool WS_ = false, bool MC_ = false, bool PS_ = false>
 struct WgCfg {
     static constexpr int WGS = WGS_, BK = BK_, NF = NF_, STAGES = STAGES_;
-    static constexpr bool SWZ = SWZ_, W0 = W0_, TMA = TMA_, WS = WS_, MC = MC_;
+    static constexpr bool SWZ = SWZ_, W0 = W0_, TMA = TMA_, WS = WS_, MC = MC_, PS = PS_;
     static constexpr int AHEAD = W0 ? STAGES - 1 : STAGES - 2;  // slices copied ahead of the product
     static constexpr int THREADS = 128 * (WGS + (WS ? 1 : 0));
     static constexpr int COPIERS = WS ? 128 : THREADS;     // threads that issue the cp.async
@@ -979,6 +986,7 @@ struct WgCfg {
                   "TMA boxes: WG_TMA_BOX swizzled rows of BK, two halves of whole boxes");
     static_assert(!WS || TMA, "version 8's producer asks for B's boxes");
     static_assert(!MC || WS, "version 9 is version 8 in clusters of two");
+    static_assert(!PS || (WS && !MC), "version 10 is version 8, persistent");
     static constexpr int BOX_ROWS = WG_TMA_BOX;            // TMA: rows of one box (the host's tensor maps)
     static constexpr int HALF_BOXES = BN / 2 / BOX_ROWS;   // TMA: boxes per half of B (gate | up, or two column halves)
 };
@@ -1150,21 +1158,21 @@ __device__ __forceinline__ bool wg_live(const int* s_live, int wg) {
 // rows, or a half of the columns) for both blocks at once, and refills a buffer only once both
 // blocks' consumers have released it (their arrivals on its `empty`).
 template <class C>
-__device__ __forceinline__ void ws_producer(const __nv_bfloat16* __restrict__ A, const int* s_arow, int K,
-                                            unsigned char* smem, unsigned long long* full,
+__device__ __forceinline__ void ws_producer(const __nv_bfloat16* __restrict__ A, const WgCopies<C::A_COPIES>& ca,
+                                            int K, unsigned char* smem, unsigned long long* full,
                                             unsigned long long* empty, const void* bmap, int b0, int b1,
-                                            bool share = false, unsigned rank = 0) {
+                                            bool share = false, unsigned rank = 0, unsigned it0 = 0) {
 #ifdef MOE_WGMMA
     const int t = threadIdx.x - 128 * C::WGS;  // 0..127
     const int r0 = t / 8, c = t % 8;           // the swizzled layout's copy of version 5
     const int dst0 = 128 * r0 + 16 * (c ^ (r0 & 7));
     constexpr int DSTEP = 128 * C::RSTEP;
-    const WgCopies<C::A_COPIES> ca = wg_copies<C::A_COPIES, C::RSTEP>(s_arow, r0);
     const unsigned row_bytes = (unsigned)K * 2u;
     const int nk = (K + C::BK - 1) / C::BK;
     for (int kt = 0; kt < nk; ++kt) {
-        const int st = kt % C::STAGES;
-        if (kt >= C::STAGES) moe_mbar_wait<C::MC>(&empty[st], (unsigned)(kt / C::STAGES - 1) & 1u);
+        const unsigned it = it0 + (unsigned)kt;  // version 10: counted on from the block's earlier items
+        const int st = (int)(it % C::STAGES);
+        if (it >= C::STAGES) moe_mbar_wait(&empty[st], (it / C::STAGES - 1u) & 1u);
         unsigned char* stage = smem + st * C::STAGE_BYTES;
         if (t == 0) {
             moe_mbar_arrive_expect_tx(&full[st], C::B_BYTES);  // both halves land here either way
@@ -1189,7 +1197,7 @@ __device__ __forceinline__ void ws_producer(const __nv_bfloat16* __restrict__ A,
         wg_copy_rows(stage + dst0, DSTEP, a, ca, row_bytes, in_k);
         moe_cp_async_mbar_arrive(&full[st]);
     }
-    moe_cp_async_wait(0);  // nothing of this thread's still landing when it leaves
+    if (!C::PS) moe_cp_async_wait(0);  // nothing of this thread's still landing when it leaves
 #endif
 }
 
@@ -1201,12 +1209,13 @@ __device__ __forceinline__ void ws_producer(const __nv_bfloat16* __restrict__ A,
 template <class C>
 __device__ __forceinline__ void ws_consumer(int K, bool live, int wg, unsigned char* smem, unsigned long long* full,
                                             unsigned long long* empty, float (&acc)[C::ACC], bool share = false,
-                                            unsigned rank = 0) {
+                                            unsigned rank = 0, unsigned it0 = 0) {
 #ifdef MOE_WGMMA
     const int nk = (K + C::BK - 1) / C::BK;
     for (int kt = 0; kt < nk; ++kt) {
-        const int st = kt % C::STAGES;
-        moe_mbar_wait(&full[st], (unsigned)(kt / C::STAGES) & 1u);
+        const unsigned it = it0 + (unsigned)kt;
+        const int st = (int)(it % C::STAGES);
+        moe_mbar_wait(&full[st], (it / C::STAGES) & 1u);
         moe_fence_proxy_async();
         if (live) {
             const unsigned char* stage = smem + st * C::STAGE_BYTES;
@@ -1220,7 +1229,7 @@ __device__ __forceinline__ void ws_consumer(int K, bool live, int wg, unsigned c
             moe_wgmma_wait<1>();
         }
         if (kt > 0) {
-            unsigned long long* e = &empty[(kt - 1) % C::STAGES];
+            unsigned long long* e = &empty[(it - 1u) % C::STAGES];
             if (C::MC) {
                 __syncwarp();
                 if ((threadIdx.x & 31) == 0) {
@@ -1233,6 +1242,9 @@ __device__ __forceinline__ void ws_consumer(int K, bool live, int wg, unsigned c
         }
     }
     moe_wgmma_wait<0>();
+    // Version 10: the item's last slice released too (its wgmma done), so the producer refills
+    // its buffer for the next item while this warpgroup stores.
+    if (C::PS) moe_mbar_arrive(&empty[(it0 + (unsigned)nk - 1u) % C::STAGES]);
 #endif
 }
 // ANCHOR_END: ws_mainloop
@@ -1285,7 +1297,9 @@ __device__ __forceinline__ bool wg_tile_product(const __nv_bfloat16* __restrict_
         const unsigned rank = C::MC ? moe_cluster_rank() : 0u;
         if (shared_b) moe_cluster_sync();
         if (wg == C::WGS) {
-            ws_producer<C>(A, s_arow, K, smem, s_full, s_empty, bmap, b0, b1, shared_b, rank);
+            const WgCopies<C::A_COPIES> ca =
+                wg_copies<C::A_COPIES, C::RSTEP>(s_arow, (int)(threadIdx.x - 128 * C::WGS) / 8);
+            ws_producer<C>(A, ca, K, smem, s_full, s_empty, bmap, b0, b1, shared_b, rank);
             if (shared_b) moe_cluster_sync();
             return false;
         }
@@ -1325,6 +1339,69 @@ __device__ __forceinline__ void wg_store2(float* row, int col, int n, bool pair,
     }
 }
 
+// ANCHOR: wg_epilogues
+// GEMM 1's epilogue on versions 4 to 10: SwiGLU of this thread's gate and up accumulators into
+// act's rows. rows[r]: the pair of the tile's row r (s_pair, or version 10's slice of
+// sorted_ids); a row that holds no pair (< 0 or ≥ P) is not stored.
+template <class C>
+__device__ __forceinline__ void wg_store_swiglu(const float (&acc)[C::ACC], const int* rows, int P,
+                                                __nv_bfloat16* __restrict__ act, int n0, int I) {
+    const int wg = threadIdx.x / 128;
+    // Thread (warp w of its warpgroup, g, q) holds rows 64·wg + 16w + g (+ 8), columns
+    // n0 + 8j + 2q (+ 1): the gate in fragment j, the up value in fragment j + BN1 / 8.
+    const int lane = threadIdx.x & 31, w4 = (threadIdx.x >> 5) & 3, g = lane >> 2, q = lane & 3;
+    const bool even = (I & 1) == 0;  // then two neighbouring columns are one aligned 4-byte store
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int p = rows[64 * wg + 16 * w4 + g + 8 * h];
+        if (p < 0 || p >= P) continue;
+        __nv_bfloat16* row = act + (size_t)p * I;
+#pragma unroll
+        for (int j = 0; j < C::BN1 / 8; ++j) {
+            const int col = n0 + 8 * j + 2 * q;
+            __nv_bfloat16 v[2];
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                const float gate = __bfloat162float(__float2bfloat16(acc[4 * j + 2 * h + i]));
+                const float up = __bfloat162float(__float2bfloat16(acc[4 * (j + C::BN1 / 8) + 2 * h + i]));
+                v[i] = __float2bfloat16((gate * moe_sigmoidf(gate)) * up);
+            }
+            wg_store2(row, col, I, even, v[0], v[1]);
+        }
+    }
+}
+
+// The plain GEMM's epilogue on versions 4 to 10: this thread's accumulators into out's rows (bf16,
+// or fp32 times the pair's weight), rows[] as wg_store_swiglu's.
+template <class C, bool BF16_OUT>
+__device__ __forceinline__ void wg_store_rows(const float (&acc)[C::ACC], const int* rows, int P,
+                                              const float* __restrict__ weight, void* __restrict__ out, int n0,
+                                              int N) {
+    const int wg = threadIdx.x / 128;
+    const int lane = threadIdx.x & 31, w4 = (threadIdx.x >> 5) & 3, g = lane >> 2, q = lane & 3;
+    const bool even = (N & 1) == 0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int p = rows[64 * wg + 16 * w4 + g + 8 * h];
+        if (p < 0 || p >= P) continue;
+        const float wp = (!BF16_OUT && weight) ? weight[p] : 1.0f;
+#pragma unroll
+        for (int j = 0; j < C::BN / 8; ++j) {
+            const int col = n0 + 8 * j + 2 * q;
+            const float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+            if (BF16_OUT) {
+                wg_store2(static_cast<__nv_bfloat16*>(out) + (size_t)p * N, col, N, even, __float2bfloat16(v0),
+                          __float2bfloat16(v1));
+            } else {
+                // weight · v rounded as fused_gemm_impl rounds it (no weight: v itself).
+                wg_store2(static_cast<float*>(out) + (size_t)p * N, col, N, even, weight ? wp * v0 : v0,
+                          weight ? wp * v1 : v1);
+            }
+        }
+    }
+}
+// ANCHOR_END: wg_epilogues
+
 // ANCHOR: wg_gemm1
 // GEMM 1 + SwiGLU on versions 4 to 9: fused_gemm1_swiglu_impl's contract, BLOCK_M = C::BM.
 template <class C>
@@ -1355,29 +1432,7 @@ __device__ __forceinline__ void wg_gemm1_swiglu_impl(const __nv_bfloat16* __rest
     if (!wg_tile_product<C>(x, s_arow, w, s_brow, H, s_live, acc, w13_map, g0, g0 + I,
                             wg_cluster_shares<C>(tile, e, expert_ids, num_post, block_m)))
         return;
-    const int wg = threadIdx.x / 128;
-    // Thread (warp w of its warpgroup, g, q) holds rows 64·wg + 16w + g (+ 8), columns
-    // n0 + 8j + 2q (+ 1): the gate in fragment j, the up value in fragment j + BN1 / 8.
-    const int lane = threadIdx.x & 31, w4 = (threadIdx.x >> 5) & 3, g = lane >> 2, q = lane & 3;
-    const bool even = (I & 1) == 0;  // then two neighbouring columns are one aligned 4-byte store
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int p = s_pair[64 * wg + 16 * w4 + g + 8 * h];
-        if (p < 0) continue;
-        __nv_bfloat16* row = act + (size_t)p * I;
-#pragma unroll
-        for (int j = 0; j < C::BN1 / 8; ++j) {
-            const int col = n0 + 8 * j + 2 * q;
-            __nv_bfloat16 v[2];
-#pragma unroll
-            for (int i = 0; i < 2; ++i) {
-                const float gate = __bfloat162float(__float2bfloat16(acc[4 * j + 2 * h + i]));
-                const float up = __bfloat162float(__float2bfloat16(acc[4 * (j + C::BN1 / 8) + 2 * h + i]));
-                v[i] = __float2bfloat16((gate * moe_sigmoidf(gate)) * up);
-            }
-            wg_store2(row, col, I, even, v[0], v[1]);
-        }
-    }
+    wg_store_swiglu<C>(acc, s_pair, P, act, n0, I);
 }
 // ANCHOR_END: wg_gemm1
 
@@ -1405,32 +1460,135 @@ __device__ __forceinline__ void wg_gemm_impl(const __nv_bfloat16* __restrict__ A
     if (!wg_tile_product<C>(A, s_arow, w, s_brow, K, s_live, acc, w_map, r0, r0 + C::BN / 2,
                             wg_cluster_shares<C>(tile, e, expert_ids, num_post, block_m)))
         return;
-    const int wg = threadIdx.x / 128;
-    const int lane = threadIdx.x & 31, w4 = (threadIdx.x >> 5) & 3, g = lane >> 2, q = lane & 3;
-    const bool even = (N & 1) == 0;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int p = s_pair[64 * wg + 16 * w4 + g + 8 * h];
-        if (p < 0) continue;
-        const float wp = (!BF16_OUT && weight) ? weight[p] : 1.0f;
-#pragma unroll
-        for (int j = 0; j < C::BN / 8; ++j) {
-            const int col = n0 + 8 * j + 2 * q;
-            const float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-            if (BF16_OUT) {
-                wg_store2(static_cast<__nv_bfloat16*>(out) + (size_t)p * N, col, N, even, __float2bfloat16(v0),
-                          __float2bfloat16(v1));
-            } else {
-                // weight · v rounded as fused_gemm_impl rounds it (no weight: v itself).
-                wg_store2(static_cast<float*>(out) + (size_t)p * N, col, N, even, weight ? wp * v0 : v0,
-                          weight ? wp * v1 : v1);
-            }
-        }
-    }
+    wg_store_rows<C, BF16_OUT>(acc, s_pair, P, weight, out, n0, N);
 }
 
+// ANCHOR: ps_loop
+// VERSION 10 (sm_90a, _ps): version 8's producer and consumers, persistent (WgCfg's PS). The
+// block's items are the blocks of version 8's grid, tile × column block, but in the other order:
+// a tile's column blocks one after another (item w: tile w / col_blocks, column block
+// w % col_blocks), so the blocks at work at any moment share a few tiles' rows of A and a few
+// experts' weights, which stay in L2 between them; block b takes items b, b + gridDim.x, ... The
+// barriers are set up once; `it` counts the block's slices over all its items, so each side
+// names the right buffer and parity however far the other is behind, and the producer runs
+// STAGES − 1 slices into the next item while the consumers finish and store this one. Neither
+// side can use the other's shared rows (the producer is an item ahead), so each reads the tile's
+// pairs from sorted_ids itself: the producer its copies' rows, the consumers whether their 64
+// rows hold a pair and, in the epilogue, which pair each row is.
+
+// The producer thread's copies of one tile (wg_copies' rows, read from sorted_ids: the A row of
+// pair p is p / k, a row past the pairs a zero row).
+template <class C>
+__device__ __forceinline__ WgCopies<C::A_COPIES> ps_copies(const int* __restrict__ rows, int r0, int P, int k) {
+    WgCopies<C::A_COPIES> cp;
+    cp.full = 0;
+#pragma unroll
+    for (int j = 0; j < C::A_COPIES; ++j) {
+        const int s = rows[r0 + j * C::RSTEP];
+        const bool real = s >= 0 && s < P;
+        cp.row[j] = real ? (unsigned)(s / k) : 0u;
+        cp.full |= (real ? 1u : 0u) << j;
+    }
+    return cp;
+}
+
+// Whether warpgroup wg's 64 rows of the tile hold a pair: two rows a lane, OR-ed over the warp
+// into a value ptxas knows is the warp's (as wg_live).
+__device__ __forceinline__ bool ps_live(const int* __restrict__ rows, int wg, int P) {
+    const int lane = threadIdx.x & 31;
+    const int a = rows[64 * wg + lane], b = rows[64 * wg + 32 + lane];
+    const bool mine = (a >= 0 && a < P) || (b >= 0 && b < P);
+#if defined(MOE_EMU) || __CUDA_ARCH__ < 800
+    return mine;  // never reached: version 10 runs on sm_90a only
+#else
+    return __reduce_or_sync(MOE_FULL_MASK, mine ? 1u : 0u) != 0;
+#endif
+}
+
+// The persistent block. A [*, K] is gathered by rows (pair / k); B's slices come through `bmap`,
+// item (tile of expert e, column block cb) reading rows b0 = e·b_expert + cb·b_cols and
+// b0 + b_half on of the map's view; store(acc, rows, cb) is the epilogue of one item.
+template <class C, class Store>
+__device__ __forceinline__ void ps_run(const __nv_bfloat16* __restrict__ A, const int* __restrict__ sorted_ids,
+                                       const int* __restrict__ expert_ids, const int* __restrict__ num_post, int P,
+                                       int k, int K, int E, int col_blocks, const void* bmap, int b_expert,
+                                       int b_cols, int b_half, Store store) {
+#ifdef MOE_WGMMA
+    __shared__ __align__(8) unsigned long long s_full[C::STAGES], s_empty[C::STAGES];
+    DYNAMIC_SHARED(unsigned char, smem);
+    const unsigned off = (unsigned)__cvta_generic_to_shared(smem);
+    smem += (WG_SWIZZLE_ALIGN - (off & (WG_SWIZZLE_ALIGN - 1))) & (WG_SWIZZLE_ALIGN - 1);
+    if (threadIdx.x == 0) {
+        for (int st = 0; st < C::STAGES; ++st) {
+            moe_mbar_init(&s_full[st], 128 + 1);     // as version 8's
+            moe_mbar_init(&s_empty[st], 128 * C::WGS);
+        }
+        moe_mbar_init_fence();
+    }
+    __syncthreads();
+    const int tiles = (*num_post + C::BM - 1) / C::BM;
+    const int items = tiles * col_blocks;
+    const int nk = (K + C::BK - 1) / C::BK;
+    const int wg = threadIdx.x / 128;
+    unsigned it = 0;  // slices of the block's items before this one
+    for (int w = blockIdx.x; w < items; w += gridDim.x) {
+        const int tile = w / col_blocks, cb = w % col_blocks;
+        const int e = expert_ids[tile];
+        if (e < 0 || e >= E) continue;  // both sides skip it: neither counts its slices
+        const int* rows = sorted_ids + (size_t)tile * C::BM;
+        const int b0 = e * b_expert + cb * b_cols;
+        if (wg == C::WGS) {
+            const WgCopies<C::A_COPIES> ca = ps_copies<C>(rows, (int)(threadIdx.x - 128 * C::WGS) / 8, P, k);
+            ws_producer<C>(A, ca, K, smem, s_full, s_empty, bmap, b0, b0 + b_half, false, 0u, it);
+        } else {
+            const bool live = ps_live(rows, wg, P);
+            float acc[C::ACC];
+#pragma unroll
+            for (int i = 0; i < C::ACC; ++i) acc[i] = 0.0f;
+            ws_consumer<C>(K, live, wg, smem, s_full, s_empty, acc, false, 0u, it);
+            if (live) store(acc, rows, cb);
+        }
+        it += (unsigned)nk;
+    }
+    if (wg == C::WGS) moe_cp_async_wait(0);  // nothing of the producer's still landing when it leaves
+#else
+    __trap();  // version 10 exists only on sm_90a
+#endif
+}
+
+// GEMM 1 + SwiGLU on version 10: wg_gemm1_swiglu_impl's contract, any grid of one dimension.
+template <class C>
+__device__ __forceinline__ void ps_gemm1_swiglu_impl(const __nv_bfloat16* __restrict__ x,
+                                                     const int* __restrict__ sorted_ids,
+                                                     const int* __restrict__ expert_ids,
+                                                     const int* __restrict__ num_post, __nv_bfloat16* __restrict__ act,
+                                                     int P, int k, int H, int I, int E, int block_m,
+                                                     const void* w13_map) {
+    if (block_m != C::BM) __trap();
+    // Version 7's boxes: gate rows e·2I + n0.., up rows e·2I + I + n0.. of w13 viewed as [E·2I, H].
+    ps_run<C>(x, sorted_ids, expert_ids, num_post, P, k, H, E, (I + C::BN1 - 1) / C::BN1, w13_map, 2 * I, C::BN1,
+              I, [&](const float(&acc)[C::ACC], const int* rows, int cb) {
+                  wg_store_swiglu<C>(acc, rows, P, act, cb * C::BN1, I);
+              });
+}
+
+// The plain GEMM on version 10: wg_gemm_impl's contract, any grid of one dimension.
+template <class C, bool BF16_OUT>
+__device__ __forceinline__ void ps_gemm_impl(const __nv_bfloat16* __restrict__ A, const int* __restrict__ sorted_ids,
+                                             const int* __restrict__ expert_ids, const int* __restrict__ num_post,
+                                             const float* __restrict__ weight, void* __restrict__ out, int P, int k,
+                                             int N, int K, int E, int block_m, const void* w_map) {
+    if (block_m != C::BM) __trap();
+    // Version 7's boxes: rows e·N + n0.. of W viewed as [E·N, K], in two halves of BN / 2.
+    ps_run<C>(A, sorted_ids, expert_ids, num_post, P, k, K, E, (N + C::BN - 1) / C::BN, w_map, N, C::BN, C::BN / 2,
+              [&](const float(&acc)[C::ACC], const int* rows, int cb) {
+                  wg_store_rows<C, BF16_OUT>(acc, rows, P, weight, out, cb * C::BN, N);
+              });
+}
+// ANCHOR_END: ps_loop
+
 // ANCHOR: wg_entries
-// The configurations of versions 4 to 9, g{WGS}_k{BK}_n{NF}_s{STAGES} (BLOCK_M 64·WGS, BN 16·NF), then _x
+// The configurations of versions 4 to 10, g{WGS}_k{BK}_n{NF}_s{STAGES} (BLOCK_M 64·WGS, BN 16·NF), then _x
 // for the 128-byte swizzled layout (and _w0 for version 6's main loop), each with the three entry
 // points of the other versions. Launched only on sm_90a GPUs. Written out rather than generated
 // by a macro, as every entry point of the book: the build finds a family's kernels by their
@@ -1787,6 +1945,48 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384)
                       const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
                       int I, int E, int block_m, const void* w2_map) {
     wg_gemm_impl<WgG2K64N16S4XTWM, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m, w2_map);
+}
+// _ps (version 10): version 8, persistent: one block per SM (the host's grid is min(SMs, items),
+// one dimension), each working through the tiles × column blocks of version 8's grid; the same
+// parameters as version 8's entry points (the weight pointers unused: every slice of B comes
+// through the tensor map).
+typedef WgCfg<1, 64, 8, 4, true, false, true, true, false, true> WgG1K64N8S4XTWP;
+extern "C" __global__ void __launch_bounds__(256, 1)
+    fused_gemm1_swiglu_g1_k64_n8_s4_x_tma_ws_ps(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
+                      int E, int block_m, const void* w13_map) {
+    ps_gemm1_swiglu_impl<WgG1K64N8S4XTWP>(x, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m, w13_map);
+}
+extern "C" __global__ void __launch_bounds__(256, 1)
+    fused_gemm1_gateup_g1_k64_n8_s4_x_tma_ws_ps(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
+                      int I, int E, int block_m, const void* w13_map) {
+    ps_gemm_impl<WgG1K64N8S4XTWP, true>(x, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m, w13_map);
+}
+extern "C" __global__ void __launch_bounds__(256, 1)
+    fused_gemm2_g1_k64_n8_s4_x_tma_ws_ps(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
+                      int I, int E, int block_m, const void* w2_map) {
+    ps_gemm_impl<WgG1K64N8S4XTWP, false>(act, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m, w2_map);
+}
+typedef WgCfg<2, 64, 16, 4, true, false, true, true, false, true> WgG2K64N16S4XTWP;
+extern "C" __global__ void __launch_bounds__(384, 1)
+    fused_gemm1_swiglu_g2_k64_n16_s4_x_tma_ws_ps(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
+                      int E, int block_m, const void* w13_map) {
+    ps_gemm1_swiglu_impl<WgG2K64N16S4XTWP>(x, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m, w13_map);
+}
+extern "C" __global__ void __launch_bounds__(384, 1)
+    fused_gemm1_gateup_g2_k64_n16_s4_x_tma_ws_ps(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
+                      int I, int E, int block_m, const void* w13_map) {
+    ps_gemm_impl<WgG2K64N16S4XTWP, true>(x, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m, w13_map);
+}
+extern "C" __global__ void __launch_bounds__(384, 1)
+    fused_gemm2_g2_k64_n16_s4_x_tma_ws_ps(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
+                      int I, int E, int block_m, const void* w2_map) {
+    ps_gemm_impl<WgG2K64N16S4XTWP, false>(act, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m, w2_map);
 }
 // ANCHOR_END: wg_entries
 

@@ -90,11 +90,14 @@ __device__ __forceinline__ void moe_cluster_sync() {
     asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
 }
 // One arrival on the barrier at the same place in block `rank`'s shared memory (this block's
-// own, or the other's).
+// own, or the other's). The default semantics (release at the block's scope), as CUTLASS's
+// ClusterBarrier::arrive: what the arrival must follow is the consumer's wgmma reads of the
+// buffer, complete at its wgmma wait; .release.cluster made ptxas put a MEMBAR.ALL.GPU before
+// every arrival.
 __device__ __forceinline__ void moe_mbar_arrive_cluster(unsigned long long* bar, unsigned rank) {
     unsigned remote;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(moe_smem_addr(bar)), "r"(rank));
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
 }
 // moe_tma_load_2d for both blocks at once: the engine reads the box once and writes it at `dst`
 // in the shared memory of every block in `mask` (bit r: rank r), counting its bytes on the

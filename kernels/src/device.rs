@@ -183,6 +183,11 @@ impl Device {
         }
     }
 
+    /// The GPU's streaming multiprocessors (132 on an H200); `None` on the emulator.
+    pub fn multiprocessors(&self) -> Option<usize> {
+        self.gpu().map(|g| g.sms as usize)
+    }
+
     /// Whether this device runs sm_90a code (Hopper's `wgmma`): a GPU of compute capability
     /// 9.0, whose kernels NVRTC compiles for `sm_90a` ([`crate::cuda::target_arch`]). Never the
     /// emulator, which runs the portable kernels only.

@@ -157,13 +157,13 @@ pub struct TileConfig {
     pub stages: usize,
     /// Warp rows of the grid (1: versions 1 and 2).
     pub wm: usize,
-    /// Versions 4 to 9 (sm_90a): warpgroups of Hopper's `wgmma`, one per 64 rows of the tile (0:
+    /// Versions 4 to 10 (sm_90a): warpgroups of Hopper's `wgmma`, one per 64 rows of the tile (0:
     /// versions 1 to 3, `mma.sync`). Then `nf` is the fragments of 8 columns across the whole
     /// block (wgmma's N is `16·nf` staged rows; GEMM 1's `8·nf` gate and `8·nf` up rows).
     pub wg: usize,
-    /// Versions 4 to 9: wgmma's flat core matrices (4), or its 128-byte swizzle (5 to 9, `_x`).
+    /// Versions 4 to 10: wgmma's flat core matrices (4), or its 128-byte swizzle (5 to 10, `_x`).
     pub swz: bool,
-    /// Versions 4 to 9: the main loop waits for each slice's wgmma before the next slice
+    /// Versions 4 to 10: the main loop waits for each slice's wgmma before the next slice
     /// (`_w0`: none left in flight), which frees that slice's buffer one slice sooner: copies run
     /// `stages − 1` slices ahead instead of `stages − 2`.
     pub w0: bool,
@@ -178,6 +178,11 @@ pub struct TileConfig {
     /// when both tiles are of one expert, ask the copy engine once for the weight slice and have
     /// it written into both blocks' shared memory (multicast). The grid's tile count is even.
     pub mc: bool,
+    /// Version 10 (`_tma_ws_ps`): version 8, persistent: as many blocks as the SMs hold at once
+    /// work through the tiles × column blocks of version 8's grid, a tile's column blocks one
+    /// after another (so the tile's rows stay in L2 between them), the producer filling the next
+    /// item's buffers while the consumers finish and store this one. The grid is one-dimensional.
+    pub ps: bool,
 }
 
 const fn tile(warps: usize, bk: usize, nf: usize, stages: usize) -> TileConfig {
@@ -198,6 +203,7 @@ const fn grid(wm: usize, wn: usize, bk: usize, nf: usize, stages: usize) -> Tile
         tma: false,
         ws: false,
         mc: false,
+        ps: false,
     }
 }
 
@@ -215,6 +221,7 @@ const fn hopper(wg: usize, bk: usize, nf: usize, stages: usize, swz: bool) -> Ti
         tma: false,
         ws: false,
         mc: false,
+        ps: false,
     }
 }
 
@@ -250,6 +257,14 @@ const fn with_mc(c: TileConfig) -> TileConfig {
     }
 }
 
+/// Version 10: version 8, persistent (`_tma_ws_ps`).
+const fn with_ps(c: TileConfig) -> TileConfig {
+    TileConfig {
+        ps: true,
+        ..with_ws(c)
+    }
+}
+
 /// The configurations the kernel file instantiates, the base (plain-named) one first; version 1
 /// (one stage), then version 2 (`_s{stages}`), then version 3 (`w{wm}x{wn}_…`).
 pub const TILE_CONFIGS: [TileConfig; 11] = [
@@ -266,7 +281,7 @@ pub const TILE_CONFIGS: [TileConfig; 11] = [
     grid(2, 4, 32, 2, 4),
 ];
 
-/// The configurations of versions 4 to 9 (`g{wg}_k{bk}_n{nf}_s{stages}`), for sm_90a GPUs only: one or two
+/// The configurations of versions 4 to 10 (`g{wg}_k{bk}_n{nf}_s{stages}`), for sm_90a GPUs only: one or two
 /// warpgroups (BLOCK_M 64 or 128) by 128 or 256 staged B rows (GEMM 1: 64 or 128 intermediate
 /// columns), K staged 64 at a time through 4 buffers, two slices ahead; each in wgmma's flat
 /// core-matrix layout and in its 128-byte swizzle (`_x`). Then the smallest swizzled one with its
@@ -275,10 +290,11 @@ pub const TILE_CONFIGS: [TileConfig; 11] = [
 /// run picked or nearly picked among versions 5 and 6, their weight slices through the tensor
 /// memory accelerator. Then version 8 (`_tma_ws`), warp-specialized: one or two consumer
 /// warpgroups beside the producer, through 3, 4 or 6 buffers. Then version 9 (`_tma_ws_mc`):
-/// two of version 8's in clusters of two blocks that share one copy of the weight slice.
+/// two of version 8's in clusters of two blocks that share one copy of the weight slice. Then
+/// version 10 (`_tma_ws_ps`): the same two of version 8's, persistent.
 /// [`crate::FusedDevice::plan_for`] refuses them, with a typed error, on any other
 /// device and for layers whose H or I is not a multiple of 8.
-pub const HOPPER_CONFIGS: [TileConfig; 18] = [
+pub const HOPPER_CONFIGS: [TileConfig; 20] = [
     hopper(1, 64, 8, 4, false),
     hopper(2, 64, 8, 4, false),
     hopper(2, 64, 16, 4, false),
@@ -297,6 +313,8 @@ pub const HOPPER_CONFIGS: [TileConfig; 18] = [
     with_ws(hopper(2, 64, 16, 4, true)),
     with_mc(hopper(1, 64, 8, 4, true)),
     with_mc(hopper(2, 64, 16, 4, true)),
+    with_ps(hopper(1, 64, 8, 4, true)),
+    with_ps(hopper(2, 64, 16, 4, true)),
 ];
 // ANCHOR_END: tile_config
 
@@ -313,8 +331,9 @@ impl TileConfig {
             let tma = if self.tma { "_tma" } else { "" };
             let ws = if self.ws { "_ws" } else { "" };
             let mc = if self.mc { "_mc" } else { "" };
+            let ps = if self.ps { "_ps" } else { "" };
             return format!(
-                "g{}_k{}_n{}_s{}{x}{w0}{tma}{ws}{mc}",
+                "g{}_k{}_n{}_s{}{x}{w0}{tma}{ws}{mc}{ps}",
                 self.wg, self.bk, self.nf, self.stages
             );
         }
@@ -337,11 +356,11 @@ impl TileConfig {
             .chain(HOPPER_CONFIGS)
             .find(|c| c.name() == s)
     }
-    /// Versions 4 to 9: Hopper's `wgmma`, sm_90a only.
+    /// Versions 4 to 10: Hopper's `wgmma`, sm_90a only.
     pub fn is_hopper(&self) -> bool {
         self.wg > 0
     }
-    /// The BLOCK_M a configuration requires (versions 4 to 9: 64 per warpgroup); None: any of chapter
+    /// The BLOCK_M a configuration requires (versions 4 to 10: 64 per warpgroup); None: any of chapter
     /// 3's.
     pub fn required_block_m(&self) -> Option<usize> {
         self.is_hopper().then_some(64 * self.wg)
@@ -357,6 +376,31 @@ impl TileConfig {
             tiles.next_multiple_of(2)
         } else {
             tiles
+        }
+    }
+    /// The launch grid for a layout of `tiles` tiles by `col_blocks` column blocks on a device of
+    /// `sms` multiprocessors: one block per tile and column block ([`Self::grid_tiles`] along
+    /// the tiles); version 10, persistent, as many blocks as fit on the multiprocessors at once
+    /// ([`Self::blocks_per_sm`]; no more than there are items), in one dimension.
+    pub fn grid(&self, tiles: usize, col_blocks: usize, sms: usize) -> (u32, u32) {
+        if self.ps {
+            let resident = sms * self.blocks_per_sm();
+            ((tiles * col_blocks).min(resident).max(1) as u32, 1)
+        } else {
+            (self.grid_tiles(tiles) as u32, col_blocks as u32)
+        }
+    }
+    /// Versions 4 to 10: how many blocks of this configuration an H200's multiprocessor holds at
+    /// once, as its shared memory allows: 228 KB, of which each block takes its buffers, 1 KB
+    /// for the system and up to 1 KB of static arrays (barriers, row tables); the register file
+    /// allows more of every configuration here. 1 for two warpgroups' tiles (193 KB of buffers),
+    /// 2 for one warpgroup's through four buffers (97 KB). 1 for versions 1 to 3.
+    pub fn blocks_per_sm(&self) -> usize {
+        const SM_SHARED: usize = 228 * 1024;
+        const PER_BLOCK: usize = 2 * 1024;
+        match self.required_block_m() {
+            Some(bm) => (SM_SHARED / (self.shared_bytes(bm) + PER_BLOCK)).max(1),
+            None => 1,
         }
     }
     /// Warp columns: the block's column groups (every warp for `wm` 1).
@@ -380,7 +424,7 @@ impl TileConfig {
     /// The dynamic shared memory a block of this configuration needs at `block_m` (the kernel's
     /// `fused_tile_product`): none for version 1 (its one stage is static), `stages` buffers
     /// of `block_m` A rows and `bn()` B rows of `bk + 8` bf16 for versions 2 and 3.
-    /// Versions 4 to 9: `stages` buffers of `block_m` A rows and `bn()` B rows of `bk` bf16 (wgmma's
+    /// Versions 4 to 10: `stages` buffers of `block_m` A rows and `bn()` B rows of `bk` bf16 (wgmma's
     /// core matrices, no padding).
     pub fn shared_bytes(&self, block_m: usize) -> usize {
         if self.is_hopper() {
@@ -853,7 +897,9 @@ mod tests {
                 "g2_k64_n8_s6_x_tma_ws",
                 "g2_k64_n16_s4_x_tma_ws",
                 "g1_k64_n8_s4_x_tma_ws_mc",
-                "g2_k64_n16_s4_x_tma_ws_mc"
+                "g2_k64_n16_s4_x_tma_ws_mc",
+                "g1_k64_n8_s4_x_tma_ws_ps",
+                "g2_k64_n16_s4_x_tma_ws_ps"
             ]
         );
         for c in HOPPER_CONFIGS {
@@ -879,6 +925,17 @@ mod tests {
             assert!(!c.mc || c.ws);
             // Version 9's clusters pair tiles 2j and 2j + 1: an even grid.
             assert_eq!(c.grid_tiles(7), if c.mc { 8 } else { 7 });
+            // Version 10: persistent, no more blocks than fit at once or than there are items.
+            assert!(!c.ps || (c.ws && !c.mc));
+            if c.ps {
+                assert_eq!(c.blocks_per_sm(), 3 - c.wg, "{c}");
+            }
+            let want = match (c.ps, c.mc) {
+                (true, _) => [(21, 1), ((10 * c.blocks_per_sm()).min(21) as u32, 1)],
+                (false, true) => [(8, 3), (8, 3)],
+                (false, false) => [(7, 3), (7, 3)],
+            };
+            assert_eq!([c.grid(7, 3, 132), c.grid(7, 3, 10)], want);
         }
         let g = TileConfig::parse("g2_k64_n16_s4").unwrap();
         assert_eq!(g.kernel("fused_gemm2"), "fused_gemm2_g2_k64_n16_s4");

@@ -134,7 +134,7 @@ enum TensorMap {
 }
 
 /// The first of a layer's widths (H, I, the shared expert's I) whose bf16 rows are not whole
-/// 16-byte copies, which versions 4 to 9 need (wgmma's staged rows, TMA's row strides).
+/// 16-byte copies, which versions 4 to 10 need (wgmma's staged rows, TMA's row strides).
 fn width_not_16_bytes(c: &MoeConfig) -> Option<(&'static str, usize)> {
     [
         ("hidden", c.hidden),
@@ -575,7 +575,7 @@ impl FusedDevice {
     /// The same layer with the tiled path's tiles in `tile` (one of
     /// [`crate::choose::TILE_CONFIGS`], or on an sm_90a GPU one of
     /// [`crate::choose::HOPPER_CONFIGS`]) instead of the rule and the table: the same bits
-    /// within versions 1 to 3 (versions 4 to 9 too: chapter 4's GPU test checks it).
+    /// within versions 1 to 3 (versions 4 to 10 too: chapter 4's GPU test checks it).
     pub fn with_tile(mut self, tile: TileConfig) -> Result<Self, MoeError> {
         if TileConfig::parse(&tile.name()) != Some(tile) {
             return Err(MoeError::Config {
@@ -593,7 +593,7 @@ impl FusedDevice {
         Ok(self)
     }
 
-    /// Whether this layer can run `tile` here: a version 4 to 9 configuration needs an sm_90a GPU
+    /// Whether this layer can run `tile` here: a version 4 to 10 configuration needs an sm_90a GPU
     /// ([`Device::has_sm90a`]) and 16-byte rows in both GEMMs (H, I and the shared expert's I
     /// multiples of 8).
     fn hopper_ok(&self, tile: TileConfig) -> Result<(), MoeError> {
@@ -688,7 +688,7 @@ impl FusedDevice {
         let pairs = rows * k;
         let (block_m, tile) = match path {
             Path::Tiled => {
-                // A measured row naming a version 4 to 9 configuration counts only where it can run.
+                // A measured row naming a version 4 to 10 configuration counts only where it can run.
                 let tuned_tile = tuned_for(Path::Tiled).filter(|t| self.hopper_ok(t.tile).is_ok());
                 let tile = self
                     .tile
@@ -793,7 +793,7 @@ impl FusedDevice {
             Some(s) => {
                 let layout = match tiled {
                     true => {
-                        // Versions 4 to 9's tiles are 64 rows per warpgroup, the shared expert's too.
+                        // Versions 4 to 10's tiles are 64 rows per warpgroup, the shared expert's too.
                         let bm = plan
                             .tile
                             .required_block_m()
@@ -950,18 +950,19 @@ impl FusedDevice {
     ) -> Result<(), MoeError> {
         let h = self.config.hidden;
         let tile = plan.tile;
-        let mut cfg = LaunchConfig::blocks(tile.grid_tiles(tiles) as u32, tile.threads() as u32)
-            .with_shared(tile.shared_bytes(block_m) as u32);
-        let name = match plan.fusion {
-            Fusion::Unfused => {
-                cfg.grid.1 = (2 * inter).div_ceil(tile.bn()) as u32;
-                tile.kernel("fused_gemm1_gateup")
-            }
-            _ => {
-                cfg.grid.1 = inter.div_ceil(tile.bn1()) as u32;
-                tile.kernel("fused_gemm1_swiglu")
-            }
+        let (col_blocks, name) = match plan.fusion {
+            Fusion::Unfused => (
+                (2 * inter).div_ceil(tile.bn()),
+                tile.kernel("fused_gemm1_gateup"),
+            ),
+            _ => (
+                inter.div_ceil(tile.bn1()),
+                tile.kernel("fused_gemm1_swiglu"),
+            ),
         };
+        let mut cfg = LaunchConfig::blocks(1, tile.threads() as u32)
+            .with_shared(tile.shared_bytes(block_m) as u32);
+        (cfg.grid.0, cfg.grid.1) = tile.grid(tiles, col_blocks, self.multiprocessors());
         let (sorted, expert_ids, num_post) = layout;
         self.module.launch(
             &name,
@@ -1002,9 +1003,9 @@ impl FusedDevice {
         map: TensorMap,
     ) -> Result<(), MoeError> {
         let h = self.config.hidden;
-        let mut cfg = LaunchConfig::blocks(tile.grid_tiles(tiles) as u32, tile.threads() as u32)
+        let mut cfg = LaunchConfig::blocks(1, tile.threads() as u32)
             .with_shared(tile.shared_bytes(block_m) as u32);
-        cfg.grid.1 = h.div_ceil(tile.bn()) as u32;
+        (cfg.grid.0, cfg.grid.1) = tile.grid(tiles, h.div_ceil(tile.bn()), self.multiprocessors());
         let (sorted, expert_ids, num_post) = layout;
         self.module.launch(
             &tile.kernel("fused_gemm2"),
@@ -1032,6 +1033,12 @@ impl FusedDevice {
     // ANCHOR_END: gemm_launches
 
     /// Version 7's last argument: the address of `map` in device memory (other versions: none).
+    /// The device's multiprocessors: version 10's grid (1 on the emulator, which runs no
+    /// version 10).
+    fn multiprocessors(&self) -> usize {
+        self.device.multiprocessors().unwrap_or(1)
+    }
+
     fn map_arg(&self, tile: TileConfig, map: TensorMap) -> Result<Option<KernelArg>, MoeError> {
         if !tile.tma {
             return Ok(None);

@@ -602,7 +602,7 @@ fn kernels_skip_placeholders_garbage_and_foreign_tiles(dev: &'static Device) {
             assert_same_bits(&format!("y, {what}"), &yy, &y);
         }
     }
-    // Versions 4 to 9 (sm_90a GPUs only) at the BLOCK_M it is built for: the same rows untouched and
+    // Versions 4 to 10 (sm_90a GPUs only) at the BLOCK_M it is built for: the same rows untouched and
     // the same bits (here K = 72 and 40: the last slice of 64 mostly zero-filled).
     if dev.has_sm90a() {
         for tile in HOPPER_CONFIGS {
@@ -1164,6 +1164,7 @@ fn bad_inputs_are_typed_errors(dev: &'static Device) {
         tma: false,
         ws: false,
         mc: false,
+        ps: false,
     };
     // Version 7's bulk copies on an mma.sync tile (whose name cannot say so) are no configuration.
     let tma_on_v1 = ch04_fused_moe::TileConfig {
@@ -1220,7 +1221,7 @@ fn bad_inputs_are_typed_errors(dev: &'static Device) {
 }
 
 // ANCHOR: hopper_bits
-/// Versions 4 to 9 (Hopper's `wgmma`, sm_90a GPUs only) against versions 1 to 3: on every regime whose
+/// Versions 4 to 10 (Hopper's `wgmma`, sm_90a GPUs only) against versions 1 to 3: on every regime whose
 /// H and I are multiples of 8, every configuration of theirs gives the portable tiled path's bits
 /// at the same BLOCK_M, fused and unfused (each output the same k-steps of 16 into one fp32
 /// accumulator; this is where that is checked, not assumed), and asking it for another BLOCK_M
@@ -1287,10 +1288,114 @@ fn hopper_tiles_give_the_portable_bits(dev: &'static Device) {
         }
     }
     if dev.has_sm90a() {
-        assert!(compared > 0, "no regime ran versions 4 to 9");
+        assert!(compared > 0, "no regime ran versions 4 to 10");
     }
 }
 // ANCHOR_END: hopper_bits
+
+/// A routing of two pairs a row that gives expert e exactly counts[e] pairs: every expert's
+/// pairs in a run, dealt so that row t takes pairs t and t + T, two experts apart (the counts
+/// sum to an even 2T and no run is longer than T).
+fn routing_of_counts(counts: &[usize]) -> Routing {
+    let sorted: Vec<u32> = (0..counts.len())
+        .flat_map(|e| std::iter::repeat_n(e as u32, counts[e]))
+        .collect();
+    let rows = sorted.len() / 2;
+    assert!(
+        sorted.len().is_multiple_of(2) && counts.iter().all(|&c| c <= rows),
+        "{counts:?}"
+    );
+    let ids: Vec<u32> = (0..rows)
+        .flat_map(|t| [sorted[t], sorted[t + rows]])
+        .collect();
+    Routing {
+        rows,
+        k: 2,
+        weights: (0..rows).flat_map(|_| [0.625f32, 0.375]).collect(),
+        ids,
+    }
+}
+
+/// A layer of H 512 and I 320 (8 slices of K in GEMM 1, 5 in GEMM 2) whose expert e gets
+/// counts[e] pairs (weights and hidden states from `seeds`), on the tiled path, with its routing
+/// and hidden states; and the Hopper
+/// configurations `version` picks out. Where they cannot run (no sm_90a), checks that each is
+/// refused with a typed error and returns none.
+fn hand_made_layer(
+    dev: &'static Device,
+    counts: &[usize],
+    seeds: (u64, u64),
+    version: impl Fn(&TileConfig) -> bool,
+) -> (FusedDevice, Routing, Vec<f32>, Vec<TileConfig>) {
+    let (hidden, intermediate) = (512, 320);
+    let config = MoeConfig {
+        hidden,
+        intermediate,
+        experts: counts.len(),
+        router: RouterConfig::qwen3(2),
+        shared: None,
+    };
+    let weights = MoeWeights::patterned(&config, seeds.0, 2.0 / (hidden as f32).sqrt(), false);
+    let base = FusedDevice::new(dev, &weights, Dtype::Bf16)
+        .unwrap()
+        .with_path(Path::Tiled);
+    let tiles: Vec<TileConfig> = HOPPER_CONFIGS.into_iter().filter(|c| version(c)).collect();
+    assert!(!tiles.is_empty(), "no configuration of the version");
+    let routing = routing_of_counts(counts);
+    let hidden_states = ch01_router::inputs::patterned(routing.rows * hidden, seeds.1, 1.0);
+    if dev.has_sm90a() {
+        return (base, routing, hidden_states, tiles);
+    }
+    for tile in tiles {
+        let e = base.clone().with_tile(tile).err();
+        assert!(
+            matches!(
+                e,
+                Some(MoeError::Config {
+                    field: "tile configuration",
+                    ..
+                })
+            ),
+            "{tile}: {e:?}"
+        );
+    }
+    (base, routing, hidden_states, Vec::new())
+}
+
+/// `tile` gives the bits of `v8`, its version-8 twin, and of the portable path at its BLOCK_M,
+/// with either fusion.
+fn same_bits_as_version_8_and_portable(
+    base: &FusedDevice,
+    routing: &Routing,
+    hidden_states: &[f32],
+    tile: TileConfig,
+    v8: TileConfig,
+    about: &str,
+) {
+    let bm = tile.required_block_m().unwrap();
+    for fusion in [Fusion::SwiGlu, Fusion::Unfused] {
+        let what = format!("{tile}, {fusion} ({about})");
+        let run = |t: TileConfig| {
+            base.clone()
+                .with_tile(t)
+                .unwrap()
+                .with_fusion(fusion)
+                .experts(hidden_states, routing)
+                .unwrap()
+        };
+        let got = run(tile);
+        assert_same_bits(&format!("{what} vs version 8"), &got, &run(v8));
+        let portable = base
+            .clone()
+            .with_fusion(fusion)
+            .with_block_m(bm)
+            .unwrap()
+            .experts(hidden_states, routing)
+            .unwrap();
+        assert_same_bits(&format!("{what} vs the portable path"), &got, &portable);
+        println!("{what}: the same bits as version 8 and the portable path");
+    }
+}
 
 // ANCHOR: cluster_bits
 /// Version 9 where its clusters share and where they do not: a routing made by hand, 256, 130,
@@ -1301,52 +1406,8 @@ fn hopper_tiles_give_the_portable_bits(dev: &'static Device) {
 /// buffer is refilled, each time after both blocks released it. Version 9 gives version 8's
 /// bits and the portable path's, with either fusion. Every other device refuses it.
 fn clusters_give_version_8s_bits(dev: &'static Device) {
-    let (hidden, intermediate, counts) = (512, 320, [256usize, 130, 100, 200]);
-    let config = MoeConfig {
-        hidden,
-        intermediate,
-        experts: counts.len(),
-        router: RouterConfig::qwen3(2),
-        shared: None,
-    };
-    let weights = MoeWeights::patterned(&config, 90, 2.0 / (hidden as f32).sqrt(), false);
-    let base = FusedDevice::new(dev, &weights, Dtype::Bf16)
-        .unwrap()
-        .with_path(Path::Tiled);
-    let v9: Vec<TileConfig> = HOPPER_CONFIGS.into_iter().filter(|c| c.mc).collect();
-    assert!(!v9.is_empty(), "no version-9 configuration");
-    if !dev.has_sm90a() {
-        for tile in v9 {
-            let e = base.clone().with_tile(tile).err();
-            assert!(
-                matches!(
-                    e,
-                    Some(MoeError::Config {
-                        field: "tile configuration",
-                        ..
-                    })
-                ),
-                "{tile}: {e:?}"
-            );
-        }
-        return;
-    }
-    // Every expert's pairs in a run, dealt so that row t takes pairs t and t + T: two experts
-    // apart (no run is longer than T).
-    let sorted: Vec<u32> = (0..counts.len())
-        .flat_map(|e| std::iter::repeat_n(e as u32, counts[e]))
-        .collect();
-    let rows = sorted.len() / 2;
-    let ids: Vec<u32> = (0..rows)
-        .flat_map(|t| [sorted[t], sorted[t + rows]])
-        .collect();
-    let routing = Routing {
-        rows,
-        k: 2,
-        weights: (0..rows).flat_map(|_| [0.625f32, 0.375]).collect(),
-        ids,
-    };
-    let hidden_states = ch01_router::inputs::patterned(rows * hidden, 9050, 1.0);
+    let counts = [256usize, 130, 100, 200];
+    let (base, routing, hidden_states, v9) = hand_made_layer(dev, &counts, (90, 9050), |c| c.mc);
     for tile in v9 {
         let bm = tile.required_block_m().unwrap();
         // Chapter 3's layout: each expert's tiles in a run, in expert order.
@@ -1363,31 +1424,34 @@ fn clusters_give_version_8s_bits(dev: &'static Device) {
             "{tile}: {shared} of {clusters} clusters share"
         );
         let v8 = TileConfig { mc: false, ..tile };
-        for fusion in [Fusion::SwiGlu, Fusion::Unfused] {
-            let what = format!("{tile}, {fusion} ({shared} of {clusters} clusters sharing)");
-            let run = |t: TileConfig| {
-                base.clone()
-                    .with_tile(t)
-                    .unwrap()
-                    .with_fusion(fusion)
-                    .experts(&hidden_states, &routing)
-                    .unwrap()
-            };
-            let got = run(tile);
-            assert_same_bits(&format!("{what} vs version 8"), &got, &run(v8));
-            let portable = base
-                .clone()
-                .with_fusion(fusion)
-                .with_block_m(bm)
-                .unwrap()
-                .experts(&hidden_states, &routing)
-                .unwrap();
-            assert_same_bits(&format!("{what} vs the portable path"), &got, &portable);
-            println!("{what}: the same bits as version 8 and the portable path");
-        }
+        let about = format!("{shared} of {clusters} clusters sharing");
+        same_bits_as_version_8_and_portable(&base, &routing, &hidden_states, tile, v8, &about);
     }
 }
 // ANCHOR_END: cluster_bits
+
+// ANCHOR: persistent_bits
+/// Version 10 where its blocks take many items: a routing made by hand, 3,000, 2,500, 1, 64, 65,
+/// 4,000, 129 and 2,001 pairs for 8 experts (189 tiles at BLOCK_M 64, 97 at 128: a one-pair
+/// tile, a 64-pair tile, tiles one pair over), H 512 and I 320. On the H200 (132
+/// multiprocessors: 264 blocks of BLOCK_M 64, 132 of 128) its blocks take 945 and 756 items
+/// (BLOCK_M 64) or 291 and 194 (128) between them, up to four each, so their buffers are
+/// refilled across items, at parities counted on from the items before. Version 10 gives
+/// version 8's bits and the portable path's, with either fusion. Every other device refuses it.
+fn persistent_blocks_give_version_8s_bits(dev: &'static Device) {
+    let counts = [3000usize, 2500, 1, 64, 65, 4000, 129, 2001];
+    let (base, routing, hidden_states, v10) = hand_made_layer(dev, &counts, (91, 9060), |c| c.ps);
+    for tile in v10 {
+        let bm = tile.required_block_m().unwrap();
+        let tiles: usize = counts.iter().map(|c| c.div_ceil(bm)).sum();
+        let items = tiles * 320usize.div_ceil(tile.bn1());
+        assert!(items > 2 * 132, "{tile}: {items} items");
+        let v8 = TileConfig { ps: false, ..tile };
+        let about = format!("{tiles} tiles, {items} items of GEMM 1");
+        same_bits_as_version_8_and_portable(&base, &routing, &hidden_states, tile, v8, &about);
+    }
+}
+// ANCHOR_END: persistent_bits
 
 /// The added regimes send their pairs where their names say.
 fn regimes_do_what_their_names_say(dev: &'static Device) {
@@ -1448,4 +1512,5 @@ moe_kernels::backend_tests!(
     bad_inputs_are_typed_errors,
     hopper_tiles_give_the_portable_bits,
     clusters_give_version_8s_bits,
+    persistent_blocks_give_version_8s_bits,
 );

@@ -1767,7 +1767,8 @@ pub fn tune_facts(shapes: &[TuneShape], tuned: &TunedFile, timings: usize, f: &m
     }
 }
 
-/// The kernel version of a tiled configuration (the page's numbering): 9 for version 8 in
+/// The kernel version of a tiled configuration (the page's numbering): 10 for version 8
+/// persistent (`g2_…_x_tma_ws_ps`), 9 for version 8 in
 /// clusters of two (`g2_…_x_tma_ws_mc`), 8 for version 7
 /// warp-specialized (`g2_…_x_tma_ws`), 7 for version 5 or 6 with its weight slices through the
 /// tensor memory accelerator (`g2_…_x_tma`, `g1_…_x_w0_tma`), 6 for version 5 waiting
@@ -1780,7 +1781,9 @@ pub fn tile_version(config: &str) -> Option<u8> {
     if let Some(wg) = first.strip_prefix('g') {
         wg.parse::<u32>().ok()?;
         let parts: Vec<&str> = parts.collect();
-        return Some(if parts.contains(&"mc") {
+        return Some(if parts.contains(&"ps") {
+            10
+        } else if parts.contains(&"mc") {
             9
         } else if parts.contains(&"ws") {
             8
@@ -1813,9 +1816,9 @@ pub fn tile_version(config: &str) -> Option<u8> {
 
 /// The versions compared, (a, b) for "version a ÷ version b": each with the one before it,
 /// versions 4 and 5 (Hopper's) with version 3 (the last portable one), and versions 7 to 9 with
-/// version 5 (whose tiles they keep). The table's ratio rows and the facts
-/// `{shape}_t{T}_v{a}_over_v{b}`.
-const VERSION_RATIOS: [(u8, u8); 12] = [
+/// version 5 (whose tiles they keep), version 10 with version 8 (of which it is the persistent
+/// form). The table's ratio rows and the facts `{shape}_t{T}_v{a}_over_v{b}`.
+const VERSION_RATIOS: [(u8, u8); 14] = [
     (1, 2),
     (2, 3),
     (3, 4),
@@ -1828,6 +1831,8 @@ const VERSION_RATIOS: [(u8, u8); 12] = [
     (5, 8),
     (8, 9),
     (5, 9),
+    (8, 10),
+    (5, 10),
 ];
 
 /// The fastest tiled candidate of each kernel version, by (shape, batch, version).
@@ -1881,6 +1886,7 @@ pub fn versions_table(shapes: &[TuneShape], best: &ByVersion) -> String {
             (7, "7: 5 or 6, the weights through TMA"),
             (8, "8: 7, warp-specialized"),
             (9, "9: 8 in clusters of two, the weight slice multicast"),
+            (10, "10: 8, persistent"),
         ] {
             s += &format!("| {about} |");
             for &t in &tokens {
@@ -2544,6 +2550,8 @@ mod tests {
             ("g2_k64_n16_s4_x_tma_ws", Some(8)),
             ("g1_k64_n8_s4_x_tma_ws_m64", Some(8)),
             ("g2_k64_n16_s4_x_tma_ws_mc", Some(9)),
+            ("g2_k64_n16_s4_x_tma_ws_ps", Some(10)),
+            ("g1_k64_n8_s4_x_tma_ws_ps_m64", Some(10)),
             ("gx_k64", None),
             ("decode", None),
         ] {
