@@ -532,7 +532,7 @@ fn kernels_skip_placeholders_garbage_and_foreign_tiles(dev: &'static Device) {
         cfg.grid.1 = i.div_ceil(tile.bn1()) as u32;
         let int = |v: usize| KernelArg::I32(v as i32);
         let sizes = [int(p), int(k), int(h), int(i), int(e), int(bm)];
-        // Versions 7 to 9 also take their weight tensor's map (the kernel's boxes).
+        // Versions 7 to 10 also take their weight tensor's map (the kernel's boxes).
         let map = |w: &DeviceBuffer<bf16>, rows: usize, cols: usize| -> Option<DeviceBuffer<u64>> {
             tile.tma
                 .then(|| {
