@@ -222,6 +222,13 @@ struct FusedCfg {
 // (__reduce_or_sync, sm_80 on) gives that same value back, but in a register the compiler knows
 // to be the same for the whole warp: without it ptxas treats each sub-tile's branch as divergent
 // and pays a convergence barrier and the A address rebuilt from the thread index per sub-tile.
+__device__ __forceinline__ unsigned fused_warp_or(unsigned v) {
+#if defined(MOE_EMU) || __CUDA_ARCH__ < 800
+    return v;  // every lane passes the same value here
+#else
+    return __reduce_or_sync(MOE_FULL_MASK, v);
+#endif
+}
 template <class C>
 __device__ __forceinline__ unsigned fused_warp_live(const int* s_live, int subtiles, int wm) {
     unsigned live = 0;
@@ -230,11 +237,7 @@ __device__ __forceinline__ unsigned fused_warp_live(const int* s_live, int subti
         const int s = wm + j * C::WM;
         if (s < subtiles && s_live[s]) live |= 1u << j;
     }
-#if defined(MOE_EMU) || __CUDA_ARCH__ < 800
-    return live;
-#else
-    return __reduce_or_sync(MOE_FULL_MASK, live);
-#endif
+    return fused_warp_or(live);
 }
 // ANCHOR_END: live
 
@@ -1012,6 +1015,17 @@ __device__ __forceinline__ WgCopies<COPIES> wg_copies(const int* s_rows, int r0)
     return cp;
 }
 
+// The dynamic shared memory from its first WG_SWIZZLE_ALIGN boundary on (the swizzled stages'
+// start; the host adds as many bytes).
+__device__ __forceinline__ unsigned char* wg_swizzle_aligned(unsigned char* smem) {
+#ifdef MOE_WGMMA
+    const unsigned off = (unsigned)__cvta_generic_to_shared(smem);
+    return smem + ((WG_SWIZZLE_ALIGN - (off & (WG_SWIZZLE_ALIGN - 1))) & (WG_SWIZZLE_ALIGN - 1));
+#else
+    return smem;  // versions 5 to 10 run on sm_90a only
+#endif
+}
+
 // ANCHOR: wg_mainloop
 // This thread's copies of one operand's slice: COPIES cp.async of 16 bytes, the j-th `dstep`
 // bytes after `dst`, from row cp.row[j] of `src` (already offset to the slice's column); 0 bytes
@@ -1041,10 +1055,7 @@ __device__ __forceinline__ void wg_mainloop(const __nv_bfloat16* __restrict__ A,
     const int c = C::SWZ ? t % 8 : (t / 8) % C::CHUNKS;
     const int dst0 = C::SWZ ? 128 * r0 + 16 * (c ^ (r0 & 7)) : 16 * t;
     constexpr int DSTEP = C::SWZ ? 128 * C::RSTEP : 16 * C::THREADS;
-    if (C::SWZ) {  // the stages on a WG_SWIZZLE_ALIGN boundary of the shared window (as many bytes spare)
-        const unsigned off = (unsigned)__cvta_generic_to_shared(smem);
-        smem += (WG_SWIZZLE_ALIGN - (off & (WG_SWIZZLE_ALIGN - 1))) & (WG_SWIZZLE_ALIGN - 1);
-    }
+    if (C::SWZ) smem = wg_swizzle_aligned(smem);
     const WgCopies<C::A_COPIES> ca = wg_copies<C::A_COPIES, C::RSTEP>(s_arow, r0);
     const WgCopies<C::B_COPIES> cb = wg_copies<C::B_COPIES, C::RSTEP>(s_brow, r0);
     const unsigned row_bytes = (unsigned)K * 2u;
@@ -1140,11 +1151,7 @@ __device__ __forceinline__ void wg_mainloop(const __nv_bfloat16* __restrict__ A,
 // every wgmma of the loop (its advisory C7518, "wgmma.mma_async instructions are serialized").
 __device__ __forceinline__ bool wg_live(const int* s_live, int wg) {
     const int live = s_live[4 * wg] | s_live[4 * wg + 1] | s_live[4 * wg + 2] | s_live[4 * wg + 3];
-#if defined(MOE_EMU) || __CUDA_ARCH__ < 800
-    return live != 0;
-#else
-    return __reduce_or_sync(MOE_FULL_MASK, (unsigned)live) != 0;
-#endif
+    return fused_warp_or((unsigned)live) != 0;
 }
 
 // ANCHOR: ws_mainloop
@@ -1198,6 +1205,24 @@ __device__ __forceinline__ void ws_producer(const __nv_bfloat16* __restrict__ A,
         moe_cp_async_mbar_arrive(&full[st]);
     }
     if (!C::PS) moe_cp_async_wait(0);  // nothing of this thread's still landing when it leaves
+#endif
+}
+
+// Versions 8 to 10: the STAGES "full" barriers (the producer's 128 cp.async arrivals and thread
+// 0's, with the bytes) and "empty" barriers (`releases` arrivals: every consumer thread, or in
+// version 9 every consumer warp, once or twice), made by thread 0 before any thread goes on.
+template <class C>
+__device__ __forceinline__ void ws_barriers_init(unsigned long long* full, unsigned long long* empty,
+                                                 unsigned releases) {
+#ifdef MOE_WGMMA
+    if (threadIdx.x == 0) {
+        for (int st = 0; st < C::STAGES; ++st) {
+            moe_mbar_init(&full[st], 128 + 1);
+            moe_mbar_init(&empty[st], releases);
+        }
+        moe_mbar_init_fence();
+    }
+    __syncthreads();
 #endif
 }
 
@@ -1278,19 +1303,10 @@ __device__ __forceinline__ bool wg_tile_product(const __nv_bfloat16* __restrict_
         // false: it holds no rows).
 #ifdef MOE_WGMMA
         __shared__ __align__(8) unsigned long long s_full[C::STAGES], s_empty[C::STAGES];
-        const unsigned off = (unsigned)__cvta_generic_to_shared(smem);
-        smem += (WG_SWIZZLE_ALIGN - (off & (WG_SWIZZLE_ALIGN - 1))) & (WG_SWIZZLE_ALIGN - 1);
+        smem = wg_swizzle_aligned(smem);
         // Version 9: a warp's arrival, or two when the cluster's blocks share B (the other
         // block's warps release this block's buffers too).
-        const unsigned releases = C::MC ? 4u * C::WGS * (share ? 2u : 1u) : 128u * C::WGS;
-        if (threadIdx.x == 0) {
-            for (int st = 0; st < C::STAGES; ++st) {
-                moe_mbar_init(&s_full[st], 128 + 1);  // the producer's cp.async arrivals + thread 0's bytes
-                moe_mbar_init(&s_empty[st], releases);  // every consumer thread (version 9: warp)
-            }
-            moe_mbar_init_fence();
-        }
-        __syncthreads();
+        ws_barriers_init<C>(s_full, s_empty, C::MC ? 4u * C::WGS * (share ? 2u : 1u) : 128u * C::WGS);
         // Version 9: neither block's copies may reach the other before its barriers exist, and
         // neither block may leave while the other can still arrive on its barriers.
         const bool shared_b = C::MC && share;
@@ -1497,12 +1513,7 @@ __device__ __forceinline__ WgCopies<C::A_COPIES> ps_copies(const int* __restrict
 __device__ __forceinline__ bool ps_live(const int* __restrict__ rows, int wg, int P) {
     const int lane = threadIdx.x & 31;
     const int a = rows[64 * wg + lane], b = rows[64 * wg + 32 + lane];
-    const bool mine = (a >= 0 && a < P) || (b >= 0 && b < P);
-#if defined(MOE_EMU) || __CUDA_ARCH__ < 800
-    return mine;  // never reached: version 10 runs on sm_90a only
-#else
-    return __reduce_or_sync(MOE_FULL_MASK, mine ? 1u : 0u) != 0;
-#endif
+    return fused_warp_or((a >= 0 && a < P) || (b >= 0 && b < P) ? 1u : 0u) != 0;
 }
 
 // The persistent block. A [*, K] is gathered by rows (pair / k); B's slices come through `bmap`,
@@ -1516,16 +1527,8 @@ __device__ __forceinline__ void ps_run(const __nv_bfloat16* __restrict__ A, cons
 #ifdef MOE_WGMMA
     __shared__ __align__(8) unsigned long long s_full[C::STAGES], s_empty[C::STAGES];
     DYNAMIC_SHARED(unsigned char, smem);
-    const unsigned off = (unsigned)__cvta_generic_to_shared(smem);
-    smem += (WG_SWIZZLE_ALIGN - (off & (WG_SWIZZLE_ALIGN - 1))) & (WG_SWIZZLE_ALIGN - 1);
-    if (threadIdx.x == 0) {
-        for (int st = 0; st < C::STAGES; ++st) {
-            moe_mbar_init(&s_full[st], 128 + 1);     // as version 8's
-            moe_mbar_init(&s_empty[st], 128 * C::WGS);
-        }
-        moe_mbar_init_fence();
-    }
-    __syncthreads();
+    smem = wg_swizzle_aligned(smem);
+    ws_barriers_init<C>(s_full, s_empty, 128u * C::WGS);
     const int tiles = (*num_post + C::BM - 1) / C::BM;
     const int items = tiles * col_blocks;
     const int nk = (K + C::BK - 1) / C::BK;
@@ -1946,8 +1949,8 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384)
                       int I, int E, int block_m, const void* w2_map) {
     wg_gemm_impl<WgG2K64N16S4XTWM, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m, w2_map);
 }
-// _ps (version 10): version 8, persistent: one block per SM (the host's grid is min(SMs, items),
-// one dimension), each working through the tiles × column blocks of version 8's grid; the same
+// _ps (version 10): version 8, persistent: as many blocks as the SMs hold at once (the host's
+// grid, one dimension), each working through the tiles × column blocks of version 8's grid; the same
 // parameters as version 8's entry points (the weight pointers unused: every slice of B comes
 // through the tensor map).
 typedef WgCfg<1, 64, 8, 4, true, false, true, true, false, true> WgG1K64N8S4XTWP;
