@@ -181,5 +181,24 @@ fn a_file_that_is_not_safetensors_says_so() {
     std::fs::write(&path, "these are notes, not tensors").unwrap();
     let err = try_run(&["ch01", "--input", path.to_str().unwrap()]).unwrap_err();
     assert!(err.contains("notes.txt is not a safetensors file"), "{err}");
+    // --bias-bf16 on a file without a bias is an error, not an option silently ignored.
+    let plain = dir.join("no_bias.safetensors");
+    let t = candle_core::Tensor::zeros((2, 16), candle_core::DType::F32, &candle_core::Device::Cpu)
+        .unwrap();
+    candle_core::safetensors::save(&[("logits".to_string(), t)].into_iter().collect(), &plain)
+        .unwrap();
+    let err = try_run(&["ch01", "--input", plain.to_str().unwrap(), "--bias-bf16"]).unwrap_err();
+    assert!(
+        err.contains("--bias-bf16") && err.contains("has no `bias` to round"),
+        "{err}"
+    );
+    // Negative counts reach the value parser: its message names the option.
+    for (opt, v) in [("--k", "-1"), ("--show", "-1"), ("--groups", "-4:2")] {
+        let err = try_run(&["ch01", "--input", plain.to_str().unwrap(), opt, v]).unwrap_err();
+        assert!(
+            err.contains(v) && !err.contains("unexpected argument"),
+            "{opt} {v}: {err}"
+        );
+    }
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -220,6 +220,20 @@ fn every_bad_input_is_a_typed_error() {
         with(&["--input", s(&none)]).to_string(),
         format!("{}: no such file (--input)", none.display())
     );
+    // A folder where the input file should be.
+    assert_eq!(
+        with(&["--input", s(&dir)]).to_string(),
+        format!("{}: is a folder, not a file (--input)", dir.display())
+    );
+    // A negative layer reaches the parser's own message, not "unexpected argument".
+    let err =
+        Args::try_parse_from(["ch04", "--checkpoint", s(&ckpt), "--layer", "-1"]).unwrap_err();
+    assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation, "{err}");
+    assert!(
+        err.to_string()
+            .contains("invalid value '-1' for '--layer <N>'"),
+        "{err}"
+    );
     let text_file = dir.join("hidden.txt");
     std::fs::write(&text_file, "T, H\n1, 2\n").unwrap();
     assert!(matches!(
@@ -268,6 +282,8 @@ fn every_bad_input_is_a_typed_error() {
         text.contains("no tokens in the input: nothing to run"),
         "{text}"
     );
+    assert!(text.contains("nothing to check: no outputs"), "{text}");
+    assert!(!text.contains("error against the literal loop"), "{text}");
     // A NaN in the input: that row is NaN, and the run says so.
     let mut h = load_f32(&input, "hidden");
     h[5] = f32::NAN;
@@ -281,6 +297,11 @@ fn every_bad_input_is_a_typed_error() {
         text.contains(
             "32 outputs are NaN or infinite: the input or the weights hold non-finite values"
         ),
+        "{text}"
+    );
+    // The error is taken over the finite outputs, and says so.
+    assert!(
+        text.contains("of the output's rms over the 384 finite outputs"),
         "{text}"
     );
     std::fs::remove_dir_all(&dir).unwrap();

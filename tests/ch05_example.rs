@@ -310,6 +310,19 @@ fn bad_inputs_are_typed_errors() {
         e.contains("128 experts cannot be split into 3 equal groups"),
         "{e}"
     );
+    let plain = path("no_bias.safetensors");
+    SafetensorsWriter::new()
+        .f32("hidden", &[1, 8], &[0.5; 8])
+        .f32("gate", &[4, 8], &[0.5; 32])
+        .write(Path::new(&plain))
+        .unwrap();
+    let e = err(&["ch05", "--input", &plain, "--bias-bf16"]);
+    assert!(
+        e.contains("--bias-bf16") && e.contains("has no `bias` to round"),
+        "{e}"
+    );
+    let e = err(&["ch05", "--input", &good, "--k", "-2"]);
+    assert!(e.contains("invalid value '-2' for '--k <K>'"), "{e}");
     let e = err(&["ch05", "--input", &good, "--scale", "-1"]);
     assert!(e.starts_with("the routed scaling factor must be"), "{e}");
     // An output path that cannot be written is refused before anything runs.

@@ -20,7 +20,12 @@ pub struct Args {
     #[arg(long, value_name = "FILE.safetensors", requires = "input")]
     pub output: Option<PathBuf>,
     /// Experts per token.
-    #[arg(long, default_value_t = 8, requires = "input")]
+    #[arg(
+        long,
+        default_value_t = 8,
+        requires = "input",
+        allow_negative_numbers = true
+    )]
     pub k: usize,
     /// How logits become scores.
     #[arg(long, value_enum, default_value_t = ScoringArg::Sigmoid, requires = "input")]
@@ -29,7 +34,13 @@ pub struct Args {
     #[arg(long, requires = "input")]
     pub no_renormalize: bool,
     /// Grouped selection (DeepSeek-V3): `N_GROUP:TOPK_GROUP`, e.g. `8:4`.
-    #[arg(long, value_name = "N:TOPK", value_parser = parse_groups, requires = "input")]
+    #[arg(
+        long,
+        value_name = "N:TOPK",
+        value_parser = parse_groups,
+        requires = "input",
+        allow_hyphen_values = true
+    )]
     pub groups: Option<Grouping>,
     /// Routed scaling factor applied to the weights (finite, above 0).
     #[arg(
@@ -44,7 +55,12 @@ pub struct Args {
     #[arg(long, requires = "input")]
     pub bias_bf16: bool,
     /// How many rows to print.
-    #[arg(long, default_value_t = 4, requires = "input")]
+    #[arg(
+        long,
+        default_value_t = 4,
+        requires = "input",
+        allow_negative_numbers = true
+    )]
     pub show: usize,
 }
 

@@ -27,7 +27,12 @@ pub struct Args {
     pub dtype: DtypeArg,
     /// The model's layer index N, as in `model.layers.N.` (default: the first MoE layer; a dense
     /// layer is refused with the list of MoE layers).
-    #[arg(long, value_name = "N", requires = "checkpoint")]
+    #[arg(
+        long,
+        value_name = "N",
+        requires = "checkpoint",
+        allow_negative_numbers = true
+    )]
     pub layer: Option<usize>,
     /// Skip the f64 literal loop that checks the device's output (it takes a while for a
     /// large batch of a real model).

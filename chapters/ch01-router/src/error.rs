@@ -41,7 +41,7 @@ pub enum RouterError {
     WrongDtype { what: &'static str, dtype: String },
     /// An error from candle's tensor operations, as text.
     Candle(String),
-    /// A file could not be read or written, or lacks a tensor it must hold.
+    /// A file could not be read or written, or its tensors are not what it must hold.
     Io(String),
 }
 
@@ -98,7 +98,7 @@ impl fmt::Display for RouterError {
                 write!(f, "{what} must be f32, got {dtype}")
             }
             RouterError::Candle(msg) => write!(f, "candle: {msg}"),
-            RouterError::Io(msg) => write!(f, "io: {msg}"),
+            RouterError::Io(msg) => write!(f, "{msg}"),
         }
     }
 }

@@ -239,6 +239,12 @@ fn route_file(
     out: Out,
 ) -> Result<(), String> {
     let (logits, bias_fp32) = io::read_router_input(path).map_err(|e| e.to_string())?;
+    if args.bias_bf16 && bias_fp32.is_none() {
+        return Err(format!(
+            "--bias-bf16: {} has no `bias` to round",
+            path.display()
+        ));
+    }
     let bias = match (&bias_fp32, args.bias_bf16) {
         (Some(b), true) => Some(
             b.to_dtype(candle_core::DType::BF16)

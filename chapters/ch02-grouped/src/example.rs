@@ -73,6 +73,9 @@ impl fmt::Display for ExampleError {
         match self {
             ExampleError::Layer(e) => write!(f, "{e}"),
             ExampleError::Checkpoint(e) => write!(f, "{e}"),
+            ExampleError::NoInput(path) if path.is_dir() => {
+                write!(f, "{}: is a folder, not a file (--input)", path.display())
+            }
             ExampleError::NoInput(path) => write!(f, "{}: no such file (--input)", path.display()),
             ExampleError::HiddenSize {
                 path,
@@ -412,7 +415,9 @@ pub fn run_checkpoint_with<L: MoeLayer>(
             path.display()
         ))?;
     }
-    if opts.check {
+    if opts.check && rows == 0 {
+        say("nothing to check: no outputs")?;
+    } else if opts.check {
         // The f64 literal loop on the same routing, with the weights rounded as the layer holds
         // them: only one more host copy of the layer (a device layer keeps none).
         let dtype = layer.dtype();
@@ -420,8 +425,15 @@ pub fn run_checkpoint_with<L: MoeLayer>(
         let want = lit.experts(&hidden, &fwd.routing)?;
         let tol = Tolerance::vs_oracle(dtype);
         let e = output_error(&want, &fwd.out);
+        // With non-finite outputs the error is taken over the finite ones (the check below
+        // fails if the two sides are non-finite in different places).
+        let over = if non_finite > 0 {
+            format!(" over the {} finite outputs", fwd.out.len() - non_finite)
+        } else {
+            String::new()
+        };
         say(&format!(
-            "error against the literal loop on the same routing: ⟨{:.1e}⟩ of the output's rms (tolerance {:.0e})",
+            "error against the literal loop on the same routing: ⟨{:.1e}⟩ of the output's rms{over} (tolerance {:.0e})",
             e.relative,
             tol.0
         ))?;
