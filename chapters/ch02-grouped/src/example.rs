@@ -56,6 +56,8 @@ pub enum ExampleError {
     Checkpoint(CheckpointError),
     /// `--input` names no file.
     NoInput(PathBuf),
+    /// `--input` names a folder.
+    InputIsFolder(PathBuf),
     /// `--input`'s `hidden` has another width than the layer's hidden size.
     HiddenSize {
         path: PathBuf,
@@ -73,7 +75,7 @@ impl fmt::Display for ExampleError {
         match self {
             ExampleError::Layer(e) => write!(f, "{e}"),
             ExampleError::Checkpoint(e) => write!(f, "{e}"),
-            ExampleError::NoInput(path) if path.is_dir() => {
+            ExampleError::InputIsFolder(path) => {
                 write!(f, "{}: is a folder, not a file (--input)", path.display())
             }
             ExampleError::NoInput(path) => write!(f, "{}: no such file (--input)", path.display()),
@@ -341,7 +343,10 @@ pub fn run_checkpoint_with<L: MoeLayer>(
     }
     if let Some(path) = &opts.input {
         if !path.is_file() {
-            return Err(ExampleError::NoInput(path.clone()));
+            return Err(match path.is_dir() {
+                true => ExampleError::InputIsFolder(path.clone()),
+                false => ExampleError::NoInput(path.clone()),
+            });
         }
     }
     let loaded = checkpoint::load(

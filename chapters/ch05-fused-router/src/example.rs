@@ -277,12 +277,7 @@ fn route_file(
         experts: f.experts,
     };
     let stored = f.bias.as_deref();
-    if args.bias_bf16 && stored.is_none() {
-        return Err(format!(
-            "--bias-bf16: {} has no `bias` to round",
-            path.display()
-        ));
-    }
+    args.check_bias_bf16(path, stored.is_some())?;
     let rounded_bias: Option<Vec<f32>> = stored.filter(|_| args.bias_bf16).map(|b| {
         b.iter()
             .map(|&x| half::bf16::from_f32(x).to_f32())
