@@ -178,6 +178,7 @@
 #define FUSED_BN1 32              // the default configuration's intermediate columns per block of fused_gemm1_swiglu
 #define FUSED_BN2 64              // the default configuration's output columns per block of fused_gemm2
 #define FUSED_ELEMENTWISE_THREADS 256  // threads per block of fused_to_bf16, fused_swiglu and fused_combine
+#define FUSED_TO_BF16_VALUES 8    // values fused_to_bf16 converts per thread and pass: 32 bytes in, 16 out
 #define DECODE_MAX_THREADS 1024   // the decode kernels take any multiple of 32 threads up to this
 #define DECODE_CHUNK 8            // K values per lane and load in the decode kernels: 16 bytes of bf16
 #define DECODE_PAIRS 4            // pairs of one token whose dot products decode_gemm2_sum runs together
@@ -1528,10 +1529,10 @@ __device__ __forceinline__ void ps_run(const __nv_bfloat16* __restrict__ A, cons
     __shared__ __align__(8) unsigned long long s_full[C::STAGES], s_empty[C::STAGES];
     DYNAMIC_SHARED(unsigned char, smem);
     smem = wg_swizzle_aligned(smem);
-    ws_barriers_init<C>(s_full, s_empty, 128u * C::WGS);
     const int tiles = (*num_post + C::BM - 1) / C::BM;
     const int items = tiles * col_blocks;
     const int nk = (K + C::BK - 1) / C::BK;
+    ws_barriers_init<C>(s_full, s_empty, 128u * C::WGS);
     const int wg = threadIdx.x / 128;
     unsigned it = 0;  // slices of the block's items before this one
     for (int w = blockIdx.x; w < items; w += gridDim.x) {
@@ -2033,9 +2034,28 @@ extern "C" __global__ void fused_combine(const float* y, const float* shared, co
 // ANCHOR_END: combine
 
 // x [n] f32 -> xb [n] bf16, rounded to nearest even: the layer's input as the GEMMs read it.
+// FUSED_TO_BF16_VALUES (8) values per thread and pass, two 16-byte loads and one 16-byte store,
+// where both buffers are 16-byte aligned (they are, as allocated); the values past the last
+// whole 8, or all of them when a buffer is not aligned, one at a time. Every value is rounded
+// the same way on either path. (One value per thread, the kernel ran at about half the copy rate
+// at 4096 tokens: 26.3 µs cold for Qwen3's 33.5 MB of x, 51.8 µs for GLM's 67 MB.)
 extern "C" __global__ void fused_to_bf16(const float* __restrict__ x, __nv_bfloat16* __restrict__ xb, long long n) {
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
-        xb[i] = __float2bfloat16(x[i]);
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const bool aligned = ((reinterpret_cast<unsigned long long>(x) | reinterpret_cast<unsigned long long>(xb)) & 15) == 0;
+    const long long groups = aligned ? n / FUSED_TO_BF16_VALUES : 0;
+    for (long long i = first; i < groups; i += stride) {
+        const float4 a = reinterpret_cast<const float4*>(x)[2 * i];
+        const float4 b = reinterpret_cast<const float4*>(x)[2 * i + 1];
+        const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        unsigned w[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j)  // the lower address in the low half
+            w[j] = (unsigned)__bfloat16_as_ushort(__float2bfloat16(v[2 * j])) |
+                   ((unsigned)__bfloat16_as_ushort(__float2bfloat16(v[2 * j + 1])) << 16);
+        reinterpret_cast<uint4*>(xb)[i] = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+    for (long long i = groups * FUSED_TO_BF16_VALUES + first; i < n; i += stride) xb[i] = __float2bfloat16(x[i]);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -83,7 +83,7 @@ pub mod geometry {
 }
 use geometry::{
     DECODE_GROUP, DECODE_GROUP_MAX_THREADS, FUSED_BN1, FUSED_BN2, FUSED_ELEMENTWISE_THREADS,
-    FUSED_THREADS, FUSED_WARPS, WG_TMA_BOX,
+    FUSED_THREADS, FUSED_TO_BF16_VALUES, FUSED_WARPS, WG_TMA_BOX,
 };
 
 /// The tile heights the kernels support: chapter 3's choices for BLOCK_M.
@@ -1068,6 +1068,24 @@ impl FusedDevice {
         Ok(())
     }
 
+    /// `xb = bf16(hidden)`, `n` values: [`FUSED_TO_BF16_VALUES`] a thread.
+    fn to_bf16(
+        &self,
+        hidden: &DeviceBuffer<f32>,
+        xb: &DeviceBuffer<bf16>,
+        n: usize,
+    ) -> Result<(), MoeError> {
+        self.module.launch(
+            "fused_to_bf16",
+            LaunchConfig::for_elements(
+                n.div_ceil(FUSED_TO_BF16_VALUES),
+                FUSED_ELEMENTWISE_THREADS as u32,
+            ),
+            &args![hidden, xb, n as i64],
+        )?;
+        Ok(())
+    }
+
     /// `out[t] = Σⱼ y[t·k + j]` (+ the shared expert's `shared_y[t]`, times the sigmoid of
     /// `shared_gate[t]` when gated), j in order: the last kernel of both paths but a fused sum.
     fn combine(
@@ -1145,12 +1163,7 @@ impl FusedDevice {
         let (align, a) = ws.align.as_ref().ok_or_else(|| missing("a layout"))?;
         let y = ws.y.as_ref().ok_or_else(|| missing("y"))?;
         // 1. The hidden states in bf16, once for every expert that reads them.
-        let n = rows * h;
-        m.launch(
-            "fused_to_bf16",
-            LaunchConfig::for_elements(n, FUSED_ELEMENTWISE_THREADS as u32),
-            &args![b.hidden, xb, n as i64],
-        )?;
+        self.to_bf16(b.hidden, xb, rows * h)?;
         // 2. Chapter 3: the pairs sorted by expert, each expert's run padded to BLOCK_M.
         align.enqueue(b.ids, a).map_err(align_error)?;
         let layout = (&a.sorted_ids, &a.expert_ids, &a.num_post);
@@ -1271,12 +1284,7 @@ impl FusedDevice {
                 };
                 let xb = ws.xb.as_ref().ok_or_else(|| missing("xb"))?;
                 let (align, a) = ws.align.as_ref().ok_or_else(|| missing("a layout"))?;
-                let n = rows * h;
-                m.launch(
-                    "fused_to_bf16",
-                    LaunchConfig::for_elements(n, FUSED_ELEMENTWISE_THREADS as u32),
-                    &args![b.hidden, xb, n as i64],
-                )?;
+                self.to_bf16(b.hidden, xb, rows * h)?;
                 align.enqueue(b.ids, a).map_err(align_error)?;
                 let tiles = max_tiles(pairs, e, plan.block_m);
                 let blocks = tiles + shared_rows.div_ceil(plan.block_m);

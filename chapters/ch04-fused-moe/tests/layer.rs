@@ -1513,4 +1513,74 @@ moe_kernels::backend_tests!(
     hopper_tiles_give_the_portable_bits,
     clusters_give_version_8s_bits,
     persistent_blocks_give_version_8s_bits,
+    to_bf16_rounds_every_value_on_both_of_its_paths,
 );
+
+/// `fused_to_bf16`, the tiled path's first kernel, converts eight values a thread where both
+/// buffers are 16-byte aligned and the rest one at a time: on both paths every value is rounded
+/// to nearest even as `half` rounds it (an independent conversion), NaN stays NaN, nothing past
+/// `n` is written. The aligned call has 8·37 + 5 values (the last 5 one at a time); the unaligned
+/// one starts both buffers one element in (all one at a time). Halfway cases, ±0, ±inf,
+/// subnormals, the largest finite values and a NaN are among them.
+fn to_bf16_rounds_every_value_on_both_of_its_paths(dev: &'static Device) {
+    let n = 8 * 37 + 5;
+    let mut x = ch01_router::inputs::patterned(n, 47, 3.0);
+    let special = [
+        f32::from_bits(0x3f80_8000), // 1 + 2^-8: halfway, rounds down to even
+        f32::from_bits(0x3f81_8000), // halfway, rounds up to even
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::from_bits(0x0000_0001),
+        f32::from_bits(0x8000_8000),
+        f32::MAX,
+        f32::NAN,
+    ];
+    for (j, &v) in special.iter().enumerate() {
+        x[37 * j % n] = v;
+        x[n - 1 - j] = v;
+    }
+    let m = dev.load(&KERNELS).unwrap();
+    let xd = dev.upload(&x).unwrap();
+    let sentinel = bf16::from_bits(0x1234);
+    for skip in [0usize, 1] {
+        let xb = dev.upload(&vec![sentinel; n]).unwrap();
+        let count = n - skip;
+        let (xp, bp) = (
+            xd.device_ptr() + 4 * skip as u64,
+            xb.device_ptr() + 2 * skip as u64,
+        );
+        m.launch(
+            "fused_to_bf16",
+            LaunchConfig::for_elements(count.div_ceil(geometry::FUSED_TO_BF16_VALUES), 256),
+            &[
+                KernelArg::Ptr(xp),
+                KernelArg::Ptr(bp),
+                KernelArg::I64(count as i64),
+            ],
+        )
+        .unwrap();
+        let got = xb.to_vec().unwrap();
+        for (i, g) in got.iter().enumerate() {
+            let want = if i < skip {
+                sentinel
+            } else {
+                bf16::from_f32(x[i])
+            };
+            let same = if want.is_nan() {
+                g.is_nan()
+            } else {
+                g.to_bits() == want.to_bits()
+            };
+            assert!(
+                same,
+                "{}: value {i} ({:e}): got {:#06x}, want {:#06x} (skip {skip})",
+                dev.kind(),
+                x[i],
+                g.to_bits(),
+                want.to_bits()
+            );
+        }
+    }
+}

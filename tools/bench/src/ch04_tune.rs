@@ -8,6 +8,7 @@
 //! second file.
 //!
 //!     bench ch04-tune [--shapes qwen3,glm] [--tokens 1,2,4,…] [--out-dir bench/results/h200] [--quick]
+//!                     [--configs NAME,NAME…]   only these candidates (and the rule's, to compare)
 //!     bench ch04-tune --quick          without a GPU: every candidate once on the emulator at a
 //!                                      tiny shape (checks and plumbing, no timing worth a
 //!                                      number); writes nothing
@@ -64,6 +65,11 @@ pub struct TuneArgs {
     /// `MOE_BENCH_QUICK=1`.
     #[arg(long)]
     quick: bool,
+    /// Only these candidates, by the names of the `config` column of `ch04_tune_all.csv` (e.g.
+    /// `g1_k64_n8_s4_x_tma_ws_ps,w4_c1_na_swiglu`), and the rule's choice beside them: a quick
+    /// comparison of a few, not a table to commit (its comment line says so).
+    #[arg(long, value_delimiter = ',')]
+    configs: Vec<String>,
 }
 
 /// The batch buckets: every power of two from one token to a prefill chunk.
@@ -223,6 +229,36 @@ pub fn candidates(shape: &Shape, tokens: usize, hopper: bool) -> Vec<Choice> {
         }
     }
     v
+}
+
+/// The candidates named in `names` (all of them when it is empty), and the rule's choice, which
+/// the table's row compares with; a name that is no candidate of this bucket is an error that
+/// lists the candidates' names. (A decode geometry's name, such as `w4_c1`, names it on both
+/// decode paths.)
+fn chosen(all: Vec<Choice>, names: &[String], rule: Choice) -> Result<Vec<Choice>, String> {
+    if names.is_empty() {
+        return Ok(all);
+    }
+    if let Some(n) = names
+        .iter()
+        .find(|n| !all.iter().any(|c| &c.config_name() == *n))
+    {
+        let mut known: Vec<String> = Vec::new();
+        for c in &all {
+            let name = c.config_name();
+            if !known.contains(&name) {
+                known.push(name);
+            }
+        }
+        return Err(format!(
+            "--configs: {n:?} is not a candidate here; the candidates: {}",
+            known.join(", ")
+        ));
+    }
+    Ok(all
+        .into_iter()
+        .filter(|c| *c == rule || names.contains(&c.config_name()))
+        .collect())
 }
 
 /// The layer running `choice`, sharing `base`'s weights.
@@ -407,7 +443,7 @@ pub fn run(args: &TuneArgs) -> Result<(), String> {
         Ok(d) => d,
         Err(e) if quick => {
             eprintln!("bench ch04-tune: no GPU ({e}): the smoke test on the emulator, writing nothing");
-            return smoke();
+            return smoke(&args.configs);
         }
         Err(e) => {
             return Err(format!(
@@ -454,7 +490,12 @@ pub fn run(args: &TuneArgs) -> Result<(), String> {
             let input = batch(dev, shape, tokens)?;
             let mut outs = Vec::new();
             let mut layers = Vec::new();
-            for c in candidates(shape, tokens, dev.has_sm90a()) {
+            let rule = rule_choice(&base, tokens)?;
+            for c in chosen(
+                candidates(shape, tokens, dev.has_sm90a()),
+                &args.configs,
+                rule,
+            )? {
                 let l = variant(&base, c)?;
                 outs.push((c, run_once(&l, &input)?));
                 layers.push((c, l));
@@ -497,7 +538,7 @@ pub fn run(args: &TuneArgs) -> Result<(), String> {
                     cold_p90_us: m.cold.p90_us,
                 });
             }
-            let r = row(shape, tokens, rule_choice(&base, tokens)?, &timed)?;
+            let r = row(shape, tokens, rule, &timed)?;
             let spread = timed
                 .iter()
                 .find(|t| t.choice == r.choice)
@@ -520,7 +561,7 @@ pub fn run(args: &TuneArgs) -> Result<(), String> {
         }
         b.finish_and_clear();
     }
-    let text = tuned_text(&table, &dev.name(), quick)?;
+    let text = tuned_text(&table, &dev.name(), quick, !args.configs.is_empty())?;
     let out = &args.out_dir;
     crate::write(&out.join("ch04_tuned.csv"), &text)?;
     crate::write(&out.join("ch04_tune_all.csv"), &all)?;
@@ -534,11 +575,16 @@ pub fn run(args: &TuneArgs) -> Result<(), String> {
 
 /// The table's file: one comment line saying where it comes from, then the CSV; checked to
 /// parse back to the same table.
-fn tuned_text(table: &TunedTable, device: &str, quick: bool) -> Result<String, String> {
+fn tuned_text(table: &TunedTable, device: &str, quick: bool, some: bool) -> Result<String, String> {
     let text = format!(
-        "# bench ch04-tune on {}{}: the fastest cold median per shape and batch bucket (tools/bench/src/ch04_tune.rs)\n{}",
+        "# bench ch04-tune on {}{}{}: the fastest cold median per shape and batch bucket (tools/bench/src/ch04_tune.rs)\n{}",
         device.replace(',', " "),
         if quick { " (--quick: few samples)" } else { "" },
+        if some {
+            " (--configs: some candidates only)"
+        } else {
+            ""
+        },
         table.to_csv()
     );
     let back = TunedTable::parse(&text)?;
@@ -551,7 +597,7 @@ fn tuned_text(table: &TunedTable, device: &str, quick: bool) -> Result<String, S
 /// Without a GPU: every candidate once on the emulator at a tiny shape, checked as on the GPU;
 /// "timed" by the wall clock of that one run (a number about the emulator, not the GPU), so the
 /// whole path to the table runs. Writes nothing; prints the table.
-fn smoke() -> Result<(), String> {
+fn smoke(configs: &[String]) -> Result<(), String> {
     let dev = Device::emu();
     let shape = TINY;
     let base = FusedDevice::patterned_on_device(dev, &shape.config(), WEIGHT_SEED)
@@ -561,7 +607,8 @@ fn smoke() -> Result<(), String> {
         let input = batch(dev, &shape, tokens)?;
         let mut outs = Vec::new();
         let mut timed = Vec::new();
-        for c in candidates(&shape, tokens, dev.has_sm90a()) {
+        let rule = rule_choice(&base, tokens)?;
+        for c in chosen(candidates(&shape, tokens, dev.has_sm90a()), configs, rule)? {
             let l = variant(&base, c)?;
             let t = Instant::now();
             outs.push((c, run_once(&l, &input)?));
@@ -575,11 +622,9 @@ fn smoke() -> Result<(), String> {
             });
         }
         check(&format!("{} T {tokens}", shape.name), &outs)?;
-        table
-            .rows
-            .push(row(&shape, tokens, rule_choice(&base, tokens)?, &timed)?);
+        table.rows.push(row(&shape, tokens, rule, &timed)?);
     }
-    print!("{}", tuned_text(&table, &dev.name(), true)?);
+    print!("{}", tuned_text(&table, &dev.name(), true, false)?);
     println!(
         "bench ch04-tune --quick on the emulator: {} buckets checked (every candidate agrees), nothing written",
         table.rows.len()
@@ -590,6 +635,36 @@ fn smoke() -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `--configs`: no names keep every candidate; names keep those (on every path that has
+    /// them) and the rule's choice; a name that is no candidate is an error naming it and the
+    /// candidates.
+    #[test]
+    fn configs_pick_the_named_candidates_and_the_rules() {
+        let all = candidates(&TINY, 16, false);
+        let rule = all[0];
+        assert_eq!(chosen(all.clone(), &[], rule).unwrap(), all);
+        let some = chosen(all.clone(), &["w4_c1".into(), "w4_k64_n1_s3".into()], rule).unwrap();
+        let names: Vec<String> = some.iter().map(|c| c.config_name()).collect();
+        assert_eq!(names[0], rule.config_name());
+        assert_eq!(
+            names.iter().filter(|n| *n == "w4_c1").count(),
+            2,
+            "{names:?}"
+        );
+        assert_eq!(
+            names.iter().filter(|n| *n == "w4_k64_n1_s3").count(),
+            1,
+            "{names:?}"
+        );
+        assert_eq!(some.len(), 4, "{names:?}");
+        let e = chosen(all, &["w4_c1".into(), "nonsense".into()], rule).unwrap_err();
+        assert!(
+            e.starts_with("--configs: \"nonsense\" is not a candidate here"),
+            "{e}"
+        );
+        assert_eq!(e.matches("w4_c1,").count(), 1, "each name once: {e}");
+    }
 
     /// The routing this tool timed version 9 on (4096 tokens, tiles of 128 rows): how many of
     /// its tiles have their cluster neighbour in the same expert, the count `bench ch04` writes
