@@ -145,6 +145,12 @@ fn routes_a_readers_file_and_writes_the_result() {
             "--scale {bad}: {err}"
         );
     }
+    // A number past f32's range is refused as such, not as the infinity it parses to.
+    let err = try_run(&["ch01", "--input", inp, "--scale", "1e40"]).unwrap_err();
+    assert!(
+        err.contains("1e40 is past the largest f32 (3.4028235e38)"),
+        "--scale 1e40: {err}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 

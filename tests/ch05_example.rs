@@ -265,7 +265,7 @@ fn bad_inputs_are_typed_errors() {
                 w.f32("hidden", &[1, 12], &[0.5; 12])
                     .f32("gate", &[4, 12], &[0.5; 48]);
             }),
-            "hidden size modulo 8",
+            "the hidden size must be a multiple of 8 (the tiny GEMM loads whole 16-byte slices of bf16), got 12",
         ),
         (
             "too_many_experts",

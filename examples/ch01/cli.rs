@@ -46,6 +46,7 @@ pub struct Args {
     #[arg(
         long,
         default_value_t = 1.0,
+        value_parser = parse_scale,
         requires = "input",
         allow_negative_numbers = true
     )]
@@ -70,6 +71,19 @@ pub enum ScoringArg {
     Softmax,
     Sigmoid,
     SqrtSoftplus,
+}
+
+/// An f32, and a number too large for one said to be so (f32 parsing turns it into infinity,
+/// which the router's check would then report as `inf`).
+fn parse_scale(s: &str) -> Result<f32, String> {
+    let v: f32 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number"))?;
+    if v.is_infinite() && s.trim().parse::<f64>().is_ok_and(f64::is_finite) {
+        return Err(format!("{s} is past the largest f32 ({:e})", f32::MAX));
+    }
+    Ok(v)
 }
 
 fn parse_groups(s: &str) -> Result<Grouping, String> {

@@ -89,6 +89,13 @@ pub enum DeviceRouterError {
         limit: usize,
         got: usize,
     },
+    /// A size the kernels take only in whole steps of `of` (named, with the reason).
+    NotMultiple {
+        what: &'static str,
+        of: usize,
+        why: &'static str,
+        got: usize,
+    },
     Kernel(KernelError),
 }
 
@@ -109,6 +116,9 @@ impl fmt::Display for DeviceRouterError {
                     f,
                     "{what} is {got}, more than the kernels support ({limit})"
                 )
+            }
+            DeviceRouterError::NotMultiple { what, of, why, got } => {
+                write!(f, "{what} must be a multiple of {of} ({why}), got {got}")
             }
             DeviceRouterError::Kernel(e) => write!(f, "{e}"),
         }

@@ -95,10 +95,11 @@ pub fn check_hidden(hidden: usize) -> Result<(), DeviceRouterError> {
     if hidden % SLICE == 0 {
         Ok(())
     } else {
-        Err(DeviceRouterError::Limit {
-            what: "hidden size modulo 8 (the tiny GEMM loads whole 16-byte slices of bf16)",
-            limit: 0,
-            got: hidden % SLICE,
+        Err(DeviceRouterError::NotMultiple {
+            what: "the hidden size",
+            of: SLICE,
+            why: "the tiny GEMM loads whole 16-byte slices of bf16",
+            got: hidden,
         })
     }
 }
