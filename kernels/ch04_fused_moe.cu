@@ -2038,7 +2038,7 @@ extern "C" __global__ void fused_combine(const float* y, const float* shared, co
 // where both buffers are 16-byte aligned (they are, as allocated); the values past the last
 // whole 8, or all of them when a buffer is not aligned, one at a time. Every value is rounded
 // the same way on either path. (One value per thread, the kernel ran at about half the copy rate
-// at 4096 tokens: 26.3 µs cold for Qwen3's 33.5 MB of x, 51.8 µs for GLM's 67 MB.)
+// at 4096 tokens: 26.3 µs cold for Qwen3's 33.6 MB of x, 51.8 µs for GLM's 67 MB.)
 extern "C" __global__ void fused_to_bf16(const float* __restrict__ x, __nv_bfloat16* __restrict__ xb, long long n) {
     const long long stride = (long long)gridDim.x * blockDim.x;
     const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;
