@@ -38,6 +38,34 @@ pub struct RouterConfig {
     pub routed_scaling: f32,
 }
 
+/// As the examples' flags spell it: `softmax`, `sigmoid`, `sqrt-softplus`.
+impl std::fmt::Display for Scoring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Scoring::Softmax => "softmax",
+            Scoring::Sigmoid => "sigmoid",
+            Scoring::SqrtSoftplus => "sqrt-softplus",
+        })
+    }
+}
+
+/// One line for a reader, e.g. `top-8 of sigmoid scores, renormalised, routed scaling 2.5` or
+/// `top-8 of sigmoid scores in the best 4 of 8 groups, renormalised, routed scaling 1`.
+impl std::fmt::Display for RouterConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "top-{} of {} scores", self.k, self.scoring)?;
+        if let Some(g) = self.grouping {
+            write!(f, " in the best {} of {} groups", g.topk_group, g.n_group)?;
+        }
+        let renorm = if self.renormalize {
+            "renormalised"
+        } else {
+            "not renormalised"
+        };
+        write!(f, ", {renorm}, routed scaling {}", self.routed_scaling)
+    }
+}
+
 impl RouterConfig {
     /// Qwen3-MoE: softmax, top-`k` (8 of 128 in Qwen3-30B-A3B), `norm_topk_prob = true`.
     pub fn qwen3(k: usize) -> Self {
@@ -155,5 +183,33 @@ impl RouterConfig {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The examples print a router in one line; the presets as a reader should read them.
+    #[test]
+    fn a_router_reads_as_one_line() {
+        assert_eq!(
+            RouterConfig::qwen3(8).to_string(),
+            "top-8 of softmax scores, renormalised, routed scaling 1"
+        );
+        let grouped = RouterConfig {
+            grouping: Some(Grouping {
+                n_group: 8,
+                topk_group: 4,
+            }),
+            renormalize: false,
+            routed_scaling: 2.5,
+            ..RouterConfig::qwen3(8)
+        };
+        assert_eq!(
+            grouped.to_string(),
+            "top-8 of softmax scores in the best 4 of 8 groups, not renormalised, routed scaling 2.5"
+        );
+        assert_eq!(Scoring::SqrtSoftplus.to_string(), "sqrt-softplus");
     }
 }

@@ -275,7 +275,7 @@ fn route_file(
         path.display(),
         if bias.is_some() { ", with a bias" } else { "" }
     );
-    say!(out, "router: {config:?}");
+    say!(out, "router: {config}");
     for r in 0..rows.min(args.show) {
         say!(
             out,

@@ -312,7 +312,7 @@ fn route_file(
             if f.rounded.len() == 1 { "was" } else { "were" }
         );
     }
-    say!(out, "router: {config:?}");
+    say!(out, "router: {config}");
     for r in 0..f.rows.min(args.show) {
         say!(out, "{}", row_line(&routing, r));
     }

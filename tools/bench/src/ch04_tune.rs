@@ -232,33 +232,43 @@ pub fn candidates(shape: &Shape, tokens: usize, hopper: bool) -> Vec<Choice> {
 }
 
 /// The candidates named in `names` (all of them when it is empty), and the rule's choice, which
-/// the table's row compares with; a name that is no candidate of this bucket is an error that
-/// lists the candidates' names. (A decode geometry's name, such as `w4_c1`, names it on both
-/// decode paths.)
-fn chosen(all: Vec<Choice>, names: &[String], rule: Choice) -> Result<Vec<Choice>, String> {
+/// the table's row compares with. A decode geometry's name, such as `w4_c1`, names it on both
+/// decode paths. A name that is no candidate of this bucket (a decode geometry at a batch too
+/// large for the decode path) is said on stderr; [`check_names`] has already refused names that
+/// are no candidate anywhere.
+fn chosen(all: Vec<Choice>, names: &[String], rule: Choice, at: &str) -> Vec<Choice> {
     if names.is_empty() {
-        return Ok(all);
+        return all;
     }
-    if let Some(n) = names
-        .iter()
-        .find(|n| !all.iter().any(|c| &c.config_name() == *n))
-    {
-        let mut known: Vec<String> = Vec::new();
-        for c in &all {
+    for n in names {
+        if !all.iter().any(|c| &c.config_name() == n) {
+            eprintln!("bench ch04-tune: {at}: --configs {n} is not a candidate at this batch");
+        }
+    }
+    all.into_iter()
+        .filter(|c| *c == rule || names.contains(&c.config_name()))
+        .collect()
+}
+
+/// `--configs` before any work: every name must be a candidate at one of the batches to run
+/// (`buckets`: shape and tokens), else an error that lists the candidates' names.
+fn check_names(names: &[String], buckets: &[(Shape, usize)], hopper: bool) -> Result<(), String> {
+    let mut known: Vec<String> = Vec::new();
+    for (shape, tokens) in buckets {
+        for c in candidates(shape, *tokens, hopper) {
             let name = c.config_name();
             if !known.contains(&name) {
                 known.push(name);
             }
         }
-        return Err(format!(
-            "--configs: {n:?} is not a candidate here; the candidates: {}",
-            known.join(", ")
-        ));
     }
-    Ok(all
-        .into_iter()
-        .filter(|c| *c == rule || names.contains(&c.config_name()))
-        .collect())
+    match names.iter().find(|n| !known.contains(n)) {
+        Some(n) => Err(format!(
+            "--configs: {n:?} is not a candidate of any batch to run; the candidates: {}",
+            known.join(", ")
+        )),
+        None => Ok(()),
+    }
 }
 
 /// The layer running `choice`, sharing `base`'s weights.
@@ -442,6 +452,8 @@ pub fn run(args: &TuneArgs) -> Result<(), String> {
     let dev = match Device::cuda() {
         Ok(d) => d,
         Err(e) if quick => {
+            let tiny: Vec<(Shape, usize)> = TINY_TOKENS.iter().map(|&t| (TINY, t)).collect();
+            check_names(&args.configs, &tiny, false)?;
             eprintln!("bench ch04-tune: no GPU ({e}): the smoke test on the emulator, writing nothing");
             return smoke(&args.configs);
         }
@@ -465,6 +477,11 @@ pub fn run(args: &TuneArgs) -> Result<(), String> {
             .1;
         shapes.push(s);
     }
+    let buckets: Vec<(Shape, usize)> = shapes
+        .iter()
+        .flat_map(|s| args.tokens.iter().map(move |&t| (*s, t)))
+        .collect();
+    check_names(&args.configs, &buckets, dev.has_sm90a())?;
     let h = Harness::new(dev, plan(quick)).map_err(|e| e.to_string())?;
     eprintln!(
         "bench ch04-tune on {}: {} shapes × {} batch buckets",
@@ -491,11 +508,13 @@ pub fn run(args: &TuneArgs) -> Result<(), String> {
             let mut outs = Vec::new();
             let mut layers = Vec::new();
             let rule = rule_choice(&base, tokens)?;
+            let at = format!("{} T {tokens}", shape.name);
             for c in chosen(
                 candidates(shape, tokens, dev.has_sm90a()),
                 &args.configs,
                 rule,
-            )? {
+                &at,
+            ) {
                 let l = variant(&base, c)?;
                 outs.push((c, run_once(&l, &input)?));
                 layers.push((c, l));
@@ -608,7 +627,13 @@ fn smoke(configs: &[String]) -> Result<(), String> {
         let mut outs = Vec::new();
         let mut timed = Vec::new();
         let rule = rule_choice(&base, tokens)?;
-        for c in chosen(candidates(&shape, tokens, dev.has_sm90a()), configs, rule)? {
+        let at = format!("{} T {tokens}", shape.name);
+        for c in chosen(
+            candidates(&shape, tokens, dev.has_sm90a()),
+            configs,
+            rule,
+            &at,
+        ) {
             let l = variant(&base, c)?;
             let t = Instant::now();
             outs.push((c, run_once(&l, &input)?));
@@ -637,14 +662,20 @@ mod tests {
     use super::*;
 
     /// `--configs`: no names keep every candidate; names keep those (on every path that has
-    /// them) and the rule's choice; a name that is no candidate is an error naming it and the
-    /// candidates.
+    /// them) and the rule's choice; a name that is no candidate of any batch to run is refused
+    /// before any work, naming it and each candidate once; one that is a candidate elsewhere
+    /// is left out of this batch.
     #[test]
     fn configs_pick_the_named_candidates_and_the_rules() {
         let all = candidates(&TINY, 16, false);
         let rule = all[0];
-        assert_eq!(chosen(all.clone(), &[], rule).unwrap(), all);
-        let some = chosen(all.clone(), &["w4_c1".into(), "w4_k64_n1_s3".into()], rule).unwrap();
+        assert_eq!(chosen(all.clone(), &[], rule, "here"), all);
+        let some = chosen(
+            all.clone(),
+            &["w4_c1".into(), "w4_k64_n1_s3".into()],
+            rule,
+            "here",
+        );
         let names: Vec<String> = some.iter().map(|c| c.config_name()).collect();
         assert_eq!(names[0], rule.config_name());
         assert_eq!(
@@ -658,12 +689,19 @@ mod tests {
             "{names:?}"
         );
         assert_eq!(some.len(), 4, "{names:?}");
-        let e = chosen(all, &["w4_c1".into(), "nonsense".into()], rule).unwrap_err();
+        let tiny = [(TINY, 1), (TINY, 16)];
+        assert_eq!(check_names(&["w4_c1".into()], &tiny, false), Ok(()));
+        let e = check_names(&["w4_c1".into(), "nonsense".into()], &tiny, false).unwrap_err();
         assert!(
-            e.starts_with("--configs: \"nonsense\" is not a candidate here"),
+            e.starts_with("--configs: \"nonsense\" is not a candidate of any batch to run"),
             "{e}"
         );
         assert_eq!(e.matches("w4_c1,").count(), 1, "each name once: {e}");
+        // A decode geometry at a batch past the decode path: no candidate there, left out.
+        let big = candidates(&TINY, 4096, false);
+        assert!(!big.iter().any(|c| c.config_name() == "w4_c1"));
+        let only_rule = chosen(big.clone(), &["w4_c1".into()], big[0], "T 4096");
+        assert_eq!(only_rule, vec![big[0]]);
     }
 
     /// The routing this tool timed version 9 on (4096 tokens, tiles of 128 rows): how many of
