@@ -37,13 +37,13 @@ impl FileOptions {
     /// `--bias-bf16` needs a bias in the file (`has_bias`) to round: an error, not an option
     /// silently ignored. Chapter 5's file run asks the same.
     pub fn check_bias_bf16(&self, path: &Path, has_bias: bool) -> Result<(), String> {
-        match self.bias_bf16 && !has_bias {
-            true => Err(format!(
+        if self.bias_bf16 && !has_bias {
+            return Err(format!(
                 "--bias-bf16: {} has no `bias` to round",
                 path.display()
-            )),
-            false => Ok(()),
+            ));
         }
+        Ok(())
     }
 }
 

@@ -343,9 +343,10 @@ pub fn run_checkpoint_with<L: MoeLayer>(
     }
     if let Some(path) = &opts.input {
         if !path.is_file() {
-            return Err(match path.is_dir() {
-                true => ExampleError::InputIsFolder(path.clone()),
-                false => ExampleError::NoInput(path.clone()),
+            return Err(if path.is_dir() {
+                ExampleError::InputIsFolder(path.clone())
+            } else {
+                ExampleError::NoInput(path.clone())
             });
         }
     }

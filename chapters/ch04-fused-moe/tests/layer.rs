@@ -1553,7 +1553,10 @@ fn to_bf16_rounds_every_value_on_both_of_its_paths(dev: &'static Device) {
         );
         m.launch(
             "fused_to_bf16",
-            LaunchConfig::for_elements(count.div_ceil(geometry::FUSED_TO_BF16_VALUES), 256),
+            LaunchConfig::for_elements(
+                count.div_ceil(geometry::FUSED_TO_BF16_VALUES),
+                geometry::FUSED_ELEMENTWISE_THREADS as u32,
+            ),
             &[
                 KernelArg::Ptr(xp),
                 KernelArg::Ptr(bp),

@@ -519,7 +519,7 @@ pub fn run(args: &TuneArgs) -> Result<(), String> {
                 outs.push((c, run_once(&l, &input)?));
                 layers.push((c, l));
             }
-            let wrong = check(&format!("{} T {tokens}", shape.name), &outs)?;
+            let wrong = check(&at, &outs)?;
             let mut timed = Vec::new();
             for (c, l) in layers.iter().filter(|(c, _)| !wrong.contains(c)) {
                 let ws = l.workspace(tokens).map_err(|e| e.to_string())?;
@@ -534,7 +534,7 @@ pub fn run(args: &TuneArgs) -> Result<(), String> {
                         )
                         .map_err(|e| BenchError(e.to_string()))
                     })
-                    .map_err(|e| format!("{} T {tokens}: {}", shape.name, e.0))?;
+                    .map_err(|e| format!("{at}: {}", e.0))?;
                 all += &format!(
                     "{},{},{},{},{},{tokens},{},{},{:.3},{:.3},{:.3},{:.3}\n",
                     shape.name,
@@ -646,7 +646,7 @@ fn smoke(configs: &[String]) -> Result<(), String> {
                 cold_p90_us: us,
             });
         }
-        check(&format!("{} T {tokens}", shape.name), &outs)?;
+        check(&at, &outs)?;
         table.rows.push(row(&shape, tokens, rule, &timed)?);
     }
     print!("{}", tuned_text(&table, &dev.name(), true, false)?);
