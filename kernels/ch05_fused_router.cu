@@ -30,6 +30,13 @@
 //   groups (lane g keeps group g's value). The host refuses larger sizes with a typed error.
 #include "common.cuh"
 
+// Phase marks in fused_router_block for tools/gpu/probes/ch05_router_phases.cu, which defines
+// them to read the SM's clock; everywhere else they are nothing.
+#ifndef FR_PROBE
+#define FR_PROBE(n)
+#define FR_PROBE_DEP(n, v)
+#endif
+
 #define FR_ROWS_PER_BLOCK 4  // token rows, one warp each, of one block
 #define FR_MAX_EXPERTS 1024  // 32 experts per lane
 #define FR_MAX_K 32          // lane r keeps the r-th selected expert
@@ -359,14 +366,17 @@ extern "C" __global__ void __launch_bounds__(FR_MAX_EXPERTS) fused_router_block(
     // The bias before the wait (no kernel writes it), through the L2 (__ldcg): ptxas moved a
     // read-only load of it (ld.global.nc) below the wait, where a cold bias then took its trip to
     // memory only after the logits were ready.
+    FR_PROBE(0);
     const float b = (has_bias && real) ? __ldcg(&bias[e]) : 0.0f;
     if (e < k) {
         fb_id[e] = -1;  // a pick nobody takes (k > the experts left): id -1, score 0
         fb_score[e] = 0.0f;
     }
     moe_grid_wait();
+    FR_PROBE(1);
     float s = real ? __ldcg(&logits[(size_t)t * E + e]) : __int_as_float(0x7fc00000);
     const bool finite = moe_isfinite(s);
+    FR_PROBE_DEP(2, finite);
     s = finite ? s : 0.0f;
     if (scoring == FR_SCORING_SOFTMAX) {
         float m = finite ? s : neg_inf;
@@ -396,6 +406,7 @@ extern "C" __global__ void __launch_bounds__(FR_MAX_EXPERTS) fused_router_block(
     }
     const float key = finite ? (has_bias ? s + b : s) : neg_inf;
     const unsigned u = real ? fr_order(key) : 0u;  // 0: no expert
+    FR_PROBE_DEP(3, u);
     // 1. The expert's rank in its warp: the lanes ahead of it (a larger key, or the same key and
     //    a lower lane, so a lower id). The ranks are 0..31, each once, so the warp's first k
     //    candidate slots are all written (0 where the warp has fewer experts).
@@ -407,11 +418,13 @@ extern "C" __global__ void __launch_bounds__(FR_MAX_EXPERTS) fused_router_block(
         part[i & 3] += (o > u || (o == u && i < lane)) ? 1 : 0;
     }
     const int rank = (part[0] + part[1]) + (part[2] + part[3]);
+    FR_PROBE_DEP(4, rank);
     if (rank < k) {
         fb_cand[warp * k + rank] = u ? ((unsigned long long)u << 32) | (unsigned)(~e) : 0ull;
         fb_cand_score[warp * k + rank] = s;
     }
     __syncthreads();
+    FR_PROBE(5);
     // 2. The candidate's rank among all: the candidates with a larger packed number (a larger
     //    key, or the same key and a lower id). Distinct experts pack to distinct numbers.
     const int candidates = warps * k;  // k <= 32: at most one per thread
@@ -430,8 +443,10 @@ extern "C" __global__ void __launch_bounds__(FR_MAX_EXPERTS) fused_router_block(
             fb_id[r] = (int)~(unsigned)mine;
             fb_score[r] = fb_cand_score[e];
         }
+        FR_PROBE_DEP(6, r);
     }
     __syncthreads();
+    FR_PROBE(7);
     // The weights, as the one-warp kernel: the sum in selection order, plus 1e-20, then scaled.
     if (e < k) {
         const float my_score = fb_score[e];
@@ -445,6 +460,7 @@ extern "C" __global__ void __launch_bounds__(FR_MAX_EXPERTS) fused_router_block(
         }
         ids[(size_t)t * k + e] = fb_id[e];
         weights[(size_t)t * k + e] = w;
+        FR_PROBE_DEP(8, __float_as_uint(w));
     }
 }
 // ANCHOR_END: block_router
