@@ -451,12 +451,7 @@ pub fn run(args: &TuneArgs) -> Result<(), String> {
     let quick = args.quick || std::env::var_os("MOE_BENCH_QUICK").is_some_and(|v| !v.is_empty());
     let dev = match Device::cuda() {
         Ok(d) => d,
-        Err(e) if quick => {
-            let tiny: Vec<(Shape, usize)> = TINY_TOKENS.iter().map(|&t| (TINY, t)).collect();
-            check_names(&args.configs, &tiny, false)?;
-            eprintln!("bench ch04-tune: no GPU ({e}): the smoke test on the emulator, writing nothing");
-            return smoke(&args.configs);
-        }
+        Err(e) if quick => return smoke(&args.configs, &e.to_string()),
         Err(e) => {
             return Err(format!(
                 "ch04-tune times kernels on the GPU and there is none here ({e}); `--quick` runs a smoke test on the emulator"
@@ -616,9 +611,14 @@ fn tuned_text(table: &TunedTable, device: &str, quick: bool, some: bool) -> Resu
 /// Without a GPU: every candidate once on the emulator at a tiny shape, checked as on the GPU;
 /// "timed" by the wall clock of that one run (a number about the emulator, not the GPU), so the
 /// whole path to the table runs. Writes nothing; prints the table.
-fn smoke(configs: &[String]) -> Result<(), String> {
+fn smoke(configs: &[String], no_gpu: &str) -> Result<(), String> {
     let dev = Device::emu();
     let shape = TINY;
+    let buckets: Vec<(Shape, usize)> = TINY_TOKENS.iter().map(|&t| (shape, t)).collect();
+    check_names(configs, &buckets, dev.has_sm90a())?;
+    eprintln!(
+        "bench ch04-tune: no GPU ({no_gpu}): the smoke test on the emulator, writing nothing"
+    );
     let base = FusedDevice::patterned_on_device(dev, &shape.config(), WEIGHT_SEED)
         .map_err(|e| e.to_string())?;
     let mut table = TunedTable::default();
