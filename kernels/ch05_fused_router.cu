@@ -8,7 +8,9 @@
 // registers, and the warp selects in k rounds of argmax by a warp reduction (redux.sync) and a
 // vote. The row never goes back to memory; only the k ids and k weights are stored. For few
 // rows, fused_router_block runs the same router with one block per row and a thread per expert
-// (below): more instructions in all, a much shorter chain.
+// (below): more instructions in all, a much shorter chain. For many sigmoid rows,
+// fused_router_screen_e{W} ranks on approximate keys and confirms with exact ones (below): the
+// same bits, about half the instructions.
 //
 // Upstream: SGLang's fused router (`_router_triton_kernel` in a profile; the biased grouped
 // top-k of sgl-kernel's moe_fused_gate and vLLM's grouped_topk kernels are the same idea in
@@ -220,20 +222,45 @@ __device__ __forceinline__ unsigned fr_dropped_slots(const float* key, int E, in
 }
 // ANCHOR_END: groups
 
+// ANCHOR: store_weights
+// Lane r < k holds pick r's id and unbiased score: the weights are the scores divided by their
+// sum (taken in selection order, as chapter 1's router_row_sum does) plus 1e-20, then scaled;
+// lane r stores pick r. Only those lanes divide: a lane with a score of 0 would send the whole
+// warp through the division's slow path (its FCHK test fails on a zero numerator), some forty
+// instructions a row for nothing.
+__device__ __forceinline__ void fr_store_weights(int* __restrict__ ids,
+                                                 float* __restrict__ weights, int t, int k,
+                                                 int lane, int my_id, float my_score,
+                                                 int renormalize, float scale) {
+    float total = 0.0f;
+    if (renormalize)
+        for (int r = 0; r < k; ++r) total += __shfl_sync(MOE_FULL_MASK, my_score, r);
+    if (lane < k) {
+        float w = my_score;
+        if (renormalize) {
+            w = my_score / (total + 1e-20f) * scale;
+        } else if (scale != 1.0f) {
+            w = my_score * scale;
+        }
+        ids[(size_t)t * k + lane] = my_id;
+        weights[(size_t)t * k + lane] = w;
+    }
+}
+// ANCHOR_END: store_weights
+
 // ANCHOR: fused_router
 // One warp per token row, FR_ROWS_PER_BLOCK rows per block; grid ceil(T / FR_ROWS_PER_BLOCK).
 // SLOTS = experts per lane (E <= 32 * SLOTS), a template parameter so that the row stays in
 // registers (the unrolled loops index the arrays with constants).
 //   logits [T, E] f32, bias [E] f32 or null, ids [T, k] i32, weights [T, k] f32
+// fr_row routes row t (the calling warp's); fused_router finds the warp's row.
 template <int SLOTS>
-__device__ __forceinline__ void fused_router(const float* __restrict__ logits,
-                                             const float* __restrict__ bias, int* __restrict__ ids,
-                                             float* __restrict__ weights, int T, int E, int k,
-                                             int scoring, int n_group, int topk_group,
-                                             int renormalize, float scale) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int t = blockIdx.x * FR_ROWS_PER_BLOCK + warp;
-    if (t >= T) return;  // the whole warp leaves; nothing waits for the other warps
+__device__ __forceinline__ void fr_row(const float* __restrict__ logits,
+                                       const float* __restrict__ bias, int* __restrict__ ids,
+                                       float* __restrict__ weights, int t, int E, int k,
+                                       int scoring, int n_group, int topk_group, int renormalize,
+                                       float scale) {
+    const int lane = threadIdx.x & 31;
     const float* x = logits + (size_t)t * E;
     // The lanes' slots that hold experts: E = 300 fills 10 slots of fused_router_e320, 12 lanes
     // only the tenth.
@@ -317,22 +344,204 @@ __device__ __forceinline__ void fused_router(const float* __restrict__ logits,
     }
     // ANCHOR_END: rounds
 
-    // The weights: the unbiased scores, divided by their sum (taken in selection order, as
-    // chapter 1's router_row_sum does) plus 1e-20, then scaled.
-    float w = my_score;
-    if (renormalize) {
-        float total = 0.0f;
-        for (int r = 0; r < k; ++r) total += __shfl_sync(MOE_FULL_MASK, my_score, r);
-        w = my_score / (total + 1e-20f) * scale;
-    } else if (scale != 1.0f) {
-        w = my_score * scale;
-    }
-    if (lane < k) {
-        ids[(size_t)t * k + lane] = my_id;
-        weights[(size_t)t * k + lane] = w;
-    }
+    fr_store_weights(ids, weights, t, k, lane, my_id, my_score, renormalize, scale);
+}
+
+template <int SLOTS>
+__device__ __forceinline__ void fused_router(const float* __restrict__ logits,
+                                             const float* __restrict__ bias, int* __restrict__ ids,
+                                             float* __restrict__ weights, int T, int E, int k,
+                                             int scoring, int n_group, int topk_group,
+                                             int renormalize, float scale) {
+    const int t = blockIdx.x * FR_ROWS_PER_BLOCK + (threadIdx.x >> 5);
+    if (t >= T) return;  // the whole warp leaves; nothing waits for the other warps
+    fr_row<SLOTS>(logits, bias, ids, weights, t, E, k, scoring, n_group, topk_group, renormalize,
+                  scale);
 }
 // ANCHOR_END: fused_router
+
+// ANCHOR: screened
+// The one-warp router for many sigmoid rows, screened. At 8192 GLM-like rows the exact kernel
+// above issues some 1,300 instructions a row, a third of them the 288 exact sigmoids (each an
+// exponential of ~25 instructions and a correctly rounded division) and another third the rounds
+// and their ties. Here:
+//   1. every expert gets an approximate key, sigma~(x) + (b - c) with
+//      sigma~(x) = rcp~(1 + ex2~(-x log2 e)) (two MUFU instructions; common.cuh) and c the bias of
+//      expert 0 (any constant would do: it keeps the keys near zero, where a float is finest),
+//      as an ordered number (fr_order_fast) whose low bits are replaced by the expert's id, so
+//      that every key of the row is distinct and a round needs no tie test and no vote;
+//   2. each lane keeps its three best packed keys, and k rounds of one redux.sync each take the
+//      warp's k best (the lane holding the round's key sees it by itself; a lane that wins a
+//      third time takes its next three);
+//   3. the cut is checked: if the k-th approximate key is not clear of the (k+1)-th by more than
+//      the approximations' error (fr_clear), the warp routes the row again with fr_row, exactly;
+//   4. lane r computes pick r's exact score (fr_scores' arithmetic, the same bits); if two picks
+//      lie too close to trust their order, the picks are ordered by their exact keys (chapter
+//      1's order: the larger key, then the lower id).
+// So the approximations only ever decide which exact numbers to compute: the ids and weights are
+// fr_row's, bit for bit, on both backends (the emulator's approximations are other numbers, and
+// may send other rows to the exact path, with the same result). Rows with a non-finite logit or
+// bias, other scorings, grouped selection and k >= E take fr_row directly.
+
+// sigma~(x) + b, the screen's key: within 2^-20 of fr_scores' sigma(x) + b before the add's
+// rounding (both sigmoids within about 2^-22 of the true value).
+__device__ __forceinline__ float fr_approx_key(float x, float b) {
+    return moe_rcp_approx(1.0f + moe_ex2_approx(x * -1.44269504f)) + b;
+}
+
+// A float as an unsigned number with the same order (a negative float's bits reversed, a
+// positive float's sign bit set): fr_order without its care for -0, which a screen can do without.
+__device__ __forceinline__ unsigned fr_order_fast(float a) {
+    const unsigned u = __float_as_uint(a);
+    return u ^ ((unsigned)((int)u >> 31) | 0x80000000u);
+}
+
+// The float a packed key stands for, its id bits cleared (which lowers the ordered number, so
+// the float too): the inverse of fr_order_fast.
+__device__ __forceinline__ float fr_unpack(unsigned p, unsigned id_mask) {
+    const unsigned u = p & ~id_mask;
+    return __uint_as_float((u & 0x80000000u) ? (u ^ 0x80000000u) : ~u);
+}
+
+// Are the exact keys behind packed approximate keys hi > lo surely in that order, and distinct?
+// With M the larger magnitude of the two unpacked values: an approximate key a lies in
+// [f, f + q), f = fr_unpack, q = 2^ID_BITS ulp(a) <= 2^(ID_BITS - 23) M (the id bits); a sits
+// within e = 2^-20 + 2^-24 (3M + |c| + 2) of the exact key minus c (the sigmoids' difference,
+// measured on the GPU at 2^-22.4 by the test screen_approximation_is_within_its_bound, plus the
+// roundings of b - c, of the approximate sum and of the exact one). The keys are in order when
+// the gap exceeds q + 2e; the margin, 2^(ID_BITS - 22) M + 2^-21 |c| + 2^-17, is q plus at least
+// twice 2e.
+__device__ __forceinline__ bool fr_clear(unsigned hi, unsigned lo, unsigned id_mask, float rel,
+                                         float c) {
+    const float a = fr_unpack(hi, id_mask), b = fr_unpack(lo, id_mask);
+    return a - b > fmaxf(fabsf(a), fabsf(b)) * rel + fabsf(c) * 0x1p-21f + 0x1p-17f;
+}
+
+// A lane's three largest packed keys below `below` (0 where there are fewer).
+template <int SLOTS>
+__device__ __forceinline__ void fr_top3(const unsigned* pk, unsigned below, unsigned& h0,
+                                        unsigned& h1, unsigned& h2) {
+    h0 = h1 = h2 = 0u;
+#pragma unroll
+    for (int j = 0; j < SLOTS; ++j) {
+        const unsigned v = pk[j] < below ? pk[j] : 0u;
+        h2 = max(h2, min(h1, v));
+        h1 = max(h1, min(h0, v));
+        h0 = max(h0, v);
+    }
+}
+
+// Routes row t of a sigmoid config without groups, 1 <= k < E; false (nothing stored) when the
+// row needs the exact router. FULL: E = 32 * SLOTS, every slot an expert (288 experts in e288),
+// so that no load or key needs a test.
+template <int SLOTS, bool FULL>
+__device__ __forceinline__ bool fr_screen(const float* __restrict__ logits,
+                                          const float* __restrict__ bias, int* __restrict__ ids,
+                                          float* __restrict__ weights, int t, int E, int k,
+                                          int renormalize, float scale) {
+    constexpr int ID_BITS = SLOTS <= 16 ? 9 : 10;  // expert ids up to 511, or up to 1023
+    constexpr unsigned ID_MASK = (1u << ID_BITS) - 1u;
+    const float rel = SLOTS <= 16 ? 0x1p-13f : 0x1p-12f;  // 2^(ID_BITS - 22)
+    const int lane = threadIdx.x & 31;
+    const float* x = logits + (size_t)t * E;
+    const bool has_bias = bias != nullptr;
+    // The bias before the wait, as fr_row; c = the bias of expert 0.
+    const float c = has_bias ? bias[0] : 0.0f;
+    float b[SLOTS], s[SLOTS];
+#pragma unroll
+    for (int j = 0; j < SLOTS; ++j)
+        b[j] = (has_bias && (FULL || lane + 32 * j < E)) ? bias[lane + 32 * j] : 0.0f;
+    moe_grid_wait();
+    const float* xl = x + lane;
+#pragma unroll
+    for (int j = 0; j < SLOTS; ++j) s[j] = (FULL || lane + 32 * j < E) ? __ldcg(xl + 32 * j) : 0.0f;
+    // 1. The packed approximate keys. x * 0 is 0 for a finite x and NaN for an infinite or NaN
+    //    one, so `bad` stays 0 exactly when every logit and bias value of the row is finite.
+    unsigned pk[SLOTS];
+    float bad = 0.0f;
+#pragma unroll
+    for (int j = 0; j < SLOTS; ++j) {
+        bad = fmaf(s[j], 0.0f, fmaf(b[j], 0.0f, bad));
+        const unsigned o = fr_order_fast(fr_approx_key(s[j], b[j] - c));
+        pk[j] = (o & ~ID_MASK) | (unsigned)(lane + 32 * j);
+    }
+    if (!FULL) {  // slots past E: 0, below every real key (at least fr_order_fast(-FLT_MAX))
+#pragma unroll
+        for (int j = 0; j < SLOTS; ++j) pk[j] = lane + 32 * j < E ? pk[j] : 0u;
+    }
+    if (!__all_sync(MOE_FULL_MASK, bad == 0.0f)) return false;  // chapter 1's rules: exactly
+    // 2. k rounds: the warp's largest packed key, one redux.sync; its id is in its low bits, and
+    //    the lane holding it is the one whose best key it is.
+    unsigned h0, h1, h2;
+    fr_top3<SLOTS>(pk, 0xffffffffu, h0, h1, h2);
+    unsigned mine = 0u;  // lane r: round r's packed key
+    int wins = 0;
+#pragma unroll 2
+    for (int round = 0; round < k; ++round) {
+        const unsigned top = __reduce_max_sync(MOE_FULL_MASK, h0);
+        mine = lane == round ? top : mine;
+        // The holder moves its next key up: selects, not a branch (every round has a holder,
+        // so a branch would cost the warp its jump and its reconvergence every round).
+        const bool won = h0 == top;
+        h0 = won ? h1 : h0;
+        h1 = won ? h2 : h1;
+        h2 = won ? 0u : h2;
+        wins += won ? 1 : 0;
+        if (wins == 3) {  // its third win: its next three, below this pick
+            wins = 0;
+            fr_top3<SLOTS>(pk, top, h0, h1, h2);
+        }
+    }
+    // 3. The cut, and the order of the picks: is each pick clear of the next (pick k-1 of the
+    //    best key left, the (k+1)-th)?
+    const unsigned rest = __reduce_max_sync(MOE_FULL_MASK, h0);
+    const unsigned after = __shfl_down_sync(MOE_FULL_MASK, mine, 1);
+    const bool clear = lane >= k || fr_clear(mine, lane == k - 1 ? rest : after, ID_MASK, rel, c);
+    const unsigned unclear = __ballot_sync(MOE_FULL_MASK, !clear);
+    if (unclear >> (k - 1) & 1u) return false;  // the cut is too close to call: the exact router
+    // 4. The picks' exact scores: fr_scores' arithmetic on the same logit.
+    int my_id = lane < k ? (int)(mine & ID_MASK) : -1;
+    float my_score = 0.0f;
+    if (lane < k) my_score = moe_sigmoidf(__ldcg(&x[my_id]));
+    if (unclear) {  // two picks too close to order by their approximations: rank them exactly
+        const float key = (lane < k && has_bias) ? my_score + bias[my_id] : my_score;
+        const unsigned ko = fr_order(key);
+        int rank = 0;
+        for (int j = 0; j < k; ++j) {
+            const unsigned oj = __shfl_sync(MOE_FULL_MASK, ko, j);
+            const int ij = __shfl_sync(MOE_FULL_MASK, my_id, j);
+            rank += (oj > ko || (oj == ko && ij < my_id)) ? 1 : 0;
+        }
+        int src = 0;  // the lane holding the pick of rank `lane`
+        for (int j = 0; j < k; ++j)
+            if (__shfl_sync(MOE_FULL_MASK, rank, j) == lane) src = j;
+        my_id = __shfl_sync(MOE_FULL_MASK, my_id, src);
+        my_score = __shfl_sync(MOE_FULL_MASK, my_score, src);
+    }
+    fr_store_weights(ids, weights, t, k, lane, my_id, my_score, renormalize, scale);
+    return true;
+}
+
+template <int SLOTS>
+__device__ __forceinline__ void fused_router_screened(const float* __restrict__ logits,
+                                                      const float* __restrict__ bias,
+                                                      int* __restrict__ ids,
+                                                      float* __restrict__ weights, int T, int E,
+                                                      int k, int scoring, int n_group,
+                                                      int topk_group, int renormalize,
+                                                      float scale) {
+    const int t = blockIdx.x * FR_ROWS_PER_BLOCK + (threadIdx.x >> 5);
+    if (t >= T) return;
+    const bool screenable = scoring == FR_SCORING_SIGMOID && n_group <= 1 && k >= 1 && k < E;
+    const bool screened =
+        screenable && (E == 32 * SLOTS
+                           ? fr_screen<SLOTS, true>(logits, bias, ids, weights, t, E, k, renormalize, scale)
+                           : fr_screen<SLOTS, false>(logits, bias, ids, weights, t, E, k, renormalize, scale));
+    if (!screened)
+        fr_row<SLOTS>(logits, bias, ids, weights, t, E, k, scoring, n_group, topk_group,
+                      renormalize, scale);
+}
+// ANCHOR_END: screened
 
 // ANCHOR: block_router
 // The same router for few rows: one block per token row, one thread per expert (blockDim =
@@ -508,4 +717,67 @@ extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_route
     float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
     int renormalize, float scale) {
     fused_router<32>(logits, bias, ids, weights, T, E, k, scoring, n_group, topk_group, renormalize, scale);
+}
+
+// The screened router (above), at the same widths.
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_screen_e128(
+    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
+    float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
+    int renormalize, float scale) {
+    fused_router_screened<4>(logits, bias, ids, weights, T, E, k, scoring, n_group, topk_group,
+                              renormalize, scale);
+}
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_screen_e256(
+    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
+    float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
+    int renormalize, float scale) {
+    fused_router_screened<8>(logits, bias, ids, weights, T, E, k, scoring, n_group, topk_group,
+                              renormalize, scale);
+}
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_screen_e288(
+    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
+    float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
+    int renormalize, float scale) {
+    fused_router_screened<9>(logits, bias, ids, weights, T, E, k, scoring, n_group, topk_group,
+                              renormalize, scale);
+}
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_screen_e320(
+    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
+    float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
+    int renormalize, float scale) {
+    fused_router_screened<10>(logits, bias, ids, weights, T, E, k, scoring, n_group, topk_group,
+                              renormalize, scale);
+}
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_screen_e384(
+    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
+    float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
+    int renormalize, float scale) {
+    fused_router_screened<12>(logits, bias, ids, weights, T, E, k, scoring, n_group, topk_group,
+                              renormalize, scale);
+}
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_screen_e512(
+    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
+    float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
+    int renormalize, float scale) {
+    fused_router_screened<16>(logits, bias, ids, weights, T, E, k, scoring, n_group, topk_group,
+                              renormalize, scale);
+}
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_screen_e1024(
+    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
+    float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
+    int renormalize, float scale) {
+    fused_router_screened<32>(logits, bias, ids, weights, T, E, k, scoring, n_group, topk_group,
+                              renormalize, scale);
+}
+
+// The screen's approximation against the exact score, for the test that checks fr_clear's error
+// bound on the GPU's own MUFU results: for n logits x, approx[i] = fr_approx_key(x, 0) and
+// exact[i] = fr_scores' sigmoid, one thread each.
+extern "C" __global__ void fused_router_screen_error(const float* __restrict__ x,
+                                                     float* __restrict__ approx,
+                                                     float* __restrict__ exact, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    approx[i] = fr_approx_key(x[i], 0.0f);
+    exact[i] = moe_sigmoidf(x[i]);
 }

@@ -9,7 +9,8 @@
 // (add, mul, fma, division, exact exponent scaling). CUDA's expf/logf and glibc's differ in the
 // last bits (on this project's H200, expf disagreed with glibc on 1.27 M of 4.2 M inputs in
 // [-20, 20]), so a kernel that called them would give different bits on the two backends.
-// These give the same bits on both, at about 1 ulp of accuracy.
+// These give the same bits on both, at about 1 ulp of accuracy. (The two approximations below,
+// moe_ex2_approx and moe_rcp_approx, do not; they may only screen, never give a result.)
 #pragma once
 
 #ifndef MOE_EMU
@@ -107,6 +108,34 @@ __device__ __forceinline__ float moe_expf(float x) {
     return is_nan ? x : (over ? __int_as_float(0x7f800000) : (under ? 0.0f : y));
 }
 // ANCHOR_END: moe_expf
+
+// ANCHOR: approx
+// The GPU's fast approximations, for screening only: 2^x (ex2.approx.ftz.f32, one MUFU.EX2) and
+// 1/x (rcp.approx.ftz.f32, one MUFU.RCP), each within a few ulp of the exact value (CUDA's
+// programming guide gives 2 ulp for exp2f under fast math and 1 for __frcp-class reciprocals).
+// Their bits are the hardware's own, not IEEE-specified, so the emulator cannot reproduce them:
+// it computes them with glibc's exp2f and an IEEE division, which lie within the same bounds.
+// A kernel may use them only to decide something that exact arithmetic then confirms (chapter
+// 5's screened router), never for a result: that way the two backends still give the same bits.
+__device__ __forceinline__ float moe_ex2_approx(float x) {
+#ifdef MOE_EMU
+    return exp2f(x);
+#else
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+#endif
+}
+__device__ __forceinline__ float moe_rcp_approx(float x) {
+#ifdef MOE_EMU
+    return 1.0f / x;
+#else
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+#endif
+}
+// ANCHOR_END: approx
 
 // ln(x). x = m 2^e with m in [sqrt(1/2), sqrt(2)); ln(m) = 2 atanh(s), s = (m-1)/(m+1).
 // Handles NaN, x < 0 (NaN), 0 (-inf), +inf and subnormal x.

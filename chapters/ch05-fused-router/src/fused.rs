@@ -2,7 +2,7 @@
 //!
 //! | router | logits | steps 2 and 3 | launches |
 //! |---|---|---|---|
-//! | [`FusedRouter`] (`fused`) | tiny GEMM, bf16 in, fp32 out | `fused_router_block` up to [`BLOCK_FORM_MAX_ROWS`] rows, else `fused_router_e{128,256,288,320,384,512,1024}` ([`RowForm`]) | 2 |
+//! | [`FusedRouter`] (`fused`) | tiny GEMM, bf16 in, fp32 out | `fused_router_block` up to [`BLOCK_FORM_MAX_ROWS`] rows, else `fused_router_screen_e{W}` for sigmoid scores and `fused_router_e{W}` for the others, W in 128, 256, 288, 320, 384, 512, 1024 ([`RowForm`]) | 2 |
 //! | [`FusedRouter`] with [`LogitsFrom::Blas`] (`blas+fused`) | cuBLAS (the emulator: a reference GEMM) | the same | 1 + cuBLAS's |
 //! | [`TinyGemmChain`] (`tiny+chain`) | tiny GEMM | chapter 1's chain after its GEMM | 6 or 7 |
 //!
@@ -43,9 +43,28 @@ const WIDTHS: [(usize, &str); 7] = [
     (1024, "fused_router_e1024"),
 ];
 
+/// The screened kernel's entry points, at the same widths.
+const SCREEN_WIDTHS: [(usize, &str); 7] = [
+    (128, "fused_router_screen_e128"),
+    (256, "fused_router_screen_e256"),
+    (288, "fused_router_screen_e288"),
+    (320, "fused_router_screen_e320"),
+    (384, "fused_router_screen_e384"),
+    (512, "fused_router_screen_e512"),
+    (1024, "fused_router_screen_e1024"),
+];
+
 /// The fused kernel's entry point for `experts` experts (the narrowest that holds the row).
 pub fn kernel_for(experts: usize) -> Option<&'static str> {
     WIDTHS.iter().find(|(w, _)| *w >= experts).map(|(_, n)| *n)
+}
+
+/// The screened kernel's entry point for `experts` experts, as [`kernel_for`].
+pub fn screened_kernel_for(experts: usize) -> Option<&'static str> {
+    SCREEN_WIDTHS
+        .iter()
+        .find(|(w, _)| *w >= experts)
+        .map(|(_, n)| *n)
 }
 
 /// The launch of the fused kernel for `rows` rows: one warp per row, 4 rows per block; a
@@ -65,12 +84,18 @@ pub fn launch(rows: usize) -> LaunchConfig {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RowForm {
     /// `fused_router_e{W}`: one warp per row, the row in its registers, k rounds of warp argmax.
-    /// The fewest instructions per row: the form for many rows, and the only one with grouped
-    /// selection.
+    /// Fewer instructions per row than a block per row: the form for many rows of softmax and
+    /// √softplus scores, and the only one with grouped selection.
     WarpPerRow,
     /// `fused_router_block`: one block per row, one thread per expert, the picks by two rank
     /// counts. More instructions per row but a much shorter chain: the form for few rows.
     BlockPerRow,
+    /// `fused_router_screen_e{W}`: one warp per row, the k best found on approximate sigmoid
+    /// keys (two MUFU instructions an expert), then confirmed and ordered on exact ones; a row
+    /// whose cut is too close to call, or with a non-finite value, goes through the one-warp
+    /// router. The same bits as the other forms; the fewest instructions per sigmoid row, so the
+    /// form for many of them. Other scorings and grouped selection run the one-warp router.
+    Screened,
 }
 
 /// Up to how many rows [`RowForm::BlockPerRow`] is the default. `bench ch05` times both forms
@@ -81,12 +106,13 @@ pub enum RowForm {
 pub const BLOCK_FORM_MAX_ROWS: usize = 512;
 
 /// The form [`FusedTopk::new`] picks: a block per row up to [`BLOCK_FORM_MAX_ROWS`] rows, unless
-/// the config groups experts (only the one-warp form selects groups).
+/// the config groups experts (only the one-warp form selects groups); past that, the screened
+/// form for sigmoid scores, the one-warp form for the others.
 pub fn form_for(config: &RouterConfig, rows: usize) -> RowForm {
-    if config.grouping.is_none() && rows <= BLOCK_FORM_MAX_ROWS {
-        RowForm::BlockPerRow
-    } else {
-        RowForm::WarpPerRow
+    match (config.grouping, rows <= BLOCK_FORM_MAX_ROWS, config.scoring) {
+        (None, true, _) => RowForm::BlockPerRow,
+        (None, false, Scoring::Sigmoid) => RowForm::Screened,
+        _ => RowForm::WarpPerRow,
     }
 }
 
@@ -199,6 +225,9 @@ impl FusedTopk {
             RowForm::WarpPerRow => {
                 kernel_for(self.experts).expect("experts checked against FR_MAX_EXPERTS")
             }
+            RowForm::Screened => {
+                screened_kernel_for(self.experts).expect("experts checked against FR_MAX_EXPERTS")
+            }
             RowForm::BlockPerRow => "fused_router_block",
         }
     }
@@ -230,7 +259,8 @@ impl FusedTopk {
     /// Queues the fused kernel on `logits [rows, experts]` f32 and the bias. Kernels:
     /// `fused_router_e{128,256,288,320,384,512,1024}(const float* logits, const float* bias,
     /// int* ids, float* weights, int T, int E, int k, int scoring, int n_group, int topk_group,
-    /// int renormalize, float scale)`, grid `⌈T / 4⌉`, blocks of 4 warps, one warp per row; or
+    /// int renormalize, float scale)`, grid `⌈T / 4⌉`, blocks of 4 warps, one warp per row
+    /// (`fused_router_screen_e{W}` the same); or
     /// `fused_router_block(logits, bias, ids, weights, T, E, k, scoring, renormalize, scale)`,
     /// grid `T`, blocks of `32 ⌈E / 32⌉` threads. An empty batch launches nothing.
     pub fn enqueue(
@@ -267,7 +297,7 @@ impl FusedTopk {
         ]
         .to_vec();
         let config = match self.form {
-            RowForm::WarpPerRow => {
+            RowForm::WarpPerRow | RowForm::Screened => {
                 a.extend(args![n_group as i32, topk_group as i32]);
                 launch(self.rows)
             }

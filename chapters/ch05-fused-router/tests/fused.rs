@@ -17,8 +17,8 @@ use ch01_router::regimes::{regime, RegimeInput, REGIMES};
 use ch01_router::routing::Routing;
 use ch01_router::RouterError;
 use ch05_fused_router::fused::{
-    form_for, kernel_for, route_fused, route_logits_fused, route_logits_fused_as, RowForm,
-    BLOCK_FORM_MAX_ROWS,
+    form_for, kernel_for, route_fused, route_logits_fused, route_logits_fused_as,
+    screened_kernel_for, RowForm, BLOCK_FORM_MAX_ROWS,
 };
 use ch05_fused_router::tiny_gemm::GemmForm;
 use ch05_fused_router::{tiny_gemm, FusedRouter, LogitsFrom, TinyGemmChain};
@@ -215,8 +215,8 @@ fn wide_cases() -> Vec<LogitsCase> {
 }
 const WIDE_ROWS: usize = 13;
 
-/// The wide cases against the oracle on the same logits, in both forms (the grouped case in the
-/// one-warp form only).
+/// The wide cases against the oracle on the same logits, in every form (the grouped case in the
+/// one-warp and screened forms only).
 fn wide_rows_and_large_k_match_the_oracle(dev: &'static Device) {
     let rows = WIDE_ROWS;
     for LogitsCase {
@@ -228,8 +228,8 @@ fn wide_rows_and_large_k_match_the_oracle(dev: &'static Device) {
     } in wide_cases()
     {
         let forms = match config.grouping {
-            Some(_) => &[RowForm::WarpPerRow][..],
-            None => &[RowForm::WarpPerRow, RowForm::BlockPerRow][..],
+            Some(_) => &[RowForm::WarpPerRow, RowForm::Screened][..],
+            None => &[RowForm::WarpPerRow, RowForm::BlockPerRow, RowForm::Screened][..],
         };
         for &form in forms {
             let got =
@@ -288,9 +288,9 @@ fn wide_rows_and_large_k_match_the_oracle(dev: &'static Device) {
 }
 
 // ANCHOR: both_forms
-/// The fused kernel's two forms on the same logits give the same ids and weights, bit for bit:
-/// every regime and every wide case (one block per row against one warp per row). A grouped
-/// config in the block form is a typed error.
+/// The fused kernel's three forms on the same logits give the same ids and weights, bit for bit:
+/// every regime and every wide case (one block per row and the screened form against one warp per
+/// row). A grouped config in the block form is a typed error.
 fn both_forms_give_the_same_bits(dev: &'static Device) {
     let mut inputs: Vec<LogitsCase> = REGIMES
         .iter()
@@ -334,9 +334,15 @@ fn both_forms_give_the_same_bits(dev: &'static Device) {
             continue;
         }
         let warp = route(RowForm::WarpPerRow).unwrap();
-        let block = route(RowForm::BlockPerRow).unwrap();
-        assert_same_bits(&format!("{name} ids"), &warp.ids, &block.ids);
-        assert_same_bits(&format!("{name} weights"), &warp.weights, &block.weights);
+        for form in [RowForm::BlockPerRow, RowForm::Screened] {
+            let other = route(form).unwrap();
+            assert_same_bits(&format!("{name} ids, {form:?}"), &warp.ids, &other.ids);
+            assert_same_bits(
+                &format!("{name} weights, {form:?}"),
+                &warp.weights,
+                &other.weights,
+            );
+        }
         compared += 1;
     }
     assert_eq!((compared + grouped, total), (total, total));
@@ -346,6 +352,96 @@ fn both_forms_give_the_same_bits(dev: &'static Device) {
     );
 }
 // ANCHOR_END: both_forms
+
+// ANCHOR: screened_close_calls
+/// The screened form where its approximations cannot decide, against the one-warp form bit for
+/// bit, at 288 experts, k = 8, an equal bias (8) for every expert, so equal logits are equal
+/// keys. Row 1: the two best experts, 5 and 37 (lane 5, slots 0 and 1), have equal logits:
+/// their packed approximate keys differ only by the slot, which puts 37 first, so only the exact
+/// ordering of the picks gives 5, 37. Row 2: experts 10 and 40 tie for the eighth pick: the
+/// screen would take 40 (slot 1), so only the exact router gives 10. Rows 3 to 34: logits on a
+/// grid of 1/16 in [-2, 2), so most rows hold ties and near ties, at the cut and among the picks.
+/// Row 0 is random.
+fn screened_form_resolves_close_calls(dev: &'static Device) {
+    let (experts, rows, config) = (288, 35, RouterConfig::glm5(8));
+    let mut logits = patterned(rows * experts, 77, 1.0);
+    let row = |r: usize| r * experts..(r + 1) * experts;
+    for l in &mut logits[row(1).start..row(2).end] {
+        *l = *l * 0.25 - 3.0;
+    }
+    logits[experts + 5] = 6.0;
+    logits[experts + 37] = 6.0;
+    for (i, e) in [200, 3, 90, 150, 260, 17].into_iter().enumerate() {
+        logits[experts + e] = 5.0 - 0.25 * i as f32;
+        logits[2 * experts + e] = 5.0 - 0.25 * i as f32;
+    }
+    logits[2 * experts + 100] = 5.5;
+    logits[2 * experts + 10] = 2.0;
+    logits[2 * experts + 40] = 2.0;
+    for l in &mut logits[row(3).start..] {
+        *l = (*l * 16.0).round().clamp(-32.0, 31.0) / 16.0;
+    }
+    let bias = vec![8.0f32; experts];
+    let route = |form| {
+        route_logits_fused_as(dev, &config, rows, experts, &logits, Some(&bias), form).unwrap()
+    };
+    let (warp, screened) = (route(RowForm::WarpPerRow), route(RowForm::Screened));
+    assert_same_bits("ids", &warp.ids, &screened.ids);
+    assert_same_bits("weights", &warp.weights, &screened.weights);
+    assert_eq!(screened.row_ids(1), &[5, 37, 200, 3, 90, 150, 260, 17]);
+    assert_eq!(screened.row_ids(2), &[100, 200, 3, 90, 150, 260, 17, 10]);
+    // The grid rows do hold ties among their nine best keys.
+    let tied = (3..rows)
+        .filter(|&r| {
+            let mut top: Vec<f32> = logits[row(r)].to_vec();
+            top.sort_by(|a, b| b.total_cmp(a));
+            top[..9].windows(2).any(|w| w[0] == w[1])
+        })
+        .count();
+    assert!(tied >= 20, "only {tied} of 32 grid rows have a tie");
+}
+// ANCHOR_END: screened_close_calls
+
+// ANCHOR: screen_error
+/// The bound fr_clear relies on: the screen's approximate sigmoid (two MUFU instructions on the
+/// GPU; glibc's exp2f and a division on the emulator) within 2^-20 of the exact score, at 2^20
+/// logits from -120 to 120 and at the special points near 0 and the ends. The measured maximum
+/// is printed.
+fn screen_approximation_is_within_its_bound(dev: &'static Device) {
+    let n = 1 << 20;
+    let mut x: Vec<f32> = (0..n)
+        .map(|i| -120.0 + 240.0 * i as f32 / n as f32)
+        .collect();
+    x.extend([
+        0.0, -0.0, 1e-30, -1e-30, 88.0, -88.0, 104.0, -104.0, 1e30, -1e30,
+    ]);
+    let m = dev.load(&ch05_fused_router::fused::KERNELS).unwrap();
+    let xd = dev.upload(&x).unwrap();
+    let (a, e) = (
+        dev.zeros::<f32>(x.len()).unwrap(),
+        dev.zeros::<f32>(x.len()).unwrap(),
+    );
+    let len = x.len() as i32;
+    m.launch(
+        "fused_router_screen_error",
+        moe_kernels::LaunchConfig::blocks(x.len().div_ceil(256) as u32, 256),
+        &moe_kernels::args![&xd, &a, &e, len],
+    )
+    .unwrap();
+    let (a, e) = (a.to_vec().unwrap(), e.to_vec().unwrap());
+    let worst = a
+        .iter()
+        .zip(&e)
+        .map(|(a, e)| (a - e).abs())
+        .fold(0.0f32, f32::max);
+    eprintln!(
+        "screen approximation: max |approx - exact| = {worst:e} = 2^{:.1}",
+        worst.log2()
+    );
+    assert!(a.iter().chain(&e).all(|v| v.is_finite()));
+    assert!(worst <= 2f32.powi(-20), "max error {worst:e} above 2^-20");
+}
+// ANCHOR_END: screen_error
 
 fn launches_are_the_pair(dev: &'static Device) {
     let config = RouterConfig::glm5(8);
@@ -391,19 +487,29 @@ fn launches_are_the_pair(dev: &'static Device) {
     assert_eq!(kernel_for(385), Some("fused_router_e512"));
     assert_eq!(kernel_for(1024), Some("fused_router_e1024"));
     assert_eq!(kernel_for(1025), None);
-    // The one-warp form past BLOCK_FORM_MAX_ROWS rows, and for grouped selection at any count.
+    assert_eq!(screened_kernel_for(288), Some("fused_router_screen_e288"));
+    assert_eq!(screened_kernel_for(1024), Some("fused_router_screen_e1024"));
+    assert_eq!(screened_kernel_for(1025), None);
+    // Past BLOCK_FORM_MAX_ROWS rows the screened form for sigmoid scores, the one-warp form for
+    // the others; the one-warp form for grouped selection at any count.
     let glm = RouterConfig::glm5(8);
     assert_eq!(form_for(&glm, BLOCK_FORM_MAX_ROWS), RowForm::BlockPerRow);
-    assert_eq!(form_for(&glm, BLOCK_FORM_MAX_ROWS + 1), RowForm::WarpPerRow);
+    assert_eq!(form_for(&glm, BLOCK_FORM_MAX_ROWS + 1), RowForm::Screened);
+    let qwen3 = RouterConfig::qwen3(8);
+    assert_eq!(
+        form_for(&qwen3, BLOCK_FORM_MAX_ROWS + 1),
+        RowForm::WarpPerRow
+    );
     let shape = GateShape {
         rows: BLOCK_FORM_MAX_ROWS + 1,
         hidden: 64,
         experts: 288,
     };
     let pair = FusedRouter::new(dev, &glm, shape, Some(&[8.0; 288])).unwrap();
-    assert_eq!(pair.launch_names()[1], "fused_router_e288");
+    assert_eq!(pair.launch_names()[1], "fused_router_screen_e288");
     let v3 = RouterConfig::deepseek_v3();
     assert_eq!(form_for(&v3, 1), RowForm::WarpPerRow);
+    assert_eq!(form_for(&v3, BLOCK_FORM_MAX_ROWS + 1), RowForm::WarpPerRow);
 }
 
 fn empty_batch_launches_nothing_and_returns_empty(dev: &'static Device) {
@@ -607,6 +713,8 @@ moe_kernels::backend_tests!(
     fused_kernel_from_logits_matches_the_oracle,
     wide_rows_and_large_k_match_the_oracle,
     both_forms_give_the_same_bits,
+    screened_form_resolves_close_calls,
+    screen_approximation_is_within_its_bound,
     launches_are_the_pair,
     empty_batch_launches_nothing_and_returns_empty,
     limits_and_bad_inputs_are_typed_errors,
@@ -685,15 +793,18 @@ fn random_rows(hidden: usize, experts: usize, config: RouterConfig, with_bias: b
         let on_emu = route_logits_fused(emu, &config, chunk, experts, &logits, bias).unwrap();
         assert_same_bits(&format!("chunk {c} ids"), &got.ids, &on_emu.ids);
         assert_same_bits(&format!("chunk {c} weights"), &got.weights, &on_emu.weights);
-        // The chunk is one warp per row; the block-per-row form gives the same bits on the GPU.
-        let block = RowForm::BlockPerRow;
-        let b = route_logits_fused_as(gpu, &config, chunk, experts, &logits, bias, block).unwrap();
-        assert_same_bits(&format!("chunk {c} ids, block form"), &got.ids, &b.ids);
-        assert_same_bits(
-            &format!("chunk {c} weights, block form"),
-            &got.weights,
-            &b.weights,
-        );
+        // The chunk runs form_for's form (screened for sigmoid scores, else one warp per row);
+        // every other form gives the same bits on the GPU.
+        for form in [RowForm::BlockPerRow, RowForm::WarpPerRow, RowForm::Screened] {
+            let b = route_logits_fused_as(gpu, &config, chunk, experts, &logits, bias, form);
+            let b = b.unwrap();
+            assert_same_bits(&format!("chunk {c} ids, {form:?}"), &got.ids, &b.ids);
+            assert_same_bits(
+                &format!("chunk {c} weights, {form:?}"),
+                &got.weights,
+                &b.weights,
+            );
+        }
         if c == 0 {
             let few = GateShape { rows: 64, ..s };
             let on_emu = FusedRouter::new(emu, &config, few, bias).unwrap();

@@ -7,8 +7,8 @@
 //! |---|---|---|
 //! | `tiny_gemm` | the tiny GEMM alone, in the form the pair runs (CUDA cores up to 7 rows, tensor cores from 8): bf16 hidden and gate in, fp32 logits out | hidden and gate read (bf16), logits written |
 //! | `tiny_gemm_fma`, `tiny_gemm_tc` | the same, each form at every row count | the same |
-//! | `fused_router` | the fused kernel alone, on logits already on the device, in the form the pair runs (a block per row up to 512 rows, else a warp per row) | logits and bias read, ids and weights written |
-//! | `fused_router_warp`, `fused_router_block` | the same, each form at every row count | the same |
+//! | `fused_router` | the fused kernel alone, on logits already on the device, in the form the pair runs (a block per row up to 512 rows, else a warp per row: screened for sigmoid scores) | logits and bias read, ids and weights written |
+//! | `fused_router_warp`, `fused_router_block`, `fused_router_screen` | the same, each form at every row count (the screened form runs the one-warp router for softmax) | the same |
 //! | `pair` | the tiny GEMM + the fused kernel ([`FusedRouter`]) | the router's: hidden and gate (bf16) and bias read, ids and weights written |
 //! | `pair_fma`, `pair_tc` | the same, with the tiny GEMM in each form at every row count | the same |
 //! | `blas_fused` | cuBLAS's bf16 → fp32 GEMM + the fused kernel | the router's |
@@ -76,7 +76,7 @@ fn floor_bytes(s: &crate::ch01::Shape, rows: usize, imp: &str) -> (f64, f64) {
     let bias = if s.bias { 4 * e } else { 0 };
     let (r, w) = match imp {
         "tiny_gemm" | "tiny_gemm_fma" | "tiny_gemm_tc" => (2 * (t * h + e * h), 4 * t * e),
-        "fused_router" | "fused_router_warp" | "fused_router_block" => {
+        "fused_router" | "fused_router_warp" | "fused_router_block" | "fused_router_screen" => {
             (4 * t * e + bias, 8 * t * k)
         }
         _ => (2 * (t * h + e * h) + bias, 8 * t * k),
@@ -302,11 +302,11 @@ fn build(dev: &'static Device, i: &Input, imp: &str) -> Result<RouterWork, Strin
         "fused_router" => {
             Imp::Fused(FusedTopk::new(dev, cfg, i.rows, i.experts, bias).map_err(err)?)
         }
-        "fused_router_warp" | "fused_router_block" => {
-            let form = if imp == "fused_router_warp" {
-                RowForm::WarpPerRow
-            } else {
-                RowForm::BlockPerRow
+        "fused_router_warp" | "fused_router_block" | "fused_router_screen" => {
+            let form = match imp {
+                "fused_router_warp" => RowForm::WarpPerRow,
+                "fused_router_block" => RowForm::BlockPerRow,
+                _ => RowForm::Screened,
             };
             let topk = FusedTopk::with_form(dev, cfg, i.rows, i.experts, bias, form);
             Imp::Fused(topk.map_err(err)?)

@@ -35,7 +35,7 @@ const FACTS: &str = "book/src/figures/ch05-facts.md";
 const PAIR: &str = "pair";
 /// The implementations, as the CSV names them, in the order the table lists them: `bench ch05`
 /// measures these, in this order, but the PyTorch peer (`torch_5line`), whose samples it merges.
-pub const IMPLS: [&str; 12] = [
+pub const IMPLS: [&str; 13] = [
     "pair",
     "pair_fma",
     "pair_tc",
@@ -46,6 +46,7 @@ pub const IMPLS: [&str; 12] = [
     "fused_router",
     "fused_router_warp",
     "fused_router_block",
+    "fused_router_screen",
     "chain",
     "torch_5line",
 ];
@@ -285,6 +286,7 @@ pub fn facts(rows: &[BenchRow]) -> Facts {
             "fused_router" => "fused",
             "fused_router_warp" => "fused_warp",
             "fused_router_block" => "fused_block",
+            "fused_router_screen" => "fused_screen",
             "torch_5line" => "torch",
             other => other,
         }
