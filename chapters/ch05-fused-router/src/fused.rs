@@ -100,7 +100,7 @@ pub enum RowForm {
 
 /// Up to how many rows [`RowForm::BlockPerRow`] is the default. `bench ch05` times both forms
 /// (`fused_router_warp`, `fused_router_block`): the block form ahead at every count up to 96,
-/// the one-warp form about twice as fast at 8192, where the block form's extra instructions are
+/// the one-warp form more than twice as fast at 8192, where the block form's extra instructions are
 /// the time. 512 lies between, where a block per GLM-like row (288 threads) still fits on the
 /// H200 at once (132 SMs × 2,048 threads hold 924); it is a choice, not a measured crossover.
 pub const BLOCK_FORM_MAX_ROWS: usize = 512;

@@ -355,9 +355,9 @@ fn both_forms_give_the_same_bits(dev: &'static Device) {
 
 // ANCHOR: screened_close_calls
 /// The screened form where its approximations cannot decide, against the one-warp form bit for
-/// bit, at 288 experts, k = 8, an equal bias (8) for every expert, so equal logits are equal
+/// bit, at 288 experts, k = 8 (and 5), an equal bias (8) for every expert, so equal logits are equal
 /// keys. Row 1: the two best experts, 5 and 37 (lane 5, slots 0 and 1), have equal logits:
-/// their packed approximate keys differ only by the slot, which puts 37 first, so only the exact
+/// their packed approximate keys differ only by the id bits, which put 37 first, so only the exact
 /// ordering of the picks gives 5, 37. Row 2: experts 10 and 40 tie for the eighth pick: the
 /// screen would take 40 (slot 1), so only the exact router gives 10. Rows 3 to 34: logits on a
 /// grid of 1/16 in [-2, 2), so most rows hold ties and near ties, at the cut and among the picks.
@@ -382,12 +382,24 @@ fn screened_form_resolves_close_calls(dev: &'static Device) {
         *l = (*l * 16.0).round().clamp(-32.0, 31.0) / 16.0;
     }
     let bias = vec![8.0f32; experts];
-    let route = |form| {
-        route_logits_fused_as(dev, &config, rows, experts, &logits, Some(&bias), form).unwrap()
+    let route = |config: &RouterConfig, form| {
+        route_logits_fused_as(dev, config, rows, experts, &logits, Some(&bias), form).unwrap()
     };
-    let (warp, screened) = (route(RowForm::WarpPerRow), route(RowForm::Screened));
-    assert_same_bits("ids", &warp.ids, &screened.ids);
-    assert_same_bits("weights", &warp.weights, &screened.weights);
+    // Two cuts: after the eighth pick and after the fifth.
+    for k in [5, 8] {
+        let c = RouterConfig {
+            k,
+            ..config.clone()
+        };
+        let (warp, screened) = (route(&c, RowForm::WarpPerRow), route(&c, RowForm::Screened));
+        assert_same_bits(&format!("k = {k} ids"), &warp.ids, &screened.ids);
+        assert_same_bits(
+            &format!("k = {k} weights"),
+            &warp.weights,
+            &screened.weights,
+        );
+    }
+    let screened = route(&config, RowForm::Screened);
     assert_eq!(screened.row_ids(1), &[5, 37, 200, 3, 90, 150, 260, 17]);
     assert_eq!(screened.row_ids(2), &[100, 200, 3, 90, 150, 260, 17, 10]);
     // The grid rows do hold ties among their nine best keys.
@@ -822,7 +834,7 @@ fn random_rows(hidden: usize, experts: usize, config: RouterConfig, with_bias: b
 /// The router kernel is a dependent launch of the tiny GEMM: it must read the logits only after
 /// its wait, even when the tiny GEMM has more blocks than fit at once and the router's blocks
 /// start before its last ones (GLM-like: the tensor-core form's 18 × 32 blocks at 512 rows, two
-/// per SM; 600 rows take the one-warp router, 512 the block form). A read
+/// per SM; 600 rows take the screened form, 512 the block form). A read
 /// hoisted above the wait gave other experts for row 16 of 32 (bench ch05, first H200 run with
 /// the dependent launch). Fresh buffers each time, several batch sizes, five times each: the
 /// pair's ids and weights must be the fused kernel's bits on the pair's own final logits.
