@@ -32,39 +32,34 @@ pub mod geometry {
 }
 use geometry::*;
 
-/// The row widths the kernel is compiled for (experts per row, at most), with their entry points.
-const WIDTHS: [(usize, &str); 7] = [
-    (128, "fused_router_e128"),
-    (256, "fused_router_e256"),
-    (288, "fused_router_e288"),
-    (320, "fused_router_e320"),
-    (384, "fused_router_e384"),
-    (512, "fused_router_e512"),
-    (1024, "fused_router_e1024"),
+/// The row widths the kernel is compiled for (experts per row, at most), with their entry points:
+/// the one-warp router's and the screened router's.
+const WIDTHS: [(usize, &str, &str); 7] = [
+    (128, "fused_router_e128", "fused_router_screen_e128"),
+    (256, "fused_router_e256", "fused_router_screen_e256"),
+    (288, "fused_router_e288", "fused_router_screen_e288"),
+    (320, "fused_router_e320", "fused_router_screen_e320"),
+    (384, "fused_router_e384", "fused_router_screen_e384"),
+    (512, "fused_router_e512", "fused_router_screen_e512"),
+    (1024, "fused_router_e1024", "fused_router_screen_e1024"),
 ];
 
-/// The screened kernel's entry points, at the same widths.
-const SCREEN_WIDTHS: [(usize, &str); 7] = [
-    (128, "fused_router_screen_e128"),
-    (256, "fused_router_screen_e256"),
-    (288, "fused_router_screen_e288"),
-    (320, "fused_router_screen_e320"),
-    (384, "fused_router_screen_e384"),
-    (512, "fused_router_screen_e512"),
-    (1024, "fused_router_screen_e1024"),
-];
+/// The narrowest width that holds `experts` experts: its two entry points.
+fn width_for(experts: usize) -> Option<(&'static str, &'static str)> {
+    WIDTHS
+        .iter()
+        .find(|(w, _, _)| *w >= experts)
+        .map(|&(_, exact, screened)| (exact, screened))
+}
 
 /// The fused kernel's entry point for `experts` experts (the narrowest that holds the row).
 pub fn kernel_for(experts: usize) -> Option<&'static str> {
-    WIDTHS.iter().find(|(w, _)| *w >= experts).map(|(_, n)| *n)
+    width_for(experts).map(|(exact, _)| exact)
 }
 
 /// The screened kernel's entry point for `experts` experts, as [`kernel_for`].
 pub fn screened_kernel_for(experts: usize) -> Option<&'static str> {
-    SCREEN_WIDTHS
-        .iter()
-        .find(|(w, _)| *w >= experts)
-        .map(|(_, n)| *n)
+    width_for(experts).map(|(_, screened)| screened)
 }
 
 /// The launch of the fused kernel for `rows` rows: one warp per row, 4 rows per block; a

@@ -436,7 +436,7 @@ fn screen_approximation_is_within_its_bound(dev: &'static Device) {
     let len = x.len() as i32;
     m.launch(
         "fused_router_screen_error",
-        moe_kernels::LaunchConfig::blocks(x.len().div_ceil(256) as u32, 256),
+        moe_kernels::LaunchConfig::for_elements(x.len(), 256),
         &moe_kernels::args![&xd, &a, &e, len],
     )
     .unwrap();
