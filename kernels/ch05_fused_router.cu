@@ -433,12 +433,14 @@ __device__ __forceinline__ void fr_top3(const unsigned* pk, unsigned below, unsi
 
 // Routes row t of a sigmoid config without groups, 1 <= k < E; false (nothing stored) when the
 // row needs the exact router. FULL: E = 32 * SLOTS, every slot an expert (288 experts in e288),
-// so that no load or key needs a test.
-template <int SLOTS, bool FULL>
+// so that no load or key needs a test. K: k known when compiled (8, the common case: the rounds
+// and the weights' sum unroll), or 0 for k from the argument.
+template <int SLOTS, bool FULL, int K>
 __device__ __forceinline__ bool fr_screen(const float* __restrict__ logits,
                                           const float* __restrict__ bias, int* __restrict__ ids,
-                                          float* __restrict__ weights, int t, int E, int k,
+                                          float* __restrict__ weights, int t, int E, int k_arg,
                                           int renormalize, float scale) {
+    const int k = K ? K : k_arg;
     constexpr int ID_BITS = SLOTS <= 16 ? 9 : 10;  // expert ids up to 511, or up to 1023
     constexpr unsigned ID_MASK = (1u << ID_BITS) - 1u;
     const float rel = SLOTS <= 16 ? 0x1p-13f : 0x1p-12f;  // 2^(ID_BITS - 22)
@@ -476,7 +478,7 @@ __device__ __forceinline__ bool fr_screen(const float* __restrict__ logits,
     fr_top3<SLOTS>(pk, 0xffffffffu, h0, h1, h2);
     unsigned mine = 0u;  // lane r: round r's packed key
     int wins = 0;
-#pragma unroll 2
+#pragma unroll(K ? K : 2)
     for (int round = 0; round < k; ++round) {
         const unsigned top = __reduce_max_sync(MOE_FULL_MASK, h0);
         mine = lane == round ? top : mine;
@@ -533,10 +535,15 @@ __device__ __forceinline__ void fused_router_screened(const float* __restrict__ 
     const int t = blockIdx.x * FR_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     if (t >= T) return;
     const bool screenable = scoring == FR_SCORING_SIGMOID && n_group <= 1 && k >= 1 && k < E;
-    const bool screened =
-        screenable && (E == 32 * SLOTS
-                           ? fr_screen<SLOTS, true>(logits, bias, ids, weights, t, E, k, renormalize, scale)
-                           : fr_screen<SLOTS, false>(logits, bias, ids, weights, t, E, k, renormalize, scale));
+    bool screened = false;
+    if (screenable) {
+        if (E == 32 * SLOTS && k == 8)
+            screened = fr_screen<SLOTS, true, 8>(logits, bias, ids, weights, t, E, k, renormalize, scale);
+        else if (E == 32 * SLOTS)
+            screened = fr_screen<SLOTS, true, 0>(logits, bias, ids, weights, t, E, k, renormalize, scale);
+        else
+            screened = fr_screen<SLOTS, false, 0>(logits, bias, ids, weights, t, E, k, renormalize, scale);
+    }
     if (!screened)
         fr_row<SLOTS>(logits, bias, ids, weights, t, E, k, scoring, n_group, topk_group,
                       renormalize, scale);
