@@ -374,7 +374,9 @@ __device__ __forceinline__ void fused_router(const float* __restrict__ logits,
 //      warp's k best (the lane holding the round's key sees it by itself; a lane that wins a
 //      third time takes its next three);
 //   3. the cut is checked: if the k-th approximate key is not clear of the (k+1)-th by more than
-//      the approximations' error (fr_clear), the warp routes the row again with fr_row, exactly;
+//      the approximations' error (fr_clear), the warp screens the row once more with c moved to
+//      the k-th key's value, where the keys at the cut are near 0 and their id bits cost little
+//      precision; if the cut is still too close, it routes the row with fr_row, exactly;
 //   4. lane r computes pick r's exact score (fr_scores' arithmetic, the same bits); if two picks
 //      lie too close to trust their order, the picks are ordered by their exact keys (chapter
 //      1's order: the larger key, then the lower id).
@@ -431,12 +433,83 @@ __device__ __forceinline__ void fr_top3(const unsigned* pk, unsigned below, unsi
     }
 }
 
-// Routes row t of a sigmoid config without groups, 1 <= k < E; false (nothing stored) when the
-// row needs the exact router. FULL: E = 32 * SLOTS, every slot an expert (288 experts in e288),
+// The packed approximate keys of one row, sigma~(x) + (b - shift), in lane l's slots j
+// (expert l + 32 j): ordered numbers whose low ID_BITS bits are the expert's id. Slots past E
+// (when !FULL) get 0, below every real key (at least fr_order_fast(-FLT_MAX)).
+template <int SLOTS, bool FULL>
+__device__ __forceinline__ void fr_pack_keys(const float* s, const float* b, float shift, int lane,
+                                             int E, unsigned id_mask, unsigned* pk) {
+#pragma unroll
+    for (int j = 0; j < SLOTS; ++j) {
+        const unsigned o = fr_order_fast(fr_approx_key(s[j], b[j] - shift));
+        pk[j] = (FULL || lane + 32 * j < E) ? (o & ~id_mask) | (unsigned)(lane + 32 * j) : 0u;
+    }
+}
+
+// k rounds over a row's packed keys (step 2 below) and the clearance of each pick from the next
+// (step 3): lane r gets round r's key in `mine`; the result is a ballot of the picks r < k not
+// clear of the key after them (bit k-1: the cut, pick k against the best key left).
+template <int SLOTS, int K>
+__device__ __forceinline__ unsigned fr_select(const unsigned* pk, int k, int lane, unsigned id_mask,
+                                              float rel, float shift, unsigned& mine) {
+    unsigned h0, h1, h2;
+    fr_top3<SLOTS>(pk, 0xffffffffu, h0, h1, h2);
+    mine = 0u;
+    int wins = 0;
+#pragma unroll(K ? K : 2)
+    for (int round = 0; round < k; ++round) {
+        const unsigned top = __reduce_max_sync(MOE_FULL_MASK, h0);
+        mine = lane == round ? top : mine;
+        // The holder moves its next key up: selects, not a branch (every round has a holder,
+        // so a branch would cost the warp its jump and its reconvergence every round).
+        const bool won = h0 == top;
+        h0 = won ? h1 : h0;
+        h1 = won ? h2 : h1;
+        h2 = won ? 0u : h2;
+        wins += won ? 1 : 0;
+        if (wins == 3) {  // its third win: its next three, below this pick
+            wins = 0;
+            fr_top3<SLOTS>(pk, top, h0, h1, h2);
+        }
+    }
+    const unsigned rest = __reduce_max_sync(MOE_FULL_MASK, h0);
+    const unsigned after = __shfl_down_sync(MOE_FULL_MASK, mine, 1);
+    const bool clear =
+        lane >= k || fr_clear(mine, lane == k - 1 ? rest : after, id_mask, rel, shift);
+    return __ballot_sync(MOE_FULL_MASK, !clear);
+}
+
+// The second screen of a row whose cut the first could not call: the id bits cost up to 2^9 ulp
+// of keys near 1, so the keys again less `shift`, the k-th key's value, are near 0 at the cut,
+// where a float is finest, and the rounds again. Returns the ballot of unclear picks and this
+// lane's pick (fr_select's). Out of line, with its own loads (from the L1 or the L2 by now): the
+// 2% of rows that need it must not keep the first screen's logits in registers through every
+// row's rounds (inlined, the compiler kept them, and the kernel took 3% longer at 8192 rows).
+template <int SLOTS, bool FULL, int K>
+__device__ __noinline__ uint2 fr_screen_again(const float* __restrict__ xl,
+                                              const float* __restrict__ bias, int lane, int E,
+                                              int k, float shift) {
+    constexpr unsigned ID_MASK = (1u << (SLOTS <= 16 ? 9 : 10)) - 1u;
+    const float rel = SLOTS <= 16 ? 0x1p-13f : 0x1p-12f;
+    float b[SLOTS], s[SLOTS];
+#pragma unroll
+    for (int j = 0; j < SLOTS; ++j) {
+        const bool in = FULL || lane + 32 * j < E;
+        b[j] = (bias != nullptr && in) ? bias[lane + 32 * j] : 0.0f;
+        s[j] = in ? __ldcg(xl + 32 * j) : 0.0f;
+    }
+    unsigned pk[SLOTS], mine;
+    fr_pack_keys<SLOTS, FULL>(s, b, shift, lane, E, ID_MASK, pk);
+    const unsigned unclear = fr_select<SLOTS, K>(pk, k, lane, ID_MASK, rel, shift, mine);
+    return make_uint2(unclear, mine);
+}
+
+// Routes row t of a sigmoid config without groups, 1 <= k < E: 1 when the first screen decided
+// the row, 2 when the second did, 0 (nothing stored) when the row needs the exact router. FULL: E = 32 * SLOTS, every slot an expert (288 experts in e288),
 // so that no load or key needs a test. K: k known when compiled (8, the common case: the rounds
 // and the weights' sum unroll), or 0 for k from the argument.
 template <int SLOTS, bool FULL, int K>
-__device__ __forceinline__ bool fr_screen(const float* __restrict__ logits,
+__device__ __forceinline__ int fr_screen(const float* __restrict__ logits,
                                           const float* __restrict__ bias, int* __restrict__ ids,
                                           float* __restrict__ weights, int t, int E, int k_arg,
                                           int renormalize, float scale) {
@@ -460,47 +533,26 @@ __device__ __forceinline__ bool fr_screen(const float* __restrict__ logits,
     // 1. The packed approximate keys. x * 0 is 0 for a finite x and NaN for an infinite or NaN
     //    one, so `bad` stays 0 exactly when every logit and bias value of the row is finite.
     unsigned pk[SLOTS];
+    fr_pack_keys<SLOTS, FULL>(s, b, c, lane, E, ID_MASK, pk);
     float bad = 0.0f;
 #pragma unroll
-    for (int j = 0; j < SLOTS; ++j) {
-        bad = fmaf(s[j], 0.0f, fmaf(b[j], 0.0f, bad));
-        const unsigned o = fr_order_fast(fr_approx_key(s[j], b[j] - c));
-        pk[j] = (o & ~ID_MASK) | (unsigned)(lane + 32 * j);
+    for (int j = 0; j < SLOTS; ++j) bad = fmaf(s[j], 0.0f, fmaf(b[j], 0.0f, bad));
+    if (!__all_sync(MOE_FULL_MASK, bad == 0.0f)) return 0;  // chapter 1's rules: exactly
+    // 2. and 3. k rounds of one redux.sync each (the round's id is in its key's low bits, and the
+    //    lane holding it is the one whose best key it is), then the cut and the picks' order.
+    unsigned mine;  // lane r: round r's packed key
+    unsigned unclear = fr_select<SLOTS, K>(pk, k, lane, ID_MASK, rel, c, mine);
+    int screen = 1;
+    if (unclear >> (k - 1) & 1u) {
+        // 3b. The cut is too close to call at this precision: screen once more, centred on the
+        //     k-th key's value (fr_screen_again).
+        const float shift = c + __shfl_sync(MOE_FULL_MASK, fr_unpack(mine, ID_MASK), k - 1);
+        const uint2 again = fr_screen_again<SLOTS, FULL, K>(xl, bias, lane, E, k, shift);
+        unclear = again.x;
+        mine = again.y;
+        if (unclear >> (k - 1) & 1u) return 0;  // still too close: the exact router
+        screen = 2;
     }
-    if (!FULL) {  // slots past E: 0, below every real key (at least fr_order_fast(-FLT_MAX))
-#pragma unroll
-        for (int j = 0; j < SLOTS; ++j) pk[j] = lane + 32 * j < E ? pk[j] : 0u;
-    }
-    if (!__all_sync(MOE_FULL_MASK, bad == 0.0f)) return false;  // chapter 1's rules: exactly
-    // 2. k rounds: the warp's largest packed key, one redux.sync; its id is in its low bits, and
-    //    the lane holding it is the one whose best key it is.
-    unsigned h0, h1, h2;
-    fr_top3<SLOTS>(pk, 0xffffffffu, h0, h1, h2);
-    unsigned mine = 0u;  // lane r: round r's packed key
-    int wins = 0;
-#pragma unroll(K ? K : 2)
-    for (int round = 0; round < k; ++round) {
-        const unsigned top = __reduce_max_sync(MOE_FULL_MASK, h0);
-        mine = lane == round ? top : mine;
-        // The holder moves its next key up: selects, not a branch (every round has a holder,
-        // so a branch would cost the warp its jump and its reconvergence every round).
-        const bool won = h0 == top;
-        h0 = won ? h1 : h0;
-        h1 = won ? h2 : h1;
-        h2 = won ? 0u : h2;
-        wins += won ? 1 : 0;
-        if (wins == 3) {  // its third win: its next three, below this pick
-            wins = 0;
-            fr_top3<SLOTS>(pk, top, h0, h1, h2);
-        }
-    }
-    // 3. The cut, and the order of the picks: is each pick clear of the next (pick k-1 of the
-    //    best key left, the (k+1)-th)?
-    const unsigned rest = __reduce_max_sync(MOE_FULL_MASK, h0);
-    const unsigned after = __shfl_down_sync(MOE_FULL_MASK, mine, 1);
-    const bool clear = lane >= k || fr_clear(mine, lane == k - 1 ? rest : after, ID_MASK, rel, c);
-    const unsigned unclear = __ballot_sync(MOE_FULL_MASK, !clear);
-    if (unclear >> (k - 1) & 1u) return false;  // the cut is too close to call: the exact router
     // 4. The picks' exact scores: fr_scores' arithmetic on the same logit.
     int my_id = lane < k ? (int)(mine & ID_MASK) : -1;
     float my_score = 0.0f;
@@ -521,9 +573,11 @@ __device__ __forceinline__ bool fr_screen(const float* __restrict__ logits,
         my_score = __shfl_sync(MOE_FULL_MASK, my_score, src);
     }
     fr_store_weights(ids, weights, t, k, lane, my_id, my_score, renormalize, scale);
-    return true;
+    return screen;
 }
 
+// path (the test kernel's; null in the others): lane 0 stores the fr_screen result that decided
+// the row, 0 for the exact router.
 template <int SLOTS>
 __device__ __forceinline__ void fused_router_screened(const float* __restrict__ logits,
                                                       const float* __restrict__ bias,
@@ -531,22 +585,23 @@ __device__ __forceinline__ void fused_router_screened(const float* __restrict__ 
                                                       float* __restrict__ weights, int T, int E,
                                                       int k, int scoring, int n_group,
                                                       int topk_group, int renormalize,
-                                                      float scale) {
+                                                      float scale, int* __restrict__ path = nullptr) {
     const int t = blockIdx.x * FR_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     if (t >= T) return;
     const bool screenable = scoring == FR_SCORING_SIGMOID && n_group <= 1 && k >= 1 && k < E;
-    bool screened = false;
+    int screen = 0;
     if (screenable) {
         if (E == 32 * SLOTS && k == 8)
-            screened = fr_screen<SLOTS, true, 8>(logits, bias, ids, weights, t, E, k, renormalize, scale);
+            screen = fr_screen<SLOTS, true, 8>(logits, bias, ids, weights, t, E, k, renormalize, scale);
         else if (E == 32 * SLOTS)
-            screened = fr_screen<SLOTS, true, 0>(logits, bias, ids, weights, t, E, k, renormalize, scale);
+            screen = fr_screen<SLOTS, true, 0>(logits, bias, ids, weights, t, E, k, renormalize, scale);
         else
-            screened = fr_screen<SLOTS, false, 0>(logits, bias, ids, weights, t, E, k, renormalize, scale);
+            screen = fr_screen<SLOTS, false, 0>(logits, bias, ids, weights, t, E, k, renormalize, scale);
     }
-    if (!screened)
+    if (!screen)
         fr_row<SLOTS>(logits, bias, ids, weights, t, E, k, scoring, n_group, topk_group,
                       renormalize, scale);
+    if (path != nullptr && (threadIdx.x & 31) == 0) path[t] = screen;
 }
 // ANCHOR_END: screened
 
@@ -775,6 +830,16 @@ extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_route
     int renormalize, float scale) {
     fused_router_screened<32>(logits, bias, ids, weights, T, E, k, scoring, n_group, topk_group,
                               renormalize, scale);
+}
+
+// For the test of the screen's paths: fused_router_screen_e288's routing, and for each row the
+// path that decided it (path[t]: 1 the first screen, 2 the second, 0 the exact router).
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_screen_path_e288(
+    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
+    float* __restrict__ weights, int* __restrict__ path, int T, int E, int k, int scoring,
+    int n_group, int topk_group, int renormalize, float scale) {
+    fused_router_screened<9>(logits, bias, ids, weights, T, E, k, scoring, n_group, topk_group,
+                             renormalize, scale, path);
 }
 
 // The screen's approximation against the exact score, for the test that checks fr_clear's error

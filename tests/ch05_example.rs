@@ -52,7 +52,7 @@ fn example_stdout() {
         "{text}"
     );
     assert!(
-        text.contains("the fused pair launches 2: tiny_gemm_r8 fused_router_block"),
+        text.contains("the fused pair launches 2: tiny_gemm_r8 fused_router_screen_e128"),
         "{text}"
     );
     assert!(text.contains("chapter 1's chain launches 7:"), "{text}");

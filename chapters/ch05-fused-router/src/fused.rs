@@ -2,7 +2,7 @@
 //!
 //! | router | logits | steps 2 and 3 | launches |
 //! |---|---|---|---|
-//! | [`FusedRouter`] (`fused`) | tiny GEMM, bf16 in, fp32 out | `fused_router_block` up to [`BLOCK_FORM_MAX_ROWS`] rows, else `fused_router_screen_e{W}` for sigmoid scores and `fused_router_e{W}` for the others, W in 128, 256, 288, 320, 384, 512, 1024 ([`RowForm`]) | 2 |
+//! | [`FusedRouter`] (`fused`) | tiny GEMM, bf16 in, fp32 out | for sigmoid scores without groups `fused_router_screen_e{W}` up to [`SCREENED_FEW_ROWS`] rows and past [`BLOCK_FORM_MAX_ROWS`], `fused_router_block` between; for the others `fused_router_block` up to [`BLOCK_FORM_MAX_ROWS`] rows, else `fused_router_e{W}`; W in 128, 256, 288, 320, 384, 512, 1024 ([`RowForm`]) | 2 |
 //! | [`FusedRouter`] with [`LogitsFrom::Blas`] (`blas+fused`) | cuBLAS (the emulator: a reference GEMM) | the same | 1 + cuBLAS's |
 //! | [`TinyGemmChain`] (`tiny+chain`) | tiny GEMM | chapter 1's chain after its GEMM | 6 or 7 |
 //!
@@ -87,9 +87,10 @@ pub enum RowForm {
     BlockPerRow,
     /// `fused_router_screen_e{W}`: one warp per row, the k best found on approximate sigmoid
     /// keys (two MUFU instructions an expert), then confirmed and ordered on exact ones; a row
-    /// whose cut is too close to call, or with a non-finite value, goes through the one-warp
-    /// router. The same bits as the other forms; the fewest instructions per sigmoid row, so the
-    /// form for many of them. Other scorings and grouped selection run the one-warp router.
+    /// whose cut is too close to call (twice: the second time with the keys shifted to the cut),
+    /// or with a non-finite value, goes through the one-warp router. The same bits as the other
+    /// forms; the fewest instructions per sigmoid row and the shortest chain, so the form for
+    /// many of them and for a few. Other scorings and grouped selection run the one-warp router.
     Screened,
 }
 
@@ -100,11 +101,24 @@ pub enum RowForm {
 /// H200 at once (132 SMs × 2,048 threads hold 924); it is a choice, not a measured crossover.
 pub const BLOCK_FORM_MAX_ROWS: usize = 512;
 
-/// The form [`FusedTopk::new`] picks: a block per row up to [`BLOCK_FORM_MAX_ROWS`] rows, unless
-/// the config groups experts (only the one-warp form selects groups); past that, the screened
-/// form for sigmoid scores, the one-warp form for the others.
+/// Up to how many rows [`RowForm::Screened`] is the default for sigmoid scores without groups,
+/// ahead of the block form. Its warp per row has the shorter chain: in `bench ch05`, some 0.15 to
+/// 0.4 µs less than a block per row at a few GLM-like rows. But a row whose cut the first screen
+/// cannot call costs the launch a second screen (about 0.5 µs), and one the second cannot call
+/// the one-warp router (about 3 µs): 1.8% and 0.23% of 100,000 random GLM-like rows on the H200
+/// (the test `random_100k_rows_glm_like`), so the more rows, the likelier the launch pays. With
+/// those numbers the expected gain is gone at about 12 rows; 8 keeps a margin. A choice from
+/// those numbers, not a measured crossover.
+pub const SCREENED_FEW_ROWS: usize = 8;
+
+/// The form [`FusedTopk::new`] picks: for sigmoid scores without groups, the screened form up to
+/// [`SCREENED_FEW_ROWS`] rows and past [`BLOCK_FORM_MAX_ROWS`], a block per row between; for the
+/// other scorings without groups, a block per row up to [`BLOCK_FORM_MAX_ROWS`] rows, then one
+/// warp per row; with groups, one warp per row (only it selects groups).
 pub fn form_for(config: &RouterConfig, rows: usize) -> RowForm {
+    let few = rows <= SCREENED_FEW_ROWS;
     match (config.grouping, rows <= BLOCK_FORM_MAX_ROWS, config.scoring) {
+        (None, _, Scoring::Sigmoid) if few => RowForm::Screened,
         (None, true, _) => RowForm::BlockPerRow,
         (None, false, Scoring::Sigmoid) => RowForm::Screened,
         _ => RowForm::WarpPerRow,

@@ -18,7 +18,7 @@ use ch01_router::routing::Routing;
 use ch01_router::RouterError;
 use ch05_fused_router::fused::{
     form_for, kernel_for, route_fused, route_logits_fused, route_logits_fused_as,
-    screened_kernel_for, RowForm, BLOCK_FORM_MAX_ROWS,
+    screened_kernel_for, RowForm, BLOCK_FORM_MAX_ROWS, SCREENED_FEW_ROWS,
 };
 use ch05_fused_router::tiny_gemm::GemmForm;
 use ch05_fused_router::{tiny_gemm, FusedRouter, LogitsFrom, TinyGemmChain};
@@ -414,6 +414,102 @@ fn screened_form_resolves_close_calls(dev: &'static Device) {
 }
 // ANCHOR_END: screened_close_calls
 
+// ANCHOR: screen_paths
+/// Which path decides a row of the screened form, from its test entry point
+/// (`fused_router_screen_path_e288`, which also stores the row's routing), at 288 experts,
+/// k = 8, a bias of 8 for every expert but expert 40 (8 + 2^-15). In rows 1 to 3 experts 200, 3,
+/// 90, 150, 260, 17 and 100 are the seven best by far (logits 5 to 3.5) and every other logit is
+/// at most -1 but the two at the cut, which is:
+///   row 0: expert 10 at logit 1, clear: the first screen decides (1);
+///   row 1: experts 10 and 40 at logit 0, keys 8.5 and 8.5 + 2^-15 (3.1e-5): within the first
+///          screen's margin (about 7.3e-5 at keys of 0.5 after c = 8), beyond the second's
+///          (about 1.2e-5 with the keys shifted by the cut's 8.5): the second screen decides (2),
+///          and takes 40;
+///   row 2: experts 11 and 41 at logit 0, the same key: the exact router (0), which takes 11;
+///   row 3: as row 1, with a NaN logit at expert 250: the exact router (0), by chapter 1's rules.
+/// Every row's ids and weights are the one-warp form's, bit for bit.
+fn screened_form_screens_again_before_the_exact_router(dev: &'static Device) {
+    let (experts, rows, config) = (288, 4, RouterConfig::glm5(8));
+    let mut logits = vec![0.0f32; rows * experts];
+    for (r, row) in logits.chunks_mut(experts).enumerate() {
+        for (e, l) in row.iter_mut().enumerate() {
+            *l = -1.0 - (e % 7) as f32 * 0.125;
+        }
+        for (i, e) in [200, 3, 90, 150, 260, 17, 100].into_iter().enumerate() {
+            row[e] = 5.0 - 0.25 * i as f32;
+        }
+        match r {
+            0 => row[10] = 1.0,
+            1 | 3 => (row[10], row[40]) = (0.0, 0.0),
+            _ => (row[11], row[41]) = (0.0, 0.0),
+        }
+    }
+    logits[3 * experts + 250] = f32::NAN;
+    let mut bias = vec![8.0f32; experts];
+    bias[40] = 8.0 + 2f32.powi(-15);
+    let (path, ids, weights) = screen_paths(dev, &config, rows, &logits, &bias);
+    assert_eq!(path, [1, 2, 0, 0]);
+    let warp = route_logits_fused_as(
+        dev,
+        &config,
+        rows,
+        experts,
+        &logits,
+        Some(&bias),
+        RowForm::WarpPerRow,
+    )
+    .unwrap();
+    assert_same_bits("ids", &warp.ids, &ids);
+    assert_same_bits("weights", &warp.weights, &weights);
+    assert_eq!(warp.row_ids(0)[7], 10);
+    assert_eq!(warp.row_ids(1)[7], 40);
+    assert_eq!(warp.row_ids(2)[7], 11);
+}
+// ANCHOR_END: screen_paths
+
+/// `fused_router_screen_path_e288` on `rows` rows of 288 logits (a sigmoid config without
+/// groups): each row's path (1 the first screen, 2 the second, 0 the exact router), ids and
+/// weights.
+fn screen_paths(
+    dev: &'static Device,
+    config: &RouterConfig,
+    rows: usize,
+    logits: &[f32],
+    bias: &[f32],
+) -> (Vec<i32>, Vec<u32>, Vec<f32>) {
+    assert_eq!((logits.len(), bias.len()), (rows * 288, 288));
+    let m = dev.load(&ch05_fused_router::fused::KERNELS).unwrap();
+    let (ld, bd) = (dev.upload(logits).unwrap(), dev.upload(bias).unwrap());
+    let ids = dev.zeros::<i32>(rows * config.k).unwrap();
+    let weights = dev.zeros::<f32>(rows * config.k).unwrap();
+    let path = dev.zeros::<i32>(rows).unwrap();
+    let (t, e, k) = (rows as i32, 288i32, config.k as i32);
+    let sigmoid = ch05_fused_router::fused::geometry::FR_SCORING_SIGMOID as i32;
+    let renormalize = i32::from(config.renormalize);
+    m.launch(
+        "fused_router_screen_path_e288",
+        ch05_fused_router::fused::launch(rows),
+        &moe_kernels::args![
+            &ld,
+            &bd,
+            &ids,
+            &weights,
+            &path,
+            t,
+            e,
+            k,
+            sigmoid,
+            0i32,
+            0i32,
+            renormalize,
+            config.routed_scaling
+        ],
+    )
+    .unwrap();
+    let ids = ids.to_vec().unwrap().iter().map(|&i| i as u32).collect();
+    (path.to_vec().unwrap(), ids, weights.to_vec().unwrap())
+}
+
 // ANCHOR: screen_error
 /// The bound fr_clear relies on: the screen's approximate sigmoid (two MUFU instructions on the
 /// GPU; glibc's exp2f and a division on the emulator) within 2^-20 of the exact score, at 2^20
@@ -478,8 +574,13 @@ fn launches_are_the_pair(dev: &'static Device) {
         let (got, launched) = record_launches(|| {
             route_on_device(&pair, dev, GateDtype::Bf16, &h, &w, Some(&bias)).unwrap()
         });
-        // GLM-5's config selects without groups: a block per row at these row counts.
-        let fused = "fused_router_block";
+        // GLM-5's config: sigmoid scores without groups, screened up to SCREENED_FEW_ROWS rows,
+        // then a block per row.
+        let fused = if rows <= SCREENED_FEW_ROWS {
+            screened_kernel_for(experts).unwrap()
+        } else {
+            "fused_router_block"
+        };
         assert_eq!(
             launched,
             vec![
@@ -502,12 +603,17 @@ fn launches_are_the_pair(dev: &'static Device) {
     assert_eq!(screened_kernel_for(288), Some("fused_router_screen_e288"));
     assert_eq!(screened_kernel_for(1024), Some("fused_router_screen_e1024"));
     assert_eq!(screened_kernel_for(1025), None);
-    // Past BLOCK_FORM_MAX_ROWS rows the screened form for sigmoid scores, the one-warp form for
-    // the others; the one-warp form for grouped selection at any count.
+    // Sigmoid scores: screened up to SCREENED_FEW_ROWS rows and past BLOCK_FORM_MAX_ROWS, a
+    // block per row between; the other scorings: a block per row, then one warp per row; the
+    // one-warp form for grouped selection at any count.
     let glm = RouterConfig::glm5(8);
+    assert_eq!(form_for(&glm, 1), RowForm::Screened);
+    assert_eq!(form_for(&glm, SCREENED_FEW_ROWS), RowForm::Screened);
+    assert_eq!(form_for(&glm, SCREENED_FEW_ROWS + 1), RowForm::BlockPerRow);
     assert_eq!(form_for(&glm, BLOCK_FORM_MAX_ROWS), RowForm::BlockPerRow);
     assert_eq!(form_for(&glm, BLOCK_FORM_MAX_ROWS + 1), RowForm::Screened);
     let qwen3 = RouterConfig::qwen3(8);
+    assert_eq!(form_for(&qwen3, 1), RowForm::BlockPerRow);
     assert_eq!(
         form_for(&qwen3, BLOCK_FORM_MAX_ROWS + 1),
         RowForm::WarpPerRow
@@ -726,6 +832,7 @@ moe_kernels::backend_tests!(
     wide_rows_and_large_k_match_the_oracle,
     both_forms_give_the_same_bits,
     screened_form_resolves_close_calls,
+    screened_form_screens_again_before_the_exact_router,
     screen_approximation_is_within_its_bound,
     launches_are_the_pair,
     empty_batch_launches_nothing_and_returns_empty,
@@ -785,6 +892,7 @@ fn random_rows(hidden: usize, experts: usize, config: RouterConfig, with_bias: b
     });
     let bias = bias.as_deref();
     let mut exact = 0;
+    let mut paths = [0usize; 3]; // rows decided by the exact router, the first screen, the second
     for c in 0..rows / chunk {
         let h = patterned(chunk * hidden, salt + 10 + c as u64, 1.0);
         let s = GateShape {
@@ -817,6 +925,20 @@ fn random_rows(hidden: usize, experts: usize, config: RouterConfig, with_bias: b
                 &b.weights,
             );
         }
+        if let (288, Scoring::Sigmoid, None, Some(b)) =
+            (experts, config.scoring, config.grouping, bias)
+        {
+            let (path, ids, weights) = screen_paths(gpu, &config, chunk, &logits, b);
+            assert_same_bits(&format!("chunk {c} ids, screen paths"), &got.ids, &ids);
+            assert_same_bits(
+                &format!("chunk {c} weights, screen paths"),
+                &got.weights,
+                &weights,
+            );
+            for p in path {
+                paths[p as usize] += 1;
+            }
+        }
         if c == 0 {
             let few = GateShape { rows: 64, ..s };
             let on_emu = FusedRouter::new(emu, &config, few, bias).unwrap();
@@ -829,6 +951,19 @@ fn random_rows(hidden: usize, experts: usize, config: RouterConfig, with_bias: b
         "{rows} random rows, {experts} experts: {exact} clear cuts, every one the oracle's ids"
     );
     assert!(exact * 10 >= rows * 9, "only {exact} clear cuts");
+    if paths != [0; 3] {
+        let [exact_router, first, second] = paths;
+        eprintln!(
+            "{rows} random rows, the screened form: {first} decided by the first screen, \
+             {second} by the second, {exact_router} by the exact router"
+        );
+        // Each row has one path; the screens decide nearly every row of random logits.
+        assert_eq!(first + second + exact_router, rows);
+        assert!(
+            exact_router * 100 < rows,
+            "{exact_router} rows took the exact router"
+        );
+    }
 }
 
 /// The router kernel is a dependent launch of the tiny GEMM: it must read the logits only after

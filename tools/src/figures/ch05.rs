@@ -262,7 +262,8 @@ pub fn table(rows: &[BenchRow]) -> String {
 
 /// The numbers the page quotes. Per shape `s` (`glm`, `qwen3`) and row count `n`:
 /// `{s}_{n}_{imp}_cold` / `_warm` (imp: pair, blas, tiny, fused, chain, torch), `{s}_{n}_probe`
-/// (the router's floor probe), `{s}_{n}_pair_over_probe`; at 1 row `{s}_1_tiny_over_probe`; over
+/// (the router's floor probe), `{s}_{n}_pair_over_probe`, `{s}_{n}_pair_minus_tiny` (the pair's
+/// cold time less the tiny GEMM's); at 1 row `{s}_1_tiny_over_probe`; over
 /// the rows up to 96 `{s}_chain_over_pair_min/_max` and `{s}_torch_over_pair_min/_max`;
 /// `{s}_pair_launches`, `{s}_chain_launches`; at 8192 rows `{s}_8192_fused_over_logits_probe`.
 /// Each target of the chapter gets its verdict, `met` or `**missed**`, from the same unrounded
@@ -301,6 +302,14 @@ pub fn facts(rows: &[BenchRow]) -> Facts {
                     f.add(format!("{k}_cold"), fmt_us(r.cold_median_us), src);
                     f.add(format!("{k}_warm"), fmt_us(r.warm_median_us), src);
                 }
+            }
+            if let (Some(p), Some(t)) = (
+                find(rows, &shape, n, PAIR),
+                find(rows, &shape, n, "tiny_gemm"),
+            ) {
+                // What the fused kernel adds to the pair (the text compares forms by it).
+                let d = p.cold_median_us - t.cold_median_us;
+                f.add(format!("{s}_{n}_pair_minus_tiny"), format!("{d:.2}"), src);
             }
             if let Some((router, logits)) = probes(rows, &shape, n) {
                 f.add(format!("{s}_{n}_probe"), fmt_us(router), src);
@@ -439,6 +448,7 @@ mod tests {
         assert_eq!(f.get("glm_1_probe"), Some("3.00"));
         assert_eq!(f.get("glm_1_pair_over_probe"), Some("1.33"));
         assert_eq!(f.get("glm_1_tiny_over_probe"), Some("1.10"));
+        assert_eq!(f.get("glm_1_pair_minus_tiny"), Some("0.70"));
         // The fused kernel alone against the smaller probe (its logits).
         assert_eq!(f.get("glm_8192_fused_over_logits_probe"), Some("1.50"));
         // Only rows up to 96 count for the chain's ratio.
