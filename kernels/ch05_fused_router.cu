@@ -8,9 +8,10 @@
 // registers, and the warp selects in k rounds of argmax by a warp reduction (redux.sync) and a
 // vote. The row never goes back to memory; only the k ids and k weights are stored. For few
 // rows, fused_router_block runs the same router with one block per row and a thread per expert
-// (below): more instructions in all, a much shorter chain. For many sigmoid rows,
-// fused_router_screen_e{W} ranks on approximate keys and confirms with exact ones (below): the
-// same bits, about half the instructions.
+// (below): more instructions in all, a much shorter chain. For sigmoid rows,
+// fused_router_screen_many_e{W} (many rows) and fused_router_screen_e{W} (a few, with a second
+// screen) rank on approximate keys and confirm with exact ones (below): the same bits, about
+// two fifths of the instructions.
 //
 // Upstream: SGLang's fused router (`_router_triton_kernel` in a profile; the biased grouped
 // top-k of sgl-kernel's moe_fused_gate and vLLM's grouped_topk kernels are the same idea in
@@ -484,7 +485,8 @@ __device__ __forceinline__ unsigned fr_select(const unsigned* pk, int k, int lan
 // where a float is finest, and the rounds again. Returns the ballot of unclear picks and this
 // lane's pick (fr_select's). Out of line, with its own loads (from the L1 or the L2 by now): the
 // 2% of rows that need it must not keep the first screen's logits in registers through every
-// row's rounds (inlined, the compiler kept them, and the kernel took 3% longer at 8192 rows).
+// row's rounds (inlined, the compiler kept them). Inlined or not, the kernels with it took some
+// 4% longer at 8192 rows, so only the few-row kernels have it (fr_screen's SECOND).
 template <int SLOTS, bool FULL, int K>
 __device__ __noinline__ uint2 fr_screen_again(const float* __restrict__ xl,
                                               const float* __restrict__ bias, int lane, int E,
@@ -507,8 +509,11 @@ __device__ __noinline__ uint2 fr_screen_again(const float* __restrict__ xl,
 // Routes row t of a sigmoid config without groups, 1 <= k < E: 1 when the first screen decided
 // the row, 2 when the second did, 0 (nothing stored) when the row needs the exact router. FULL: E = 32 * SLOTS, every slot an expert (288 experts in e288),
 // so that no load or key needs a test. K: k known when compiled (8, the common case: the rounds
-// and the weights' sum unroll), or 0 for k from the argument.
-template <int SLOTS, bool FULL, int K>
+// and the weights' sum unroll), or 0 for k from the argument. SECOND: whether a cut too close to
+// call is screened again (fr_screen_again) before the exact router; only the kernels for a few
+// rows do (fused_router_screen_e{W}), since at many rows its mere presence cost the kernel some
+// 4% (the many-row kernels, fused_router_screen_many_e{W}, leave it out).
+template <int SLOTS, bool FULL, int K, bool SECOND>
 __device__ __forceinline__ int fr_screen(const float* __restrict__ logits,
                                           const float* __restrict__ bias, int* __restrict__ ids,
                                           float* __restrict__ weights, int t, int E, int k_arg,
@@ -543,7 +548,8 @@ __device__ __forceinline__ int fr_screen(const float* __restrict__ logits,
     unsigned mine;  // lane r: round r's packed key
     unsigned unclear = fr_select<SLOTS, K>(pk, k, lane, ID_MASK, rel, c, mine);
     int screen = 1;
-    if (unclear >> (k - 1) & 1u) {
+    if (!SECOND && (unclear >> (k - 1) & 1u)) return 0;  // the many-row kernels: no second screen
+    if (SECOND && (unclear >> (k - 1) & 1u)) {
         // 3b. The cut is too close to call at this precision: screen once more, centred on the
         //     k-th key's value (fr_screen_again).
         const float shift = c + __shfl_sync(MOE_FULL_MASK, fr_unpack(mine, ID_MASK), k - 1);
@@ -578,7 +584,7 @@ __device__ __forceinline__ int fr_screen(const float* __restrict__ logits,
 
 // path (the test kernel's; null in the others): lane 0 stores the fr_screen result that decided
 // the row, 0 for the exact router.
-template <int SLOTS>
+template <int SLOTS, bool SECOND>
 __device__ __forceinline__ void fused_router_screened(const float* __restrict__ logits,
                                                       const float* __restrict__ bias,
                                                       int* __restrict__ ids,
@@ -592,11 +598,11 @@ __device__ __forceinline__ void fused_router_screened(const float* __restrict__ 
     int screen = 0;
     if (screenable) {
         if (E == 32 * SLOTS && k == 8)
-            screen = fr_screen<SLOTS, true, 8>(logits, bias, ids, weights, t, E, k, renormalize, scale);
+            screen = fr_screen<SLOTS, true, 8, SECOND>(logits, bias, ids, weights, t, E, k, renormalize, scale);
         else if (E == 32 * SLOTS)
-            screen = fr_screen<SLOTS, true, 0>(logits, bias, ids, weights, t, E, k, renormalize, scale);
+            screen = fr_screen<SLOTS, true, 0, SECOND>(logits, bias, ids, weights, t, E, k, renormalize, scale);
         else
-            screen = fr_screen<SLOTS, false, 0>(logits, bias, ids, weights, t, E, k, renormalize, scale);
+            screen = fr_screen<SLOTS, false, 0, SECOND>(logits, bias, ids, weights, t, E, k, renormalize, scale);
     }
     if (!screen)
         fr_row<SLOTS>(logits, bias, ids, weights, t, E, k, scoring, n_group, topk_group,
@@ -786,50 +792,100 @@ extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_route
     const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
     float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
     int renormalize, float scale) {
-    fused_router_screened<4>(logits, bias, ids, weights, T, E, k, scoring, n_group, topk_group,
-                              renormalize, scale);
+    fused_router_screened<4, true>(logits, bias, ids, weights, T, E, k, scoring, n_group,
+                                    topk_group, renormalize, scale);
 }
 extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_screen_e256(
     const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
     float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
     int renormalize, float scale) {
-    fused_router_screened<8>(logits, bias, ids, weights, T, E, k, scoring, n_group, topk_group,
-                              renormalize, scale);
+    fused_router_screened<8, true>(logits, bias, ids, weights, T, E, k, scoring, n_group,
+                                    topk_group, renormalize, scale);
 }
 extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_screen_e288(
     const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
     float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
     int renormalize, float scale) {
-    fused_router_screened<9>(logits, bias, ids, weights, T, E, k, scoring, n_group, topk_group,
-                              renormalize, scale);
+    fused_router_screened<9, true>(logits, bias, ids, weights, T, E, k, scoring, n_group,
+                                    topk_group, renormalize, scale);
 }
 extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_screen_e320(
     const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
     float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
     int renormalize, float scale) {
-    fused_router_screened<10>(logits, bias, ids, weights, T, E, k, scoring, n_group, topk_group,
-                              renormalize, scale);
+    fused_router_screened<10, true>(logits, bias, ids, weights, T, E, k, scoring, n_group,
+                                    topk_group, renormalize, scale);
 }
 extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_screen_e384(
     const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
     float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
     int renormalize, float scale) {
-    fused_router_screened<12>(logits, bias, ids, weights, T, E, k, scoring, n_group, topk_group,
-                              renormalize, scale);
+    fused_router_screened<12, true>(logits, bias, ids, weights, T, E, k, scoring, n_group,
+                                    topk_group, renormalize, scale);
 }
 extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_screen_e512(
     const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
     float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
     int renormalize, float scale) {
-    fused_router_screened<16>(logits, bias, ids, weights, T, E, k, scoring, n_group, topk_group,
-                              renormalize, scale);
+    fused_router_screened<16, true>(logits, bias, ids, weights, T, E, k, scoring, n_group,
+                                    topk_group, renormalize, scale);
 }
 extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_screen_e1024(
     const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
     float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
     int renormalize, float scale) {
-    fused_router_screened<32>(logits, bias, ids, weights, T, E, k, scoring, n_group, topk_group,
-                              renormalize, scale);
+    fused_router_screened<32, true>(logits, bias, ids, weights, T, E, k, scoring, n_group,
+                                    topk_group, renormalize, scale);
+}
+// The same for many rows, without the second screen.
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_screen_many_e128(
+    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
+    float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
+    int renormalize, float scale) {
+    fused_router_screened<4, false>(logits, bias, ids, weights, T, E, k, scoring, n_group,
+                                    topk_group, renormalize, scale);
+}
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_screen_many_e256(
+    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
+    float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
+    int renormalize, float scale) {
+    fused_router_screened<8, false>(logits, bias, ids, weights, T, E, k, scoring, n_group,
+                                    topk_group, renormalize, scale);
+}
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_screen_many_e288(
+    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
+    float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
+    int renormalize, float scale) {
+    fused_router_screened<9, false>(logits, bias, ids, weights, T, E, k, scoring, n_group,
+                                    topk_group, renormalize, scale);
+}
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_screen_many_e320(
+    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
+    float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
+    int renormalize, float scale) {
+    fused_router_screened<10, false>(logits, bias, ids, weights, T, E, k, scoring, n_group,
+                                    topk_group, renormalize, scale);
+}
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_screen_many_e384(
+    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
+    float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
+    int renormalize, float scale) {
+    fused_router_screened<12, false>(logits, bias, ids, weights, T, E, k, scoring, n_group,
+                                    topk_group, renormalize, scale);
+}
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_screen_many_e512(
+    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
+    float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
+    int renormalize, float scale) {
+    fused_router_screened<16, false>(logits, bias, ids, weights, T, E, k, scoring, n_group,
+                                    topk_group, renormalize, scale);
+}
+extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_screen_many_e1024(
+    const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
+    float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
+    int renormalize, float scale) {
+    fused_router_screened<32, false>(logits, bias, ids, weights, T, E, k, scoring, n_group,
+                                    topk_group, renormalize, scale);
 }
 
 // For the test of the screen's paths: fused_router_screen_e288's routing, and for each row the
@@ -838,8 +894,8 @@ extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_route
     const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
     float* __restrict__ weights, int* __restrict__ path, int T, int E, int k, int scoring,
     int n_group, int topk_group, int renormalize, float scale) {
-    fused_router_screened<9>(logits, bias, ids, weights, T, E, k, scoring, n_group, topk_group,
-                             renormalize, scale, path);
+    fused_router_screened<9, true>(logits, bias, ids, weights, T, E, k, scoring, n_group,
+                                   topk_group, renormalize, scale, path);
 }
 
 // The screen's approximation against the exact score, for the test that checks fr_clear's error

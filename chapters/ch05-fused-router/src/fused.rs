@@ -2,7 +2,7 @@
 //!
 //! | router | logits | steps 2 and 3 | launches |
 //! |---|---|---|---|
-//! | [`FusedRouter`] (`fused`) | tiny GEMM, bf16 in, fp32 out | for sigmoid scores without groups `fused_router_screen_e{W}` up to [`SCREENED_FEW_ROWS`] rows and past [`BLOCK_FORM_MAX_ROWS`], `fused_router_block` between; for the others `fused_router_block` up to [`BLOCK_FORM_MAX_ROWS`] rows, else `fused_router_e{W}`; W in 128, 256, 288, 320, 384, 512, 1024 ([`RowForm`]) | 2 |
+//! | [`FusedRouter`] (`fused`) | tiny GEMM, bf16 in, fp32 out | for sigmoid scores without groups `fused_router_screen_e{W}` up to [`SCREENED_FEW_ROWS`] rows and `fused_router_screen_many_e{W}` past [`BLOCK_FORM_MAX_ROWS`], `fused_router_block` between; for the others `fused_router_block` up to [`BLOCK_FORM_MAX_ROWS`] rows, else `fused_router_e{W}`; W in 128, 256, 288, 320, 384, 512, 1024 ([`RowForm`]) | 2 |
 //! | [`FusedRouter`] with [`LogitsFrom::Blas`] (`blas+fused`) | cuBLAS (the emulator: a reference GEMM) | the same | 1 + cuBLAS's |
 //! | [`TinyGemmChain`] (`tiny+chain`) | tiny GEMM | chapter 1's chain after its GEMM | 6 or 7 |
 //!
@@ -33,33 +33,70 @@ pub mod geometry {
 use geometry::*;
 
 /// The row widths the kernel is compiled for (experts per row, at most), with their entry points:
-/// the one-warp router's and the screened router's.
-const WIDTHS: [(usize, &str, &str); 7] = [
-    (128, "fused_router_e128", "fused_router_screen_e128"),
-    (256, "fused_router_e256", "fused_router_screen_e256"),
-    (288, "fused_router_e288", "fused_router_screen_e288"),
-    (320, "fused_router_e320", "fused_router_screen_e320"),
-    (384, "fused_router_e384", "fused_router_screen_e384"),
-    (512, "fused_router_e512", "fused_router_screen_e512"),
-    (1024, "fused_router_e1024", "fused_router_screen_e1024"),
+/// the one-warp router's, the screened router's for a few rows (with the second screen) and for
+/// many (without).
+const WIDTHS: [(usize, &str, &str, &str); 7] = [
+    (
+        128,
+        "fused_router_e128",
+        "fused_router_screen_e128",
+        "fused_router_screen_many_e128",
+    ),
+    (
+        256,
+        "fused_router_e256",
+        "fused_router_screen_e256",
+        "fused_router_screen_many_e256",
+    ),
+    (
+        288,
+        "fused_router_e288",
+        "fused_router_screen_e288",
+        "fused_router_screen_many_e288",
+    ),
+    (
+        320,
+        "fused_router_e320",
+        "fused_router_screen_e320",
+        "fused_router_screen_many_e320",
+    ),
+    (
+        384,
+        "fused_router_e384",
+        "fused_router_screen_e384",
+        "fused_router_screen_many_e384",
+    ),
+    (
+        512,
+        "fused_router_e512",
+        "fused_router_screen_e512",
+        "fused_router_screen_many_e512",
+    ),
+    (
+        1024,
+        "fused_router_e1024",
+        "fused_router_screen_e1024",
+        "fused_router_screen_many_e1024",
+    ),
 ];
 
-/// The narrowest width that holds `experts` experts: its two entry points.
-fn width_for(experts: usize) -> Option<(&'static str, &'static str)> {
+/// The entry points of the narrowest width that holds `experts`.
+fn width_for(experts: usize) -> Option<(&'static str, &'static str, &'static str)> {
     WIDTHS
         .iter()
-        .find(|(w, _, _)| *w >= experts)
-        .map(|&(_, exact, screened)| (exact, screened))
+        .find(|(w, ..)| *w >= experts)
+        .map(|&(_, exact, few, many)| (exact, few, many))
 }
 
 /// The fused kernel's entry point for `experts` experts (the narrowest that holds the row).
 pub fn kernel_for(experts: usize) -> Option<&'static str> {
-    width_for(experts).map(|(exact, _)| exact)
+    width_for(experts).map(|(exact, ..)| exact)
 }
 
-/// The screened kernel's entry point for `experts` experts, as [`kernel_for`].
-pub fn screened_kernel_for(experts: usize) -> Option<&'static str> {
-    width_for(experts).map(|(_, screened)| screened)
+/// The screened kernel's entry point for `experts` experts and `rows` rows, as [`kernel_for`]:
+/// up to [`SCREENED_FEW_ROWS`] rows the one with the second screen, past that the one without.
+pub fn screened_kernel_for(experts: usize, rows: usize) -> Option<&'static str> {
+    width_for(experts).map(|(_, few, many)| if rows <= SCREENED_FEW_ROWS { few } else { many })
 }
 
 /// The launch of the fused kernel for `rows` rows: one warp per row, 4 rows per block; a
@@ -85,7 +122,8 @@ pub enum RowForm {
     /// `fused_router_block`: one block per row, one thread per expert, the picks by two rank
     /// counts. More instructions per row but a much shorter chain: the form for few rows.
     BlockPerRow,
-    /// `fused_router_screen_e{W}`: one warp per row, the k best found on approximate sigmoid
+    /// `fused_router_screen_e{W}` (up to [`SCREENED_FEW_ROWS`] rows, with a second screen) and
+    /// `fused_router_screen_many_e{W}` (more rows): one warp per row, the k best found on approximate sigmoid
     /// keys (two MUFU instructions an expert), then confirmed and ordered on exact ones; a row
     /// whose cut is too close to call (twice: the second time with the keys shifted to the cut),
     /// or with a non-finite value, goes through the one-warp router. The same bits as the other
@@ -102,13 +140,13 @@ pub enum RowForm {
 pub const BLOCK_FORM_MAX_ROWS: usize = 512;
 
 /// Up to how many rows [`RowForm::Screened`] is the default for sigmoid scores without groups,
-/// ahead of the block form. Its warp per row has the shorter chain: in `bench ch05`, some 0.15 to
-/// 0.4 µs less than a block per row at a few GLM-like rows. But a row whose cut the first screen
-/// cannot call costs the launch a second screen (about 0.5 µs), and one the second cannot call
-/// the one-warp router (about 3 µs): 1.8% and 0.23% of 100,000 random GLM-like rows on the H200
+/// ahead of the block form. Its warp per row has the shorter chain: in `bench ch05`, some 0.13 to
+/// 0.38 µs less than a block per row at a few GLM-like rows. But a row whose cut the first screen
+/// cannot call costs the launch a second screen (0.5 to 0.75 µs), and one the second cannot call
+/// the one-warp router (about 3 µs): 2.0% and 0.23% of 100,000 random GLM-like rows on the H200
 /// (the test `random_100k_rows_glm_like`), so the more rows, the likelier the launch pays. With
-/// those numbers the expected gain is gone at about 12 rows; 8 keeps a margin. A choice from
-/// those numbers, not a measured crossover.
+/// those numbers the expected gain is gone at about 16 to 21 rows; 8 keeps a margin. A choice
+/// from those numbers, not a measured crossover.
 pub const SCREENED_FEW_ROWS: usize = 8;
 
 /// The form [`FusedTopk::new`] picks: for sigmoid scores without groups, the screened form up to
@@ -234,9 +272,8 @@ impl FusedTopk {
             RowForm::WarpPerRow => {
                 kernel_for(self.experts).expect("experts checked against FR_MAX_EXPERTS")
             }
-            RowForm::Screened => {
-                screened_kernel_for(self.experts).expect("experts checked against FR_MAX_EXPERTS")
-            }
+            RowForm::Screened => screened_kernel_for(self.experts, self.rows)
+                .expect("experts checked against FR_MAX_EXPERTS"),
             RowForm::BlockPerRow => "fused_router_block",
         }
     }

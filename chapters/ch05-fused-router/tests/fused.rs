@@ -398,6 +398,32 @@ fn screened_form_resolves_close_calls(dev: &'static Device) {
             &warp.weights,
             &screened.weights,
         );
+        // 35 rows run the many-row kernel; the same rows a few at a time, the few-row kernel
+        // (with the second screen).
+        for start in (0..rows).step_by(SCREENED_FEW_ROWS) {
+            let n = SCREENED_FEW_ROWS.min(rows - start);
+            let few = route_logits_fused_as(
+                dev,
+                &c,
+                n,
+                experts,
+                &logits[start * experts..(start + n) * experts],
+                Some(&bias),
+                RowForm::Screened,
+            )
+            .unwrap();
+            let part = start * k..(start + n) * k;
+            assert_same_bits(
+                &format!("k = {k} ids from row {start}"),
+                &warp.ids[part.clone()],
+                &few.ids,
+            );
+            assert_same_bits(
+                &format!("k = {k} weights from row {start}"),
+                &warp.weights[part],
+                &few.weights,
+            );
+        }
     }
     let screened = route(&config, RowForm::Screened);
     assert_eq!(screened.row_ids(1), &[5, 37, 200, 3, 90, 150, 260, 17]);
@@ -415,7 +441,7 @@ fn screened_form_resolves_close_calls(dev: &'static Device) {
 // ANCHOR_END: screened_close_calls
 
 // ANCHOR: screen_paths
-/// Which path decides a row of the screened form, from its test entry point
+/// Which path decides a row of the screened form for a few rows, from its test entry point
 /// (`fused_router_screen_path_e288`, which also stores the row's routing), at 288 experts,
 /// k = 8, a bias of 8 for every expert but expert 40 (8 + 2^-15). In rows 1 to 3 experts 200, 3,
 /// 90, 150, 260, 17 and 100 are the seven best by far (logits 5 to 3.5) and every other logit is
@@ -577,7 +603,7 @@ fn launches_are_the_pair(dev: &'static Device) {
         // GLM-5's config: sigmoid scores without groups, screened up to SCREENED_FEW_ROWS rows,
         // then a block per row.
         let fused = if rows <= SCREENED_FEW_ROWS {
-            screened_kernel_for(experts).unwrap()
+            screened_kernel_for(experts, rows).unwrap()
         } else {
             "fused_router_block"
         };
@@ -600,9 +626,23 @@ fn launches_are_the_pair(dev: &'static Device) {
     assert_eq!(kernel_for(385), Some("fused_router_e512"));
     assert_eq!(kernel_for(1024), Some("fused_router_e1024"));
     assert_eq!(kernel_for(1025), None);
-    assert_eq!(screened_kernel_for(288), Some("fused_router_screen_e288"));
-    assert_eq!(screened_kernel_for(1024), Some("fused_router_screen_e1024"));
-    assert_eq!(screened_kernel_for(1025), None);
+    assert_eq!(
+        screened_kernel_for(288, 1),
+        Some("fused_router_screen_e288")
+    );
+    assert_eq!(
+        screened_kernel_for(288, SCREENED_FEW_ROWS),
+        Some("fused_router_screen_e288")
+    );
+    assert_eq!(
+        screened_kernel_for(288, SCREENED_FEW_ROWS + 1),
+        Some("fused_router_screen_many_e288")
+    );
+    assert_eq!(
+        screened_kernel_for(1024, 8192),
+        Some("fused_router_screen_many_e1024")
+    );
+    assert_eq!(screened_kernel_for(1025, 1), None);
     // Sigmoid scores: screened up to SCREENED_FEW_ROWS rows and past BLOCK_FORM_MAX_ROWS, a
     // block per row between; the other scorings: a block per row, then one warp per row; the
     // one-warp form for grouped selection at any count.
@@ -624,7 +664,7 @@ fn launches_are_the_pair(dev: &'static Device) {
         experts: 288,
     };
     let pair = FusedRouter::new(dev, &glm, shape, Some(&[8.0; 288])).unwrap();
-    assert_eq!(pair.launch_names()[1], "fused_router_screen_e288");
+    assert_eq!(pair.launch_names()[1], "fused_router_screen_many_e288");
     let v3 = RouterConfig::deepseek_v3();
     assert_eq!(form_for(&v3, 1), RowForm::WarpPerRow);
     assert_eq!(form_for(&v3, BLOCK_FORM_MAX_ROWS + 1), RowForm::WarpPerRow);

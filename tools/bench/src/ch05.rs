@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | `tiny_gemm` | the tiny GEMM alone, in the form the pair runs (CUDA cores up to 7 rows, tensor cores from 8): bf16 hidden and gate in, fp32 logits out | hidden and gate read (bf16), logits written |
 //! | `tiny_gemm_fma`, `tiny_gemm_tc` | the same, each form at every row count | the same |
-//! | `fused_router` | the fused kernel alone, on logits already on the device, in the form the pair runs (a block per row up to 512 rows, else a warp per row: screened for sigmoid scores) | logits and bias read, ids and weights written |
+//! | `fused_router` | the fused kernel alone, on logits already on the device, in the form the pair runs (`form_for`: for sigmoid scores without groups the screened form up to 8 rows and past 512, a block per row between; for the others a block per row up to 512 rows, else a warp per row) | logits and bias read, ids and weights written |
 //! | `fused_router_warp`, `fused_router_block`, `fused_router_screen` | the same, each form at every row count (the screened form runs the one-warp router for softmax) | the same |
 //! | `pair` | the tiny GEMM + the fused kernel ([`FusedRouter`]) | the router's: hidden and gate (bf16) and bias read, ids and weights written |
 //! | `pair_fma`, `pair_tc` | the same, with the tiny GEMM in each form at every row count | the same |
