@@ -375,9 +375,10 @@ __device__ __forceinline__ void fused_router(const float* __restrict__ logits,
 //      warp's k best (the lane holding the round's key sees it by itself; a lane that wins a
 //      third time takes its next three);
 //   3. the cut is checked: if the k-th approximate key is not clear of the (k+1)-th by more than
-//      the approximations' error (fr_clear), the warp screens the row once more with c moved to
-//      the k-th key's value, where the keys at the cut are near 0 and their id bits cost little
-//      precision; if the cut is still too close, it routes the row with fr_row, exactly;
+//      the approximations' error (fr_clear), the warp routes the row with fr_row, exactly; in
+//      the few-row kernels (fr_screen's SECOND) it first screens the row once more with c moved
+//      to the k-th key's value, where the keys at the cut are near 0 and their id bits cost
+//      little precision, and goes to fr_row only if the cut is still too close;
 //   4. lane r computes pick r's exact score (fr_scores' arithmetic, the same bits); if two picks
 //      lie too close to trust their order, the picks are ordered by their exact keys (chapter
 //      1's order: the larger key, then the lower id).
@@ -485,8 +486,9 @@ __device__ __forceinline__ unsigned fr_select(const unsigned* pk, int k, int lan
 // where a float is finest, and the rounds again. Returns the ballot of unclear picks and this
 // lane's pick (fr_select's). Out of line, with its own loads (from the L1 or the L2 by now): the
 // 2% of rows that need it must not keep the first screen's logits in registers through every
-// row's rounds (inlined, the compiler kept them). Inlined or not, the kernels with it took some
-// 4% longer at 8192 rows, so only the few-row kernels have it (fr_screen's SECOND).
+// row's rounds (inlined, the compiler kept them). Even so, at 8192 rows the kernel with it took
+// some 5% longer than without it in a same-run A/B (inlined, some 3% across runs), so only the
+// few-row kernels have it (fr_screen's SECOND).
 template <int SLOTS, bool FULL, int K>
 __device__ __noinline__ uint2 fr_screen_again(const float* __restrict__ xl,
                                               const float* __restrict__ bias, int lane, int E,
@@ -512,7 +514,7 @@ __device__ __noinline__ uint2 fr_screen_again(const float* __restrict__ xl,
 // and the weights' sum unroll), or 0 for k from the argument. SECOND: whether a cut too close to
 // call is screened again (fr_screen_again) before the exact router; only the kernels for a few
 // rows do (fused_router_screen_e{W}), since at many rows its mere presence cost the kernel some
-// 4% (the many-row kernels, fused_router_screen_many_e{W}, leave it out).
+// 5% (the many-row kernels, fused_router_screen_many_e{W}, leave it out).
 template <int SLOTS, bool FULL, int K, bool SECOND>
 __device__ __forceinline__ int fr_screen(const float* __restrict__ logits,
                                           const float* __restrict__ bias, int* __restrict__ ids,

@@ -125,8 +125,8 @@ pub enum RowForm {
     /// `fused_router_screen_e{W}` (up to [`SCREENED_FEW_ROWS`] rows, with a second screen) and
     /// `fused_router_screen_many_e{W}` (more rows): one warp per row, the k best found on approximate sigmoid
     /// keys (two MUFU instructions an expert), then confirmed and ordered on exact ones; a row
-    /// whose cut is too close to call (twice: the second time with the keys shifted to the cut),
-    /// or with a non-finite value, goes through the one-warp router. The same bits as the other
+    /// whose cut is too close to call (in `fused_router_screen_e{W}` after a second screen with the
+    /// keys shifted to the cut), or with a non-finite value, goes through the one-warp router. The same bits as the other
     /// forms; the fewest instructions per sigmoid row and the shortest chain, so the form for
     /// many of them and for a few. Other scorings and grouped selection run the one-warp router.
     Screened,
@@ -145,7 +145,7 @@ pub const BLOCK_FORM_MAX_ROWS: usize = 512;
 /// cannot call costs the launch a second screen (0.5 to 0.75 µs), and one the second cannot call
 /// the one-warp router (about 3 µs): 2.0% and 0.23% of 100,000 random GLM-like rows on the H200
 /// (the test `random_100k_rows_glm_like`), so the more rows, the likelier the launch pays. With
-/// those numbers the expected gain is gone at about 16 to 21 rows; 8 keeps a margin. A choice
+/// those numbers the expected gain is gone at about 16 to 20 rows; 8 keeps a margin. A choice
 /// from those numbers, not a measured crossover.
 pub const SCREENED_FEW_ROWS: usize = 8;
 
