@@ -435,12 +435,25 @@ __device__ __forceinline__ void fr_top3(const unsigned* pk, unsigned below, unsi
     }
 }
 
+// The screen's ID_BITS low bits of a packed key hold the expert's id: 9 (ids up to 511) or 10
+// (up to 1023). fr_id_mask: those bits; fr_id_rel: their share of a key's magnitude in
+// fr_clear's margin, 2^(ID_BITS - 22).
+template <int SLOTS>
+__device__ __forceinline__ constexpr unsigned fr_id_mask() {
+    return (1u << (SLOTS <= 16 ? 9 : 10)) - 1u;
+}
+template <int SLOTS>
+__device__ __forceinline__ constexpr float fr_id_rel() {
+    return SLOTS <= 16 ? 0x1p-13f : 0x1p-12f;
+}
+
 // The packed approximate keys of one row, sigma~(x) + (b - shift), in lane l's slots j
 // (expert l + 32 j): ordered numbers whose low ID_BITS bits are the expert's id. Slots past E
 // (when !FULL) get 0, below every real key (at least fr_order_fast(-FLT_MAX)).
 template <int SLOTS, bool FULL>
 __device__ __forceinline__ void fr_pack_keys(const float* s, const float* b, float shift, int lane,
-                                             int E, unsigned id_mask, unsigned* pk) {
+                                             int E, unsigned* pk) {
+    constexpr unsigned id_mask = fr_id_mask<SLOTS>();
 #pragma unroll
     for (int j = 0; j < SLOTS; ++j) {
         const unsigned o = fr_order_fast(fr_approx_key(s[j], b[j] - shift));
@@ -452,8 +465,8 @@ __device__ __forceinline__ void fr_pack_keys(const float* s, const float* b, flo
 // (step 3): lane r gets round r's key in `mine`; the result is a ballot of the picks r < k not
 // clear of the key after them (bit k-1: the cut, pick k against the best key left).
 template <int SLOTS, int K>
-__device__ __forceinline__ unsigned fr_select(const unsigned* pk, int k, int lane, unsigned id_mask,
-                                              float rel, float shift, unsigned& mine) {
+__device__ __forceinline__ unsigned fr_select(const unsigned* pk, int k, int lane, float shift,
+                                              unsigned& mine) {
     unsigned h0, h1, h2;
     fr_top3<SLOTS>(pk, 0xffffffffu, h0, h1, h2);
     mine = 0u;
@@ -477,7 +490,8 @@ __device__ __forceinline__ unsigned fr_select(const unsigned* pk, int k, int lan
     const unsigned rest = __reduce_max_sync(MOE_FULL_MASK, h0);
     const unsigned after = __shfl_down_sync(MOE_FULL_MASK, mine, 1);
     const bool clear =
-        lane >= k || fr_clear(mine, lane == k - 1 ? rest : after, id_mask, rel, shift);
+        lane >= k ||
+        fr_clear(mine, lane == k - 1 ? rest : after, fr_id_mask<SLOTS>(), fr_id_rel<SLOTS>(), shift);
     return __ballot_sync(MOE_FULL_MASK, !clear);
 }
 
@@ -493,8 +507,6 @@ template <int SLOTS, bool FULL, int K>
 __device__ __noinline__ uint2 fr_screen_again(const float* __restrict__ xl,
                                               const float* __restrict__ bias, int lane, int E,
                                               int k, float shift) {
-    constexpr unsigned ID_MASK = (1u << (SLOTS <= 16 ? 9 : 10)) - 1u;
-    const float rel = SLOTS <= 16 ? 0x1p-13f : 0x1p-12f;
     float b[SLOTS], s[SLOTS];
 #pragma unroll
     for (int j = 0; j < SLOTS; ++j) {
@@ -503,15 +515,16 @@ __device__ __noinline__ uint2 fr_screen_again(const float* __restrict__ xl,
         s[j] = in ? __ldcg(xl + 32 * j) : 0.0f;
     }
     unsigned pk[SLOTS], mine;
-    fr_pack_keys<SLOTS, FULL>(s, b, shift, lane, E, ID_MASK, pk);
-    const unsigned unclear = fr_select<SLOTS, K>(pk, k, lane, ID_MASK, rel, shift, mine);
+    fr_pack_keys<SLOTS, FULL>(s, b, shift, lane, E, pk);
+    const unsigned unclear = fr_select<SLOTS, K>(pk, k, lane, shift, mine);
     return make_uint2(unclear, mine);
 }
 
 // Routes row t of a sigmoid config without groups, 1 <= k < E: 1 when the first screen decided
-// the row, 2 when the second did, 0 (nothing stored) when the row needs the exact router. FULL: E = 32 * SLOTS, every slot an expert (288 experts in e288),
-// so that no load or key needs a test. K: k known when compiled (8, the common case: the rounds
-// and the weights' sum unroll), or 0 for k from the argument. SECOND: whether a cut too close to
+// the row, 2 when the second did, 0 (nothing stored) when the row needs the exact router.
+// FULL: E = 32 * SLOTS, every slot an expert (288 experts in e288), so that no load or key needs
+// a test. K: k known when compiled (8, the common case: the rounds and the weights' sum
+// unroll), or 0 for k from the argument. SECOND: whether a cut too close to
 // call is screened again (fr_screen_again) before the exact router; only the kernels for a few
 // rows do (fused_router_screen_e{W}), since at many rows its mere presence cost the kernel some
 // 5% (the many-row kernels, fused_router_screen_many_e{W}, leave it out).
@@ -521,9 +534,7 @@ __device__ __forceinline__ int fr_screen(const float* __restrict__ logits,
                                           float* __restrict__ weights, int t, int E, int k_arg,
                                           int renormalize, float scale) {
     const int k = K ? K : k_arg;
-    constexpr int ID_BITS = SLOTS <= 16 ? 9 : 10;  // expert ids up to 511, or up to 1023
-    constexpr unsigned ID_MASK = (1u << ID_BITS) - 1u;
-    const float rel = SLOTS <= 16 ? 0x1p-13f : 0x1p-12f;  // 2^(ID_BITS - 22)
+    constexpr unsigned ID_MASK = fr_id_mask<SLOTS>();
     const int lane = threadIdx.x & 31;
     const float* x = logits + (size_t)t * E;
     const bool has_bias = bias != nullptr;
@@ -540,7 +551,7 @@ __device__ __forceinline__ int fr_screen(const float* __restrict__ logits,
     // 1. The packed approximate keys. x * 0 is 0 for a finite x and NaN for an infinite or NaN
     //    one, so `bad` stays 0 exactly when every logit and bias value of the row is finite.
     unsigned pk[SLOTS];
-    fr_pack_keys<SLOTS, FULL>(s, b, c, lane, E, ID_MASK, pk);
+    fr_pack_keys<SLOTS, FULL>(s, b, c, lane, E, pk);
     float bad = 0.0f;
 #pragma unroll
     for (int j = 0; j < SLOTS; ++j) bad = fmaf(s[j], 0.0f, fmaf(b[j], 0.0f, bad));
@@ -548,10 +559,10 @@ __device__ __forceinline__ int fr_screen(const float* __restrict__ logits,
     // 2. and 3. k rounds of one redux.sync each (the round's id is in its key's low bits, and the
     //    lane holding it is the one whose best key it is), then the cut and the picks' order.
     unsigned mine;  // lane r: round r's packed key
-    unsigned unclear = fr_select<SLOTS, K>(pk, k, lane, ID_MASK, rel, c, mine);
+    unsigned unclear = fr_select<SLOTS, K>(pk, k, lane, c, mine);
     int screen = 1;
-    if (!SECOND && (unclear >> (k - 1) & 1u)) return 0;  // the many-row kernels: no second screen
-    if (SECOND && (unclear >> (k - 1) & 1u)) {
+    if (unclear >> (k - 1) & 1u) {
+        if (!SECOND) return 0;  // the many-row kernels: no second screen, the exact router
         // 3b. The cut is too close to call at this precision: screen once more, centred on the
         //     k-th key's value (fr_screen_again).
         const float shift = c + __shfl_sync(MOE_FULL_MASK, fr_unpack(mine, ID_MASK), k - 1);

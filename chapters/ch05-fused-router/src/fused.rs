@@ -35,50 +35,28 @@ use geometry::*;
 /// The row widths the kernel is compiled for (experts per row, at most), with their entry points:
 /// the one-warp router's, the screened router's for a few rows (with the second screen) and for
 /// many (without).
-const WIDTHS: [(usize, &str, &str, &str); 7] = [
-    (
-        128,
-        "fused_router_e128",
-        "fused_router_screen_e128",
-        "fused_router_screen_many_e128",
-    ),
-    (
-        256,
-        "fused_router_e256",
-        "fused_router_screen_e256",
-        "fused_router_screen_many_e256",
-    ),
-    (
-        288,
-        "fused_router_e288",
-        "fused_router_screen_e288",
-        "fused_router_screen_many_e288",
-    ),
-    (
-        320,
-        "fused_router_e320",
-        "fused_router_screen_e320",
-        "fused_router_screen_many_e320",
-    ),
-    (
-        384,
-        "fused_router_e384",
-        "fused_router_screen_e384",
-        "fused_router_screen_many_e384",
-    ),
-    (
-        512,
-        "fused_router_e512",
-        "fused_router_screen_e512",
-        "fused_router_screen_many_e512",
-    ),
-    (
-        1024,
-        "fused_router_e1024",
-        "fused_router_screen_e1024",
-        "fused_router_screen_many_e1024",
-    ),
-];
+const WIDTHS: [(usize, &str, &str, &str); 7] = {
+    // The names from the width, so that a row of the table cannot disagree with itself.
+    macro_rules! width {
+        ($w:literal) => {
+            (
+                $w,
+                concat!("fused_router_e", $w),
+                concat!("fused_router_screen_e", $w),
+                concat!("fused_router_screen_many_e", $w),
+            )
+        };
+    }
+    [
+        width!(128),
+        width!(256),
+        width!(288),
+        width!(320),
+        width!(384),
+        width!(512),
+        width!(1024),
+    ]
+};
 
 /// The entry points of the narrowest width that holds `experts`.
 fn width_for(experts: usize) -> Option<(&'static str, &'static str, &'static str)> {
