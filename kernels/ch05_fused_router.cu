@@ -25,6 +25,8 @@
 // - The rules are chapter 1's, exactly: a non-finite logit scores 0 and ranks -inf; equal keys go
 //   to the lowest expert id; groups are ranked by the sum of their two best keys; weights are
 //   s / (sum + 1e-20) * scale, the sum taken in selection order.
+// - A renormalised softmax without bias or groups is ranked by its logits, and only the k picks
+//   are exponentiated (fr_by_logit): the row's sum cancels in the renormalisation.
 // - Exponentials and logarithms come from common.cuh (moe_expf, moe_softplusf), and every sum
 //   has a fixed order, so the emulator and the GPU give the same bits.
 // - Launched as a programmatic dependent of the kernel that writes the logits (the tiny GEMM):
@@ -71,17 +73,41 @@ __device__ __forceinline__ void fr_warp_best(float& key, int& id, float& score) 
     }
 }
 
+// ANCHOR: by_logit
+// A softmax whose weights are renormalised over the picks needs no softmax over the row: the
+// exponential is increasing, so the k largest probabilities are the k largest logits, and
+// p_r / (p_0 + ... + p_(k-1)) = e_r / (e_0 + ... + e_(k-1)) with e_r = exp(l_r - l_0), the row's
+// sum cancelling. So without a bias (a key p + b is not in the logits' order) and without groups
+// (a group's value is a sum of probabilities), the row is ranked by its logits and only the k
+// picks are exponentiated. The order is the logits' exactly, where two probabilities that round
+// to the same float would have tied (and gone to the lower id).
+__device__ __forceinline__ bool fr_by_logit(int scoring, bool has_bias, int n_group,
+                                            int renormalize) {
+    return scoring == FR_SCORING_SOFTMAX && renormalize && !has_bias && n_group <= 1;
+}
+
+// Lane r < k holds pick r's id and logit (-inf when not finite); returns e_r = exp(l_r - l_0),
+// l_0 pick 0's logit (the row's largest), and 0 for a non-finite logit or no pick (id -1), as
+// the softmax gives a non-finite logit 0. fr_store_weights then divides by their sum.
+__device__ __forceinline__ float fr_pick_exp(int my_id, float my_logit) {
+    const float l0 = __shfl_sync(MOE_FULL_MASK, my_logit, 0);
+    const float e = moe_expf(my_logit - l0);
+    return (my_id >= 0 && my_logit > -__int_as_float(0x7f800000)) ? e : 0.0f;
+}
+// ANCHOR_END: by_logit
+
 // ANCHOR: scores
 // Step 2 for one lane's SLOTS experts (expert lane + 32*j in slot j; a slot past E holds a NaN):
 // the logits become scores, in place, and the rank keys, score + b[j] with a bias (b: the lane's
-// bias values, loaded by the caller). A non-finite logit gets score 0, key -inf.
+// bias values, loaded by the caller). A non-finite logit gets score 0, key -inf. Ranked by the
+// logit (by_logit: fr_by_logit), a softmax's score is the logit itself (-inf when not finite).
 // Every slot is computed from a finite stand-in (0 for a non-finite logit) and the result then
 // chosen: no branch between one slot's arithmetic and the next, so the compiler interleaves the
 // slots' independent chains (an exponential is ~25 instructions, most in one chain; one warp
 // alone, at a few rows, would otherwise wait on each chain in turn).
 template <int SLOTS>
 __device__ __forceinline__ void fr_scores(float* s, float* key, const float* b, bool has_bias,
-                                          int scoring) {
+                                          int scoring, bool by_logit) {
     const float neg_inf = -__int_as_float(0x7f800000);
     bool finite[SLOTS];
 #pragma unroll
@@ -89,7 +115,12 @@ __device__ __forceinline__ void fr_scores(float* s, float* key, const float* b, 
         finite[j] = moe_isfinite(s[j]);
         s[j] = finite[j] ? s[j] : 0.0f;
     }
-    if (scoring == FR_SCORING_SOFTMAX) {
+    if (scoring == FR_SCORING_SOFTMAX && by_logit) {
+        // Ranked by the logit (fr_by_logit): the score is the logit itself, -inf when it is not
+        // finite; the picks' exponentials come after the rounds (fr_pick_exp).
+#pragma unroll
+        for (int j = 0; j < SLOTS; ++j) s[j] = finite[j] ? s[j] : neg_inf;
+    } else if (scoring == FR_SCORING_SOFTMAX) {
         // Softmax over the finite logits: the row's max and the sum of exponentials, each a
         // lane's serial pass then a xor tree (max is exact in any order; the sum's order is fixed).
         float m = neg_inf;
@@ -288,7 +319,8 @@ __device__ __forceinline__ void fr_row(const float* __restrict__ logits,
         // __ldcg, not a read-only load: see moe_grid_wait in common.cuh.
         s[j] = (j < slots && e < E) ? __ldcg(&x[e]) : __int_as_float(0x7fc00000);
     }
-    fr_scores<SLOTS>(s, key, b, has_bias, scoring);
+    const bool by_logit = fr_by_logit(scoring, has_bias, n_group, renormalize);
+    fr_scores<SLOTS>(s, key, b, has_bias, scoring, by_logit);
     if (n_group > 1) used |= fr_dropped_slots<SLOTS>(key, E, slots, n_group, topk_group);
 
     // k rounds of argmax. A round: the warp's largest of the lanes' best free keys
@@ -345,6 +377,7 @@ __device__ __forceinline__ void fr_row(const float* __restrict__ logits,
     }
     // ANCHOR_END: rounds
 
+    if (by_logit) my_score = fr_pick_exp(my_id, my_score);
     fr_store_weights(ids, weights, t, k, lane, my_id, my_score, renormalize, scale);
 }
 
@@ -667,8 +700,9 @@ extern "C" __global__ void __launch_bounds__(FR_MAX_EXPERTS) fused_router_block(
     float s = real ? __ldcg(&logits[(size_t)t * E + e]) : __int_as_float(0x7fc00000);
     const bool finite = moe_isfinite(s);
     FR_PROBE_DEP(2, finite);
-    s = finite ? s : 0.0f;
-    if (scoring == FR_SCORING_SOFTMAX) {
+    const bool by_logit = fr_by_logit(scoring, has_bias, 1, renormalize);
+    s = finite ? s : (by_logit ? neg_inf : 0.0f);
+    if (scoring == FR_SCORING_SOFTMAX && !by_logit) {
         float m = finite ? s : neg_inf;
         for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(MOE_FULL_MASK, m, off));
         if (lane == 0) fb_max[warp] = m;
@@ -690,10 +724,10 @@ extern "C" __global__ void __launch_bounds__(FR_MAX_EXPERTS) fused_router_block(
     } else if (scoring == FR_SCORING_SIGMOID) {
         const float p = moe_sigmoidf(s);
         s = finite ? p : 0.0f;
-    } else {
+    } else if (scoring != FR_SCORING_SOFTMAX) {
         const float p = sqrtf(moe_softplusf(s));
         s = finite ? p : 0.0f;
-    }
+    }  // else ranked by the logit (fr_by_logit): s is the logit, or -inf
     const float key = finite ? (has_bias ? s + b : s) : neg_inf;
     const unsigned u = real ? fr_order(key) : 0u;  // 0: no expert
     FR_PROBE_DEP(3, u);
@@ -718,40 +752,55 @@ extern "C" __global__ void __launch_bounds__(FR_MAX_EXPERTS) fused_router_block(
     // 2. The candidate's rank among all: the candidates with a larger packed number (a larger
     //    key, or the same key and a lower id). Distinct experts pack to distinct numbers.
     const int candidates = warps * k;  // k <= 32: at most one per thread
-    if (e < candidates) {
-        const unsigned long long mine = fb_cand[e];
-        int c[4] = {0, 0, 0, 0};  // four counters, as above, and a tail for the last few
-        int j = 0;
-#pragma unroll 2
-        for (; j + 4 <= candidates; j += 4) {
+    if (candidates <= 32) {
+        // One warp's worth (128 experts and k = 8, say): warp 0 ranks them as step 1 ranked its
+        // experts, by shuffles, and the other warps are done; no second barrier.
+        if (warp != 0) return;
+        const unsigned long long mine = lane < candidates ? fb_cand[lane] : 0ull;
+        const unsigned hi = (unsigned)(mine >> 32), lo = (unsigned)mine;
+        int c[4] = {0, 0, 0, 0};
 #pragma unroll
-            for (int q = 0; q < 4; ++q) c[q] += fb_cand[j + q] > mine ? 1 : 0;
+        for (int i = 0; i < 32; ++i) {
+            const unsigned oh = __shfl_sync(MOE_FULL_MASK, hi, i);
+            const unsigned ol = __shfl_sync(MOE_FULL_MASK, lo, i);
+            c[i & 3] += (oh > hi || (oh == hi && ol > lo)) ? 1 : 0;
         }
-        for (; j < candidates; ++j) c[0] += fb_cand[j] > mine ? 1 : 0;
         const int r = (c[0] + c[1]) + (c[2] + c[3]);
         if (mine != 0ull && r < k) {
-            fb_id[r] = (int)~(unsigned)mine;
-            fb_score[r] = fb_cand_score[e];
+            fb_id[r] = (int)~lo;
+            fb_score[r] = fb_cand_score[lane];
         }
         FR_PROBE_DEP(6, r);
-    }
-    __syncthreads();
-    FR_PROBE(7);
-    // The weights, as the one-warp kernel: the sum in selection order, plus 1e-20, then scaled.
-    if (e < k) {
-        const float my_score = fb_score[e];
-        float w = my_score;
-        if (renormalize) {
-            float total = 0.0f;
-            for (int r = 0; r < k; ++r) total += fb_score[r];
-            w = my_score / (total + 1e-20f) * scale;
-        } else if (scale != 1.0f) {
-            w = my_score * scale;
+        __syncwarp();
+    } else {
+        if (e < candidates) {
+            const unsigned long long mine = fb_cand[e];
+            int c[4] = {0, 0, 0, 0};  // four counters, as above, and a tail for the last few
+            int j = 0;
+#pragma unroll 2
+            for (; j + 4 <= candidates; j += 4) {
+#pragma unroll
+                for (int q = 0; q < 4; ++q) c[q] += fb_cand[j + q] > mine ? 1 : 0;
+            }
+            for (; j < candidates; ++j) c[0] += fb_cand[j] > mine ? 1 : 0;
+            const int r = (c[0] + c[1]) + (c[2] + c[3]);
+            if (mine != 0ull && r < k) {
+                fb_id[r] = (int)~(unsigned)mine;
+                fb_score[r] = fb_cand_score[e];
+            }
+            FR_PROBE_DEP(6, r);
         }
-        ids[(size_t)t * k + e] = fb_id[e];
-        weights[(size_t)t * k + e] = w;
-        FR_PROBE_DEP(8, __float_as_uint(w));
+        __syncthreads();
+        if (warp != 0) return;
     }
+    FR_PROBE(7);
+    // The weights, by warp 0, lane r holding pick r: the one-warp kernel's fr_store_weights (the
+    // sum in selection order, plus 1e-20, then scaled).
+    const int my_id = lane < k ? fb_id[lane] : -1;
+    float my_score = lane < k ? fb_score[lane] : 0.0f;
+    if (by_logit) my_score = fr_pick_exp(my_id, my_score);
+    fr_store_weights(ids, weights, t, k, lane, my_id, my_score, renormalize, scale);
+    FR_PROBE_DEP(8, __float_as_uint(my_score));
 }
 // ANCHOR_END: block_router
 

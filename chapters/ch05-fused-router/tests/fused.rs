@@ -4,6 +4,7 @@
 //! against the batch; and, on a GPU machine, the emulator and the GPU compared bit for bit, and
 //! 100,000 random rows at GLM-like and Qwen3-like shapes.
 
+use candle_core::Tensor;
 use ch01_router::chain::{
     route_on_device, DeviceMatrix, DeviceRouter, DeviceRouterError, GateDtype, GateInputs,
     GateShape, RouterOutputs,
@@ -13,8 +14,9 @@ use ch01_router::config::{Grouping, RouterConfig, Scoring};
 use ch01_router::conformance::{as_dtype, check_every_regime, MakeRouter, RegimeResult};
 use ch01_router::inputs::patterned;
 use ch01_router::literal::LiteralRouter;
+use ch01_router::reference::ReferenceRouter;
 use ch01_router::regimes::{regime, RegimeInput, REGIMES};
-use ch01_router::routing::Routing;
+use ch01_router::routing::{Router, Routing};
 use ch01_router::RouterError;
 use ch05_fused_router::fused::{
     form_for, kernel_for, route_fused, route_logits_fused, route_logits_fused_as,
@@ -352,6 +354,50 @@ fn both_forms_give_the_same_bits(dev: &'static Device) {
     );
 }
 // ANCHOR_END: both_forms
+
+// ANCHOR: by_logit
+/// A renormalised softmax without bias or groups is ranked by the logits themselves (the
+/// kernel's `fr_by_logit`), where the fp32 probabilities can tie. One row of 128 experts, k = 8:
+/// expert 0 at 100, experts 1 to 6 at 50, expert 7 at 1 and expert 8 one float above 1, the rest
+/// at -20. The eighth pick is 7 or 8; e^(1 - 100) is a subnormal float, so the two probabilities
+/// round to the same number (checked here), and chapter 1's f32 reference router, which ranks
+/// them, takes 7, the lower id; the f64 oracle and every form of the fused kernel take 8, the
+/// larger logit.
+fn softmax_ranks_by_the_logit_where_probabilities_tie(dev: &'static Device) {
+    let experts = 128;
+    let mut logits = vec![-20.0f32; experts];
+    logits[0] = 100.0;
+    logits[1..7].fill(50.0);
+    logits[7] = 1.0;
+    logits[8] = f32::from_bits(1.0f32.to_bits() + 1);
+    let p = |l: f32| (l - 100.0).exp(); // the row's sum is 1 in f32: 1 + 6 e^-50 rounds to 1
+    assert_eq!(p(logits[7]), p(logits[8]), "the fp32 probabilities tie");
+    assert!(p(logits[7]) > 0.0 && p(-20.0) == 0.0);
+    let config = RouterConfig::qwen3(8);
+    let oracle = LiteralRouter {
+        config: config.clone(),
+    }
+    .route_rows(&logits, 1, experts, None)
+    .unwrap();
+    assert_eq!(oracle[0].ids, [0, 1, 2, 3, 4, 5, 6, 8]);
+    let tensor = Tensor::from_slice(&logits, (1, experts), &candle_core::Device::Cpu).unwrap();
+    let f32_router = ReferenceRouter {
+        config: config.clone(),
+    };
+    assert_eq!(
+        f32_router.route(&tensor, None).unwrap().row_ids(0),
+        [0, 1, 2, 3, 4, 5, 6, 7]
+    );
+    for form in [RowForm::WarpPerRow, RowForm::BlockPerRow, RowForm::Screened] {
+        let got = route_logits_fused_as(dev, &config, 1, experts, &logits, None, form).unwrap();
+        assert_eq!(got.row_ids(0), oracle[0].ids, "{form:?}");
+        check_routing("by logit", &oracle, &got, Tolerance::SAME_LOGITS)
+            .unwrap_or_else(|e| panic!("{form:?}: {e}"));
+        // The eighth weight: e^(l_8 - 100) over a sum of 1, a subnormal float, not 0.
+        assert!(got.row_weights(0)[7] > 0.0, "{form:?}");
+    }
+}
+// ANCHOR_END: by_logit
 
 // ANCHOR: screened_close_calls
 /// The screened form where its approximations cannot decide, against the one-warp form bit for
@@ -871,6 +917,7 @@ moe_kernels::backend_tests!(
     fused_kernel_from_logits_matches_the_oracle,
     wide_rows_and_large_k_match_the_oracle,
     both_forms_give_the_same_bits,
+    softmax_ranks_by_the_logit_where_probabilities_tie,
     screened_form_resolves_close_calls,
     screened_form_screens_again_before_the_exact_router,
     screen_approximation_is_within_its_bound,

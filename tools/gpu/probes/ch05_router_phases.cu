@@ -48,8 +48,8 @@ int main() {
                            "score and rank key",
                            "1. rank in the warp (32 shuffles)",
                            "barrier",
-                           "2. rank among the candidates",
-                           "barrier",
+                           "2. rank among the candidates (<= 32 of them: warp 0, shuffles)",
+                           "barrier (<= 32 candidates: warp 0's __syncwarp)",
                            "the weights, stored (warp 0)"};
     const int k = 8;
     int clock_khz = 0;
