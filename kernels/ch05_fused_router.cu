@@ -23,8 +23,9 @@
 //   Kimi), sqrt-softplus (DeepSeek-V4), with or without DeepSeek-V3's grouped selection, chosen by
 //   arguments (the branches are uniform across the warp).
 // - The rules are chapter 1's, exactly: a non-finite logit scores 0 and ranks -inf; equal keys go
-//   to the lowest expert id; groups are ranked by the sum of their two best keys; weights are
-//   s / (sum + 1e-20) * scale, the sum taken in selection order.
+//   to the lowest expert id (a renormalised softmax's key is its logit: next item); groups are
+//   ranked by the sum of their two best keys; weights are s / (sum + 1e-20) * scale, the sum
+//   taken in selection order.
 // - A renormalised softmax without bias or groups is ranked by its logits, and only the k picks
 //   are exponentiated (fr_by_logit): the row's sum cancels in the renormalisation.
 // - Exponentials and logarithms come from common.cuh (moe_expf, moe_softplusf), and every sum
@@ -665,11 +666,12 @@ __device__ __forceinline__ void fused_router_screened(const float* __restrict__ 
 //   1. every warp ranks its 32 experts by 32 shuffles and compares (no chain: each compare waits
 //      only for its shuffle), and its k best go to shared memory;
 //   2. each of those ceil(E / 32) * k candidates counts the candidates better than itself (a loop
-//      over shared memory, every thread reading the same word), and the one with count r < k is
-//      pick r.
+//      over shared memory, every thread reading the same word; where they fit one warp, warp 0
+//      counts them by shuffles), and the one with count r < k is pick r.
 // The order is the one-warp kernel's (a larger key, then the lower id), and so are the scores and
-// the sums (the softmax's sum taken lane by lane over the experts lane, lane + 32, ..., then the
-// same xor tree): the two forms give the same ids and weights, bit for bit.
+// the sums (a softmax's sum taken lane by lane over the experts lane, lane + 32, ..., then the
+// same xor tree; the picks' sum in selection order): the two forms give the same ids and
+// weights, bit for bit.
 //   logits [T, E] f32, bias [E] f32 or null, ids [T, k] i32, weights [T, k] f32
 extern "C" __global__ void __launch_bounds__(FR_MAX_EXPERTS) fused_router_block(
     const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,

@@ -359,10 +359,10 @@ fn both_forms_give_the_same_bits(dev: &'static Device) {
 /// A renormalised softmax without bias or groups is ranked by the logits themselves (the
 /// kernel's `fr_by_logit`), where the fp32 probabilities can tie. One row of 128 experts, k = 8:
 /// expert 0 at 100, experts 1 to 6 at 50, expert 7 at 1 and expert 8 one float above 1, the rest
-/// at -20. The eighth pick is 7 or 8; e^(1 - 100) is a subnormal float, so the two probabilities
-/// round to the same number (checked here), and chapter 1's f32 reference router, which ranks
-/// them, takes 7, the lower id; the f64 oracle and every form of the fused kernel take 8, the
-/// larger logit.
+/// at -20. The eighth pick is 7 or 8; in f32, 1 - 100 and (the next float above 1) - 100 are
+/// both -99, so the two probabilities are the same float (checked here), and chapter 1's f32
+/// reference router, which ranks them, takes 7, the lower id; the f64 oracle and every form of
+/// the fused kernel take 8, the larger logit.
 fn softmax_ranks_by_the_logit_where_probabilities_tie(dev: &'static Device) {
     let experts = 128;
     let mut logits = vec![-20.0f32; experts];
@@ -393,7 +393,7 @@ fn softmax_ranks_by_the_logit_where_probabilities_tie(dev: &'static Device) {
         assert_eq!(got.row_ids(0), oracle[0].ids, "{form:?}");
         check_routing("by logit", &oracle, &got, Tolerance::SAME_LOGITS)
             .unwrap_or_else(|e| panic!("{form:?}: {e}"));
-        // The eighth weight: e^(l_8 - 100) over a sum of 1, a subnormal float, not 0.
+        // The eighth weight: e^-99 over a sum of 1, a subnormal float, not 0.
         assert!(got.row_weights(0)[7] > 0.0, "{form:?}");
     }
 }
