@@ -8,7 +8,8 @@
 //! - where it does not, either order is accepted, but every expert the router picked must have
 //!   a literal key within `gap` of the literal cut (a near tie, never a wrong choice);
 //! - where the sets match, each weight must be within `weight_abs` of the literal weight of the
-//!   same expert, and no weight may be NaN.
+//!   same expert (relative to that weight where it exceeds 1: a routed scaling makes weights of
+//!   any size), and no weight may be NaN.
 //!
 //! [`LiteralRouter`]: crate::LiteralRouter
 
@@ -20,7 +21,8 @@ use crate::routing::Routing;
 pub struct Tolerance {
     /// Below this literal gap at the cut, the two experts at the cut may swap.
     pub gap: f64,
-    /// Largest accepted absolute weight difference.
+    /// Largest accepted weight difference: absolute for weights up to 1, relative to the literal
+    /// weight above (`weight_abs × max(1, |w|)`).
     pub weight_abs: f64,
 }
 
@@ -46,11 +48,13 @@ fn same_set(a: &[u32], b: &[u32]) -> bool {
     x == y
 }
 
-/// Whether, at every position, `b`'s expert has `a`'s expert's oracle key within `gap`.
+/// Whether, at every position, `b`'s expert has `a`'s expert's oracle key within `gap` (or the
+/// same key: two −∞ keys are equal, though their difference is NaN).
 fn same_keys_in_order(d: &RowDetail, a: &[u32], b: &[u32], gap: f64) -> bool {
-    a.iter()
-        .zip(b)
-        .all(|(&x, &y)| (d.keys[x as usize] - d.keys[y as usize]).abs() <= gap)
+    a.iter().zip(b).all(|(&x, &y)| {
+        let (kx, ky) = (d.keys[x as usize], d.keys[y as usize]);
+        kx == ky || (kx - ky).abs() <= gap
+    })
 }
 
 /// Compares `got` with the oracle's rows; returns how many rows had a clear cut (compared
@@ -103,7 +107,7 @@ pub fn check_routing(
                     return Err(format!("regime {name}: row {r} NaN weight at {i}"));
                 }
                 let diff = (w_lit - w as f64).abs();
-                if diff > tol.weight_abs {
+                if diff > tol.weight_abs * w_lit.abs().max(1.0) {
                     return Err(format!(
                         "regime {name}: row {r} max diff {diff:e} at {i} ({w_lit} vs {w})"
                     ));
@@ -161,5 +165,53 @@ mod tests {
         assert!(check_routing("t", &d, &got([2, 0, 1], [0.3, 0.5, 0.2]), tol).is_err());
         // A clear cut: another set is wrong.
         assert!(check_routing("t", &d, &got([0, 2, 3], [0.5, 0.3, 0.2]), tol).is_err());
+    }
+
+    /// k = E (no cut, so the order is checked): experts 0 and 2 tie at key 0 (their
+    /// probabilities underflow in f64 too) and expert 3's logit is not finite (key −∞, the same
+    /// last pick on both sides).
+    #[test]
+    fn equal_keys_may_swap_and_infinite_keys_match() {
+        let d = [RowDetail {
+            ids: vec![1, 0, 2, 3],
+            weights: vec![1.0, 0.0, 0.0, 0.0],
+            scores: vec![0.0, 1.0, 0.0, 0.0],
+            keys: vec![0.0, 1.0, 0.0, f64::NEG_INFINITY],
+            cut: None,
+        }];
+        let got = Routing {
+            rows: 1,
+            k: 4,
+            ids: vec![1, 2, 0, 3],
+            weights: vec![1.0, 0.0, 0.0, 0.0],
+        };
+        assert_eq!(check_routing("t", &d, &got, Tolerance::SAME_LOGITS), Ok(1));
+        // Expert 3 (−∞) ahead of 0 is still wrong.
+        let wrong = Routing {
+            ids: vec![1, 3, 0, 2],
+            ..got
+        };
+        assert!(check_routing("t", &d, &wrong, Tolerance::SAME_LOGITS).is_err());
+    }
+
+    /// A routed scaling of 100 makes weights of about 40, whose f32 ulp (3.8e-6) is past the
+    /// absolute tolerance: the tolerance grows with the weight above 1, no faster.
+    #[test]
+    fn the_weight_tolerance_is_relative_above_one() {
+        let mut d = row();
+        d.weights = vec![50.0, 30.0, 37.892_273_057_462_89];
+        let tol = Tolerance::SAME_LOGITS;
+        // One float above the nearest f32 (the example's failure: 3.92e-6 off), 1e-7 relative.
+        let w = f32::from_bits((37.892_273_057_462_89f64 as f32).to_bits() + 1);
+        assert!((37.892_273_057_462_89 - w as f64).abs() > tol.weight_abs);
+        assert_eq!(
+            check_routing("t", &[d.clone()], &got([0, 2, 1], [50.0, 30.0, w]), tol),
+            Ok(1)
+        );
+        // 1e-4 off, relative: wrong.
+        let off = (37.892_273_057_462_89 * (1.0 + 1e-4)) as f32;
+        assert!(check_routing("t", &[d], &got([0, 2, 1], [50.0, 30.0, off]), tol).is_err());
+        // Below 1 the tolerance stays absolute: 0.2 + 3e-6 is wrong.
+        assert!(check_routing("t", &[row()], &got([0, 2, 1], [0.5, 0.3, 0.200_003]), tol).is_err());
     }
 }

@@ -362,7 +362,8 @@ fn both_forms_give_the_same_bits(dev: &'static Device) {
 /// at -20. The eighth pick is 7 or 8; in f32, 1 - 100 and (the next float above 1) - 100 are
 /// both -99, so the two probabilities are the same float (checked here), and chapter 1's f32
 /// reference router, which ranks them, takes 7, the lower id; the f64 oracle and every form of
-/// the fused kernel take 8, the larger logit.
+/// the fused kernel take 8, the larger logit. Then a row of 4 with k = 4 where even the f64
+/// probabilities tie (underflow) and one logit is infinite: the comparison takes either order.
 fn softmax_ranks_by_the_logit_where_probabilities_tie(dev: &'static Device) {
     let experts = 128;
     let mut logits = vec![-20.0f32; experts];
@@ -395,6 +396,23 @@ fn softmax_ranks_by_the_logit_where_probabilities_tie(dev: &'static Device) {
             .unwrap_or_else(|e| panic!("{form:?}: {e}"));
         // The eighth weight: e^-99 over a sum of 1, a subnormal float, not 0.
         assert!(got.row_weights(0)[7] > 0.0, "{form:?}");
+    }
+    // k = E, where the order is compared: logits 0, 1000, 1 and +inf. Experts 0 and 2 have
+    // probability 0 even in f64, so the oracle ties them (0 first) where the kernel ranks 2
+    // first; expert 3, not finite, ranks last on both sides.
+    let (logits, config) = ([0.0, 1000.0, 1.0, f32::INFINITY], RouterConfig::qwen3(4));
+    let oracle = LiteralRouter {
+        config: config.clone(),
+    }
+    .route_rows(&logits, 1, 4, None)
+    .unwrap();
+    assert_eq!(oracle[0].ids, [1, 0, 2, 3]);
+    for form in [RowForm::WarpPerRow, RowForm::BlockPerRow, RowForm::Screened] {
+        let got = route_logits_fused_as(dev, &config, 1, 4, &logits, None, form).unwrap();
+        assert_eq!(got.row_ids(0), [1, 2, 0, 3], "{form:?}");
+        assert_eq!(got.row_weights(0), [1.0, 0.0, 0.0, 0.0], "{form:?}");
+        check_routing("k = E", &oracle, &got, Tolerance::SAME_LOGITS)
+            .unwrap_or_else(|e| panic!("{form:?}: {e}"));
     }
 }
 // ANCHOR_END: by_logit
