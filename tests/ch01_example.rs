@@ -198,6 +198,39 @@ fn a_file_that_is_not_safetensors_says_so() {
         err.contains("--bias-bf16") && err.contains("has no `bias` to round"),
         "{err}"
     );
+    // A tensor it does not read (a bias under another name) is refused, not ignored; a file cut
+    // short names the file.
+    let extra = dir.join("extra.safetensors");
+    let m = |n: usize| {
+        candle_core::Tensor::zeros(n, candle_core::DType::F32, &candle_core::Device::Cpu).unwrap()
+    };
+    let t2 =
+        candle_core::Tensor::zeros((2, 16), candle_core::DType::F32, &candle_core::Device::Cpu)
+            .unwrap();
+    let tensors = [("logits".to_string(), t2), ("gate_bias".to_string(), m(16))];
+    candle_core::safetensors::save(&tensors.into_iter().collect(), &extra).unwrap();
+    let err = try_run(&["ch01", "--input", extra.to_str().unwrap()]).unwrap_err();
+    assert!(err.contains("unexpected tensors [\"gate_bias\"]"), "{err}");
+    // A file this example wrote with --output beside its logits routes again.
+    let routed = dir.join("routed.safetensors");
+    let t2 =
+        candle_core::Tensor::zeros((2, 16), candle_core::DType::F32, &candle_core::Device::Cpu)
+            .unwrap();
+    let tensors = [
+        ("logits".to_string(), t2),
+        ("ids".to_string(), m(16)),
+        ("weights".to_string(), m(16)),
+    ];
+    candle_core::safetensors::save(&tensors.into_iter().collect(), &routed).unwrap();
+    try_run(&["ch01", "--input", routed.to_str().unwrap(), "--k", "4"]).unwrap();
+    let bytes = std::fs::read(&plain).unwrap();
+    let cut = dir.join("cut.safetensors");
+    std::fs::write(&cut, &bytes[..bytes.len() - 8]).unwrap();
+    let err = try_run(&["ch01", "--input", cut.to_str().unwrap()]).unwrap_err();
+    assert!(
+        err.contains("cut.safetensors is not a safetensors file"),
+        "{err}"
+    );
     // Negative counts reach the value parser: its message names the option.
     for (opt, v) in [("--k", "-1"), ("--show", "-1"), ("--groups", "-4:2")] {
         let err = try_run(&["ch01", "--input", plain.to_str().unwrap(), opt, v]).unwrap_err();

@@ -231,6 +231,25 @@ fn bad_inputs_are_typed_errors() {
         .unwrap();
     let e = err(&["ch05", "--input", &only]);
     assert!(e.contains("no tensor named \"gate\""), "{e}");
+    // A tensor it does not read (a bias under another name) is refused, not ignored.
+    let extra = path("extra.safetensors");
+    SafetensorsWriter::new()
+        .f32("hidden", &[1, 8], &[0.5; 8])
+        .f32("gate", &[4, 8], &[0.5; 32])
+        .f32("gate_bias", &[4], &[0.0; 4])
+        .write(Path::new(&extra))
+        .unwrap();
+    let e = err(&["ch05", "--input", &extra]);
+    assert!(e.contains("unexpected tensors [\"gate_bias\"]"), "{e}");
+    // A file cut short: its header promises bytes that are not there.
+    let bytes = std::fs::read(&good).unwrap();
+    let cut = path("cut.safetensors");
+    std::fs::write(&cut, &bytes[..bytes.len() - 16]).unwrap();
+    let e = err(&["ch05", "--input", &cut]);
+    assert!(
+        e.contains("cut.safetensors is not a safetensors file"),
+        "{e}"
+    );
     // Shapes and types.
     type Fill = Box<dyn Fn(&mut SafetensorsWriter)>;
     let cases: [(&str, Fill, &str); 5] = [

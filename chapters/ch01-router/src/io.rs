@@ -10,7 +10,9 @@ use crate::error::RouterError;
 use crate::routing::Routing;
 
 /// Reads `logits` (`[T, E]` f32, required) and `bias` (`[E]` f32, optional) from a
-/// safetensors file. The router validates the bias length against `E` when it routes.
+/// safetensors file. The router validates the bias length against `E` when it routes. `ids` and
+/// `weights` (what the examples' `--output` writes beside `logits`) are passed over, so that a
+/// routed file routes again; any other tensor is refused ([`refuse_others`]).
 pub fn read_router_input(path: &Path) -> Result<(Tensor, Option<Tensor>), RouterError> {
     let mut tensors = read_tensors(path)?;
     let Some(logits) = tensors.remove("logits") else {
@@ -33,6 +35,10 @@ pub fn read_router_input(path: &Path) -> Result<(Tensor, Option<Tensor>), Router
         });
     }
     let bias = tensors.remove("bias");
+    for written_by_output in ["ids", "weights"] {
+        tensors.remove(written_by_output);
+    }
+    refuse_others(path, &tensors, "`logits` and an optional `bias`")?;
     if let Some(b) = &bias {
         if b.dtype() != DType::F32 {
             return Err(RouterError::WrongDtype {
@@ -53,7 +59,32 @@ pub fn read_tensors(path: &Path) -> Result<HashMap<String, Tensor>, RouterError>
         path: path.display().to_string(),
         why,
     })?;
-    Ok(candle_core::safetensors::load_buffer(&bytes, &Device::Cpu)?)
+    // A frame that parses but whose header disagrees with the data (a truncated file, a shape
+    // that does not match its bytes) is still not a safetensors file: name the file.
+    candle_core::safetensors::load_buffer(&bytes, &Device::Cpu).map_err(|e| {
+        RouterError::NotSafetensors {
+            path: path.display().to_string(),
+            why: e.to_string(),
+        }
+    })
+}
+
+/// Refuses the tensors a reader did not take: a tensor under another name (a bias saved as
+/// `gate_bias`, say) must not be silently ignored.
+pub fn refuse_others(
+    path: &Path,
+    left: &HashMap<String, Tensor>,
+    reads: &str,
+) -> Result<(), RouterError> {
+    if left.is_empty() {
+        return Ok(());
+    }
+    let mut names: Vec<&String> = left.keys().collect();
+    names.sort();
+    Err(RouterError::Io(format!(
+        "{}: unexpected tensors {names:?} (it reads {reads}; rename or drop the others)",
+        path.display()
+    )))
 }
 
 /// The format's frame, checked before the parser sees the bytes, so that a file of another

@@ -6,7 +6,7 @@
 
 use candle_core::{DType, Tensor};
 use ch01_router::error::RouterError;
-use ch01_router::io::read_tensors;
+use ch01_router::io::{read_tensors, refuse_others};
 use ch01_router::routing::{bias_vector, Routing};
 use moe_kernels::safetensors::SafetensorsWriter;
 use std::path::Path;
@@ -83,7 +83,9 @@ pub fn read_gate_file(path: &Path) -> Result<GateFile, RouterError> {
             "`hidden` has {hidden} columns but `gate` has {gate_h}: both must be H wide"
         )));
     }
-    let bias = take("bias").ok().as_ref().map(bias_vector).transpose()?;
+    let bias = tensors.remove("bias");
+    refuse_others(path, &tensors, "`hidden`, `gate` and an optional `bias`")?;
+    let bias = bias.as_ref().map(bias_vector).transpose()?;
     let rounded = [("hidden", h.rounded), ("gate", g.rounded)]
         .into_iter()
         .filter_map(|(n, r)| r.then_some(n))
