@@ -13,7 +13,7 @@ use ch01_router::compare::{check_routing, Tolerance};
 use ch01_router::config::{Grouping, RouterConfig, Scoring};
 use ch01_router::conformance::{as_dtype, check_every_regime, MakeRouter, RegimeResult};
 use ch01_router::inputs::patterned;
-use ch01_router::literal::LiteralRouter;
+use ch01_router::literal::{literal_route_row, LiteralRouter};
 use ch01_router::reference::ReferenceRouter;
 use ch01_router::regimes::{regime, RegimeInput, REGIMES};
 use ch01_router::routing::{Router, Routing};
@@ -35,6 +35,9 @@ fn shape(r: &RegimeInput) -> GateShape {
         experts: r.experts,
     }
 }
+
+/// The fused kernel's three forms.
+const FORMS: [RowForm; 3] = [RowForm::WarpPerRow, RowForm::BlockPerRow, RowForm::Screened];
 
 /// The comparison must not pass by calling everything a near tie: most rows of a regime are
 /// compared exactly (all but a few in `ties` and `nan_logits`, which are made of near ties).
@@ -231,7 +234,7 @@ fn wide_rows_and_large_k_match_the_oracle(dev: &'static Device) {
     {
         let forms = match config.grouping {
             Some(_) => &[RowForm::WarpPerRow, RowForm::Screened][..],
-            None => &[RowForm::WarpPerRow, RowForm::BlockPerRow, RowForm::Screened][..],
+            None => &FORMS[..],
         };
         for &form in forms {
             let got =
@@ -365,8 +368,25 @@ fn both_forms_give_the_same_bits(dev: &'static Device) {
 /// the fused kernel take 8, the larger logit. Then a row of 4 with k = 4 where even the f64
 /// probabilities tie (underflow) and one logit is infinite: the comparison takes either order.
 fn softmax_ranks_by_the_logit_where_probabilities_tie(dev: &'static Device) {
-    let experts = 128;
-    let mut logits = vec![-20.0f32; experts];
+    // One row through every form of the fused kernel, each checked against the f64 oracle's
+    // row (`literal_route_row`); returns the oracle's row and each form's routing.
+    let every_form = |config: &RouterConfig, logits: &[f32]| {
+        let oracle = literal_route_row(config, logits, None);
+        let routed = FORMS.map(|form| {
+            let got =
+                route_logits_fused_as(dev, config, 1, logits.len(), logits, None, form).unwrap();
+            check_routing(
+                "by logit",
+                std::slice::from_ref(&oracle),
+                &got,
+                Tolerance::SAME_LOGITS,
+            )
+            .unwrap_or_else(|e| panic!("{form:?}: {e}"));
+            (form, got)
+        });
+        (oracle, routed)
+    };
+    let mut logits = vec![-20.0f32; 128];
     logits[0] = 100.0;
     logits[1..7].fill(50.0);
     logits[7] = 1.0;
@@ -375,13 +395,7 @@ fn softmax_ranks_by_the_logit_where_probabilities_tie(dev: &'static Device) {
     assert_eq!(p(logits[7]), p(logits[8]), "the fp32 probabilities tie");
     assert!(p(logits[7]) > 0.0 && p(-20.0) == 0.0);
     let config = RouterConfig::qwen3(8);
-    let oracle = LiteralRouter {
-        config: config.clone(),
-    }
-    .route_rows(&logits, 1, experts, None)
-    .unwrap();
-    assert_eq!(oracle[0].ids, [0, 1, 2, 3, 4, 5, 6, 8]);
-    let tensor = Tensor::from_slice(&logits, (1, experts), &candle_core::Device::Cpu).unwrap();
+    let tensor = Tensor::from_slice(&logits, (1, 128), &candle_core::Device::Cpu).unwrap();
     let f32_router = ReferenceRouter {
         config: config.clone(),
     };
@@ -389,30 +403,21 @@ fn softmax_ranks_by_the_logit_where_probabilities_tie(dev: &'static Device) {
         f32_router.route(&tensor, None).unwrap().row_ids(0),
         [0, 1, 2, 3, 4, 5, 6, 7]
     );
-    for form in [RowForm::WarpPerRow, RowForm::BlockPerRow, RowForm::Screened] {
-        let got = route_logits_fused_as(dev, &config, 1, experts, &logits, None, form).unwrap();
-        assert_eq!(got.row_ids(0), oracle[0].ids, "{form:?}");
-        check_routing("by logit", &oracle, &got, Tolerance::SAME_LOGITS)
-            .unwrap_or_else(|e| panic!("{form:?}: {e}"));
+    let (oracle, routed) = every_form(&config, &logits);
+    assert_eq!(oracle.ids, [0, 1, 2, 3, 4, 5, 6, 8]);
+    for (form, got) in routed {
+        assert_eq!(got.row_ids(0), oracle.ids, "{form:?}");
         // The eighth weight: e^-99 over a sum of 1, a subnormal float, not 0.
         assert!(got.row_weights(0)[7] > 0.0, "{form:?}");
     }
     // k = E, where the order is compared: logits 0, 1000, 1 and +inf. Experts 0 and 2 have
     // probability 0 even in f64, so the oracle ties them (0 first) where the kernel ranks 2
     // first; expert 3, not finite, ranks last on both sides.
-    let (logits, config) = ([0.0, 1000.0, 1.0, f32::INFINITY], RouterConfig::qwen3(4));
-    let oracle = LiteralRouter {
-        config: config.clone(),
-    }
-    .route_rows(&logits, 1, 4, None)
-    .unwrap();
-    assert_eq!(oracle[0].ids, [1, 0, 2, 3]);
-    for form in [RowForm::WarpPerRow, RowForm::BlockPerRow, RowForm::Screened] {
-        let got = route_logits_fused_as(dev, &config, 1, 4, &logits, None, form).unwrap();
+    let (oracle, routed) = every_form(&RouterConfig::qwen3(4), &[0.0, 1000.0, 1.0, f32::INFINITY]);
+    assert_eq!(oracle.ids, [1, 0, 2, 3]);
+    for (form, got) in routed {
         assert_eq!(got.row_ids(0), [1, 2, 0, 3], "{form:?}");
         assert_eq!(got.row_weights(0), [1.0, 0.0, 0.0, 0.0], "{form:?}");
-        check_routing("k = E", &oracle, &got, Tolerance::SAME_LOGITS)
-            .unwrap_or_else(|e| panic!("{form:?}: {e}"));
     }
 }
 // ANCHOR_END: by_logit

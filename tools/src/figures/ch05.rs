@@ -303,17 +303,18 @@ pub fn facts(rows: &[BenchRow]) -> Facts {
                     f.add(format!("{k}_warm"), fmt_us(r.warm_median_us), src);
                 }
             }
-            if let (Some(p), Some(t)) = (
+            let (pair, tiny) = (
                 find(rows, &shape, n, PAIR),
                 find(rows, &shape, n, "tiny_gemm"),
-            ) {
+            );
+            if let (Some(p), Some(t)) = (pair, tiny) {
                 // What the fused kernel adds to the pair (the text compares forms by it).
                 let d = p.cold_median_us - t.cold_median_us;
                 f.add(format!("{s}_{n}_pair_minus_tiny"), format!("{d:.2}"), src);
             }
             if let Some((router, logits)) = probes(rows, &shape, n) {
                 f.add(format!("{s}_{n}_probe"), fmt_us(router), src);
-                if let Some(p) = find(rows, &shape, n, PAIR) {
+                if let Some(p) = pair {
                     f.add(
                         format!("{s}_{n}_pair_over_probe"),
                         format!("{:.2}", p.cold_median_us / router),
@@ -328,7 +329,7 @@ pub fn facts(rows: &[BenchRow]) -> Facts {
                     }
                 }
                 if n == 1 {
-                    if let Some(t) = find(rows, &shape, n, "tiny_gemm") {
+                    if let Some(t) = tiny {
                         f.add(
                             format!("{s}_1_tiny_over_probe"),
                             format!("{:.2}", t.cold_median_us / router),
