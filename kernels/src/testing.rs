@@ -143,3 +143,195 @@ pub fn assert_same_bits_up_to_nan_payload(what: &str, a: &[f32], b: &[f32]) -> u
         .filter(|&i| a[i].to_bits() != b[i].to_bits())
         .count()
 }
+
+/// How many elements of two slices differ in their bits (NaN payloads and signed zeros count).
+pub fn count_differing_bits<T: Copy>(a: &[T], b: &[T]) -> usize {
+    assert_eq!(a.len(), b.len(), "lengths differ");
+    let size = std::mem::size_of::<T>();
+    let ab =
+        unsafe { std::slice::from_raw_parts(a.as_ptr() as *const u8, std::mem::size_of_val(a)) };
+    let bb =
+        unsafe { std::slice::from_raw_parts(b.as_ptr() as *const u8, std::mem::size_of_val(b)) };
+    (0..a.len())
+        .filter(|&i| ab[i * size..(i + 1) * size] != bb[i * size..(i + 1) * size])
+        .count()
+}
+
+/// How many floats differ in their bits, two NaNs counting as equal whatever their payloads (as
+/// [`assert_same_bits_up_to_nan_payload`] compares).
+pub fn count_differing_up_to_nan_payload(a: &[f32], b: &[f32]) -> usize {
+    assert_eq!(a.len(), b.len(), "lengths differ");
+    (0..a.len())
+        .filter(|&i| a[i].to_bits() != b[i].to_bits() && !(a[i].is_nan() && b[i].is_nan()))
+        .count()
+}
+
+/// An equality table: the comparisons a test made, as counts, for the book to print. Where the
+/// variable `MOE_EQUALITY_DIR` names a folder (`tools/gpu/run` sets it for the GPU tests), the
+/// lines of each [`Tally`] go to `<dir>/<name>.csv` as `part,case,comparison,elements,differing`
+/// (the header first when the file is new); elsewhere nothing is written. The tests assert as
+/// before: a tally writes its lines before an assertion fails, so a failing run's table says how
+/// many elements differed.
+pub struct EqualityTable {
+    name: &'static str,
+}
+
+impl EqualityTable {
+    /// The table `<name>.csv`.
+    pub const fn new(name: &'static str) -> Self {
+        Self { name }
+    }
+
+    /// A tally of one case's comparisons (a regime, a shape) in the table's `part`.
+    pub fn tally(&'static self, part: &str, case: &str) -> Tally {
+        Tally {
+            table: self,
+            part: part.into(),
+            case: case.into(),
+            lines: Vec::new(),
+        }
+    }
+
+    fn write(&self, tally: &Tally) {
+        if let Some(dir) = std::env::var_os("MOE_EQUALITY_DIR") {
+            self.write_to(std::path::Path::new(&dir), tally);
+        }
+    }
+
+    fn write_to(&self, dir: &std::path::Path, tally: &Tally) {
+        static LOCK: Mutex<()> = Mutex::new(());
+        let _held = LOCK.lock().unwrap_or_else(|p| p.into_inner());
+        let path = dir.join(format!("{}.csv", self.name));
+        let mut text = String::new();
+        if !path.exists() {
+            text.push_str("part,case,comparison,elements,differing\n");
+        }
+        for (comparison, elements, differing) in &tally.lines {
+            for field in [&tally.part, &tally.case, comparison] {
+                assert!(
+                    !field.contains([',', '\n', '"']),
+                    "equality table {}: {field:?} would need quoting",
+                    self.name
+                );
+            }
+            let (part, case) = (&tally.part, &tally.case);
+            text.push_str(&format!(
+                "{part},{case},{comparison},{elements},{differing}\n"
+            ));
+        }
+        let write = || -> std::io::Result<()> {
+            std::fs::create_dir_all(dir)?;
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)?;
+            f.write_all(text.as_bytes())
+        };
+        write().unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+    }
+}
+
+/// One case's comparisons, summed by name (a test that compares in chunks adds each chunk to the
+/// same line), written to its [`EqualityTable`] by [`Tally::record`], or just before one of its
+/// assertions fails.
+pub struct Tally {
+    table: &'static EqualityTable,
+    part: String,
+    case: String,
+    lines: Vec<(String, usize, usize)>,
+}
+
+impl Tally {
+    /// Adds `elements` compared, `differing` of them different, to the line `comparison`.
+    pub fn add(&mut self, comparison: &str, elements: usize, differing: usize) {
+        match self.lines.iter_mut().find(|l| l.0 == comparison) {
+            Some(l) => (l.1, l.2) = (l.1 + elements, l.2 + differing),
+            None => self.lines.push((comparison.into(), elements, differing)),
+        }
+    }
+
+    /// [`assert_same_bits`], counted on the line `comparison` (`what` names the data in the
+    /// failure's message).
+    pub fn same_bits<T: Copy + std::fmt::Debug>(
+        &mut self,
+        comparison: &str,
+        what: &str,
+        a: &[T],
+        b: &[T],
+    ) {
+        let d = count_differing_bits(a, b);
+        self.add(comparison, a.len(), d);
+        if d > 0 {
+            self.record();
+            assert_same_bits(what, a, b);
+        }
+    }
+
+    /// [`assert_same_bits_up_to_nan_payload`], counted on the line `comparison`.
+    pub fn same_bits_up_to_nan_payload(
+        &mut self,
+        comparison: &str,
+        what: &str,
+        a: &[f32],
+        b: &[f32],
+    ) {
+        let d = count_differing_up_to_nan_payload(a, b);
+        self.add(comparison, a.len(), d);
+        if d > 0 {
+            self.record();
+            assert_same_bits_up_to_nan_payload(what, a, b);
+        }
+    }
+
+    /// Writes the lines (where `MOE_EQUALITY_DIR` is set) and clears them.
+    pub fn record(&mut self) {
+        self.table.write(self);
+        self.lines.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    static TABLE: EqualityTable = EqualityTable::new("selftest_of_the_tally");
+
+    /// A tally sums its lines by name, writes the header once, and appends.
+    #[test]
+    fn a_tally_sums_by_line_and_appends() {
+        let dir = std::env::temp_dir().join(format!("moe-equality-{}", std::process::id()));
+        std::fs::remove_dir_all(&dir).ok();
+        let mut t = TABLE.tally("p", "case a");
+        t.same_bits("ids", "ids", &[1, 2, 3], &[1, 2, 3]);
+        t.same_bits("ids", "ids", &[4, 5], &[4, 5]);
+        t.add("rows", 7, 0);
+        TABLE.write_to(&dir, &t);
+        let mut u = TABLE.tally("p", "case b");
+        u.same_bits_up_to_nan_payload("x", "x", &[f32::NAN, -0.0], &[-f32::NAN, -0.0]);
+        u.add("y", 2, 1);
+        TABLE.write_to(&dir, &u);
+        let text = std::fs::read_to_string(dir.join("selftest_of_the_tally.csv")).unwrap();
+        assert_eq!(
+            text,
+            "part,case,comparison,elements,differing\n\
+             p,case a,ids,5,0\np,case a,rows,7,0\np,case b,x,2,0\np,case b,y,2,1\n"
+        );
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// A difference is counted, written, then fails the test as assert_same_bits does.
+    #[test]
+    fn a_difference_is_counted_then_fails() {
+        assert_eq!(count_differing_bits(&[0.0f32, 1.0], &[-0.0, 1.0]), 1);
+        assert_eq!(
+            count_differing_up_to_nan_payload(&[0.0, f32::NAN], &[-0.0, 1.0]),
+            2
+        );
+        let mut t = TABLE.tally("p", "c");
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            t.same_bits("ids", "the ids", &[1, 2], &[1, 3])
+        }));
+        let msg = *r.unwrap_err().downcast::<String>().unwrap();
+        assert!(msg.contains("the ids: 1 of 2 elements differ"), "{msg}");
+    }
+}

@@ -13,7 +13,7 @@ use ch01_router::compare::{check_routing, Tolerance};
 use ch01_router::config::{Grouping, RouterConfig, Scoring};
 use ch01_router::conformance::{as_dtype, check_every_regime, MakeRouter, RegimeResult};
 use ch01_router::inputs::patterned;
-use ch01_router::literal::{literal_route_row, LiteralRouter};
+use ch01_router::literal::{literal_route_row, LiteralRouter, RowDetail};
 use ch01_router::reference::ReferenceRouter;
 use ch01_router::regimes::{regime, RegimeInput, REGIMES};
 use ch01_router::routing::{Router, Routing};
@@ -25,7 +25,7 @@ use ch05_fused_router::fused::{
 use ch05_fused_router::tiny_gemm::GemmForm;
 use ch05_fused_router::{tiny_gemm, FusedRouter, LogitsFrom, TinyGemmChain};
 use half::bf16;
-use moe_kernels::testing::assert_same_bits;
+use moe_kernels::testing::{assert_same_bits, EqualityTable, Tally};
 use moe_kernels::{record_launches, Device};
 
 fn shape(r: &RegimeInput) -> GateShape {
@@ -966,7 +966,9 @@ fn run(dev: &'static Device, r: &RegimeInput) -> (Routing, Vec<f32>) {
 }
 
 // ANCHOR: emu_and_gpu_same_bits
-/// Every regime on the emulator and on the GPU: the same logits, ids and weights, bit for bit.
+/// Every regime on the emulator and on the GPU: the same logits, ids and weights, bit for bit;
+/// and the GPU's routing is the f64 oracle's on the GPU's own logits. Each comparison is counted
+/// in the chapter's equality table (`EQUALITY`).
 #[test]
 #[ignore = "needs a GPU"]
 fn emulator_and_gpu_give_the_same_bits_on_every_regime() {
@@ -974,14 +976,55 @@ fn emulator_and_gpu_give_the_same_bits_on_every_regime() {
     for name in REGIMES {
         let r = regime(name).unwrap();
         let ((g, gl), (c, cl)) = (run(gpu, &r), run(emu, &r));
-        moe_kernels::testing::assert_same_bits_up_to_nan_payload(
-            &format!("{name} logits"),
-            &gl,
-            &cl,
+        let mut t = EQUALITY.tally("regimes", name);
+        let logits = format!("{name} logits");
+        t.same_bits_up_to_nan_payload("logits: emulator vs GPU", &logits, &gl, &cl);
+        t.same_bits(
+            "ids: emulator vs GPU",
+            &format!("{name} ids"),
+            &g.ids,
+            &c.ids,
         );
-        assert_same_bits(&format!("{name} ids"), &g.ids, &c.ids);
-        assert_same_bits(&format!("{name} weights"), &g.weights, &c.weights);
+        let weights = format!("{name} weights");
+        t.same_bits("weights: emulator vs GPU", &weights, &g.weights, &c.weights);
+        let oracle = LiteralRouter {
+            config: r.config.clone(),
+        }
+        .route_rows(&gl, r.rows, r.experts, r.bias.as_deref())
+        .unwrap();
+        oracle_lines(&mut t, name, &oracle, &g);
+        t.record();
     }
+}
+// ANCHOR_END: emu_and_gpu_same_bits
+
+/// A form as the equality table names it.
+fn form_name(form: RowForm) -> &'static str {
+    match form {
+        RowForm::WarpPerRow => "one-warp form",
+        RowForm::BlockPerRow => "block form",
+        RowForm::Screened => "screened form",
+    }
+}
+
+/// The chapter's equality table: `bench/results/h200/ch05_equality.csv` once a GPU run's
+/// `MOE_EQUALITY_DIR` copy is committed, printed in the book by `plot`.
+static EQUALITY: EqualityTable = EqualityTable::new("ch05_equality");
+
+/// The GPU's routing against the f64 oracle on the same logits (chapter 1's comparison, which
+/// fails the test on a wrong row), counted as two lines: the rows with a clear cut, whose ids
+/// must be the oracle's, and the rows at a near tie, held to chapter 1's rule for those. Returns
+/// how many rows had a clear cut.
+fn oracle_lines(t: &mut Tally, case: &str, oracle: &[RowDetail], got: &Routing) -> usize {
+    let clear =
+        check_routing(case, oracle, got, Tolerance::SAME_LOGITS).unwrap_or_else(|e| panic!("{e}"));
+    t.add("rows with a clear cut: ids vs the f64 oracle", clear, 0);
+    t.add(
+        "rows at a near tie: within chapter 1's tie rule",
+        got.rows - clear,
+        0,
+    );
+    clear
 }
 // ANCHOR_END: emu_and_gpu_same_bits
 
@@ -1003,6 +1046,8 @@ fn random_rows(hidden: usize, experts: usize, config: RouterConfig, with_bias: b
     let bias = bias.as_deref();
     let mut exact = 0;
     let mut paths = [0usize; 3]; // rows decided by the exact router, the first screen, the second
+    let case = format!("{hidden} x {experts}, {rows} rows");
+    let mut t = EQUALITY.tally("random rows", &case);
     for c in 0..rows / chunk {
         let h = patterned(chunk * hidden, salt + 10 + c as u64, 1.0);
         let s = GateShape {
@@ -1018,33 +1063,47 @@ fn random_rows(hidden: usize, experts: usize, config: RouterConfig, with_bias: b
         }
         .route_rows(&logits, chunk, experts, bias)
         .unwrap();
-        exact += check_routing("random", &oracle, &got, Tolerance::SAME_LOGITS)
-            .unwrap_or_else(|e| panic!("chunk {c}: {e}"));
+        exact += oracle_lines(&mut t, &format!("random, chunk {c}"), &oracle, &got);
         let on_emu = route_logits_fused(emu, &config, chunk, experts, &logits, bias).unwrap();
-        assert_same_bits(&format!("chunk {c} ids"), &got.ids, &on_emu.ids);
-        assert_same_bits(&format!("chunk {c} weights"), &got.weights, &on_emu.weights);
+        let (ids, weights) = (format!("chunk {c} ids"), format!("chunk {c} weights"));
+        t.same_bits(
+            "ids: emulator vs GPU, on the GPU's logits",
+            &ids,
+            &got.ids,
+            &on_emu.ids,
+        );
+        let what = "weights: emulator vs GPU, on the GPU's logits";
+        t.same_bits(what, &weights, &got.weights, &on_emu.weights);
         // The chunk runs form_for's form (screened for sigmoid scores, else one warp per row);
         // every other form gives the same bits on the GPU.
-        for form in [RowForm::BlockPerRow, RowForm::WarpPerRow, RowForm::Screened] {
+        for form in FORMS {
             let b = route_logits_fused_as(gpu, &config, chunk, experts, &logits, bias, form);
             let b = b.unwrap();
-            assert_same_bits(&format!("chunk {c} ids, {form:?}"), &got.ids, &b.ids);
-            assert_same_bits(
-                &format!("chunk {c} weights, {form:?}"),
-                &got.weights,
-                &b.weights,
+            let name = form_name(form);
+            let (ids, weights) = (format!("{ids}, {form:?}"), format!("{weights}, {form:?}"));
+            t.same_bits(
+                &format!("ids: {name} vs the pair (GPU)"),
+                &ids,
+                &got.ids,
+                &b.ids,
             );
+            let what = format!("weights: {name} vs the pair (GPU)");
+            t.same_bits(&what, &weights, &got.weights, &b.weights);
         }
         if let (288, Scoring::Sigmoid, None, Some(b)) =
             (experts, config.scoring, config.grouping, bias)
         {
             let (path, ids, weights) = screen_paths(gpu, &config, chunk, &logits, b);
-            assert_same_bits(&format!("chunk {c} ids, screen paths"), &got.ids, &ids);
-            assert_same_bits(
-                &format!("chunk {c} weights, screen paths"),
-                &got.weights,
-                &weights,
+            let what = format!("chunk {c} ids, screen paths");
+            t.same_bits(
+                "ids: screened form's paths vs the pair (GPU)",
+                &what,
+                &got.ids,
+                &ids,
             );
+            let what = format!("chunk {c} weights, screen paths");
+            let line = "weights: screened form's paths vs the pair (GPU)";
+            t.same_bits(line, &what, &got.weights, &weights);
             for p in path {
                 paths[p as usize] += 1;
             }
@@ -1054,9 +1113,11 @@ fn random_rows(hidden: usize, experts: usize, config: RouterConfig, with_bias: b
             let on_emu = FusedRouter::new(emu, &config, few, bias).unwrap();
             route_on_device(&on_emu, emu, GateDtype::Bf16, &h[..64 * hidden], &w, bias).unwrap();
             let el = on_emu.logits().to_vec().unwrap();
-            assert_same_bits("logits of 64 rows", &el, &logits[..64 * experts]);
+            let line = "logits of the first 64 rows: emulator vs GPU";
+            t.same_bits(line, "logits of 64 rows", &el, &logits[..64 * experts]);
         }
     }
+    t.record();
     eprintln!(
         "{rows} random rows, {experts} experts: {exact} clear cuts, every one the oracle's ids"
     );

@@ -8,6 +8,7 @@ pub mod ch02;
 pub mod ch03;
 pub mod ch04;
 pub mod ch05;
+pub mod equality;
 pub mod facts;
 pub mod svg;
 pub mod tables;
