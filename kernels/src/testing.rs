@@ -184,12 +184,23 @@ impl EqualityTable {
 
     /// A tally of one case's comparisons (a regime, a shape) in the table's `part`.
     pub fn tally(&'static self, part: &str, case: &str) -> Tally {
+        Self::plain(part);
+        Self::plain(case);
         Tally {
             table: self,
             part: part.into(),
             case: case.into(),
             lines: Vec::new(),
         }
+    }
+
+    /// A field must be plain CSV (the book's reader does no quoting): checked where the name is
+    /// made, so that a bad one fails on every backend, not only where the table is written.
+    fn plain(field: &str) {
+        assert!(
+            !field.contains([',', '\n', '"']),
+            "equality table: {field:?} would need quoting"
+        );
     }
 
     fn write(&self, tally: &Tally) {
@@ -207,13 +218,6 @@ impl EqualityTable {
             text.push_str("part,case,comparison,elements,differing\n");
         }
         for (comparison, elements, differing) in &tally.lines {
-            for field in [&tally.part, &tally.case, comparison] {
-                assert!(
-                    !field.contains([',', '\n', '"']),
-                    "equality table {}: {field:?} would need quoting",
-                    self.name
-                );
-            }
             let (part, case) = (&tally.part, &tally.case);
             text.push_str(&format!(
                 "{part},{case},{comparison},{elements},{differing}\n"
@@ -244,6 +248,7 @@ pub struct Tally {
 impl Tally {
     /// Adds `elements` compared, `differing` of them different, to the line `comparison`.
     pub fn add(&mut self, comparison: &str, elements: usize, differing: usize) {
+        EqualityTable::plain(comparison);
         match self.lines.iter_mut().find(|l| l.0 == comparison) {
             Some(l) => (l.1, l.2) = (l.1 + elements, l.2 + differing),
             None => self.lines.push((comparison.into(), elements, differing)),
@@ -333,5 +338,8 @@ mod tests {
         }));
         let msg = *r.unwrap_err().downcast::<String>().unwrap();
         assert!(msg.contains("the ids: 1 of 2 elements differ"), "{msg}");
+        let r = std::panic::catch_unwind(|| TABLE.tally("p", "a, b"));
+        let msg = *r.err().unwrap().downcast::<String>().unwrap();
+        assert!(msg.contains("\"a, b\" would need quoting"), "{msg}");
     }
 }

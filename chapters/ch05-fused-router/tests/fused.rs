@@ -1046,7 +1046,7 @@ fn random_rows(hidden: usize, experts: usize, config: RouterConfig, with_bias: b
     let bias = bias.as_deref();
     let mut exact = 0;
     let mut paths = [0usize; 3]; // rows decided by the exact router, the first screen, the second
-    let case = format!("{hidden} x {experts}, {rows} rows");
+    let case = format!("{hidden} x {experts}: {rows} rows");
     let mut t = EQUALITY.tally("random rows", &case);
     for c in 0..rows / chunk {
         let h = patterned(chunk * hidden, salt + 10 + c as u64, 1.0);
@@ -1067,12 +1067,12 @@ fn random_rows(hidden: usize, experts: usize, config: RouterConfig, with_bias: b
         let on_emu = route_logits_fused(emu, &config, chunk, experts, &logits, bias).unwrap();
         let (ids, weights) = (format!("chunk {c} ids"), format!("chunk {c} weights"));
         t.same_bits(
-            "ids: emulator vs GPU, on the GPU's logits",
+            "ids: emulator vs GPU (on the GPU's logits)",
             &ids,
             &got.ids,
             &on_emu.ids,
         );
-        let what = "weights: emulator vs GPU, on the GPU's logits";
+        let what = "weights: emulator vs GPU (on the GPU's logits)";
         t.same_bits(what, &weights, &got.weights, &on_emu.weights);
         // The chunk runs form_for's form (screened for sigmoid scores, else one warp per row);
         // every other form gives the same bits on the GPU.
