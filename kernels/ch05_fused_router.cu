@@ -260,14 +260,22 @@ __device__ __forceinline__ unsigned fr_dropped_slots(const float* key, int E, in
 // sum (taken in selection order, as chapter 1's router_row_sum does) plus 1e-20, then scaled;
 // lane r stores pick r. Only those lanes divide: a lane with a score of 0 would send the whole
 // warp through the division's slow path (its FCHK test fails on a zero numerator), some forty
-// instructions a row for nothing.
+// instructions a row for nothing. The first eight scores are fetched together, then added in
+// order: a loop of shuffle-then-add waited out each shuffle's latency in turn.
 __device__ __forceinline__ void fr_store_weights(int* __restrict__ ids,
                                                  float* __restrict__ weights, int t, int k,
                                                  int lane, int my_id, float my_score,
                                                  int renormalize, float scale) {
     float total = 0.0f;
-    if (renormalize)
-        for (int r = 0; r < k; ++r) total += __shfl_sync(MOE_FULL_MASK, my_score, r);
+    if (renormalize) {
+        float first[8];
+#pragma unroll
+        for (int r = 0; r < 8; ++r) first[r] = __shfl_sync(MOE_FULL_MASK, my_score, r);
+#pragma unroll
+        for (int r = 0; r < 8; ++r)
+            if (r < k) total += first[r];
+        for (int r = 8; r < k; ++r) total += __shfl_sync(MOE_FULL_MASK, my_score, r);
+    }
     if (lane < k) {
         float w = my_score;
         if (renormalize) {

@@ -1033,7 +1033,14 @@ fn oracle_lines(t: &mut Tally, case: &str, oracle: &[RowDetail], got: &Routing) 
 /// the fused kernel on the emulator, given the GPU's logits, gives the same ids and weights bit
 /// for bit, as does the block-per-row form on the GPU. The logits' bits are compared with the emulator on the first chunk's first 64 rows
 /// (the emulator's GEMM at this size would take minutes).
-fn random_rows(hidden: usize, experts: usize, config: RouterConfig, with_bias: bool, salt: u64) {
+fn random_rows(
+    shape: &str,
+    hidden: usize,
+    experts: usize,
+    config: RouterConfig,
+    with_bias: bool,
+    salt: u64,
+) {
     let (gpu, emu) = (moe_kernels::testing::cuda(), moe_kernels::testing::emu());
     let (rows, chunk) = (100_000usize, 10_000usize);
     let w = patterned(experts * hidden, salt, 0.02);
@@ -1046,7 +1053,7 @@ fn random_rows(hidden: usize, experts: usize, config: RouterConfig, with_bias: b
     let bias = bias.as_deref();
     let mut exact = 0;
     let mut paths = [0usize; 3]; // rows decided by the exact router, the first screen, the second
-    let case = format!("{hidden} x {experts}: {rows} rows");
+    let case = format!("{shape} (H {hidden}; {experts} experts; {rows} rows)");
     let mut t = EQUALITY.tally("random rows", &case);
     for c in 0..rows / chunk {
         let h = patterned(chunk * hidden, salt + 10 + c as u64, 1.0);
@@ -1184,11 +1191,11 @@ fn pair_reads_the_logits_only_after_the_tiny_gemm_ends() {
 #[test]
 #[ignore = "needs a GPU"]
 fn random_100k_rows_glm_like() {
-    random_rows(4096, 288, RouterConfig::glm5(8), true, 9100);
+    random_rows("GLM-like", 4096, 288, RouterConfig::glm5(8), true, 9100);
 }
 
 #[test]
 #[ignore = "needs a GPU"]
 fn random_100k_rows_qwen3_like() {
-    random_rows(2048, 128, RouterConfig::qwen3(8), false, 9200);
+    random_rows("Qwen3-like", 2048, 128, RouterConfig::qwen3(8), false, 9200);
 }
