@@ -167,11 +167,13 @@ pub fn count_differing_up_to_nan_payload(a: &[f32], b: &[f32]) -> usize {
 }
 
 /// An equality table: the comparisons a test made, as counts, for the book to print. Where the
-/// variable `MOE_EQUALITY_DIR` names a folder (`tools/gpu/run` sets it for the GPU tests), the
-/// lines of each [`Tally`] go to `<dir>/<name>.csv` as `part,case,comparison,elements,differing`
-/// (the header first when the file is new); elsewhere nothing is written. The tests assert as
-/// before: a tally writes its lines before an assertion fails, so a failing run's table says how
-/// many elements differed.
+/// variable `MOE_EQUALITY_DIR` names a folder when a [`Tally`] is made (`tools/gpu/run` sets it
+/// for the GPU tests), its lines go to `<dir>/<name>.csv` as
+/// `part,case,comparison,elements,differing` (the header first when the file is new; a second run
+/// into the same folder appends, so start from an empty one); elsewhere nothing is written. The
+/// tests assert as before: a tally writes its lines before one of its comparisons fails, and when
+/// the test panics for any other reason (its drop), so a failing run's table says how many
+/// elements differed, not only where the first one was.
 pub struct EqualityTable {
     name: &'static str,
 }
@@ -184,28 +186,25 @@ impl EqualityTable {
 
     /// A tally of one case's comparisons (a regime, a shape) in the table's `part`.
     pub fn tally(&'static self, part: &str, case: &str) -> Tally {
-        Self::plain(part);
-        Self::plain(case);
+        let dir = std::env::var_os("MOE_EQUALITY_DIR").map(std::path::PathBuf::from);
+        self.tally_into(dir, part, case)
+    }
+
+    /// [`EqualityTable::tally`] writing into `dir` (or nowhere), whatever the environment says.
+    pub fn tally_into(
+        &'static self,
+        dir: Option<std::path::PathBuf>,
+        part: &str,
+        case: &str,
+    ) -> Tally {
+        check_plain(part);
+        check_plain(case);
         Tally {
             table: self,
+            dir,
             part: part.into(),
             case: case.into(),
             lines: Vec::new(),
-        }
-    }
-
-    /// A field must be plain CSV (the book's reader does no quoting): checked where the name is
-    /// made, so that a bad one fails on every backend, not only where the table is written.
-    fn plain(field: &str) {
-        assert!(
-            !field.contains([',', '\n', '"']),
-            "equality table: {field:?} would need quoting"
-        );
-    }
-
-    fn write(&self, tally: &Tally) {
-        if let Some(dir) = std::env::var_os("MOE_EQUALITY_DIR") {
-            self.write_to(std::path::Path::new(&dir), tally);
         }
     }
 
@@ -231,15 +230,34 @@ impl EqualityTable {
                 .open(&path)?;
             f.write_all(text.as_bytes())
         };
-        write().unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+        if let Err(e) = write() {
+            // Not a panic while one is unwinding (a drop during a failed test): say it instead.
+            let msg = format!("cannot write {}: {e}", path.display());
+            if std::thread::panicking() {
+                eprintln!("{msg}");
+            } else {
+                panic!("{msg}");
+            }
+        }
     }
 }
 
+/// A name of an equality table's line must be plain CSV (the book's reader does no quoting).
+/// [`EqualityTable::tally`] and [`Tally::add`] check their names; a test can check names it
+/// makes only on a GPU machine with this, on every machine.
+pub fn check_plain(field: &str) {
+    assert!(
+        !field.contains([',', '\n', '"']),
+        "equality table: {field:?} would need quoting"
+    );
+}
+
 /// One case's comparisons, summed by name (a test that compares in chunks adds each chunk to the
-/// same line), written to its [`EqualityTable`] by [`Tally::record`], or just before one of its
-/// assertions fails.
+/// same line), written to its [`EqualityTable`] by [`Tally::record`], just before one of its
+/// comparisons fails, or when it is dropped during a panic.
 pub struct Tally {
     table: &'static EqualityTable,
+    dir: Option<std::path::PathBuf>,
     part: String,
     case: String,
     lines: Vec<(String, usize, usize)>,
@@ -248,7 +266,7 @@ pub struct Tally {
 impl Tally {
     /// Adds `elements` compared, `differing` of them different, to the line `comparison`.
     pub fn add(&mut self, comparison: &str, elements: usize, differing: usize) {
-        EqualityTable::plain(comparison);
+        check_plain(comparison);
         match self.lines.iter_mut().find(|l| l.0 == comparison) {
             Some(l) => (l.1, l.2) = (l.1 + elements, l.2 + differing),
             None => self.lines.push((comparison.into(), elements, differing)),
@@ -264,6 +282,7 @@ impl Tally {
         a: &[T],
         b: &[T],
     ) {
+        assert_eq!(a.len(), b.len(), "{what}: lengths differ");
         let d = count_differing_bits(a, b);
         self.add(comparison, a.len(), d);
         if d > 0 {
@@ -280,6 +299,7 @@ impl Tally {
         a: &[f32],
         b: &[f32],
     ) {
+        assert_eq!(a.len(), b.len(), "{what}: lengths differ");
         let d = count_differing_up_to_nan_payload(a, b);
         self.add(comparison, a.len(), d);
         if d > 0 {
@@ -288,10 +308,22 @@ impl Tally {
         }
     }
 
-    /// Writes the lines (where `MOE_EQUALITY_DIR` is set) and clears them.
+    /// Writes the lines (where the tally has a folder) and clears them.
     pub fn record(&mut self) {
-        self.table.write(self);
+        if let Some(dir) = &self.dir {
+            self.table.write_to(dir, self);
+        }
         self.lines.clear();
+    }
+}
+
+impl Drop for Tally {
+    /// A test that panics between two records (an unwrap, an oracle's verdict) still leaves what
+    /// it had counted.
+    fn drop(&mut self) {
+        if std::thread::panicking() && !self.lines.is_empty() {
+            self.record();
+        }
     }
 }
 
@@ -299,23 +331,29 @@ impl Tally {
 mod tests {
     use super::*;
 
-    static TABLE: EqualityTable = EqualityTable::new("selftest_of_the_tally");
+    static TABLE: EqualityTable = EqualityTable::new("t");
+
+    fn temp(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("moe-equality-{name}-{}", std::process::id()));
+        std::fs::remove_dir_all(&dir).ok();
+        dir
+    }
 
     /// A tally sums its lines by name, writes the header once, and appends.
     #[test]
     fn a_tally_sums_by_line_and_appends() {
-        let dir = std::env::temp_dir().join(format!("moe-equality-{}", std::process::id()));
-        std::fs::remove_dir_all(&dir).ok();
-        let mut t = TABLE.tally("p", "case a");
+        let dir = temp("sums");
+        let mut t = TABLE.tally_into(Some(dir.clone()), "p", "case a");
         t.same_bits("ids", "ids", &[1, 2, 3], &[1, 2, 3]);
         t.same_bits("ids", "ids", &[4, 5], &[4, 5]);
         t.add("rows", 7, 0);
-        TABLE.write_to(&dir, &t);
-        let mut u = TABLE.tally("p", "case b");
+        t.record();
+        let mut u = TABLE.tally_into(Some(dir.clone()), "p", "case b");
         u.same_bits_up_to_nan_payload("x", "x", &[f32::NAN, -0.0], &[-f32::NAN, -0.0]);
         u.add("y", 2, 1);
-        TABLE.write_to(&dir, &u);
-        let text = std::fs::read_to_string(dir.join("selftest_of_the_tally.csv")).unwrap();
+        u.record();
+        drop(u); // nothing left: nothing written again
+        let text = std::fs::read_to_string(dir.join("t.csv")).unwrap();
         assert_eq!(
             text,
             "part,case,comparison,elements,differing\n\
@@ -324,22 +362,36 @@ mod tests {
         std::fs::remove_dir_all(&dir).ok();
     }
 
-    /// A difference is counted, written, then fails the test as assert_same_bits does.
+    /// A difference is counted and written, then fails the test as assert_same_bits does; a
+    /// panic of another kind leaves the lines counted so far; a bad name fails where it is made.
     #[test]
-    fn a_difference_is_counted_then_fails() {
+    fn a_failure_leaves_its_counts() {
         assert_eq!(count_differing_bits(&[0.0f32, 1.0], &[-0.0, 1.0]), 1);
         assert_eq!(
             count_differing_up_to_nan_payload(&[0.0, f32::NAN], &[-0.0, 1.0]),
             2
         );
-        let mut t = TABLE.tally("p", "c");
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let dir = temp("fails");
+        let r = std::panic::catch_unwind(|| {
+            let mut t = TABLE.tally_into(Some(dir.clone()), "p", "c");
             t.same_bits("ids", "the ids", &[1, 2], &[1, 3])
-        }));
+        });
         let msg = *r.unwrap_err().downcast::<String>().unwrap();
         assert!(msg.contains("the ids: 1 of 2 elements differ"), "{msg}");
-        let r = std::panic::catch_unwind(|| TABLE.tally("p", "a, b"));
+        let r = std::panic::catch_unwind(|| {
+            let mut t = TABLE.tally_into(Some(dir.clone()), "p", "d");
+            t.add("rows", 3, 0);
+            panic!("an oracle's verdict");
+        });
+        assert!(r.is_err());
+        let text = std::fs::read_to_string(dir.join("t.csv")).unwrap();
+        assert_eq!(
+            text,
+            "part,case,comparison,elements,differing\np,c,ids,2,1\np,d,rows,3,0\n"
+        );
+        let r = std::panic::catch_unwind(|| TABLE.tally_into(None, "p", "a, b"));
         let msg = *r.err().unwrap().downcast::<String>().unwrap();
         assert!(msg.contains("\"a, b\" would need quoting"), "{msg}");
+        std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -978,15 +978,10 @@ fn emulator_and_gpu_give_the_same_bits_on_every_regime() {
         let ((g, gl), (c, cl)) = (run(gpu, &r), run(emu, &r));
         let mut t = EQUALITY.tally("regimes", name);
         let logits = format!("{name} logits");
-        t.same_bits_up_to_nan_payload("logits: emulator vs GPU", &logits, &gl, &cl);
-        t.same_bits(
-            "ids: emulator vs GPU",
-            &format!("{name} ids"),
-            &g.ids,
-            &c.ids,
-        );
+        t.same_bits_up_to_nan_payload(LOGITS_EMU_GPU, &logits, &gl, &cl);
+        t.same_bits(IDS_EMU_GPU, &format!("{name} ids"), &g.ids, &c.ids);
         let weights = format!("{name} weights");
-        t.same_bits("weights: emulator vs GPU", &weights, &g.weights, &c.weights);
+        t.same_bits(WEIGHTS_EMU_GPU, &weights, &g.weights, &c.weights);
         let oracle = LiteralRouter {
             config: r.config.clone(),
         }
@@ -998,35 +993,86 @@ fn emulator_and_gpu_give_the_same_bits_on_every_regime() {
 }
 // ANCHOR_END: emu_and_gpu_same_bits
 
-/// A form as the equality table names it.
-fn form_name(form: RowForm) -> &'static str {
-    match form {
+/// The chapter's equality table: `bench/results/h200/ch05_equality.csv` once a GPU run's
+/// `MOE_EQUALITY_DIR` copy is committed, printed in the book by `plot`. Its names are made only
+/// on a GPU machine; `equality_names_are_plain_csv` checks every one of them on any machine.
+static EQUALITY: EqualityTable = EqualityTable::new("ch05_equality");
+const LOGITS_EMU_GPU: &str = "logits: emulator vs GPU";
+const IDS_EMU_GPU: &str = "ids: emulator vs GPU";
+const WEIGHTS_EMU_GPU: &str = "weights: emulator vs GPU";
+const CLEAR_CUTS: &str = "rows with a clear cut: ids vs the f64 oracle";
+const NEAR_TIES: &str = "rows at a near tie: within chapter 1's tie rule";
+const IDS_ON_GPU_LOGITS: &str = "ids: emulator vs GPU (on the GPU's logits)";
+const WEIGHTS_ON_GPU_LOGITS: &str = "weights: emulator vs GPU (on the GPU's logits)";
+const IDS_PATHS: &str = "ids: screened form's paths vs the pair (GPU)";
+const WEIGHTS_PATHS: &str = "weights: screened form's paths vs the pair (GPU)";
+const LOGITS_64: &str = "logits of the first 64 rows: emulator vs GPU";
+
+/// The lines of one form against the pair: ids, then weights.
+fn form_lines(form: RowForm) -> [String; 2] {
+    let name = match form {
         RowForm::WarpPerRow => "one-warp form",
         RowForm::BlockPerRow => "block form",
         RowForm::Screened => "screened form",
-    }
+    };
+    ["ids", "weights"].map(|w| format!("{w}: {name} vs the pair (GPU)"))
 }
 
-/// The chapter's equality table: `bench/results/h200/ch05_equality.csv` once a GPU run's
-/// `MOE_EQUALITY_DIR` copy is committed, printed in the book by `plot`.
-static EQUALITY: EqualityTable = EqualityTable::new("ch05_equality");
+/// The case of a random-rows test.
+fn random_case(shape: &str, hidden: usize, experts: usize, rows: usize) -> String {
+    format!("{shape} (H {hidden}; {experts} experts; {rows} rows)")
+}
+
+#[test]
+fn equality_names_are_plain_csv() {
+    let forms = FORMS.iter().flat_map(|&f| form_lines(f));
+    let fixed = [
+        LOGITS_EMU_GPU,
+        IDS_EMU_GPU,
+        WEIGHTS_EMU_GPU,
+        CLEAR_CUTS,
+        NEAR_TIES,
+        IDS_ON_GPU_LOGITS,
+        WEIGHTS_ON_GPU_LOGITS,
+        IDS_PATHS,
+        WEIGHTS_PATHS,
+        LOGITS_64,
+    ];
+    let cases = [
+        random_case("GLM-like", 4096, 288, 100_000),
+        random_case("Qwen3-like", 2048, 128, 100_000),
+    ];
+    let names = fixed
+        .map(String::from)
+        .into_iter()
+        .chain(forms)
+        .chain(cases);
+    let names: Vec<String> = names.chain(REGIMES.iter().map(|r| r.to_string())).collect();
+    names
+        .iter()
+        .for_each(|n| moe_kernels::testing::check_plain(n));
+    assert_eq!(names.len(), 10 + 6 + 2 + REGIMES.len());
+}
 
 /// The GPU's routing against the f64 oracle on the same logits (chapter 1's comparison, which
 /// fails the test on a wrong row), counted as two lines: the rows with a clear cut, whose ids
 /// must be the oracle's, and the rows at a near tie, held to chapter 1's rule for those. Returns
-/// how many rows had a clear cut.
+/// how many rows had a clear cut. A wrong row is counted as one row with a clear cut that
+/// differs (the comparison stops at the first), written, and then fails the test.
 fn oracle_lines(t: &mut Tally, case: &str, oracle: &[RowDetail], got: &Routing) -> usize {
-    let clear =
-        check_routing(case, oracle, got, Tolerance::SAME_LOGITS).unwrap_or_else(|e| panic!("{e}"));
-    t.add("rows with a clear cut: ids vs the f64 oracle", clear, 0);
-    t.add(
-        "rows at a near tie: within chapter 1's tie rule",
-        got.rows - clear,
-        0,
-    );
-    clear
+    match check_routing(case, oracle, got, Tolerance::SAME_LOGITS) {
+        Ok(clear) => {
+            t.add(CLEAR_CUTS, clear, 0);
+            t.add(NEAR_TIES, got.rows - clear, 0);
+            clear
+        }
+        Err(e) => {
+            t.add(CLEAR_CUTS, 1, 1);
+            t.record();
+            panic!("{e}")
+        }
+    }
 }
-// ANCHOR_END: emu_and_gpu_same_bits
 
 /// `rows` random rows through the pair on the GPU in chunks: the ids of every clear cut equal
 /// the f64 oracle's on the pair's own logits, every weight within 2e-6 of it and never NaN; and
@@ -1053,7 +1099,7 @@ fn random_rows(
     let bias = bias.as_deref();
     let mut exact = 0;
     let mut paths = [0usize; 3]; // rows decided by the exact router, the first screen, the second
-    let case = format!("{shape} (H {hidden}; {experts} experts; {rows} rows)");
+    let case = random_case(shape, hidden, experts, rows);
     let mut t = EQUALITY.tally("random rows", &case);
     for c in 0..rows / chunk {
         let h = patterned(chunk * hidden, salt + 10 + c as u64, 1.0);
@@ -1073,44 +1119,31 @@ fn random_rows(
         exact += oracle_lines(&mut t, &format!("random, chunk {c}"), &oracle, &got);
         let on_emu = route_logits_fused(emu, &config, chunk, experts, &logits, bias).unwrap();
         let (ids, weights) = (format!("chunk {c} ids"), format!("chunk {c} weights"));
+        t.same_bits(IDS_ON_GPU_LOGITS, &ids, &got.ids, &on_emu.ids);
         t.same_bits(
-            "ids: emulator vs GPU (on the GPU's logits)",
-            &ids,
-            &got.ids,
-            &on_emu.ids,
+            WEIGHTS_ON_GPU_LOGITS,
+            &weights,
+            &got.weights,
+            &on_emu.weights,
         );
-        let what = "weights: emulator vs GPU (on the GPU's logits)";
-        t.same_bits(what, &weights, &got.weights, &on_emu.weights);
         // The chunk runs form_for's form (screened for sigmoid scores, else one warp per row);
         // every other form gives the same bits on the GPU.
         for form in FORMS {
             let b = route_logits_fused_as(gpu, &config, chunk, experts, &logits, bias, form);
             let b = b.unwrap();
-            let name = form_name(form);
+            let [id_line, weight_line] = form_lines(form);
             let (ids, weights) = (format!("{ids}, {form:?}"), format!("{weights}, {form:?}"));
-            t.same_bits(
-                &format!("ids: {name} vs the pair (GPU)"),
-                &ids,
-                &got.ids,
-                &b.ids,
-            );
-            let what = format!("weights: {name} vs the pair (GPU)");
-            t.same_bits(&what, &weights, &got.weights, &b.weights);
+            t.same_bits(&id_line, &ids, &got.ids, &b.ids);
+            t.same_bits(&weight_line, &weights, &got.weights, &b.weights);
         }
         if let (288, Scoring::Sigmoid, None, Some(b)) =
             (experts, config.scoring, config.grouping, bias)
         {
             let (path, ids, weights) = screen_paths(gpu, &config, chunk, &logits, b);
             let what = format!("chunk {c} ids, screen paths");
-            t.same_bits(
-                "ids: screened form's paths vs the pair (GPU)",
-                &what,
-                &got.ids,
-                &ids,
-            );
+            t.same_bits(IDS_PATHS, &what, &got.ids, &ids);
             let what = format!("chunk {c} weights, screen paths");
-            let line = "weights: screened form's paths vs the pair (GPU)";
-            t.same_bits(line, &what, &got.weights, &weights);
+            t.same_bits(WEIGHTS_PATHS, &what, &got.weights, &weights);
             for p in path {
                 paths[p as usize] += 1;
             }
@@ -1120,8 +1153,7 @@ fn random_rows(
             let on_emu = FusedRouter::new(emu, &config, few, bias).unwrap();
             route_on_device(&on_emu, emu, GateDtype::Bf16, &h[..64 * hidden], &w, bias).unwrap();
             let el = on_emu.logits().to_vec().unwrap();
-            let line = "logits of the first 64 rows: emulator vs GPU";
-            t.same_bits(line, "logits of 64 rows", &el, &logits[..64 * experts]);
+            t.same_bits(LOGITS_64, "logits of 64 rows", &el, &logits[..64 * experts]);
         }
     }
     t.record();
