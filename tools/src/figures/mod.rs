@@ -397,7 +397,11 @@ pub(crate) fn no_gpu_csv_yet(
         ));
     }
     // Every GPU CSV comes from the bench stage but the equality tables, which the tests write.
-    let stage = if csv.contains("_equality") { "tests" } else { "bench" };
+    let stage = if csv.contains("_equality") {
+        "tests"
+    } else {
+        "bench"
+    };
     eprintln!(
         "plot: {group}: no {csv} yet (tools/gpu/run … {stage} makes it on the GPU machine; copy \
          {copy} back): {left_out}"
