@@ -768,25 +768,12 @@ extern "C" __global__ void __launch_bounds__(FR_MAX_EXPERTS) fused_router_block(
         if (warp != 0) return;
         const unsigned long long mine = lane < candidates ? fb_cand[lane] : 0ull;
         const unsigned hi = (unsigned)(mine >> 32), lo = (unsigned)mine;
-        // The keys first, one shuffle each: the candidates with a larger key, and those with the
-        // same key (the candidate itself among them). Only where two candidates share a key
-        // (an exact tie, rare outside made-up rows) do the ids decide, and only then does the warp
-        // count again with both halves, 64 shuffles instead of 32.
-        int c[4] = {0, 0, 0, 0}, same = 0;
+        int c[4] = {0, 0, 0, 0};
 #pragma unroll
         for (int i = 0; i < 32; ++i) {
             const unsigned oh = __shfl_sync(MOE_FULL_MASK, hi, i);
-            c[i & 3] += oh > hi ? 1 : 0;
-            same += oh == hi ? 1 : 0;
-        }
-        if (__any_sync(MOE_FULL_MASK, mine != 0ull && same > 1)) {
-            c[0] = c[1] = c[2] = c[3] = 0;
-#pragma unroll
-            for (int i = 0; i < 32; ++i) {
-                const unsigned oh = __shfl_sync(MOE_FULL_MASK, hi, i);
-                const unsigned ol = __shfl_sync(MOE_FULL_MASK, lo, i);
-                c[i & 3] += (oh > hi || (oh == hi && ol > lo)) ? 1 : 0;
-            }
+            const unsigned ol = __shfl_sync(MOE_FULL_MASK, lo, i);
+            c[i & 3] += (oh > hi || (oh == hi && ol > lo)) ? 1 : 0;
         }
         const int r = (c[0] + c[1]) + (c[2] + c[3]);
         if (mine != 0ull && r < k) {
