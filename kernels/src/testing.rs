@@ -99,16 +99,28 @@ macro_rules! backend_tests {
     };
 }
 
-/// Asserts that two slices hold the same bits (so NaN payloads and signed zeros count), and
-/// says where the first difference is.
-pub fn assert_same_bits<T: Copy + std::fmt::Debug>(what: &str, a: &[T], b: &[T]) {
-    assert_eq!(a.len(), b.len(), "{what}: lengths differ");
+/// Whether element i of two equally long slices differs in its bits (NaN payloads and signed
+/// zeros count): the one test of [`assert_same_bits`] and [`count_differing_bits`].
+fn bits_differ<'a, T: Copy>(a: &'a [T], b: &'a [T]) -> impl Fn(usize) -> bool + 'a {
     let size = std::mem::size_of::<T>();
     let ab =
         unsafe { std::slice::from_raw_parts(a.as_ptr() as *const u8, std::mem::size_of_val(a)) };
     let bb =
         unsafe { std::slice::from_raw_parts(b.as_ptr() as *const u8, std::mem::size_of_val(b)) };
-    let differs = |i: usize| ab[i * size..(i + 1) * size] != bb[i * size..(i + 1) * size];
+    move |i| ab[i * size..(i + 1) * size] != bb[i * size..(i + 1) * size]
+}
+
+/// Whether float i differs in its bits, two NaNs counting as equal whatever their payloads: the
+/// one test of [`assert_same_bits_up_to_nan_payload`] and [`count_differing_up_to_nan_payload`].
+fn differs_up_to_nan_payload<'a>(a: &'a [f32], b: &'a [f32]) -> impl Fn(usize) -> bool + 'a {
+    move |i| a[i].to_bits() != b[i].to_bits() && !(a[i].is_nan() && b[i].is_nan())
+}
+
+/// Asserts that two slices hold the same bits (so NaN payloads and signed zeros count), and
+/// says where the first difference is.
+pub fn assert_same_bits<T: Copy + std::fmt::Debug>(what: &str, a: &[T], b: &[T]) {
+    assert_eq!(a.len(), b.len(), "{what}: lengths differ");
+    let differs = bits_differ(a, b);
     if let Some(i) = (0..a.len()).find(|&i| differs(i)) {
         let count = (0..a.len()).filter(|&i| differs(i)).count();
         panic!(
@@ -127,7 +139,7 @@ pub fn assert_same_bits<T: Copy + std::fmt::Debug>(what: &str, a: &[T], b: &[T])
 /// positions of the NaNs must match too. Returns how many NaN pairs had different payloads.
 pub fn assert_same_bits_up_to_nan_payload(what: &str, a: &[f32], b: &[f32]) -> usize {
     assert_eq!(a.len(), b.len(), "{what}: lengths differ");
-    let differs = |i: usize| a[i].to_bits() != b[i].to_bits() && !(a[i].is_nan() && b[i].is_nan());
+    let differs = differs_up_to_nan_payload(a, b);
     if let Some(i) = (0..a.len()).find(|&i| differs(i)) {
         let count = (0..a.len()).filter(|&i| differs(i)).count();
         panic!(
@@ -147,23 +159,16 @@ pub fn assert_same_bits_up_to_nan_payload(what: &str, a: &[f32], b: &[f32]) -> u
 /// How many elements of two slices differ in their bits (NaN payloads and signed zeros count).
 pub fn count_differing_bits<T: Copy>(a: &[T], b: &[T]) -> usize {
     assert_eq!(a.len(), b.len(), "lengths differ");
-    let size = std::mem::size_of::<T>();
-    let ab =
-        unsafe { std::slice::from_raw_parts(a.as_ptr() as *const u8, std::mem::size_of_val(a)) };
-    let bb =
-        unsafe { std::slice::from_raw_parts(b.as_ptr() as *const u8, std::mem::size_of_val(b)) };
-    (0..a.len())
-        .filter(|&i| ab[i * size..(i + 1) * size] != bb[i * size..(i + 1) * size])
-        .count()
+    let differs = bits_differ(a, b);
+    (0..a.len()).filter(|&i| differs(i)).count()
 }
 
 /// How many floats differ in their bits, two NaNs counting as equal whatever their payloads (as
 /// [`assert_same_bits_up_to_nan_payload`] compares).
 pub fn count_differing_up_to_nan_payload(a: &[f32], b: &[f32]) -> usize {
     assert_eq!(a.len(), b.len(), "lengths differ");
-    (0..a.len())
-        .filter(|&i| a[i].to_bits() != b[i].to_bits() && !(a[i].is_nan() && b[i].is_nan()))
-        .count()
+    let differs = differs_up_to_nan_payload(a, b);
+    (0..a.len()).filter(|&i| differs(i)).count()
 }
 
 /// An equality table: the comparisons a test made, as counts, for the book to print. Where the
@@ -283,12 +288,9 @@ impl Tally {
         b: &[T],
     ) {
         assert_eq!(a.len(), b.len(), "{what}: lengths differ");
-        let d = count_differing_bits(a, b);
-        self.add(comparison, a.len(), d);
-        if d > 0 {
-            self.record();
-            assert_same_bits(what, a, b);
-        }
+        self.counted(comparison, a.len(), count_differing_bits(a, b), || {
+            assert_same_bits(what, a, b)
+        });
     }
 
     /// [`assert_same_bits_up_to_nan_payload`], counted on the line `comparison`.
@@ -301,10 +303,24 @@ impl Tally {
     ) {
         assert_eq!(a.len(), b.len(), "{what}: lengths differ");
         let d = count_differing_up_to_nan_payload(a, b);
-        self.add(comparison, a.len(), d);
-        if d > 0 {
-            self.record();
+        self.counted(comparison, a.len(), d, || {
             assert_same_bits_up_to_nan_payload(what, a, b);
+        });
+    }
+
+    /// Adds the line, and where something differed writes the tally before `fail` panics with
+    /// where the first difference is.
+    fn counted(
+        &mut self,
+        comparison: &str,
+        elements: usize,
+        differing: usize,
+        fail: impl FnOnce(),
+    ) {
+        self.add(comparison, elements, differing);
+        if differing > 0 {
+            self.record();
+            fail();
         }
     }
 

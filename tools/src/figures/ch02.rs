@@ -55,6 +55,7 @@ pub fn generate(root: &Path) -> Result<Vec<Generated>, String> {
             "ch02",
             GPU_CSV,
             &[SVG, TABLE, FACTS],
+            "bench",
             "ch02.csv and ch02_ceilings.csv",
             "the figure, the table and the GPU numbers are left out, the CPU numbers are made",
         )?;

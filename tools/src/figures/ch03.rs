@@ -77,6 +77,7 @@ pub fn generate(root: &Path) -> Result<Vec<Generated>, String> {
             "ch03",
             GPU_CSV,
             &[SVG, TABLE],
+            "bench",
             "ch03.csv, ch03_layout.csv, ch03_steps.csv and ch03_ceilings.csv",
             "the timing figure, the table and the GPU numbers are left out; the padding figure and numbers are made",
         )?;

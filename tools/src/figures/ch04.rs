@@ -80,6 +80,7 @@ pub fn generate(root: &Path) -> Result<Vec<Generated>, String> {
             "ch04",
             GPU_CSV,
             &FROM_GPU_CSV,
+            "bench",
             "ch04.csv, ch04_layout.csv, ch04_steps.csv, ch04_check.csv and ch04_ceilings.csv",
             "the figures, the table and the facts are left out",
         )?;

@@ -375,13 +375,15 @@ fn runtime(root: &Path) -> Result<Vec<Generated>, String> {
 
 /// What a group does while its GPU CSV is not committed yet: none of the files made from it may
 /// be committed either (they could not be regenerated: an error naming them), and stderr says
-/// what is left out. `copy` names the CSVs to copy back from the GPU run, `left_out` what is
+/// what is left out. `stage` names the stage of `tools/gpu/run` that writes it (bench, tests),
+/// `copy` the CSVs to copy back from the GPU run, `left_out` what is
 /// not made without them.
 pub(crate) fn no_gpu_csv_yet(
     root: &Path,
     group: &str,
     csv: &str,
     made_from_it: &[&str],
+    stage: &str,
     copy: &str,
     left_out: &str,
 ) -> Result<(), String> {
@@ -396,12 +398,6 @@ pub(crate) fn no_gpu_csv_yet(
             committed.join(", ")
         ));
     }
-    // Every GPU CSV comes from the bench stage but the equality tables, which the tests write.
-    let stage = if csv.contains("_equality") {
-        "tests"
-    } else {
-        "bench"
-    };
     eprintln!(
         "plot: {group}: no {csv} yet (tools/gpu/run … {stage} makes it on the GPU machine; copy \
          {copy} back): {left_out}"
