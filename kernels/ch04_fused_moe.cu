@@ -957,11 +957,16 @@ extern "C" __global__ void __launch_bounds__(256)
 // barriers are set up once and their uses counted across the block's items, so the producer
 // fills the next item's buffers while the consumers still multiply, and then store, this one,
 // and no block launch or barrier set-up comes between items.
+// DY (version 11, _dy, with PS): version 10 with its items handed out as the blocks free up
+// instead of by a fixed stride: the producer's thread 0 takes the next item from a counter in
+// global memory (one atomicAdd) and passes it to its warpgroup and the consumers through a ring
+// of DY_SLOTS items in shared memory (dy_next), so the items at work at any moment are the
+// ones handed out last, however unevenly the blocks run.
 template <int WGS_, int BK_, int NF_, int STAGES_, bool SWZ_ = false, bool W0_ = false, bool TMA_ = false,
-          bool WS_ = false, bool MC_ = false, bool PS_ = false>
+          bool WS_ = false, bool MC_ = false, bool PS_ = false, bool DY_ = false>
 struct WgCfg {
     static constexpr int WGS = WGS_, BK = BK_, NF = NF_, STAGES = STAGES_;
-    static constexpr bool SWZ = SWZ_, W0 = W0_, TMA = TMA_, WS = WS_, MC = MC_, PS = PS_;
+    static constexpr bool SWZ = SWZ_, W0 = W0_, TMA = TMA_, WS = WS_, MC = MC_, PS = PS_, DY = DY_;
     static constexpr int AHEAD = W0 ? STAGES - 1 : STAGES - 2;  // slices copied ahead of the product
     static constexpr int THREADS = 128 * (WGS + (WS ? 1 : 0));
     static constexpr int COPIERS = WS ? 128 : THREADS;     // threads that issue the cp.async
@@ -991,6 +996,7 @@ struct WgCfg {
     static_assert(!WS || TMA, "version 8's producer asks for B's boxes");
     static_assert(!MC || WS, "version 9 is version 8 in clusters of two");
     static_assert(!PS || (WS && !MC), "version 10 is version 8, persistent");
+    static_assert(!DY || PS, "version 11 is version 10 with its items handed out as blocks free up");
     static constexpr int BOX_ROWS = WG_TMA_BOX;            // TMA: rows of one box (the host's tensor maps)
     static constexpr int HALF_BOXES = BN / 2 / BOX_ROWS;   // TMA: boxes per half of B (gate | up, or two column halves)
 };
@@ -1517,6 +1523,55 @@ __device__ __forceinline__ bool ps_live(const int* __restrict__ rows, int wg, in
     return fused_warp_or((a >= 0 && a < P) || (b >= 0 && b < P) ? 1u : 0u) != 0;
 }
 
+// Version 11's item counters, one pair per entry point (DY_COUNTERS of them): [0] the next item
+// to hand out, [1] the blocks that found none left. Zero when the module loads, and zero again
+// when each launch ends: the block that finds none left last puts both back. The layer's kernels
+// run one after another on the process's one stream (the tiled GEMMs are plain launches, never
+// dependent ones), so no two launches of an entry point count at once.
+#define DY_COUNTERS 6
+#define DY_SLOTS 4  // items a block's producer may have drawn that its consumers have not read
+__device__ unsigned int dy_counters[DY_COUNTERS][2];
+
+// ANCHOR: dy_next
+// Version 11: the block's next item, for the calling thread's side; the n-th call of each side
+// (n counted by each). The producer's thread 0 waits until the consumers have read the item
+// DY_SLOTS before, takes the next one from the counter, writes it into the ring and arrives on
+// its slot's `ifull`; its warpgroup meets at a named barrier (1: __syncthreads is barrier 0)
+// and reads it. Each consumer thread waits on `ifull`, reads the item, and one lane a warp
+// (once every lane has read it) arrives on the slot's `iempty`. A value at or past `items`
+// means none left; the thread 0 that takes one past the end last (the grid's last to finish
+// taking) puts the counters back to zero for the next launch.
+template <class C>
+__device__ __forceinline__ int dy_next(unsigned* counter, int items, volatile int* ring, unsigned long long* ifull,
+                                       unsigned long long* iempty, bool producer, unsigned n) {
+#ifdef MOE_WGMMA
+    const unsigned slot = n % DY_SLOTS, use = n / DY_SLOTS;
+    if (producer) {
+        if (threadIdx.x == 128 * C::WGS) {
+            if (use > 0) moe_mbar_wait(&iempty[slot], (use - 1u) & 1u);
+            const int w = (int)atomicAdd(&counter[0], 1u);
+            ring[slot] = w;
+            moe_mbar_arrive(&ifull[slot]);
+            if (w >= items && atomicAdd(&counter[1], 1u) == gridDim.x - 1u) {
+                atomicExch(&counter[1], 0u);
+                atomicExch(&counter[0], 0u);
+            }
+        }
+        __syncwarp();
+        asm volatile("bar.sync 1, 128;\n" ::: "memory");
+        return ring[slot];
+    }
+    moe_mbar_wait(&ifull[slot], use & 1u);
+    const int w = ring[slot];
+    __syncwarp();
+    if ((threadIdx.x & 31) == 0) moe_mbar_arrive(&iempty[slot]);
+    return w;
+#else
+    return items;
+#endif
+}
+// ANCHOR_END: dy_next
+
 // The persistent block. A [*, K] is gathered by rows (pair / k); B's slices come through `bmap`,
 // item (tile of expert e, column block cb) reading rows b0 = e·b_expert + cb·b_cols and
 // b0 + b_half on of the map's view; store(acc, rows, cb) is the epilogue of one item.
@@ -1524,18 +1579,30 @@ template <class C, class Store>
 __device__ __forceinline__ void ps_run(const __nv_bfloat16* __restrict__ A, const int* __restrict__ sorted_ids,
                                        const int* __restrict__ expert_ids, const int* __restrict__ num_post, int P,
                                        int k, int K, int E, int col_blocks, const void* bmap, int b_expert,
-                                       int b_cols, int b_half, Store store) {
+                                       int b_cols, int b_half, Store store, unsigned* counter = nullptr) {
 #ifdef MOE_WGMMA
     __shared__ __align__(8) unsigned long long s_full[C::STAGES], s_empty[C::STAGES];
+    // Version 11: the ring of items handed out and its barriers (dy_next).
+    __shared__ __align__(8) unsigned long long s_ifull[DY_SLOTS], s_iempty[DY_SLOTS];
+    __shared__ int s_ring[DY_SLOTS];
     DYNAMIC_SHARED(unsigned char, smem);
     smem = wg_swizzle_aligned(smem);
     const int tiles = (*num_post + C::BM - 1) / C::BM;
     const int items = tiles * col_blocks;
     const int nk = (K + C::BK - 1) / C::BK;
-    ws_barriers_init<C>(s_full, s_empty, 128u * C::WGS);
+    if (C::DY && threadIdx.x == 0) {
+        for (int s = 0; s < DY_SLOTS; ++s) {
+            moe_mbar_init(&s_ifull[s], 1);
+            moe_mbar_init(&s_iempty[s], 4u * C::WGS);
+        }
+    }
+    ws_barriers_init<C>(s_full, s_empty, 128u * C::WGS);  // its fence and barrier cover the ring's
     const int wg = threadIdx.x / 128;
-    unsigned it = 0;  // slices of the block's items before this one
-    for (int w = blockIdx.x; w < items; w += gridDim.x) {
+    unsigned it = 0;      // slices of the block's items before this one
+    unsigned drawn = 0;   // version 11: items this thread's side has taken
+    // Version 10: items b, b + gridDim.x, ...; version 11: as dy_next hands them out.
+    auto take = [&] { return dy_next<C>(counter, items, s_ring, s_ifull, s_iempty, wg == C::WGS, drawn++); };
+    for (int w = C::DY ? take() : (int)blockIdx.x; w < items; w = C::DY ? take() : w + (int)gridDim.x) {
         const int tile = w / col_blocks, cb = w % col_blocks;
         const int e = expert_ids[tile];
         if (e < 0 || e >= E) continue;  // both sides skip it: neither counts its slices
@@ -1567,13 +1634,13 @@ __device__ __forceinline__ void ps_gemm1_swiglu_impl(const __nv_bfloat16* __rest
                                                      const int* __restrict__ expert_ids,
                                                      const int* __restrict__ num_post, __nv_bfloat16* __restrict__ act,
                                                      int P, int k, int H, int I, int E, int block_m,
-                                                     const void* w13_map) {
+                                                     const void* w13_map, unsigned* counter = nullptr) {
     if (block_m != C::BM) __trap();
     // Version 7's boxes: gate rows e·2I + n0.., up rows e·2I + I + n0.. of w13 viewed as [E·2I, H].
     ps_run<C>(x, sorted_ids, expert_ids, num_post, P, k, H, E, (I + C::BN1 - 1) / C::BN1, w13_map, 2 * I, C::BN1,
               I, [&](const float(&acc)[C::ACC], const int* rows, int cb) {
                   wg_store_swiglu<C>(acc, rows, P, act, cb * C::BN1, I);
-              });
+              }, counter);
 }
 
 // The plain GEMM on version 10: wg_gemm_impl's contract, any grid of one dimension.
@@ -1581,13 +1648,14 @@ template <class C, bool BF16_OUT>
 __device__ __forceinline__ void ps_gemm_impl(const __nv_bfloat16* __restrict__ A, const int* __restrict__ sorted_ids,
                                              const int* __restrict__ expert_ids, const int* __restrict__ num_post,
                                              const float* __restrict__ weight, void* __restrict__ out, int P, int k,
-                                             int N, int K, int E, int block_m, const void* w_map) {
+                                             int N, int K, int E, int block_m, const void* w_map,
+                                             unsigned* counter = nullptr) {
     if (block_m != C::BM) __trap();
     // Version 7's boxes: rows e·N + n0.. of W viewed as [E·N, K], in two halves of BN / 2.
     ps_run<C>(A, sorted_ids, expert_ids, num_post, P, k, K, E, (N + C::BN - 1) / C::BN, w_map, N, C::BN, C::BN / 2,
               [&](const float(&acc)[C::ACC], const int* rows, int cb) {
                   wg_store_rows<C, BF16_OUT>(acc, rows, P, weight, out, cb * C::BN, N);
-              });
+              }, counter);
 }
 // ANCHOR_END: ps_loop
 
@@ -1991,6 +2059,52 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                       const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
                       int I, int E, int block_m, const void* w2_map) {
     ps_gemm_impl<WgG2K64N16S4XTWP, false>(act, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m, w2_map);
+}
+// _dy (version 11): version 10 with its items handed out as the blocks free up, each entry point
+// counting on its own pair of dy_counters; the same parameters as version 10's.
+typedef WgCfg<1, 64, 8, 4, true, false, true, true, false, true, true> WgG1K64N8S4XTWPD;
+extern "C" __global__ void __launch_bounds__(256, 1)
+    fused_gemm1_swiglu_g1_k64_n8_s4_x_tma_ws_ps_dy(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
+                      int E, int block_m, const void* w13_map) {
+    ps_gemm1_swiglu_impl<WgG1K64N8S4XTWPD>(x, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m, w13_map,
+                                           dy_counters[0]);
+}
+extern "C" __global__ void __launch_bounds__(256, 1)
+    fused_gemm1_gateup_g1_k64_n8_s4_x_tma_ws_ps_dy(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
+                      int I, int E, int block_m, const void* w13_map) {
+    ps_gemm_impl<WgG1K64N8S4XTWPD, true>(x, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m,
+                                         w13_map, dy_counters[1]);
+}
+extern "C" __global__ void __launch_bounds__(256, 1)
+    fused_gemm2_g1_k64_n8_s4_x_tma_ws_ps_dy(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
+                      int I, int E, int block_m, const void* w2_map) {
+    ps_gemm_impl<WgG1K64N8S4XTWPD, false>(act, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m, w2_map,
+                                          dy_counters[2]);
+}
+typedef WgCfg<2, 64, 16, 4, true, false, true, true, false, true, true> WgG2K64N16S4XTWPD;
+extern "C" __global__ void __launch_bounds__(384, 1)
+    fused_gemm1_swiglu_g2_k64_n16_s4_x_tma_ws_ps_dy(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
+                      int E, int block_m, const void* w13_map) {
+    ps_gemm1_swiglu_impl<WgG2K64N16S4XTWPD>(x, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m, w13_map,
+                                            dy_counters[3]);
+}
+extern "C" __global__ void __launch_bounds__(384, 1)
+    fused_gemm1_gateup_g2_k64_n16_s4_x_tma_ws_ps_dy(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
+                      int I, int E, int block_m, const void* w13_map) {
+    ps_gemm_impl<WgG2K64N16S4XTWPD, true>(x, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m,
+                                          w13_map, dy_counters[4]);
+}
+extern "C" __global__ void __launch_bounds__(384, 1)
+    fused_gemm2_g2_k64_n16_s4_x_tma_ws_ps_dy(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
+                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
+                      int I, int E, int block_m, const void* w2_map) {
+    ps_gemm_impl<WgG2K64N16S4XTWPD, false>(act, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m, w2_map,
+                                           dy_counters[5]);
 }
 // ANCHOR_END: wg_entries
 

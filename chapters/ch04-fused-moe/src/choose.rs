@@ -157,13 +157,13 @@ pub struct TileConfig {
     pub stages: usize,
     /// Warp rows of the grid (1: versions 1 and 2).
     pub wm: usize,
-    /// Versions 4 to 10 (sm_90a): warpgroups of Hopper's `wgmma`, one per 64 rows of the tile (0:
+    /// Versions 4 to 11 (sm_90a): warpgroups of Hopper's `wgmma`, one per 64 rows of the tile (0:
     /// versions 1 to 3, `mma.sync`). Then `nf` is the fragments of 8 columns across the whole
     /// block (wgmma's N is `16·nf` staged rows; GEMM 1's `8·nf` gate and `8·nf` up rows).
     pub wg: usize,
-    /// Versions 4 to 10: wgmma's flat core matrices (4), or its 128-byte swizzle (5 to 10, `_x`).
+    /// Versions 4 to 11: wgmma's flat core matrices (4), or its 128-byte swizzle (5 to 11, `_x`).
     pub swz: bool,
-    /// Versions 4 to 10: the main loop waits for each slice's wgmma before the next slice
+    /// Versions 4 to 11: the main loop waits for each slice's wgmma before the next slice
     /// (`_w0`: none left in flight), which frees that slice's buffer one slice sooner: copies run
     /// `stages − 1` slices ahead instead of `stages − 2`.
     pub w0: bool,
@@ -183,6 +183,11 @@ pub struct TileConfig {
     /// after another (so the tile's rows stay in L2 between them), the producer filling the next
     /// item's buffers while the consumers finish and store this one. The grid is one-dimensional.
     pub ps: bool,
+    /// Version 11 (`_tma_ws_ps_dy`): version 10 with its items handed out as the blocks free up
+    /// (a counter in device memory, one atomic add per item) instead of block b taking items b,
+    /// b + grid, ...: the items at work at any moment are the ones handed out last, however
+    /// unevenly the blocks run.
+    pub dy: bool,
 }
 
 const fn tile(warps: usize, bk: usize, nf: usize, stages: usize) -> TileConfig {
@@ -204,6 +209,7 @@ const fn grid(wm: usize, wn: usize, bk: usize, nf: usize, stages: usize) -> Tile
         ws: false,
         mc: false,
         ps: false,
+        dy: false,
     }
 }
 
@@ -222,6 +228,7 @@ const fn hopper(wg: usize, bk: usize, nf: usize, stages: usize, swz: bool) -> Ti
         ws: false,
         mc: false,
         ps: false,
+        dy: false,
     }
 }
 
@@ -265,6 +272,14 @@ const fn with_ps(c: TileConfig) -> TileConfig {
     }
 }
 
+/// Version 11: version 10 with its items handed out as blocks free up (`_tma_ws_ps_dy`).
+const fn with_dy(c: TileConfig) -> TileConfig {
+    TileConfig {
+        dy: true,
+        ..with_ps(c)
+    }
+}
+
 /// The configurations the kernel file instantiates, the base (plain-named) one first; version 1
 /// (one stage), then version 2 (`_s{stages}`), then version 3 (`w{wm}x{wn}_…`).
 pub const TILE_CONFIGS: [TileConfig; 11] = [
@@ -281,7 +296,7 @@ pub const TILE_CONFIGS: [TileConfig; 11] = [
     grid(2, 4, 32, 2, 4),
 ];
 
-/// The configurations of versions 4 to 10 (`g{wg}_k{bk}_n{nf}_s{stages}`), for sm_90a GPUs only: one or two
+/// The configurations of versions 4 to 11 (`g{wg}_k{bk}_n{nf}_s{stages}`), for sm_90a GPUs only: one or two
 /// warpgroups (BLOCK_M 64 or 128) by 128 or 256 staged B rows (GEMM 1: 64 or 128 intermediate
 /// columns), K staged 64 at a time through 4 buffers, two slices ahead; each in wgmma's flat
 /// core-matrix layout and in its 128-byte swizzle (`_x`). Then the smallest swizzled one with its
@@ -291,10 +306,11 @@ pub const TILE_CONFIGS: [TileConfig; 11] = [
 /// memory accelerator. Then version 8 (`_tma_ws`), warp-specialized: one or two consumer
 /// warpgroups beside the producer, through 3, 4 or 6 buffers. Then version 9 (`_tma_ws_mc`):
 /// two of version 8's in clusters of two blocks that share one copy of the weight slice. Then
-/// version 10 (`_tma_ws_ps`): the same two of version 8's, persistent.
+/// version 10 (`_tma_ws_ps`): the same two of version 8's, persistent; and version 11
+/// (`_tma_ws_ps_dy`): version 10's two, their items handed out as blocks free up.
 /// [`crate::FusedDevice::plan_for`] refuses them, with a typed error, on any other
 /// device and for layers whose H or I is not a multiple of 8.
-pub const HOPPER_CONFIGS: [TileConfig; 20] = [
+pub const HOPPER_CONFIGS: [TileConfig; 22] = [
     hopper(1, 64, 8, 4, false),
     hopper(2, 64, 8, 4, false),
     hopper(2, 64, 16, 4, false),
@@ -315,6 +331,8 @@ pub const HOPPER_CONFIGS: [TileConfig; 20] = [
     with_mc(hopper(2, 64, 16, 4, true)),
     with_ps(hopper(1, 64, 8, 4, true)),
     with_ps(hopper(2, 64, 16, 4, true)),
+    with_dy(hopper(1, 64, 8, 4, true)),
+    with_dy(hopper(2, 64, 16, 4, true)),
 ];
 // ANCHOR_END: tile_config
 
@@ -332,8 +350,9 @@ impl TileConfig {
             let ws = if self.ws { "_ws" } else { "" };
             let mc = if self.mc { "_mc" } else { "" };
             let ps = if self.ps { "_ps" } else { "" };
+            let dy = if self.dy { "_dy" } else { "" };
             return format!(
-                "g{}_k{}_n{}_s{}{x}{w0}{tma}{ws}{mc}{ps}",
+                "g{}_k{}_n{}_s{}{x}{w0}{tma}{ws}{mc}{ps}{dy}",
                 self.wg, self.bk, self.nf, self.stages
             );
         }
@@ -356,11 +375,11 @@ impl TileConfig {
             .chain(HOPPER_CONFIGS)
             .find(|c| c.name() == s)
     }
-    /// Versions 4 to 10: Hopper's `wgmma`, sm_90a only.
+    /// Versions 4 to 11: Hopper's `wgmma`, sm_90a only.
     pub fn is_hopper(&self) -> bool {
         self.wg > 0
     }
-    /// The BLOCK_M a configuration requires (versions 4 to 10: 64 per warpgroup); None: any of chapter
+    /// The BLOCK_M a configuration requires (versions 4 to 11: 64 per warpgroup); None: any of chapter
     /// 3's.
     pub fn required_block_m(&self) -> Option<usize> {
         self.is_hopper().then_some(64 * self.wg)
@@ -390,7 +409,7 @@ impl TileConfig {
             (self.grid_tiles(tiles) as u32, col_blocks as u32)
         }
     }
-    /// Versions 4 to 10: how many blocks of this configuration an H200's multiprocessor holds at
+    /// Versions 4 to 11: how many blocks of this configuration an H200's multiprocessor holds at
     /// once, as its shared memory allows: 228 KB, of which each block takes its buffers, 1 KB
     /// for the system and up to 1 KB of static arrays (barriers, row tables); the register file
     /// allows more of every configuration here. 1 for two warpgroups' tiles (193 KB of buffers),
@@ -424,7 +443,7 @@ impl TileConfig {
     /// The dynamic shared memory a block of this configuration needs at `block_m` (the kernel's
     /// `fused_tile_product`): none for version 1 (its one stage is static), `stages` buffers
     /// of `block_m` A rows and `bn()` B rows of `bk + 8` bf16 for versions 2 and 3.
-    /// Versions 4 to 10: `stages` buffers of `block_m` A rows and `bn()` B rows of `bk` bf16 (wgmma's
+    /// Versions 4 to 11: `stages` buffers of `block_m` A rows and `bn()` B rows of `bk` bf16 (wgmma's
     /// core matrices, no padding).
     pub fn shared_bytes(&self, block_m: usize) -> usize {
         if self.is_hopper() {
@@ -899,7 +918,9 @@ mod tests {
                 "g1_k64_n8_s4_x_tma_ws_mc",
                 "g2_k64_n16_s4_x_tma_ws_mc",
                 "g1_k64_n8_s4_x_tma_ws_ps",
-                "g2_k64_n16_s4_x_tma_ws_ps"
+                "g2_k64_n16_s4_x_tma_ws_ps",
+                "g1_k64_n8_s4_x_tma_ws_ps_dy",
+                "g2_k64_n16_s4_x_tma_ws_ps_dy"
             ]
         );
         for c in HOPPER_CONFIGS {
@@ -927,6 +948,8 @@ mod tests {
             assert_eq!(c.grid_tiles(7), if c.mc { 8 } else { 7 });
             // Version 10: persistent, no more blocks than fit at once or than there are items.
             assert!(!c.ps || (c.ws && !c.mc));
+            // Version 11: version 10, its items handed out as blocks free up (the same grid).
+            assert!(!c.dy || c.ps);
             if c.ps {
                 assert_eq!(c.blocks_per_sm(), 3 - c.wg, "{c}");
             }

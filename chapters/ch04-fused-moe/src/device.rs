@@ -134,7 +134,7 @@ enum TensorMap {
 }
 
 /// The first of a layer's widths (H, I, the shared expert's I) whose bf16 rows are not whole
-/// 16-byte copies, which versions 4 to 10 need (wgmma's staged rows, TMA's row strides).
+/// 16-byte copies, which versions 4 to 11 need (wgmma's staged rows, TMA's row strides).
 fn width_not_16_bytes(c: &MoeConfig) -> Option<(&'static str, usize)> {
     [
         ("hidden", c.hidden),
@@ -575,7 +575,7 @@ impl FusedDevice {
     /// The same layer with the tiled path's tiles in `tile` (one of
     /// [`crate::choose::TILE_CONFIGS`], or on an sm_90a GPU one of
     /// [`crate::choose::HOPPER_CONFIGS`]) instead of the rule and the table: the same bits
-    /// within versions 1 to 3 (versions 4 to 10 too: chapter 4's GPU test checks it).
+    /// within versions 1 to 3 (versions 4 to 11 too: chapter 4's GPU test checks it).
     pub fn with_tile(mut self, tile: TileConfig) -> Result<Self, MoeError> {
         if TileConfig::parse(&tile.name()) != Some(tile) {
             return Err(MoeError::Config {
@@ -593,7 +593,7 @@ impl FusedDevice {
         Ok(self)
     }
 
-    /// Whether this layer can run `tile` here: a version 4 to 10 configuration needs an sm_90a GPU
+    /// Whether this layer can run `tile` here: a version 4 to 11 configuration needs an sm_90a GPU
     /// ([`Device::has_sm90a`]) and 16-byte rows in both GEMMs (H, I and the shared expert's I
     /// multiples of 8).
     fn hopper_ok(&self, tile: TileConfig) -> Result<(), MoeError> {
@@ -688,7 +688,7 @@ impl FusedDevice {
         let pairs = rows * k;
         let (block_m, tile) = match path {
             Path::Tiled => {
-                // A measured row naming a version 4 to 10 configuration counts only where it can run.
+                // A measured row naming a version 4 to 11 configuration counts only where it can run.
                 let tuned_tile = tuned_for(Path::Tiled).filter(|t| self.hopper_ok(t.tile).is_ok());
                 let tile = self
                     .tile
@@ -793,7 +793,7 @@ impl FusedDevice {
             Some(s) => {
                 let layout = match tiled {
                     true => {
-                        // Versions 4 to 10's tiles are 64 rows per warpgroup, the shared expert's too.
+                        // Versions 4 to 11's tiles are 64 rows per warpgroup, the shared expert's too.
                         let bm = plan
                             .tile
                             .required_block_m()

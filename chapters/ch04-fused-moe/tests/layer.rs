@@ -1165,6 +1165,7 @@ fn bad_inputs_are_typed_errors(dev: &'static Device) {
         ws: false,
         mc: false,
         ps: false,
+        dy: false,
     };
     // Version 7's bulk copies on an mma.sync tile (whose name cannot say so) are no configuration.
     let tma_on_v1 = ch04_fused_moe::TileConfig {
@@ -1436,19 +1437,33 @@ fn clusters_give_version_8s_bits(dev: &'static Device) {
 /// tile, a 64-pair tile, tiles one pair over), H 512 and I 320. On the H200 (132
 /// multiprocessors: 264 blocks of BLOCK_M 64, 132 of 128) its blocks take 945 and 756 items
 /// (BLOCK_M 64) or 291 and 194 (128) between them, up to four each, so their buffers are
-/// refilled across items, at parities counted on from the items before. Version 10 gives
-/// version 8's bits and the portable path's, with either fusion. Every other device refuses it.
+/// refilled across items, at parities counted on from the items before. Versions 10 and 11 give
+/// version 8's bits and the portable path's, with either fusion; version 11, whose blocks take
+/// their items from a counter that each launch leaves at zero, gives them again on a second
+/// run of the same layer (a counter left where a launch ended would skip every item). Every
+/// other device refuses them.
 fn persistent_blocks_give_version_8s_bits(dev: &'static Device) {
     let counts = [3000usize, 2500, 1, 64, 65, 4000, 129, 2001];
-    let (base, routing, hidden_states, v10) = hand_made_layer(dev, &counts, (91, 9060), |c| c.ps);
-    for tile in v10 {
+    let (base, routing, hidden_states, persistent) =
+        hand_made_layer(dev, &counts, (91, 9060), |c| c.ps);
+    for tile in persistent {
         let bm = tile.required_block_m().unwrap();
         let tiles: usize = counts.iter().map(|c| c.div_ceil(bm)).sum();
         let items = tiles * 320usize.div_ceil(tile.bn1());
         assert!(items > 2 * 132, "{tile}: {items} items");
-        let v8 = TileConfig { ps: false, ..tile };
+        let v8 = TileConfig {
+            ps: false,
+            dy: false,
+            ..tile
+        };
         let about = format!("{tiles} tiles, {items} items of GEMM 1");
         same_bits_as_version_8_and_portable(&base, &routing, &hidden_states, tile, v8, &about);
+        if tile.dy {
+            let layer = base.clone().with_tile(tile).unwrap();
+            let first = layer.experts(&hidden_states, &routing).unwrap();
+            let again = layer.experts(&hidden_states, &routing).unwrap();
+            assert_same_bits(&format!("{tile}, run again"), &again, &first);
+        }
     }
 }
 // ANCHOR_END: persistent_bits

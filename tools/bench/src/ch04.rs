@@ -283,6 +283,7 @@ const TILE_V1: TileConfig = TileConfig {
     ws: false,
     mc: false,
     ps: false,
+    dy: false,
 };
 
 /// Version 5's largest tile: the `fused_tiled_v4` variant.

@@ -1778,7 +1778,8 @@ pub fn tune_facts(shapes: &[TuneShape], tuned: &TunedFile, timings: usize, f: &m
     }
 }
 
-/// The kernel version of a tiled configuration (the page's numbering): 10 for version 8
+/// The kernel version of a tiled configuration (the page's numbering): 11 for version 10 with
+/// its items handed out as blocks free up (`g2_…_x_tma_ws_ps_dy`), 10 for version 8
 /// persistent (`g2_…_x_tma_ws_ps`), 9 for version 8 in
 /// clusters of two (`g2_…_x_tma_ws_mc`), 8 for version 7
 /// warp-specialized (`g2_…_x_tma_ws`), 7 for version 5 or 6 with its weight slices through the
@@ -1792,7 +1793,9 @@ pub fn tile_version(config: &str) -> Option<u8> {
     if let Some(wg) = first.strip_prefix('g') {
         wg.parse::<u32>().ok()?;
         let parts: Vec<&str> = parts.collect();
-        return Some(if parts.contains(&"ps") {
+        return Some(if parts.contains(&"dy") {
+            11
+        } else if parts.contains(&"ps") {
             10
         } else if parts.contains(&"mc") {
             9
@@ -1828,8 +1831,9 @@ pub fn tile_version(config: &str) -> Option<u8> {
 /// The versions compared, (a, b) for "version a ÷ version b": each with the one before it,
 /// versions 4 and 5 (Hopper's) with version 3 (the last portable one), and versions 7 to 9 with
 /// version 5 (whose tiles they keep), version 10 with version 8 (of which it is the persistent
-/// form). The table's ratio rows and the facts `{shape}_t{T}_v{a}_over_v{b}`.
-const VERSION_RATIOS: [(u8, u8); 14] = [
+/// form), version 11 with version 10 (whose items it hands out as blocks free up). The table's
+/// ratio rows and the facts `{shape}_t{T}_v{a}_over_v{b}`.
+const VERSION_RATIOS: [(u8, u8); 15] = [
     (1, 2),
     (2, 3),
     (3, 4),
@@ -1844,6 +1848,7 @@ const VERSION_RATIOS: [(u8, u8); 14] = [
     (5, 9),
     (8, 10),
     (5, 10),
+    (10, 11),
 ];
 
 /// The fastest tiled candidate of each kernel version, by (shape, batch, version).
@@ -1898,6 +1903,7 @@ pub fn versions_table(shapes: &[TuneShape], best: &ByVersion) -> String {
             (8, "8: 7, warp-specialized"),
             (9, "9: 8 in clusters of two, the weight slice multicast"),
             (10, "10: 8, persistent"),
+            (11, "11: 10, items handed out as blocks free up"),
         ] {
             s += &format!("| {about} |");
             for &t in &tokens {
@@ -2564,6 +2570,8 @@ mod tests {
             ("g2_k64_n16_s4_x_tma_ws_mc", Some(9)),
             ("g2_k64_n16_s4_x_tma_ws_ps", Some(10)),
             ("g1_k64_n8_s4_x_tma_ws_ps_m64", Some(10)),
+            ("g2_k64_n16_s4_x_tma_ws_ps_dy", Some(11)),
+            ("g1_k64_n8_s4_x_tma_ws_ps_dy_m64", Some(11)),
             ("gx_k64", None),
             ("decode", None),
         ] {
