@@ -43,7 +43,7 @@
 //       16 it loads an A fragment per sub-tile for only 2·NF mma each; in version 3 the WARPS
 //       warps form WM × WN (WN = WARPS / WM) and warp w owns the sub-tiles w % WM, + WM, + 2·WM,
 //       ... and the columns of group w / WM: fewer A loads, more mma per load.
-//     versions 4 to 10 (sm_90a only, WgCfg, wg_mainloop): Hopper's warpgroup MMA (wgmma.cuh),
+//     versions 4 to 11 (sm_90a only, WgCfg, wg_mainloop): Hopper's warpgroup MMA (wgmma.cuh),
 //       one warpgroup per 64 rows multiplying straight from shared memory, the stages in
 //       wgmma's flat core-matrix layout (4) or its 128-byte swizzle (5, suffix _x), whose
 //       copies read whole 128-byte lines; 6 (_w0) waits for each slice's MMA, copies a slice
@@ -52,7 +52,8 @@
 //       (ws_producer, ws_consumer); 9 (_tma_ws_mc) is 8 in clusters of two blocks that take one
 //       copy of the weight slice between them when their tiles are of one expert (multicast;
 //       slower than 8 on the H200); 10 (_tma_ws_ps) is 8 persistent, its blocks taking a
-//       tile's column blocks one after another (ps_run). The same bits as versions 1-3 (measured on the H200,
+//       tile's column blocks one after another (ps_run); 11 (_tma_ws_ps_dy) is 10 with its
+//       items handed out as the blocks free up (dy_next). The same bits as versions 1-3 (measured on the H200,
 //       chapter 4's GPU test); never compiled into the emulator's path, which runs 1-3.
 //   Each is instantiated as its own extern "C" entry points, named with the suffix
 //   _w{WARPS}_k{BK}_n{NF}, then _s{STAGES} for version 2 (_w{WM}x{WN}_k{BK}_n{NF}_s{STAGES} for
@@ -925,7 +926,7 @@ extern "C" __global__ void __launch_bounds__(256)
 // in its accumulators, and SwiGLU is the epilogue as before. Needs K (H and I) a multiple of 8.
 // Each output's sum is the same as the other versions': k-steps of 16 from k = 0 up into one
 // fp32 accumulator; whether wgmma's k-step rounds as mma.sync's does is measured, not assumed
-// (chapter 4's GPU test compares every version 4 to 10 configuration with the portable path's bits).
+// (chapter 4's GPU test compares every version 4 to 11 configuration with the portable path's bits).
 // SWZ (version 5): the 128-byte swizzled layout instead (BK 64: a staged row is 128 bytes, the swizzle's
 // width): row r's 128 bytes at byte 128·r, its 16-byte chunk c at chunk c ^ (r % 8) (the
 // hardware XORs address bits 4-6 with bits 7-9, so a stage starts on 1024 bytes). Then eight
@@ -1363,7 +1364,7 @@ __device__ __forceinline__ void wg_store2(float* row, int col, int n, bool pair,
 }
 
 // ANCHOR: wg_epilogues
-// GEMM 1's epilogue on versions 4 to 10: SwiGLU of this thread's gate and up accumulators into
+// GEMM 1's epilogue on versions 4 to 11: SwiGLU of this thread's gate and up accumulators into
 // act's rows. rows[r]: the pair of the tile's row r (s_pair, or version 10's slice of
 // sorted_ids); a row that holds no pair (< 0 or ≥ P) is not stored.
 template <class C>
@@ -1394,7 +1395,7 @@ __device__ __forceinline__ void wg_store_swiglu(const float (&acc)[C::ACC], cons
     }
 }
 
-// The plain GEMM's epilogue on versions 4 to 10: this thread's accumulators into out's rows (bf16,
+// The plain GEMM's epilogue on versions 4 to 11: this thread's accumulators into out's rows (bf16,
 // or fp32 times the pair's weight), rows[] as wg_store_swiglu's.
 template <class C, bool BF16_OUT>
 __device__ __forceinline__ void wg_store_rows(const float (&acc)[C::ACC], const int* rows, int P,
@@ -1623,7 +1624,7 @@ __device__ __forceinline__ void ps_run(const __nv_bfloat16* __restrict__ A, cons
     }
     if (wg == C::WGS) moe_cp_async_wait(0);  // nothing of the producer's still landing when it leaves
 #else
-    __trap();  // version 10 exists only on sm_90a
+    __trap();  // versions 10 and 11 exist only on sm_90a
 #endif
 }
 
@@ -1660,7 +1661,7 @@ __device__ __forceinline__ void ps_gemm_impl(const __nv_bfloat16* __restrict__ A
 // ANCHOR_END: ps_loop
 
 // ANCHOR: wg_entries
-// The configurations of versions 4 to 10, g{WGS}_k{BK}_n{NF}_s{STAGES} (BLOCK_M 64·WGS, BN 16·NF), then _x
+// The configurations of versions 4 to 11, g{WGS}_k{BK}_n{NF}_s{STAGES} (BLOCK_M 64·WGS, BN 16·NF), then _x
 // for the 128-byte swizzled layout (and _w0 for version 6's main loop), each with the three entry
 // points of the other versions. Launched only on sm_90a GPUs. Written out rather than generated
 // by a macro, as every entry point of the book: the build finds a family's kernels by their

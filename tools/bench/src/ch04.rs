@@ -172,7 +172,7 @@ pub struct Variant {
     /// Measured up to this many tokens (the decode path re-reads an expert's weights for each
     /// of its pairs: at 4096 tokens a call would take long and say nothing new).
     pub max_tokens: Option<usize>,
-    /// Runs only on an sm_90a GPU (versions 4 to 10, Hopper's `wgmma`); left out elsewhere.
+    /// Runs only on an sm_90a GPU (versions 4 to 11, Hopper's `wgmma`); left out elsewhere.
     pub needs_sm90a: bool,
     pub make: fn(FusedDevice) -> FusedDevice,
 }

@@ -179,7 +179,7 @@ fn plan(quick: bool) -> Plan {
 }
 
 /// Every candidate for `tokens` tokens at `shape`; `hopper`: the device runs sm_90a code, so
-/// versions 4 to 10's configurations too (each at the BLOCK_M it is built for).
+/// versions 4 to 11's configurations too (each at the BLOCK_M it is built for).
 pub fn candidates(shape: &Shape, tokens: usize, hopper: bool) -> Vec<Choice> {
     let mut v: Vec<Choice> = TILE_CONFIGS
         .iter()
@@ -325,7 +325,7 @@ fn run_once(layer: &FusedDevice, b: &Batch) -> Result<Vec<f32>, String> {
 /// The candidates' outputs must agree: bit for bit within a path (the decode and grouped decode
 /// paths together: the same arithmetic), within [`ch04_fused_moe::ACROSS_SUM_ORDERS`] across.
 ///
-/// Versions 4 to 10 (sm_90a) are held to the same bits, but such a candidate that misses them is
+/// Versions 4 to 11 (sm_90a) are held to the same bits, but such a candidate that misses them is
 /// reported on stderr and left out of the timings (returned), instead of ending the run: its
 /// GPU test in chapter 4 fails too, and the rest of the table still gets measured.
 fn check(at: &str, outs: &[(Choice, Vec<f32>)]) -> Result<Vec<Choice>, String> {
@@ -336,7 +336,7 @@ fn check(at: &str, outs: &[(Choice, Vec<f32>)]) -> Result<Vec<Choice>, String> {
             .filter(|(c, _)| (c.path == Path::Tiled) == tiled);
         if let Some((first, want)) = same.next() {
             for (c, got) in same {
-                // Versions 4 to 10: the count of other bits, always reported.
+                // Versions 4 to 11: the count of other bits, always reported.
                 if c.tile.is_hopper() {
                     let differ = (0..want.len())
                         .filter(|&i| want[i].to_bits() != got[i].to_bits())
