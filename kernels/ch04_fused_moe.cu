@@ -1216,7 +1216,7 @@ __device__ __forceinline__ void ws_producer(const __nv_bfloat16* __restrict__ A,
 #endif
 }
 
-// Versions 8 to 10: the STAGES "full" barriers (the producer's 128 cp.async arrivals and thread
+// Versions 8 to 11: the STAGES "full" barriers (the producer's 128 cp.async arrivals and thread
 // 0's, with the bytes) and "empty" barriers (`releases` arrivals: every consumer thread, or in
 // version 9 every consumer warp, once or twice), made by thread 0 before any thread goes on.
 template <class C>
@@ -1539,8 +1539,8 @@ __device__ unsigned int dy_counters[DY_COUNTERS][2];
 // DY_SLOTS before, takes the next one from the counter, writes it into the ring and arrives on
 // its slot's `ifull`; its warpgroup meets at a named barrier (1: __syncthreads is barrier 0)
 // and reads it. Each consumer thread waits on `ifull`, reads the item, and one lane a warp
-// (once every lane has read it) arrives on the slot's `iempty`. A value at or past `items`
-// means none left; the thread 0 that takes one past the end last (the grid's last to finish
+// (once every lane has read it) arrives on the slot's `iempty`. A value of `items` or more
+// (past the last item) means none left; the thread 0 that takes one past the end last (the grid's last to finish
 // taking) puts the counters back to zero for the next launch.
 template <class C>
 __device__ __forceinline__ int dy_next(unsigned* counter, int items, volatile int* ring, unsigned long long* ifull,
@@ -1553,9 +1553,16 @@ __device__ __forceinline__ int dy_next(unsigned* counter, int items, volatile in
             const int w = (int)atomicAdd(&counter[0], 1u);
             ring[slot] = w;
             moe_mbar_arrive(&ifull[slot]);
-            if (w >= items && atomicAdd(&counter[1], 1u) == gridDim.x - 1u) {
-                atomicExch(&counter[1], 0u);
-                atomicExch(&counter[0], 0u);
+            if (w >= items) {
+                // This block's last add to counter[0] before its add to counter[1], and every
+                // block's before the reset: the atomics alone are relaxed, unordered between
+                // two addresses (a fence each way, once per block and launch).
+                __threadfence();
+                if (atomicAdd(&counter[1], 1u) == gridDim.x - 1u) {
+                    __threadfence();
+                    atomicExch(&counter[1], 0u);
+                    atomicExch(&counter[0], 0u);
+                }
             }
         }
         __syncwarp();
@@ -1628,7 +1635,7 @@ __device__ __forceinline__ void ps_run(const __nv_bfloat16* __restrict__ A, cons
 #endif
 }
 
-// GEMM 1 + SwiGLU on version 10: wg_gemm1_swiglu_impl's contract, any grid of one dimension.
+// GEMM 1 + SwiGLU on versions 10 and 11: wg_gemm1_swiglu_impl's contract, any grid of one dimension.
 template <class C>
 __device__ __forceinline__ void ps_gemm1_swiglu_impl(const __nv_bfloat16* __restrict__ x,
                                                      const int* __restrict__ sorted_ids,
@@ -1644,7 +1651,7 @@ __device__ __forceinline__ void ps_gemm1_swiglu_impl(const __nv_bfloat16* __rest
               }, counter);
 }
 
-// The plain GEMM on version 10: wg_gemm_impl's contract, any grid of one dimension.
+// The plain GEMM on versions 10 and 11: wg_gemm_impl's contract, any grid of one dimension.
 template <class C, bool BF16_OUT>
 __device__ __forceinline__ void ps_gemm_impl(const __nv_bfloat16* __restrict__ A, const int* __restrict__ sorted_ids,
                                              const int* __restrict__ expert_ids, const int* __restrict__ num_post,

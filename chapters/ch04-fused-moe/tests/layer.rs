@@ -1439,9 +1439,8 @@ fn clusters_give_version_8s_bits(dev: &'static Device) {
 /// (BLOCK_M 64) or 291 and 194 (128) between them, up to four each, so their buffers are
 /// refilled across items, at parities counted on from the items before. Versions 10 and 11 give
 /// version 8's bits and the portable path's, with either fusion; version 11, whose blocks take
-/// their items from a counter that each launch leaves at zero, gives them again on a second
-/// run of the same layer (a counter left where a launch ended would skip every item). Every
-/// other device refuses them.
+/// their items from counters that each launch must leave at zero, gives version 8's bits on
+/// three runs of one layer in a row. Every other device refuses them.
 fn persistent_blocks_give_version_8s_bits(dev: &'static Device) {
     let counts = [3000usize, 2500, 1, 64, 65, 4000, 129, 2001];
     let (base, routing, hidden_states, persistent) =
@@ -1459,10 +1458,21 @@ fn persistent_blocks_give_version_8s_bits(dev: &'static Device) {
         let about = format!("{tiles} tiles, {items} items of GEMM 1");
         same_bits_as_version_8_and_portable(&base, &routing, &hidden_states, tile, v8, &about);
         if tile.dy {
+            // Three runs of one layer, each against version 8: a launch that left counter[0]
+            // anywhere but zero would make the next skip items (its outputs the workspace's
+            // poison, not version 8's bits), and one that left counter[1] would make the one
+            // after that.
+            let want = base
+                .clone()
+                .with_tile(v8)
+                .unwrap()
+                .experts(&hidden_states, &routing)
+                .unwrap();
             let layer = base.clone().with_tile(tile).unwrap();
-            let first = layer.experts(&hidden_states, &routing).unwrap();
-            let again = layer.experts(&hidden_states, &routing).unwrap();
-            assert_same_bits(&format!("{tile}, run again"), &again, &first);
+            for run in 1..=3 {
+                let got = layer.experts(&hidden_states, &routing).unwrap();
+                assert_same_bits(&format!("{tile}, run {run} of one layer"), &got, &want);
+            }
         }
     }
 }
