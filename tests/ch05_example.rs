@@ -15,6 +15,22 @@ use moe_kernels::safetensors::SafetensorsWriter;
 use moe_kernels::testing::device;
 use std::path::{Path, PathBuf};
 
+/// `--help` states the pair's limits, as the kernels define them.
+#[test]
+fn help_states_the_limits() {
+    use ch05_fused_router::fused::geometry::{FR_MAX_EXPERTS, FR_MAX_GROUPS, FR_MAX_K};
+    use ch05_fused_router::tiny_gemm::SLICE;
+    let help = Args::try_parse_from(["ch05", "--help"])
+        .unwrap_err()
+        .to_string();
+    let want = format!(
+        "Limits of the pair: H a multiple of {SLICE} and not 0 (the tiny GEMM reads 16-byte \
+         slices), E at most {FR_MAX_EXPERTS}, k at most {FR_MAX_K}, at most {FR_MAX_GROUPS} \
+         groups (the fused router's lanes); past them, a typed error."
+    );
+    assert!(help.contains(&want), "{help}");
+}
+
 fn try_run(argv: &[&str]) -> Result<String, String> {
     let args = Args::try_parse_from(argv).map_err(|e| e.to_string())?;
     let file = args.file_options();
@@ -252,7 +268,7 @@ fn bad_inputs_are_typed_errors() {
     );
     // Shapes and types.
     type Fill = Box<dyn Fn(&mut SafetensorsWriter)>;
-    let cases: [(&str, Fill, &str); 5] = [
+    let cases: [(&str, Fill, &str); 6] = [
         (
             "h_mismatch",
             Box::new(|w| {
@@ -285,6 +301,13 @@ fn bad_inputs_are_typed_errors() {
                     .f32("gate", &[4, 12], &[0.5; 48]);
             }),
             "the hidden size must be a multiple of 8 (the tiny GEMM loads whole 16-byte slices of bf16), got 12",
+        ),
+        (
+            "hidden_empty",
+            Box::new(|w| {
+                w.f32("hidden", &[2, 0], &[]).f32("gate", &[4, 0], &[]);
+            }),
+            "the hidden size is 0: every logit would be 0, and every row routed to the lowest ids",
         ),
         (
             "too_many_experts",

@@ -25,7 +25,10 @@ use std::path::PathBuf;
     )),
     mut_arg("output", |a| a.help(
         "Write `logits` [T, E] f32, `ids` [T, k] i32 and `weights` [T, k] f32 here"
-    ))
+    )),
+    after_help = "Limits of the pair: H a multiple of 8 and not 0 (the tiny GEMM reads 16-byte \
+                  slices), E at most 1024, k at most 32, at most 32 groups (the fused router's \
+                  lanes); past them, a typed error."
 )]
 pub struct Args {
     #[command(flatten)]

@@ -52,7 +52,7 @@ impl DeviceMatrix<'_> {
     }
 }
 
-/// A router's inputs on the device: `hidden` [T, H], `weight` [E, H] (the gate), `bias` [E].
+/// A router's inputs on the device: `hidden` [T, H], `weight` [E, H] (the gate), `bias` `[E]`.
 #[derive(Clone, Copy)]
 pub struct GateInputs<'a> {
     pub hidden: DeviceMatrix<'a>,
@@ -96,6 +96,11 @@ pub enum DeviceRouterError {
         why: &'static str,
         got: usize,
     },
+    /// A size that must not be zero (named, with what a zero would do).
+    Zero {
+        what: &'static str,
+        why: &'static str,
+    },
     Kernel(KernelError),
 }
 
@@ -120,6 +125,7 @@ impl fmt::Display for DeviceRouterError {
             DeviceRouterError::NotMultiple { what, of, why, got } => {
                 write!(f, "{what} must be a multiple of {of} ({why}), got {got}")
             }
+            DeviceRouterError::Zero { what, why } => write!(f, "{what} is 0: {why}"),
             DeviceRouterError::Kernel(e) => write!(f, "{e}"),
         }
     }
@@ -235,7 +241,7 @@ pub type EnqueueFromLogits<'a> = &'a dyn Fn(
     &RouterOutputs<'_>,
 ) -> Result<(), DeviceRouterError>;
 
-/// Host in, host out, from logits: uploads `logits` [rows, experts] f32 and `bias` [E] f32,
+/// Host in, host out, from logits: uploads `logits` [rows, experts] f32 and `bias` `[E]` f32,
 /// allocates ids and weights for `k` picks a row, queues `enqueue` and downloads the routing
 /// (chapter 1's chain after its GEMM, chapter 5's fused kernel).
 pub fn route_logits_with(

@@ -88,8 +88,15 @@ pub fn launch(form: GemmForm, rows: usize, experts: usize) -> (&'static str, Lau
     (name, cfg)
 }
 
-/// Checks the sizes the kernel takes: H a whole number of 16-byte slices.
+/// Checks the sizes the kernel takes: H a whole number of 16-byte slices, and not none (with
+/// H = 0 every logit would be 0 and the routing the lowest ids, a result that means nothing).
 pub fn check_hidden(hidden: usize) -> Result<(), DeviceRouterError> {
+    if hidden == 0 {
+        return Err(DeviceRouterError::Zero {
+            what: "the hidden size",
+            why: "every logit would be 0, and every row routed to the lowest ids",
+        });
+    }
     // `%` rather than `is_multiple_of`, which needs Rust 1.87 (the workspace's MSRV is 1.85).
     #[allow(clippy::manual_is_multiple_of)]
     if hidden % SLICE == 0 {

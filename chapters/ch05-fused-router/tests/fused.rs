@@ -794,6 +794,11 @@ fn limits_and_bad_inputs_are_typed_errors(dev: &'static Device) {
         e.to_string(),
         "the hidden size must be a multiple of 8 (the tiny GEMM loads whole 16-byte slices of bf16), got 12"
     );
+    // H = 0 is a multiple of 8, and still no router: every logit would be 0.
+    assert_eq!(
+        new(&RouterConfig::qwen3(8), shape(1, 0, 64)).to_string(),
+        "the hidden size is 0: every logit would be 0, and every row routed to the lowest ids"
+    );
     // Chapter 1's rules come first, with chapter 1's errors.
     assert_eq!(
         new(&RouterConfig::qwen3(65), shape(1, 64, 64)),
