@@ -14,6 +14,8 @@
 //!
 //! Each test binary says once, on stderr (past the test harness's capture), which backends its
 //! tests ran on.
+//!
+//! [`backend_tests!`]: crate::backend_tests!
 
 use crate::device::Device;
 use std::io::Write;
@@ -44,15 +46,16 @@ fn announce(dev: &'static Device, why: &str) {
     }
 }
 
-/// The CPU emulator, for the `emu::` half of [`backend_tests!`].
+/// The CPU emulator, for the `emu::` half of [`backend_tests!`](crate::backend_tests!).
 pub fn emu() -> &'static Device {
     let d = Device::emu();
     announce(d, "always");
     d
 }
 
-/// The GPU, for the `cuda::` half of [`backend_tests!`]; a test that asks for it on a machine
-/// without one fails with the reason (those tests are ignored unless asked for).
+/// The GPU, for the `cuda::` half of [`backend_tests!`](crate::backend_tests!); a test that asks
+/// for it on a machine without one fails with the reason (those tests are ignored unless asked
+/// for).
 pub fn cuda() -> &'static Device {
     match Device::cuda() {
         Ok(d) => {

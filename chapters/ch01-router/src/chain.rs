@@ -353,7 +353,7 @@ impl DeviceRouter for FiveLineChain {
         &self.config
     }
 
-    /// `hidden` [T, H] f32 and `weight` [E, H] f32 (the gate) and `bias` [E] f32 in; `ids`
+    /// `hidden` [T, H] f32 and `weight` [E, H] f32 (the gate) and `bias` `[E]` f32 in; `ids`
     /// [T, k] i32 and `weights` [T, k] f32 out.
     fn enqueue(
         &self,

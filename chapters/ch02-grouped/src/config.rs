@@ -11,7 +11,7 @@ use ch01_router::RouterConfig;
 pub struct SharedExpert {
     /// Its intermediate size.
     pub intermediate: usize,
-    /// Qwen2-MoE's `shared_expert_gate`: the shared output is multiplied by σ(x · g), g [H].
+    /// Qwen2-MoE's `shared_expert_gate`: the shared output is multiplied by σ(x · g), g `[H]`.
     pub gated: bool,
 }
 

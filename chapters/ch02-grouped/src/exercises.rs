@@ -47,7 +47,7 @@ pub fn shared_as_routed(
 
 // ANCHOR: exercise_3
 /// Exercise 3: count the pairs each expert received, on the device, with one launch of your
-/// kernel `ex_count_pairs` (one thread per pair, 256 per block). `ids` [P] i32; returns `[E]`.
+/// kernel `ex_count_pairs` (one thread per pair, 256 per block). `ids` `[P]` i32; returns `[E]`.
 pub fn count_pairs_on_device(
     device: &'static Device,
     ids: &DeviceBuffer<i32>,

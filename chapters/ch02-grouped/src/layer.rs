@@ -13,7 +13,7 @@ pub struct LayerOutput {
 }
 
 // ANCHOR: moe_layer
-/// One MoE layer, built from [`MoeWeights`] for one compute type.
+/// One MoE layer, built from [`MoeWeights`](crate::MoeWeights) for one compute type.
 ///
 /// `forward` is the whole layer: the router (chapter 1: f32 logits from the f32 hidden states
 /// and gate, then scores, top-k, renormalisation, scaling), then the experts. `experts` runs the

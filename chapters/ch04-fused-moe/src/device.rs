@@ -23,10 +23,10 @@
 //! | `act = SwiGLU(bf16(x) · w13[e]ᵀ)` per pair, the shared expert's rows and gate logit too | `decode_gemm1_swiglu` | 1 |
 //! | `out[t] = Σⱼ weightⱼ · (actⱼ · w2[eⱼ]ᵀ)` (+ shared) | `decode_gemm2_sum` | 1 |
 //!
-//! The grouped decode path ([`Path::DecodeGrouped`], only when asked for: [`Self::with_path`])
-//! runs the same arithmetic a tile of pairs of one expert at a time, so each expert's weights are
-//! read once per group of up to 8 of its pairs instead of once per pair; the same bits as the
-//! decode path:
+//! The grouped decode path ([`Path::DecodeGrouped`], only when asked for:
+//! [`FusedDevice::with_path`]) runs the same arithmetic a tile of pairs of one expert at a time, so
+//! each expert's weights are read once per group of up to 8 of its pairs instead of once per pair;
+//! the same bits as the decode path:
 //!
 //! | step | kernel | launches |
 //! |---|---|---|
@@ -425,7 +425,7 @@ impl FusedDevice {
     }
 
     /// A layer from expert weights already on `device` in bf16 (made there by
-    /// [`Self::patterned_on_device`], say), with the router's `gate` [E, H] and `bias` [E] from
+    /// [`Self::patterned_on_device`], say), with the router's `gate` [E, H] and `bias` `[E]` from
     /// the host. Checks every size against `config`.
     pub fn from_device(
         device: &'static Device,

@@ -1,7 +1,7 @@
 //! Deterministic bf16 weights made where they are used: on the device by `fused_fill_bf16`, on
 //! the host by its twin [`fill_value`], the same bits either way. A GLM-sized layer (288 experts,
 //! H 4096, I 1024) holds 3.6 G expert weights: 14.5 GB in f32 on the host through
-//! [`MoeWeights`](ch02_grouped::MoeWeights) and chapter 2's generator, single-threaded, before
+//! [`MoeWeights`] and chapter 2's generator, single-threaded, before
 //! the upload converts them again. Filled on the device it takes a fraction of a second
 //! ([`crate::FusedDevice::patterned_on_device`]), and the host makes only the slices a test
 //! compares ([`host_weights`]: the experts it names, zeros elsewhere, in parallel chunks).

@@ -467,7 +467,7 @@ impl DeviceRouter for FusedRouter {
         &self.topk.config
     }
 
-    /// `hidden` [T, H] bf16, `weight` [E, H] bf16 and `bias` [E] f32 in; `ids` [T, k] i32 and
+    /// `hidden` [T, H] bf16, `weight` [E, H] bf16 and `bias` `[E]` f32 in; `ids` [T, k] i32 and
     /// `weights` [T, k] f32 out.
     fn enqueue(
         &self,
@@ -580,7 +580,7 @@ impl DeviceRouter for TinyGemmChain {
 }
 
 /// Host in, host out, through the fused pair: `hidden` [T, H] and `weight` [E, H] (rounded to
-/// bf16 on the way up), `bias` [E] f32; returns ids and weights.
+/// bf16 on the way up), `bias` `[E]` f32; returns ids and weights.
 pub fn route_fused(
     device: &'static Device,
     config: &RouterConfig,

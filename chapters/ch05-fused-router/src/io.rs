@@ -1,7 +1,7 @@
 //! The example's `--input` and `--output` files, in safetensors.
 //!
 //! In: `hidden` [T, H] and `gate` [E, H], each bf16 or f32 (f32 is rounded to bf16, the type
-//! the tiny GEMM reads, and the example says so), and optionally `bias` [E] f32. Out: `logits`
+//! the tiny GEMM reads, and the example says so), and optionally `bias` `[E]` f32. Out: `logits`
 //! [T, E] f32, `ids` [T, k] i32 and `weights` [T, k] f32.
 
 use candle_core::{DType, Tensor};

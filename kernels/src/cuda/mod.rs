@@ -4,8 +4,8 @@
 //!
 //! - this file: the device, its one stream, memory, copies, module loading, launches;
 //! - [`nvrtc`]: compiling a family for the device's architecture;
-//! - [`graph`]: CUDA graphs and events, for the measuring harness;
-//! - [`blas`]: cuBLAS GEMMs on the same stream.
+//! - `graph`: CUDA graphs and events, for the measuring harness;
+//! - `blas`: cuBLAS GEMMs on the same stream.
 
 pub(crate) mod blas;
 pub(crate) mod graph;

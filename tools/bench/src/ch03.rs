@@ -197,8 +197,8 @@ fn hash_inputs(tokens: &[usize]) -> Vec<Input> {
 
 /// The inputs and their expected outputs as a safetensors file: for each shape's E and each T,
 /// `ids.e{E}.{T}` i32 [T, k], and what the reference gives: `sorted_ids.e{E}.{T}` i32
-/// [capacity], `expert_ids.e{E}.{T}` i32 [max_tiles], `num_tokens_post_padded.e{E}.{T}` i32 [1].
-/// The metadata names the shapes, E, k, the token counts, BLOCK_M of every case
+/// [capacity], `expert_ids.e{E}.{T}` i32 [max_tiles], `num_tokens_post_padded.e{E}.{T}`
+/// i32 `[1]`. The metadata names the shapes, E, k, the token counts, BLOCK_M of every case
 /// (`block_m.e{E}`, one per token count) and where determinism is shown (`hash_experts`,
 /// `hash_tokens`, `hash_runs`). Written with `moe_kernels::safetensors`, as chapter 2's routing
 /// file.

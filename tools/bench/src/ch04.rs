@@ -7,14 +7,16 @@
 //! `tools/peers/ch04_grouped_mm.py`: `torch._grouped_mm` (`torch_grouped_mm`: the pairs sorted by
 //! expert, one grouped GEMM per projection) and chapter 2's per-expert loop (`torch_loop`).
 //!
-//!     bench ch04 --export-routing R.safetensors   the routings and how the weights and hidden
-//!                                                 states are generated, for the peer (no GPU)
-//!     python3 tools/peers/ch04_grouped_mm.py --routing R.safetensors --samples S.csv \
-//!         --outputs O.safetensors
-//!     bench ch04 --routing R.safetensors --peers S.csv --peer-outputs O.safetensors \
-//!         --out-dir bench/results/h200
-//!     bench ch04 --quick                          on the GPU: fewer samples; without one: a
-//!                                                 smoke test on the emulator at two tiny shapes
+//! ```text
+//! bench ch04 --export-routing R.safetensors   the routings and how the weights and hidden
+//!                                             states are generated, for the peer (no GPU)
+//! python3 tools/peers/ch04_grouped_mm.py --routing R.safetensors --samples S.csv \
+//!     --outputs O.safetensors
+//! bench ch04 --routing R.safetensors --peers S.csv --peer-outputs O.safetensors \
+//!     --out-dir bench/results/h200
+//! bench ch04 --quick                          on the GPU: fewer samples; without one: a
+//!                                             smoke test on the emulator at two tiny shapes
+//! ```
 //!
 //! What is timed: the experts for a routing given on the device (`ids` [T, k] i32 and `weights`
 //! [T, k] f32, uploaded before capture), the alignment included; the router is not (it is

@@ -7,11 +7,13 @@
 //! (`bench/results/h200/ch04_tuned.csv`, [`TunedTable`]); every candidate's timing goes to a
 //! second file.
 //!
-//!     bench ch04-tune [--shapes qwen3,glm] [--tokens 1,2,4,…] [--out-dir bench/results/h200] [--quick]
-//!                     [--configs NAME,NAME…]   only these candidates (and the rule's, to compare)
-//!     bench ch04-tune --quick          without a GPU: every candidate once on the emulator at a
-//!                                      tiny shape (checks and plumbing, no timing worth a
-//!                                      number); writes nothing
+//! ```text
+//! bench ch04-tune [--shapes qwen3,glm] [--tokens 1,2,4,…] [--out-dir bench/results/h200] [--quick]
+//!                 [--configs NAME,NAME…]   only these candidates (and the rule's, to compare)
+//! bench ch04-tune --quick          without a GPU: every candidate once on the emulator at a
+//!                                  tiny shape (checks and plumbing, no timing worth a
+//!                                  number); writes nothing
+//! ```
 //!
 //! Then commit the table and rebuild: `FusedDevice` reads it at build time (`include_str!`).
 //!

@@ -5,13 +5,15 @@
 //! (`flush.csv`); the PyTorch peers' samples (`tools/peers/*.py --samples`) are summarised by the
 //! same statistics and merged in. `bench emu` measures the emulator's GEMM rate on the CPU.
 //!
-//!     tools/bench/run ch01 --out-dir bench/results/h200 [--peers RESULTS/ch01_torch.csv] [--quick]
-//!     tools/bench/run emu --build after [--out bench/results/cpu/emu_gemm.csv]
-//!     tools/bench/run ch02 [--routing R --peers S --out-dir D | --export-routing R | --cpu] [--quick]
-//!     tools/bench/run ch03 [--ids F --peers S --out-dir D | --export-ids F | --hashes [--peer-hashes H] | --padding] [--quick]
-//!     tools/bench/run ch04 [--routing R --peers S --peer-outputs O --out-dir D | --export-routing R [--tiny]] [--quick]
-//!     tools/bench/run ch04-tune [--shapes qwen3,glm] [--tokens 1,2,4,…] [--out-dir D] [--quick]
-//!     tools/bench/run ch05 [--peers S --out-dir D] [--quick]
+//! ```text
+//! tools/bench/run ch01 --out-dir bench/results/h200 [--peers RESULTS/ch01_torch.csv] [--quick]
+//! tools/bench/run emu --build after [--out bench/results/cpu/emu_gemm.csv]
+//! tools/bench/run ch02 [--routing R --peers S --out-dir D | --export-routing R | --cpu] [--quick]
+//! tools/bench/run ch03 [--ids F --peers S --out-dir D | --export-ids F | --hashes [--peer-hashes H] | --padding] [--quick]
+//! tools/bench/run ch04 [--routing R --peers S --peer-outputs O --out-dir D | --export-routing R [--tiny]] [--quick]
+//! tools/bench/run ch04-tune [--shapes qwen3,glm] [--tokens 1,2,4,…] [--out-dir D] [--quick]
+//! tools/bench/run ch05 [--peers S --out-dir D] [--quick]
+//! ```
 
 mod cases;
 mod ch01;

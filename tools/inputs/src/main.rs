@@ -26,7 +26,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum What {
-    /// Chapter 1: `logits` [T, E] f32 in [-3, 3), and with --bias a GLM-like `bias` [E] f32
+    /// Chapter 1: `logits` [T, E] f32 in [-3, 3), and with --bias a GLM-like `bias` `[E]` f32
     /// (8 ± 0.05).
     Router(RouterArgs),
 }

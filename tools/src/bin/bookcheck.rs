@@ -31,7 +31,7 @@ struct Cli {
 enum Cmd {
     /// Fail on any internal link to a missing file or to a missing `#anchor`.
     Links,
-    /// Render every chapter page to DIR/<page>.png with headless Chromium, the whole page.
+    /// Render every chapter page to `DIR/<page>.png` with headless Chromium, the whole page.
     Shots,
 }
 

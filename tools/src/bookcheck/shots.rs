@@ -39,7 +39,7 @@ pub fn find_chromium() -> Result<PathBuf, Error> {
 const NOT_CHAPTERS: [&str; 4] = ["print.html", "404.html", "toc.html", "index.html"];
 
 /// The pages to render, in the book's order: those the table of contents (`toc.html`) links,
-/// then any other page except mdbook's own ([`NOT_CHAPTERS`]), by name.
+/// then any other page except mdbook's own (`NOT_CHAPTERS`), by name.
 pub fn pages_to_render(site: &Site) -> Vec<String> {
     let mut order: Vec<String> = Vec::new();
     if let Some(toc) = site.pages.get("toc.html") {

@@ -1929,7 +1929,7 @@ pub fn versions_table(shapes: &[TuneShape], best: &ByVersion) -> String {
 }
 
 /// The versions' numbers for the prose: `{shape}_t{T}_v{N}_cold`, `…_v{N}_config` and
-/// `{shape}_t{T}_v{A}_over_v{B}` for every pair of [`VERSION_RATIOS`].
+/// `{shape}_t{T}_v{A}_over_v{B}` for every pair of `VERSION_RATIOS`.
 pub fn version_facts(best: &ByVersion, f: &mut Facts) {
     for ((shape, t, v), c) in best {
         let s = short(shape);
