@@ -103,6 +103,7 @@ pub fn generate(root: &Path) -> Result<Vec<Generated>, String> {
             "the equality table is left out",
         )?;
     }
+    tried_facts(root, &mut f)?;
     files.push(Generated {
         path: FACTS.into(),
         content: f.render("Chapter 5's numbers"),
@@ -435,6 +436,297 @@ pub fn facts(rows: &[BenchRow]) -> Facts {
     f
 }
 
+/// Where the experiments that lost were measured: each a `bench ch05` run (the same CSV
+/// columns as `ch05.csv`), made with the variant built in and committed beside the chapter's run.
+const LOGS: &str = "bench/results/h200/logs/";
+
+/// One measurement for the page's table of what did not pay: a cell of one or more runs' CSVs
+/// (several runs of one build give a range, `lo–hi`).
+struct Cell {
+    csvs: &'static [&'static str],
+    shape: &'static str,
+    rows: u64,
+    imp: &'static str,
+    warm: bool,
+}
+
+/// An experiment that lost: the variant's measurement (`tried_{name}`) and the kept design's
+/// (`tried_{name}_kept`), the same quantity, from the run the experiment was compared with.
+struct Tried {
+    name: &'static str,
+    tried: Cell,
+    kept: Cell,
+}
+
+const GLM: &str = "glm_h4096_e288_k8";
+const QWEN3: &str = "qwen3_h2048_e128_k8";
+
+const fn cell(
+    csvs: &'static [&'static str],
+    shape: &'static str,
+    rows: u64,
+    imp: &'static str,
+    warm: bool,
+) -> Cell {
+    Cell {
+        csvs,
+        shape,
+        rows,
+        imp,
+        warm,
+    }
+}
+
+/// The experiments of the page's "what did not pay", as data: which run measured the variant,
+/// which the design that was kept, and which number of each the table quotes. `ch05.csv` is the
+/// chapter's own run; the others are in [`LOGS`].
+const TRIED: [Tried; 15] = [
+    // The first one-warp kernel: a packed 64-bit key reduced by xor shuffles.
+    Tried {
+        name: "packed_key",
+        tried: cell(&["ch05_ca0b032.csv"], GLM, 1, "fused_router", true),
+        kept: cell(&["ch05.csv"], GLM, 1, "fused_router_warp", true),
+    },
+    // b2 by a tree over the lane's slots in every round.
+    Tried {
+        name: "tree_per_round",
+        tried: cell(&["ch05_3080345.csv"], GLM, 8192, "fused_router", true),
+        kept: cell(&["ch05_125fc89.csv"], GLM, 8192, "fused_router", true),
+    },
+    // One kernel per scoring, so that a sigmoid row does not jump over the softplus code.
+    Tried {
+        name: "kernel_per_scoring",
+        tried: cell(&["ch05_58ec19f.csv"], GLM, 1, "fused_router", true),
+        kept: cell(&["ch05_57452a9.csv"], GLM, 1, "fused_router", true),
+    },
+    // The holder's update as selects, and a launch bound of 10 blocks per SM.
+    Tried {
+        name: "branch_free",
+        tried: cell(
+            &["ch05_top2_branchfree_bounds.csv"],
+            GLM,
+            8192,
+            "fused_router_warp",
+            true,
+        ),
+        kept: cell(
+            &["ch05_top2_run1.csv"],
+            GLM,
+            8192,
+            "fused_router_warp",
+            true,
+        ),
+    },
+    // The tiny GEMM with one expert a block instead of two.
+    Tried {
+        name: "one_expert_glm",
+        tried: cell(&["ch05_epb_experiment_epb1.csv"], GLM, 1, "pair", false),
+        kept: cell(&["ch05_epb_experiment_base.csv"], GLM, 1, "pair", false),
+    },
+    Tried {
+        name: "one_expert_qwen3",
+        tried: cell(&["ch05_epb_experiment_epb1.csv"], QWEN3, 1, "pair", false),
+        kept: cell(&["ch05_epb_experiment_base.csv"], QWEN3, 1, "pair", false),
+    },
+    // The block form run twice, the first pass to fetch its code while the tiny GEMM runs.
+    Tried {
+        name: "warm_pass",
+        tried: cell(
+            &[
+                "ch05_block_warm_pass_experiment_2_warm.csv",
+                "ch05_block_warm_pass_experiment_4_warm.csv",
+            ],
+            GLM,
+            1,
+            "pair",
+            false,
+        ),
+        kept: cell(
+            &[
+                "ch05_block_warm_pass_experiment_1_nowarm.csv",
+                "ch05_block_warm_pass_experiment_3_nowarm.csv",
+            ],
+            GLM,
+            1,
+            "pair",
+            false,
+        ),
+    },
+    // The block form's second count split over four lanes a candidate.
+    Tried {
+        name: "count_split_glm",
+        tried: cell(
+            &["ch05_block_count_split_experiment.csv"],
+            GLM,
+            1,
+            "pair",
+            false,
+        ),
+        kept: cell(
+            &[
+                "ch05_block_warm_pass_experiment_1_nowarm.csv",
+                "ch05_block_warm_pass_experiment_3_nowarm.csv",
+            ],
+            GLM,
+            1,
+            "pair",
+            false,
+        ),
+    },
+    Tried {
+        name: "count_split_qwen3",
+        tried: cell(
+            &["ch05_block_count_split_experiment.csv"],
+            QWEN3,
+            1,
+            "pair",
+            false,
+        ),
+        kept: cell(
+            &[
+                "ch05_block_warm_pass_experiment_1_nowarm.csv",
+                "ch05_block_warm_pass_experiment_3_nowarm.csv",
+            ],
+            QWEN3,
+            1,
+            "pair",
+            false,
+        ),
+    },
+    // The block form's candidates merged as sorted runs instead of counted.
+    Tried {
+        name: "merge_runs",
+        tried: cell(
+            &["ch05_block_merge_runs_experiment.csv"],
+            QWEN3,
+            1,
+            "fused_router_block",
+            true,
+        ),
+        kept: cell(&["ch05_9850e0f.csv"], QWEN3, 1, "fused_router_block", true),
+    },
+    // The block form's candidates counted by their keys alone, the ids only for equal keys.
+    Tried {
+        name: "key_first",
+        tried: cell(
+            &["ch05_key_first_count_experiment.csv"],
+            QWEN3,
+            1,
+            "fused_router_block",
+            true,
+        ),
+        kept: cell(&["ch05.csv"], QWEN3, 1, "fused_router_block", true),
+    },
+    // The second screen in the many-row screened kernels too, inlined.
+    Tried {
+        name: "second_screen_inline",
+        tried: cell(
+            &["ch05_screened_second_inline_experiment.csv"],
+            GLM,
+            8192,
+            "fused_router_screen",
+            true,
+        ),
+        kept: cell(
+            &["ch05_12b8a93.csv"],
+            GLM,
+            8192,
+            "fused_router_screen",
+            true,
+        ),
+    },
+    // The same out of line, two builds alternated three times in one session.
+    Tried {
+        name: "second_screen_many",
+        tried: cell(
+            &[
+                "ch05_screen_second_ab_experiment_A1.csv",
+                "ch05_screen_second_ab_experiment_A2.csv",
+                "ch05_screen_second_ab_experiment_A3.csv",
+            ],
+            GLM,
+            8192,
+            "fused_router_screen",
+            true,
+        ),
+        kept: cell(
+            &[
+                "ch05_screen_second_ab_experiment_B1.csv",
+                "ch05_screen_second_ab_experiment_B2.csv",
+                "ch05_screen_second_ab_experiment_B3.csv",
+            ],
+            GLM,
+            8192,
+            "fused_router_screen",
+            true,
+        ),
+    },
+    // The pair as one launch: the GEMM's last block to finish routes every row.
+    Tried {
+        name: "one_launch_1",
+        tried: cell(&["ch05_one_launch_experiment.csv"], GLM, 1, "one", false),
+        kept: cell(&["ch05_one_launch_experiment.csv"], GLM, 1, "pair", false),
+    },
+    Tried {
+        name: "one_launch_96",
+        tried: cell(&["ch05_one_launch_experiment.csv"], GLM, 96, "one", false),
+        kept: cell(&["ch05_one_launch_experiment.csv"], GLM, 96, "pair", false),
+    },
+];
+
+/// A cell's value: the median (cold or warm) of its case in each of its CSVs, one number or the
+/// range `lo–hi` over the runs; and the CSVs it came from, for the facts file.
+fn cell_value(root: &Path, c: &Cell) -> Result<(String, String), String> {
+    let mut values = Vec::new();
+    let mut paths = Vec::new();
+    for name in c.csvs {
+        let path = if *name == "ch05.csv" {
+            GPU_CSV.to_string()
+        } else {
+            format!("{LOGS}{name}")
+        };
+        let rows = parse_csv(&read(root, &path)?, &path)?;
+        let r = find(&rows, c.shape, c.rows, c.imp).ok_or_else(|| {
+            format!(
+                "{path}: no row for {} at {} rows of {}",
+                c.imp, c.rows, c.shape
+            )
+        })?;
+        values.push(if c.warm {
+            r.warm_median_us
+        } else {
+            r.cold_median_us
+        });
+        paths.push(path);
+    }
+    let lo = fmt_us(values.iter().cloned().fold(f64::INFINITY, f64::min));
+    let hi = fmt_us(values.iter().cloned().fold(f64::NEG_INFINITY, f64::max));
+    let v = if lo == hi { lo } else { format!("{lo}–{hi}") };
+    Ok((v, paths.join(", ")))
+}
+
+/// The facts of the page's table of experiments that lost ([`TRIED`]), and the chapter's
+/// targets as the bench checks them (`target_tiny`, `target_pair`, `target_fused`,
+/// `target_chain`), so the page quotes them rather than types them.
+fn tried_facts(root: &Path, f: &mut Facts) -> Result<(), String> {
+    for t in &TRIED {
+        let (v, src) = cell_value(root, &t.tried)?;
+        f.add(format!("tried_{}", t.name), v, &src);
+        let (v, src) = cell_value(root, &t.kept)?;
+        f.add(format!("tried_{}_kept", t.name), v, &src);
+    }
+    let src = "tools/src/figures/ch05.rs (the targets bench ch05 checks)";
+    for (name, v) in [
+        ("target_tiny", TINY_OVER_PROBE_MAX),
+        ("target_pair", PAIR_OVER_PROBE_MAX),
+        ("target_fused", FUSED_OVER_LOGITS_MAX),
+        ("target_chain", CHAIN_OVER_PAIR_MIN),
+    ] {
+        f.add(name, format!("{v}"), src);
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -519,6 +811,29 @@ mod tests {
             assert!(svg.contains(&format!("data-impl=\"{imp}\"")), "{imp}");
         }
         assert!(!svg.contains("data-impl=\"tiny_gemm\""));
+    }
+
+    #[test]
+    fn a_cell_over_several_runs_is_their_range() {
+        let dir = std::env::temp_dir().join(format!("ch05-tried-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join(LOGS)).unwrap();
+        let run = |cold: f64| {
+            let line = format!(
+                "ch05,{GLM},pair,1,2,{cold},{cold},{cold},1.0,1.0,1.0,3.0,2.4e6,0,0,0,200,H200"
+            );
+            format!("{}\n{line}\n", header())
+        };
+        std::fs::write(dir.join(LOGS).join("a.csv"), run(7.94)).unwrap();
+        std::fs::write(dir.join(LOGS).join("b.csv"), run(7.97)).unwrap();
+        let c = |csvs| cell(csvs, GLM, 1, "pair", false);
+        let (v, src) = cell_value(&dir, &c(&["a.csv", "b.csv"])).unwrap();
+        assert_eq!(v, "7.94–7.97");
+        assert_eq!(src, format!("{LOGS}a.csv, {LOGS}b.csv"));
+        assert_eq!(cell_value(&dir, &c(&["a.csv"])).unwrap().0, "7.94");
+        // A case the run did not measure is an error, not a missing number.
+        let e = cell_value(&dir, &cell(&["a.csv"], GLM, 96, "pair", false)).unwrap_err();
+        assert!(e.contains("no row for pair at 96 rows"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]
