@@ -103,7 +103,7 @@ pub fn generate(root: &Path) -> Result<Vec<Generated>, String> {
             "the equality table is left out",
         )?;
     }
-    tried_facts(root, &mut f)?;
+    tried_facts(root, &rows, &mut f)?;
     files.push(Generated {
         path: FACTS.into(),
         content: f.render("Chapter 5's numbers"),
@@ -436,14 +436,18 @@ pub fn facts(rows: &[BenchRow]) -> Facts {
     f
 }
 
-/// Where the experiments that lost were measured: each a `bench ch05` run (the same CSV
-/// columns as `ch05.csv`), made with the variant built in and committed beside the chapter's run.
-const LOGS: &str = "bench/results/h200/logs/";
+/// Where the experiments that lost were measured: the rows of `bench ch05` runs made with a
+/// variant built in (or with the design kept, beside it), copied verbatim from each run's CSV
+/// under `logs/` with the run's name (its file's stem) in a first column, `run`. Only the
+/// cases the page quotes are kept.
+const TRIED_CSV: &str = "bench/results/h200/ch05_tried.csv";
+/// The run name that means the chapter's own run, `ch05.csv`.
+const CHAPTER_RUN: &str = "ch05";
 
-/// One measurement for the page's table of what did not pay: a cell of one or more runs' CSVs
+/// One measurement for the page's table of what did not pay: a case of one or more runs
 /// (several runs of one build give a range, `lo–hi`).
 struct Cell {
-    csvs: &'static [&'static str],
+    runs: &'static [&'static str],
     shape: &'static str,
     rows: u64,
     imp: &'static str,
@@ -462,14 +466,14 @@ const GLM: &str = "glm_h4096_e288_k8";
 const QWEN3: &str = "qwen3_h2048_e128_k8";
 
 const fn cell(
-    csvs: &'static [&'static str],
+    runs: &'static [&'static str],
     shape: &'static str,
     rows: u64,
     imp: &'static str,
     warm: bool,
 ) -> Cell {
     Cell {
-        csvs,
+        runs,
         shape,
         rows,
         imp,
@@ -478,63 +482,57 @@ const fn cell(
 }
 
 /// The experiments of the page's "what did not pay", as data: which run measured the variant,
-/// which the design that was kept, and which number of each the table quotes. `ch05.csv` is the
-/// chapter's own run; the others are in [`LOGS`].
+/// which the design that was kept, and which number of each the table quotes. [`CHAPTER_RUN`]
+/// is the chapter's own run; the others are in [`TRIED_CSV`].
 const TRIED: [Tried; 15] = [
     // The first one-warp kernel: a packed 64-bit key reduced by xor shuffles.
     Tried {
         name: "packed_key",
-        tried: cell(&["ch05_ca0b032.csv"], GLM, 1, "fused_router", true),
-        kept: cell(&["ch05.csv"], GLM, 1, "fused_router_warp", true),
+        tried: cell(&["ch05_ca0b032"], GLM, 1, "fused_router", true),
+        kept: cell(&["ch05"], GLM, 1, "fused_router_warp", true),
     },
     // b2 by a tree over the lane's slots in every round.
     Tried {
         name: "tree_per_round",
-        tried: cell(&["ch05_3080345.csv"], GLM, 8192, "fused_router", true),
-        kept: cell(&["ch05_125fc89.csv"], GLM, 8192, "fused_router", true),
+        tried: cell(&["ch05_3080345"], GLM, 8192, "fused_router", true),
+        kept: cell(&["ch05_125fc89"], GLM, 8192, "fused_router", true),
     },
     // One kernel per scoring, so that a sigmoid row does not jump over the softplus code.
     Tried {
         name: "kernel_per_scoring",
-        tried: cell(&["ch05_58ec19f.csv"], GLM, 1, "fused_router", true),
-        kept: cell(&["ch05_57452a9.csv"], GLM, 1, "fused_router", true),
+        tried: cell(&["ch05_58ec19f"], GLM, 1, "fused_router", true),
+        kept: cell(&["ch05_57452a9"], GLM, 1, "fused_router", true),
     },
     // The holder's update as selects, and a launch bound of 10 blocks per SM.
     Tried {
         name: "branch_free",
         tried: cell(
-            &["ch05_top2_branchfree_bounds.csv"],
+            &["ch05_top2_branchfree_bounds"],
             GLM,
             8192,
             "fused_router_warp",
             true,
         ),
-        kept: cell(
-            &["ch05_top2_run1.csv"],
-            GLM,
-            8192,
-            "fused_router_warp",
-            true,
-        ),
+        kept: cell(&["ch05_top2_run1"], GLM, 8192, "fused_router_warp", true),
     },
     // The tiny GEMM with one expert a block instead of two.
     Tried {
         name: "one_expert_glm",
-        tried: cell(&["ch05_epb_experiment_epb1.csv"], GLM, 1, "pair", false),
-        kept: cell(&["ch05_epb_experiment_base.csv"], GLM, 1, "pair", false),
+        tried: cell(&["ch05_epb_experiment_epb1"], GLM, 1, "pair", false),
+        kept: cell(&["ch05_epb_experiment_base"], GLM, 1, "pair", false),
     },
     Tried {
         name: "one_expert_qwen3",
-        tried: cell(&["ch05_epb_experiment_epb1.csv"], QWEN3, 1, "pair", false),
-        kept: cell(&["ch05_epb_experiment_base.csv"], QWEN3, 1, "pair", false),
+        tried: cell(&["ch05_epb_experiment_epb1"], QWEN3, 1, "pair", false),
+        kept: cell(&["ch05_epb_experiment_base"], QWEN3, 1, "pair", false),
     },
     // The block form run twice, the first pass to fetch its code while the tiny GEMM runs.
     Tried {
         name: "warm_pass",
         tried: cell(
             &[
-                "ch05_block_warm_pass_experiment_2_warm.csv",
-                "ch05_block_warm_pass_experiment_4_warm.csv",
+                "ch05_block_warm_pass_experiment_2_warm",
+                "ch05_block_warm_pass_experiment_4_warm",
             ],
             GLM,
             1,
@@ -543,8 +541,8 @@ const TRIED: [Tried; 15] = [
         ),
         kept: cell(
             &[
-                "ch05_block_warm_pass_experiment_1_nowarm.csv",
-                "ch05_block_warm_pass_experiment_3_nowarm.csv",
+                "ch05_block_warm_pass_experiment_1_nowarm",
+                "ch05_block_warm_pass_experiment_3_nowarm",
             ],
             GLM,
             1,
@@ -556,7 +554,7 @@ const TRIED: [Tried; 15] = [
     Tried {
         name: "count_split_glm",
         tried: cell(
-            &["ch05_block_count_split_experiment.csv"],
+            &["ch05_block_count_split_experiment"],
             GLM,
             1,
             "pair",
@@ -564,8 +562,8 @@ const TRIED: [Tried; 15] = [
         ),
         kept: cell(
             &[
-                "ch05_block_warm_pass_experiment_1_nowarm.csv",
-                "ch05_block_warm_pass_experiment_3_nowarm.csv",
+                "ch05_block_warm_pass_experiment_1_nowarm",
+                "ch05_block_warm_pass_experiment_3_nowarm",
             ],
             GLM,
             1,
@@ -576,7 +574,7 @@ const TRIED: [Tried; 15] = [
     Tried {
         name: "count_split_qwen3",
         tried: cell(
-            &["ch05_block_count_split_experiment.csv"],
+            &["ch05_block_count_split_experiment"],
             QWEN3,
             1,
             "pair",
@@ -584,8 +582,8 @@ const TRIED: [Tried; 15] = [
         ),
         kept: cell(
             &[
-                "ch05_block_warm_pass_experiment_1_nowarm.csv",
-                "ch05_block_warm_pass_experiment_3_nowarm.csv",
+                "ch05_block_warm_pass_experiment_1_nowarm",
+                "ch05_block_warm_pass_experiment_3_nowarm",
             ],
             QWEN3,
             1,
@@ -597,52 +595,46 @@ const TRIED: [Tried; 15] = [
     Tried {
         name: "merge_runs",
         tried: cell(
-            &["ch05_block_merge_runs_experiment.csv"],
+            &["ch05_block_merge_runs_experiment"],
             QWEN3,
             1,
             "fused_router_block",
             true,
         ),
-        kept: cell(&["ch05_9850e0f.csv"], QWEN3, 1, "fused_router_block", true),
+        kept: cell(&["ch05_9850e0f"], QWEN3, 1, "fused_router_block", true),
     },
     // The block form's candidates counted by their keys alone, the ids only for equal keys.
     Tried {
         name: "key_first",
         tried: cell(
-            &["ch05_key_first_count_experiment.csv"],
+            &["ch05_key_first_count_experiment"],
             QWEN3,
             1,
             "fused_router_block",
             true,
         ),
-        kept: cell(&["ch05.csv"], QWEN3, 1, "fused_router_block", true),
+        kept: cell(&["ch05"], QWEN3, 1, "fused_router_block", true),
     },
     // The second screen in the many-row screened kernels too, inlined.
     Tried {
         name: "second_screen_inline",
         tried: cell(
-            &["ch05_screened_second_inline_experiment.csv"],
+            &["ch05_screened_second_inline_experiment"],
             GLM,
             8192,
             "fused_router_screen",
             true,
         ),
-        kept: cell(
-            &["ch05_12b8a93.csv"],
-            GLM,
-            8192,
-            "fused_router_screen",
-            true,
-        ),
+        kept: cell(&["ch05_12b8a93"], GLM, 8192, "fused_router_screen", true),
     },
     // The same out of line, two builds alternated three times in one session.
     Tried {
         name: "second_screen_many",
         tried: cell(
             &[
-                "ch05_screen_second_ab_experiment_A1.csv",
-                "ch05_screen_second_ab_experiment_A2.csv",
-                "ch05_screen_second_ab_experiment_A3.csv",
+                "ch05_screen_second_ab_experiment_A1",
+                "ch05_screen_second_ab_experiment_A2",
+                "ch05_screen_second_ab_experiment_A3",
             ],
             GLM,
             8192,
@@ -651,9 +643,9 @@ const TRIED: [Tried; 15] = [
         ),
         kept: cell(
             &[
-                "ch05_screen_second_ab_experiment_B1.csv",
-                "ch05_screen_second_ab_experiment_B2.csv",
-                "ch05_screen_second_ab_experiment_B3.csv",
+                "ch05_screen_second_ab_experiment_B1",
+                "ch05_screen_second_ab_experiment_B2",
+                "ch05_screen_second_ab_experiment_B3",
             ],
             GLM,
             8192,
@@ -664,31 +656,44 @@ const TRIED: [Tried; 15] = [
     // The pair as one launch: the GEMM's last block to finish routes every row.
     Tried {
         name: "one_launch_1",
-        tried: cell(&["ch05_one_launch_experiment.csv"], GLM, 1, "one", false),
-        kept: cell(&["ch05_one_launch_experiment.csv"], GLM, 1, "pair", false),
+        tried: cell(&["ch05_one_launch_experiment"], GLM, 1, "one", false),
+        kept: cell(&["ch05_one_launch_experiment"], GLM, 1, "pair", false),
     },
     Tried {
         name: "one_launch_96",
-        tried: cell(&["ch05_one_launch_experiment.csv"], GLM, 96, "one", false),
-        kept: cell(&["ch05_one_launch_experiment.csv"], GLM, 96, "pair", false),
+        tried: cell(&["ch05_one_launch_experiment"], GLM, 96, "one", false),
+        kept: cell(&["ch05_one_launch_experiment"], GLM, 96, "pair", false),
     },
 ];
 
-/// A cell's value: the median (cold or warm) of its case in each of its CSVs, one number or the
-/// range `lo–hi` over the runs; and the CSVs it came from, for the facts file.
-fn cell_value(root: &Path, c: &Cell) -> Result<(String, String), String> {
+/// The rows of [`TRIED_CSV`], each with its run's name.
+fn tried_rows(text: &str, name: &str) -> Result<Vec<(String, BenchRow)>, String> {
+    let table = crate::csv::Table::parse(text, name)?;
+    let run = table.col("run")?;
+    let runs = table.rows().iter().map(|r| r.fields[run].clone());
+    Ok(runs.zip(parse_csv(text, name)?).collect())
+}
+
+/// A cell's value: the median (cold or warm) of its case in each of its runs, one number or the
+/// range `lo–hi` over the runs; and the runs it came from, for the facts file.
+fn cell_value(
+    chapter: &[BenchRow],
+    tried: &[(String, BenchRow)],
+    c: &Cell,
+) -> Result<(String, String), String> {
     let mut values = Vec::new();
-    let mut paths = Vec::new();
-    for name in c.csvs {
-        let path = if *name == "ch05.csv" {
-            GPU_CSV.to_string()
+    for &run in c.runs {
+        let r = if run == CHAPTER_RUN {
+            find(chapter, c.shape, c.rows, c.imp)
         } else {
-            format!("{LOGS}{name}")
+            tried
+                .iter()
+                .find(|(n, r)| n == run && r.shape == c.shape && r.rows == c.rows && r.imp == c.imp)
+                .map(|(_, r)| r)
         };
-        let rows = parse_csv(&read(root, &path)?, &path)?;
-        let r = find(&rows, c.shape, c.rows, c.imp).ok_or_else(|| {
+        let r = r.ok_or_else(|| {
             format!(
-                "{path}: no row for {} at {} rows of {}",
+                "run {run}: no row for {} at {} rows of {}",
                 c.imp, c.rows, c.shape
             )
         })?;
@@ -697,22 +702,30 @@ fn cell_value(root: &Path, c: &Cell) -> Result<(String, String), String> {
         } else {
             r.cold_median_us
         });
-        paths.push(path);
     }
     let lo = fmt_us(values.iter().cloned().fold(f64::INFINITY, f64::min));
     let hi = fmt_us(values.iter().cloned().fold(f64::NEG_INFINITY, f64::max));
     let v = if lo == hi { lo } else { format!("{lo}–{hi}") };
-    Ok((v, paths.join(", ")))
+    let from = |run: &str| {
+        if run == CHAPTER_RUN {
+            GPU_CSV.to_string()
+        } else {
+            format!("{TRIED_CSV}, run {run}")
+        }
+    };
+    let src: Vec<String> = c.runs.iter().map(|r| from(r)).collect();
+    Ok((v, src.join("; ")))
 }
 
 /// The facts of the page's table of experiments that lost ([`TRIED`]), and the chapter's
 /// targets as the bench checks them (`target_tiny`, `target_pair`, `target_fused`,
 /// `target_chain`), so the page quotes them rather than types them.
-fn tried_facts(root: &Path, f: &mut Facts) -> Result<(), String> {
+fn tried_facts(root: &Path, chapter: &[BenchRow], f: &mut Facts) -> Result<(), String> {
+    let tried = tried_rows(&read(root, TRIED_CSV)?, TRIED_CSV)?;
     for t in &TRIED {
-        let (v, src) = cell_value(root, &t.tried)?;
+        let (v, src) = cell_value(chapter, &tried, &t.tried)?;
         f.add(format!("tried_{}", t.name), v, &src);
-        let (v, src) = cell_value(root, &t.kept)?;
+        let (v, src) = cell_value(chapter, &tried, &t.kept)?;
         f.add(format!("tried_{}_kept", t.name), v, &src);
     }
     let src = "tools/src/figures/ch05.rs (the targets bench ch05 checks)";
@@ -815,25 +828,27 @@ mod tests {
 
     #[test]
     fn a_cell_over_several_runs_is_their_range() {
-        let dir = std::env::temp_dir().join(format!("ch05-tried-{}", std::process::id()));
-        std::fs::create_dir_all(dir.join(LOGS)).unwrap();
-        let run = |cold: f64| {
-            let line = format!(
-                "ch05,{GLM},pair,1,2,{cold},{cold},{cold},1.0,1.0,1.0,3.0,2.4e6,0,0,0,200,H200"
-            );
-            format!("{}\n{line}\n", header())
+        let row = |run: &str, cold: f64| {
+            format!(
+                "{run},ch05,{GLM},pair,1,2,{cold},{cold},{cold},1.0,1.0,1.0,3.0,2.4e6,0,0,0,200,H200"
+            )
         };
-        std::fs::write(dir.join(LOGS).join("a.csv"), run(7.94)).unwrap();
-        std::fs::write(dir.join(LOGS).join("b.csv"), run(7.97)).unwrap();
-        let c = |csvs| cell(csvs, GLM, 1, "pair", false);
-        let (v, src) = cell_value(&dir, &c(&["a.csv", "b.csv"])).unwrap();
+        let text = format!("run,{}\n{}\n{}\n", header(), row("a", 7.94), row("b", 7.97));
+        let tried = tried_rows(&text, "tried.csv").unwrap();
+        let chapter = rows();
+        let c = |runs| cell(runs, GLM, 1, "pair", false);
+        let (v, src) = cell_value(&chapter, &tried, &c(&["a", "b"])).unwrap();
         assert_eq!(v, "7.94–7.97");
-        assert_eq!(src, format!("{LOGS}a.csv, {LOGS}b.csv"));
-        assert_eq!(cell_value(&dir, &c(&["a.csv"])).unwrap().0, "7.94");
+        assert_eq!(src, format!("{TRIED_CSV}, run a; {TRIED_CSV}, run b"));
+        assert_eq!(cell_value(&chapter, &tried, &c(&["a"])).unwrap().0, "7.94");
+        // The chapter's own run is read from its rows, not from the table of experiments.
+        assert_eq!(
+            cell_value(&chapter, &tried, &c(&[CHAPTER_RUN])).unwrap().0,
+            "4.00"
+        );
         // A case the run did not measure is an error, not a missing number.
-        let e = cell_value(&dir, &cell(&["a.csv"], GLM, 96, "pair", false)).unwrap_err();
-        assert!(e.contains("no row for pair at 96 rows"), "{e}");
-        std::fs::remove_dir_all(&dir).ok();
+        let e = cell_value(&chapter, &tried, &cell(&["a"], GLM, 96, "pair", false)).unwrap_err();
+        assert!(e.contains("run a: no row for pair at 96 rows"), "{e}");
     }
 
     #[test]
