@@ -465,6 +465,12 @@ struct Tried {
 const GLM: &str = "glm_h4096_e288_k8";
 const QWEN3: &str = "qwen3_h2048_e128_k8";
 
+/// The block form as kept (one pass), in the two runs of the session that tried a second pass.
+const ONE_PASS: &[&str] = &[
+    "ch05_block_warm_pass_experiment_1_nowarm",
+    "ch05_block_warm_pass_experiment_3_nowarm",
+];
+
 const fn cell(
     runs: &'static [&'static str],
     shape: &'static str,
@@ -539,16 +545,7 @@ const TRIED: [Tried; 15] = [
             "pair",
             false,
         ),
-        kept: cell(
-            &[
-                "ch05_block_warm_pass_experiment_1_nowarm",
-                "ch05_block_warm_pass_experiment_3_nowarm",
-            ],
-            GLM,
-            1,
-            "pair",
-            false,
-        ),
+        kept: cell(ONE_PASS, GLM, 1, "pair", false),
     },
     // The block form's second count split over four lanes a candidate.
     Tried {
@@ -560,16 +557,7 @@ const TRIED: [Tried; 15] = [
             "pair",
             false,
         ),
-        kept: cell(
-            &[
-                "ch05_block_warm_pass_experiment_1_nowarm",
-                "ch05_block_warm_pass_experiment_3_nowarm",
-            ],
-            GLM,
-            1,
-            "pair",
-            false,
-        ),
+        kept: cell(ONE_PASS, GLM, 1, "pair", false),
     },
     Tried {
         name: "count_split_qwen3",
@@ -580,16 +568,7 @@ const TRIED: [Tried; 15] = [
             "pair",
             false,
         ),
-        kept: cell(
-            &[
-                "ch05_block_warm_pass_experiment_1_nowarm",
-                "ch05_block_warm_pass_experiment_3_nowarm",
-            ],
-            QWEN3,
-            1,
-            "pair",
-            false,
-        ),
+        kept: cell(ONE_PASS, QWEN3, 1, "pair", false),
     },
     // The block form's candidates merged as sorted runs instead of counted.
     Tried {
