@@ -66,7 +66,7 @@ pub fn run(device: &'static Device, out: &mut dyn Write) -> Result<(), Error> {
     )?;
     writeln!(
         out,
-        "Numbers in ⟨ ⟩ are measured on this machine; the emulator measures nothing (⟨-⟩)."
+        "Numbers in ⟨…⟩ are measured on this machine; the emulator times nothing (a dash)."
     )?;
     threads(device, &module, out)?;
     blocks(device, &module, h, out)?;
