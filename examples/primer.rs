@@ -146,7 +146,7 @@ fn blocks(
     let show = |v: &[i32]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     writeln!(
         out,
-        "primer_block_sum, {blocks} blocks of {} threads over 0..{}: {}; the host's sums: {}",
+        "primer_block_sum, {blocks} blocks of {} over 0..{}: {}, as the host: {}",
         geo::BLOCK_SUM_THREADS,
         n - 1,
         show(&sums).join(" "),

@@ -36,7 +36,7 @@ fn example_stdout() {
     for line in [
         "every lane holds 528, the host's sum 528",
         "every lane holds 1552, the host's sum 1552",
-        "over 0..1023: 32640 98176 163712 229248",
+        "over 0..1023: 32640 98176 163712 229248, as the host: yes",
         "      32      0     1     0",
         "     127      1     1    31",
     ] {
