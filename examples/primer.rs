@@ -175,6 +175,8 @@ fn banks(
 ) -> Result<(), Error> {
     writeln!(out, "\n== Registers, shared memory and banks")?;
     let (blocks, threads) = (2u32, 256u32);
+    // Timed on 16 warps per SM: enough to keep each SM's shared memory busy.
+    const PER_SM: u32 = 2;
     let sums = device.alloc::<i32>((blocks * threads) as usize)?;
     let mut times = Vec::new();
     for stride in [1i32, 32] {
@@ -193,8 +195,8 @@ fn banks(
         )?;
         let t = match (h, device.multiprocessors()) {
             (Some(h), Some(sms)) => {
-                let grid = LaunchConfig::blocks(sms as u32 * 8, threads);
-                let big = device.alloc::<i32>(sms * 8 * threads as usize)?;
+                let grid = LaunchConfig::blocks(sms as u32 * PER_SM, threads);
+                let big = device.alloc::<i32>(grid.grid.0 as usize * threads as usize)?;
                 Some(h.measure(|| module.launch("primer_banks", grid, &args![stride, &big]))?)
             }
             _ => None,
@@ -202,7 +204,7 @@ fn banks(
         times.push(t.map(|t| t.cold.median_us));
         writeln!(
             out,
-            "  timed over 8 blocks per SM: cold {} µs",
+            "  timed over {PER_SM} blocks of {threads} per SM: cold {} µs",
             m(*times.last().unwrap(), 2)
         )?;
     }
