@@ -154,7 +154,7 @@ fn blocks(
     )?;
 
     writeln!(out, "\n== Occupancy")?;
-    let copy = CopyRun::new(device, h, 16 << 20)?;
+    let copy = CopyRun::new(device, h, 16 << 20);
     for (what, warps_per_sm) in [("1 warp per SM", 1u32), ("64 warps per SM", 64)] {
         let t = copy.time(module, "primer_copy_coalesced", warps_per_sm)?;
         writeln!(
@@ -218,7 +218,7 @@ fn banks(
     writeln!(out, "\n== Caches and HBM")?;
     let l2 = h.map(|h| h.l2_and_flush_bytes().0 as f64 / (1 << 20) as f64);
     writeln!(out, "L2 cache on this device: {} MiB", m(l2, 0))?;
-    let copy = CopyRun::new(device, h, 4 << 20)?;
+    let copy = CopyRun::new(device, h, 4 << 20);
     let t = copy.time(module, "primer_copy_coalesced", 64)?;
     writeln!(
         out,
@@ -237,9 +237,9 @@ struct CopyRun<'h> {
 }
 
 impl<'h> CopyRun<'h> {
-    fn new(device: &'h Device, h: Option<&'h Harness>, n: usize) -> Result<Self, Error> {
+    fn new(device: &'h Device, h: Option<&'h Harness>, n: usize) -> Self {
         assert!(n % 32 == 0, "the strided copy takes a multiple of 32");
-        Ok(CopyRun { device, h, n })
+        CopyRun { device, h, n }
     }
 
     /// Bytes read plus bytes written.
@@ -308,7 +308,7 @@ fn copies<'h>(
             yes(CopyRun::check(device, module, kernel)?)
         )?;
     }
-    let copy = CopyRun::new(device, h, 16 << 20)?;
+    let copy = CopyRun::new(device, h, 16 << 20);
     let mut cold = Vec::new();
     for kernel in ["primer_copy_coalesced", "primer_copy_strided"] {
         let t = copy.time(module, kernel, 64)?;
