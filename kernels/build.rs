@@ -8,6 +8,7 @@ fn main() {
     compile_family("floor", CratePath::Internal);
     compile_family("selftest", CratePath::Internal);
     compile_family("adversarial", CratePath::Internal);
+    compile_family("primer", CratePath::Internal);
 
     println!("cargo::rustc-check-cfg=cfg(moe_nvrtc_present)");
     println!("cargo:rerun-if-env-changed=LD_LIBRARY_PATH");

@@ -1,0 +1,84 @@
+//! The GPU primer's example, as the book shows it: its stdout is a snapshot, the same on the GPU
+//! and on the emulator once the numbers measured on the machine (in `⟨ ⟩`) are masked; the
+//! page's copy of that output (book/src/figures/gpu-primer-example.txt) must be the snapshot's.
+
+#[path = "../examples/primer.rs"]
+#[allow(dead_code)] // its `main`: the test calls `run`
+mod primer;
+
+use moe_kernels::testing::device;
+use moe_kernels::BackendKind;
+use moe_tools::snap::mask_measured;
+
+fn run_to_string() -> String {
+    let mut out = Vec::new();
+    primer::run(device(), &mut out).unwrap_or_else(|e| panic!("{e}"));
+    String::from_utf8(out).unwrap()
+}
+
+/// The contents of every `⟨ ⟩` of `text` but the header's `⟨…⟩`, in order.
+fn spans(text: &str) -> Vec<&str> {
+    text.split('⟨')
+        .skip(1)
+        .map(|s| s.split('⟩').next().unwrap())
+        .filter(|s| *s != "…")
+        .collect()
+}
+
+#[test]
+fn example_stdout() {
+    let text = run_to_string();
+    // Every check the example makes against the host says yes (a failed one prints NO).
+    let checks = text.lines().filter(|l| l.ends_with(": yes")).count();
+    assert_eq!(checks, 9, "{text}");
+    assert!(!text.contains(": NO"), "{text}");
+    // The values a reader can check by hand: a warp's sums, a block's sums, the thread table.
+    for line in [
+        "every lane holds 528, the host's sum 528",
+        "every lane holds 1552, the host's sum 1552",
+        "over 0..1023: 32640 98176 163712 229248, as the host: yes",
+        "      32      0     1     0",
+        "     127      1     1    31",
+    ] {
+        assert!(text.contains(line), "{line}\n{text}");
+    }
+    // Measured numbers: none on the emulator; on the GPU, every one a positive number, the
+    // strided copy slower than the coalesced one, and no time under its floor.
+    let measured = spans(&text);
+    assert_eq!(measured.len(), 36, "{text}");
+    match device().kind() {
+        BackendKind::Emu => assert!(measured.iter().all(|s| *s == "-"), "{text}"),
+        BackendKind::Cuda => {
+            let v: Vec<f64> = measured
+                .iter()
+                .map(|s| s.parse().unwrap_or_else(|_| panic!("⟨{s}⟩ in\n{text}")))
+                .collect();
+            assert!(v.iter().all(|x| *x > 0.0), "{text}");
+            let ratio = |prefix: &str| {
+                let l = text.lines().find(|l| l.starts_with(prefix)).unwrap();
+                spans(l)[0].parse::<f64>().unwrap()
+            };
+            assert!(ratio("strided over coalesced") > 1.0, "{text}");
+            let over_floor = text
+                .lines()
+                .find(|l| l.starts_with("primer_copy_coalesced, cold median"))
+                .map(|l| spans(l)[1].parse::<f64>().unwrap())
+                .unwrap();
+            assert!(over_floor > 0.9, "{text}");
+        }
+    }
+    let masked = mask_measured(&text);
+    insta::assert_snapshot!("primer_example", masked);
+    // The page includes this output from its own copy; keep the two the same.
+    let page = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/book/src/figures/gpu-primer-example.txt"
+    ))
+    .unwrap();
+    assert_eq!(
+        page.trim_end(),
+        masked.trim_end(),
+        "book/src/figures/gpu-primer-example.txt differs from the example's output: copy the \
+         snapshot's body (tests/snapshots/primer_example__primer_example.snap) into it"
+    );
+}
