@@ -24,6 +24,24 @@ fn try_run(argv: &[&str]) -> Result<String, String> {
     Ok(String::from_utf8(out).unwrap())
 }
 
+/// stdout and the notes (stderr) of a run.
+fn run_with_notes(argv: &[&str]) -> (String, String) {
+    let args = Args::try_parse_from(argv).unwrap_or_else(|e| panic!("{e}"));
+    let file = args.file_options();
+    let (mut out, mut notes) = (Vec::new(), Vec::new());
+    ch01_router::example::run_with_notes(
+        file.as_ref().map(|(p, o)| (p.as_path(), o)),
+        device(),
+        &mut out,
+        &mut notes,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    (
+        String::from_utf8(out).unwrap(),
+        String::from_utf8(notes).unwrap(),
+    )
+}
+
 fn run_to_string(argv: &[&str]) -> String {
     try_run(argv).unwrap_or_else(|e| panic!("{e}"))
 }
@@ -134,6 +152,30 @@ fn routes_a_readers_file_and_writes_the_result() {
         text.contains(&format!("{changed} of 6 rows {verb} a different set")),
         "{changed}: {text}"
     );
+    // Non-finite logits are routed by chapter 1's rule (they rank last), and the run says so on
+    // stderr with the counts; a finite file gets no note.
+    let (_, notes) = run_with_notes(&["ch01", "--input", input.to_str().unwrap()]);
+    assert_eq!(notes, "");
+    let mut bad = r.logits_f32();
+    let e = r.experts;
+    bad[e + 3] = f32::NAN;
+    bad[e + 5] = f32::INFINITY;
+    bad[4 * e] = f32::NEG_INFINITY;
+    let nan_input = dir.join("nan.safetensors");
+    let t = candle_core::Tensor::from_slice(&bad, (r.rows, e), &cpu).unwrap();
+    candle_core::safetensors::save(
+        &[("logits".to_string(), t)].into_iter().collect(),
+        &nan_input,
+    )
+    .unwrap();
+    let (text, notes) = run_with_notes(&["ch01", "--input", nan_input.to_str().unwrap()]);
+    assert_eq!(
+        notes,
+        "note: 3 of the 576 logits, in 2 of the 6 rows, are NaN or infinite: each scores 0 and \
+         ranks last, after every finite logit (chapter 1's rule for non-finite logits)\n"
+    );
+    let row1 = text.lines().find(|l| l.starts_with("  row 1:")).unwrap();
+    assert!(!row1.contains(" 3 ") && !row1.contains(" 5 "), "{row1}");
     // A bad k, a bad scale: typed errors that name the problem.
     let inp = input.to_str().unwrap();
     let err = try_run(&["ch01", "--input", inp, "--k", "0"]).unwrap_err();
@@ -177,6 +219,27 @@ fn router_options_without_an_input_are_refused() {
         .unwrap()
         .file_options()
         .is_none());
+    // --help says which options need --input: every one of them, under their own heading.
+    let help = Args::try_parse_from(["ch01", "--help"])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        help.contains("a NaN or infinite logit in the file scores 0 and ranks last"),
+        "{help}"
+    );
+    let heading = help.find(cli::INPUT_OPTIONS).expect(&help);
+    for option in [
+        "--output",
+        "--k",
+        "--scoring",
+        "--no-renormalize",
+        "--groups",
+        "--scale",
+        "--bias-bf16",
+        "--show",
+    ] {
+        assert!(help[heading..].contains(option), "{option}: {help}");
+    }
 }
 
 #[test]

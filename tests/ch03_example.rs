@@ -26,6 +26,11 @@ fn try_run(argv: &[&str]) -> Result<String, ExampleError> {
 #[test]
 fn example_stdout() {
     let text = try_run(&["ch03"]).unwrap_or_else(|e| panic!("{e}"));
+    // The first line names the chapter, as every example's does.
+    assert!(
+        text.starts_with("Chapter 3: sorting pairs by expert (moe_align_block_size)\n\n"),
+        "{text}"
+    );
     // The worked example's layout, checked here by value before the snapshot freezes the text.
     for line in [
         "tile   0 expert   0 | 3 · · · |",
@@ -215,6 +220,16 @@ fn every_bad_input_is_a_typed_error() {
             ..
         })
     ));
+    // An expert count no i32 id can reach (once wrapped to a negative i64, and every id was
+    // "outside 0..E"): the same limit, with the count as given.
+    for e in ["9223372036854775808", "18446744073709551615", "2147483648"] {
+        let err = run_with(e, &[]);
+        assert_eq!(
+            err.to_string(),
+            format!("experts is {e}, more than the kernels support (2147483647)"),
+            "--experts {e}"
+        );
+    }
     // Wrong dtype, wrong rank, no such tensor.
     let cpu = candle_core::Device::Cpu;
     for dtype in [
@@ -298,4 +313,13 @@ fn options_without_input_are_refused() {
         .unwrap()
         .input_options()
         .is_none());
+    // --help says which options need --input, and that --input needs --experts.
+    let help = Args::try_parse_from(["ch03", "--help"])
+        .unwrap_err()
+        .to_string();
+    let heading = help.find(cli::INPUT_OPTIONS).expect(&help);
+    for option in ["--experts", "--block-m", "--output"] {
+        assert!(help[heading..].contains(option), "{option}: {help}");
+    }
+    assert!(help.contains("Needs --experts"), "{help}");
 }

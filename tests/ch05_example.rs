@@ -214,6 +214,56 @@ fn routes_a_readers_file_and_writes_the_result() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// A NaN hidden state gives a row of NaN logits: the pair routes it by chapter 1's rule (a
+/// non-finite logit scores 0 and ranks last), `--help` states the rule, and the run says on
+/// stderr how many logits and rows it applied to (none: no note).
+#[test]
+fn non_finite_logits_are_ranked_last_and_noted() {
+    let help = Args::try_parse_from(["ch05", "--help"])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        help.contains("a NaN or infinite logit (from a NaN or infinite hidden state or gate weight) scores 0 and ranks last"),
+        "{help}"
+    );
+    let dir = scratch("non-finite");
+    let input = dir.join("in.safetensors");
+    let run_notes = |input: &Path| {
+        let args = Args::try_parse_from(["ch05", "--input", input.to_str().unwrap()]).unwrap();
+        let file = args.file_options();
+        let (mut out, mut notes) = (Vec::new(), Vec::new());
+        ch05_fused_router::example::run_with_notes(
+            file.as_ref().map(|(p, o)| (p.as_path(), o)),
+            device(),
+            &mut out,
+            &mut notes,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        String::from_utf8(notes).unwrap()
+    };
+    let r = write_input(&input, "spec_decode_6rows", false, true);
+    assert_eq!(run_notes(&input), "");
+    let mut hidden = r.hidden_states.clone();
+    hidden[2 * r.hidden..3 * r.hidden].fill(f32::NAN);
+    let mut w = SafetensorsWriter::new();
+    w.f32("hidden", &[r.rows, r.hidden], &hidden)
+        .f32("gate", &[r.experts, r.hidden], &r.gate_weight)
+        .f32("bias", &[r.experts], r.bias.as_ref().unwrap());
+    w.write(&input).unwrap();
+    assert_eq!(
+        run_notes(&input),
+        format!(
+            "note: {} of the {} logits, in 1 of the {} rows, are NaN or infinite (from NaN or \
+             infinite hidden states or gate weights): each scores 0 and ranks last, after every \
+             finite logit (chapter 1's rule for non-finite logits)\n",
+            r.experts,
+            r.rows * r.experts,
+            r.rows
+        )
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// The pair's logits of a file, as `--output` writes them.
 fn run_logits(input: &Path, output: &Path) -> Vec<f32> {
     run_to_string(&[

@@ -7,31 +7,43 @@ use ch01_router::example::FileOptions;
 use clap::{Parser, ValueEnum};
 use std::path::PathBuf;
 
+/// The help heading of the options that only an `--input` run reads (clap refuses them without
+/// it: `requires = "input"`).
+pub const INPUT_OPTIONS: &str = "Options of an --input run (each needs --input)";
+
 /// Chapter 1: the reference router, on the CPU and as a chain of plain kernels. Without
 /// options, a tour of the router article's toy example and of every test regime.
 #[derive(Parser, Debug)]
-#[command(name = "ch01", about)]
+#[command(
+    name = "ch01",
+    about,
+    after_help = "Non-finite logits: a NaN or infinite logit in the file scores 0 and ranks last, \
+                  after every finite logit (the chapter's rule); the softmax runs over the finite \
+                  logits only. The run says on stderr how many logits and rows it applied to. A \
+                  bias must be finite (a typed error)."
+)]
 pub struct Args {
     /// Route your own logits: a safetensors file with `logits` [T, E] f32 and optionally
     /// `bias` [E] f32 (`tools/make-input router` writes one).
     #[arg(long, value_name = "FILE.safetensors")]
     pub input: Option<PathBuf>,
     /// Write `ids` [T, k] i32 and `weights` [T, k] f32 here.
-    #[arg(long, value_name = "FILE.safetensors", requires = "input")]
+    #[arg(long, value_name = "FILE.safetensors", requires = "input", help_heading = INPUT_OPTIONS)]
     pub output: Option<PathBuf>,
     /// Experts per token.
     #[arg(
         long,
         default_value_t = 8,
         requires = "input",
+        help_heading = INPUT_OPTIONS,
         allow_negative_numbers = true
     )]
     pub k: usize,
     /// How logits become scores.
-    #[arg(long, value_enum, default_value_t = ScoringArg::Sigmoid, requires = "input")]
+    #[arg(long, value_enum, default_value_t = ScoringArg::Sigmoid, requires = "input", help_heading = INPUT_OPTIONS)]
     pub scoring: ScoringArg,
     /// Do not renormalise the k selected weights to sum to 1.
-    #[arg(long, requires = "input")]
+    #[arg(long, requires = "input", help_heading = INPUT_OPTIONS)]
     pub no_renormalize: bool,
     /// Grouped selection (DeepSeek-V3): `N_GROUP:TOPK_GROUP`, e.g. `8:4`.
     #[arg(
@@ -39,6 +51,7 @@ pub struct Args {
         value_name = "N:TOPK",
         value_parser = parse_groups,
         requires = "input",
+        help_heading = INPUT_OPTIONS,
         allow_hyphen_values = true
     )]
     pub groups: Option<Grouping>,
@@ -48,18 +61,20 @@ pub struct Args {
         default_value_t = 1.0,
         value_parser = parse_scale,
         requires = "input",
+        help_heading = INPUT_OPTIONS,
         allow_negative_numbers = true
     )]
     pub scale: f32,
     /// Round the bias to bf16 before routing, and count the rows that then select a different
     /// set of experts than with the bias as stored.
-    #[arg(long, requires = "input")]
+    #[arg(long, requires = "input", help_heading = INPUT_OPTIONS)]
     pub bias_bf16: bool,
     /// How many rows to print.
     #[arg(
         long,
         default_value_t = 4,
         requires = "input",
+        help_heading = INPUT_OPTIONS,
         allow_negative_numbers = true
     )]
     pub show: usize,

@@ -7,23 +7,33 @@ use ch02_grouped::Dtype;
 use clap::{Parser, ValueEnum};
 use std::path::PathBuf;
 
+/// The help heading of the options that only a `--checkpoint` run reads (clap refuses them
+/// without it: `requires = "checkpoint"`).
+pub const CHECKPOINT_OPTIONS: &str = "Options of a checkpoint run (each needs --checkpoint)";
+
+/// The end of `--help`: what the `⟨…⟩` of the output are.
+pub const MEASURED_HELP: &str = "Numbers in ⟨…⟩ are measured on this machine (the GEMMs of \
+    cuBLAS, of the emulator and of candle sum in different orders, so their last digits differ \
+    from one machine to the next); the book's copy of the output shows them as ⟨…⟩, and the tests \
+    hold them to the tolerance printed beside them.";
+
 /// Chapter 2: the MoE layer, grouped by expert. Without options, two small built-in layers
 /// through the literal loop, the CPU grouped loop and the device grouped loop.
 #[derive(Parser, Debug)]
-#[command(name = "ch02", about)]
+#[command(name = "ch02", about, after_help = MEASURED_HELP)]
 pub struct Args {
     /// A Hugging Face checkpoint directory (config.json and .safetensors files) holding a MoE
     /// layer: Qwen3-MoE, Qwen2-MoE, DeepSeek-V3 or GLM-4-MoE.
     #[arg(long, value_name = "DIR")]
     pub checkpoint: Option<PathBuf>,
     /// `hidden` [T, H] (f32, bf16 or f16) in a safetensors file; without it, 4 patterned tokens.
-    #[arg(long, value_name = "FILE.safetensors", requires = "checkpoint")]
+    #[arg(long, value_name = "FILE.safetensors", requires = "checkpoint", help_heading = CHECKPOINT_OPTIONS)]
     pub input: Option<PathBuf>,
     /// Write `out` [T, H] f32 here.
-    #[arg(long, value_name = "FILE.safetensors", requires = "checkpoint")]
+    #[arg(long, value_name = "FILE.safetensors", requires = "checkpoint", help_heading = CHECKPOINT_OPTIONS)]
     pub output: Option<PathBuf>,
     /// The experts' compute type: bf16 (the engines' path) or f32.
-    #[arg(long, value_enum, default_value_t = DtypeArg::Bf16, requires = "checkpoint")]
+    #[arg(long, value_enum, default_value_t = DtypeArg::Bf16, requires = "checkpoint", help_heading = CHECKPOINT_OPTIONS)]
     pub dtype: DtypeArg,
     /// The model's layer index N, as in `model.layers.N.` (default: the first MoE layer; a dense
     /// layer is refused with the list of MoE layers).
@@ -31,12 +41,13 @@ pub struct Args {
         long,
         value_name = "N",
         requires = "checkpoint",
+        help_heading = CHECKPOINT_OPTIONS,
         allow_negative_numbers = true
     )]
     pub layer: Option<usize>,
     /// Skip the f64 literal loop that checks the device's output (it takes a while for a
     /// large batch of a real model).
-    #[arg(long, requires = "checkpoint")]
+    #[arg(long, requires = "checkpoint", help_heading = CHECKPOINT_OPTIONS)]
     pub no_check: bool,
 }
 
@@ -77,7 +88,7 @@ pub fn check_options_need_a_checkpoint(
     for options in [
         &["--input", "x.safetensors"][..],
         &["--output", "out.safetensors"],
-        &["--dtype", "f32"],
+        &["--dtype", "bf16"],
         &["--layer", "3"],
         &["--no-check"],
     ] {
@@ -102,4 +113,13 @@ pub fn check_options_need_a_checkpoint(
         "--layer x: {err}"
     );
     assert!(!parse(&[program]).unwrap());
+    // --help says which options need --checkpoint (under their own heading, after it), and what
+    // the output's ⟨…⟩ are.
+    let help = parse(&[program, "--help"]).unwrap_err().to_string();
+    let heading = help.find(CHECKPOINT_OPTIONS).expect(&help);
+    for option in ["--input", "--output", "--dtype", "--layer", "--no-check"] {
+        assert!(help[heading..].contains(option), "{option}: {help}");
+    }
+    assert!(!help[..heading].contains("--no-check"), "{help}");
+    assert!(help.contains(MEASURED_HELP), "{help}");
 }

@@ -6,6 +6,10 @@ use ch03_align::example::InputOptions;
 use clap::Parser;
 use std::path::PathBuf;
 
+/// The help heading of the options that only an `--input` run reads (clap refuses them without
+/// it: `requires = "input"`).
+pub const INPUT_OPTIONS: &str = "Options of an --input run (each needs --input)";
+
 /// Chapter 3: sorting (token, expert) pairs by expert and padding each expert's run to BLOCK_M
 /// (`moe_align_block_size`). Without options, the book's worked example and every regime, the
 /// kernel against the literal sort.
@@ -13,18 +17,23 @@ use std::path::PathBuf;
 #[command(name = "ch03", about)]
 pub struct Args {
     /// Align your own routing: a safetensors file with `topk_ids` [T, k] i32 (chapter 1's
-    /// `--output` file, whose tensor is `ids`, works too).
+    /// `--output` file, whose tensor is `ids`, works too). Needs --experts.
     #[arg(long, value_name = "FILE.safetensors", requires = "experts")]
     pub input: Option<PathBuf>,
-    /// E, the layer's expert count: every id must lie in 0..E.
-    #[arg(long, value_name = "E", requires = "input")]
+    /// E, the layer's expert count: every id must lie in 0..E (required with --input).
+    #[arg(long, value_name = "E", requires = "input", help_heading = INPUT_OPTIONS)]
     pub experts: Option<usize>,
     /// The tile: a power of two from 1 to 1024 (default: the chapter's rule, by pairs per
     /// expert).
-    #[arg(long, value_name = "N", requires = "input")]
+    #[arg(long, value_name = "N", requires = "input", help_heading = INPUT_OPTIONS)]
     pub block_m: Option<usize>,
     /// Write `sorted_ids`, `expert_ids` and `num_tokens_post_padded` [1] (all i32) here.
-    #[arg(long, value_name = "OUT.safetensors", requires = "input")]
+    #[arg(
+        long,
+        value_name = "OUT.safetensors",
+        requires = "input",
+        help_heading = INPUT_OPTIONS
+    )]
     pub output: Option<PathBuf>,
 }
 

@@ -6,7 +6,9 @@
 #[path = "../ch02/cli.rs"]
 pub mod ch02;
 
+use ch02::DtypeArg;
 use ch04_fused_moe::example::CheckpointOptions;
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::Parser;
 
 /// Chapter 4: the fused MoE layer on tensor cores. Without options, chapter 2's two small layers
@@ -16,10 +18,15 @@ use clap::Parser;
 #[command(
     name = "ch04",
     about,
-    mut_arg("dtype", |a| a.help(
-        "The experts' compute type. The fused layer computes in bf16 only (its kernels multiply on \
-         bf16 tensor cores): f32 is refused with an error, as chapter 2's option is kept"
-    )),
+    after_help = ch02::MEASURED_HELP,
+    // bf16 is the only value: `--help` lists it alone and clap refuses f32 as it refuses any
+    // other value (chapter 2's option, kept so that a chapter 2 command line reads the same).
+    mut_arg("dtype", |a| a
+        .help(
+            "The experts' compute type: bf16 only (the fused kernels multiply on bf16 tensor \
+             cores; chapter 2's f32 has no fused counterpart)"
+        )
+        .value_parser(PossibleValuesParser::new(["bf16"]).map(|_| DtypeArg::Bf16))),
     mut_arg("no_check", |a| a.help(
         "Skip the f64 literal loop that checks the fused layer's output (it takes a while for a \
          large batch of a real model)"

@@ -26,9 +26,15 @@ use std::path::PathBuf;
     mut_arg("output", |a| a.help(
         "Write `logits` [T, E] f32, `ids` [T, k] i32 and `weights` [T, k] f32 here"
     )),
-    after_help = "Limits of the pair: H a multiple of 8 and not 0 (the tiny GEMM reads 16-byte \
-                  slices), E at most 1024, k at most 32, at most 32 groups (the fused router's \
-                  lanes); past them, a typed error."
+    after_help = concat!(
+        "Limits of the pair: H a multiple of 8 and not 0 (the tiny GEMM reads 16-byte \
+         slices), E at most 1024, k at most 32, at most 32 groups (the fused router's \
+         lanes); past them, a typed error.\n\n",
+        "Non-finite values: a NaN or infinite logit (from a NaN or infinite hidden state or \
+         gate weight) scores 0 and ranks last, after every finite logit, as chapter 1's rule \
+         says; the softmax runs over the finite logits only. The run says on stderr how many \
+         rows and logits it applied to. A bias must be finite (a typed error)."
+    )
 )]
 pub struct Args {
     #[command(flatten)]

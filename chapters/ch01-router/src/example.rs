@@ -70,16 +70,47 @@ fn weights_of(r: &Routing, row: usize) -> String {
 }
 
 /// Runs the example: the tour, or (with `input`) a reader's file, writing what it shows to
-/// `out`.
+/// `out` and its notes ([`non_finite_note`]) to stderr.
 pub fn run(
     input: Option<(&Path, &FileOptions)>,
     device: &'static Device,
     out: Out,
 ) -> Result<(), String> {
+    run_with_notes(input, device, out, &mut std::io::stderr())
+}
+
+/// [`run`], with the notes written to `notes`.
+pub fn run_with_notes(
+    input: Option<(&Path, &FileOptions)>,
+    device: &'static Device,
+    out: Out,
+    notes: Out,
+) -> Result<(), String> {
     match input {
-        Some((path, opts)) => route_file(opts, path, device, out),
+        Some((path, opts)) => route_file(opts, path, device, out, notes),
         None => tour(device, out),
     }
+}
+
+/// The note a file run prints on stderr when chapter 1's rule for non-finite logits fired:
+/// `None` when every logit of `logits` [rows, experts] is finite. `from` says where the logits
+/// came from (empty for a file of logits).
+pub fn non_finite_note(logits: &[f32], experts: usize, from: &str) -> Option<String> {
+    let rows = logits.len() / experts.max(1);
+    let bad = logits.iter().filter(|x| !x.is_finite()).count();
+    if bad == 0 {
+        return None;
+    }
+    let bad_rows = logits
+        .chunks(experts.max(1))
+        .filter(|r| r.iter().any(|x| !x.is_finite()))
+        .count();
+    Some(format!(
+        "note: {bad} of the {} logits, in {bad_rows} of the {rows} rows, are NaN or infinite{from}: \
+         each scores 0 and ranks last, after every finite logit (chapter 1's rule for non-finite \
+         logits)",
+        logits.len()
+    ))
 }
 
 // ANCHOR: toy_tour
@@ -251,6 +282,7 @@ fn route_file(
     path: &Path,
     device: &'static Device,
     out: Out,
+    notes: Out,
 ) -> Result<(), String> {
     let (logits, bias_fp32) = io::read_router_input(path).map_err(|e| e.to_string())?;
     args.check_bias_bf16(path, bias_fp32.is_some())?;
@@ -269,6 +301,13 @@ fn route_file(
     .route(&logits, bias.as_ref())
     .map_err(|e| e.to_string())?;
     let (rows, experts) = logits.dims2().map_err(|e| e.to_string())?;
+    let flat: Vec<f32> = logits
+        .flatten_all()
+        .and_then(|t| t.to_vec1())
+        .map_err(|e| e.to_string())?;
+    if let Some(note) = non_finite_note(&flat, experts, "") {
+        say!(notes, "{note}");
+    }
     say!(
         out,
         "{}: {rows} rows of {experts} logits{}",

@@ -6,9 +6,8 @@
 //! Checkpoints are written to a fresh folder under the system's temporary folder, never into the
 //! source tree.
 
-use ch01_router::RouterError;
 use ch02_grouped::checkpoint::{load, moe_layers, CheckpointError, Family, LoadOptions, Storage};
-use ch02_grouped::{MoeConfig, MoeError, MoeWeights, SharedExpert};
+use ch02_grouped::{MoeConfig, MoeWeights, SharedExpert};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -1149,26 +1148,73 @@ fn experts_in_both_forms_or_in_two_files() {
     );
 }
 
-/// A checkpoint that loads but that the layer refuses: the error of the layer's own checks.
+/// A NaN or an infinity in any weight of the layer (router gate, bias, each expert's matrices in
+/// either storage form, the shared expert and its gate) is refused at load, naming the tensor,
+/// the first bad element and how many there are. (A NaN gate once routed every token to the
+/// lowest ids and gave all-zero outputs with no error.)
 #[test]
-fn a_bias_that_is_not_finite() {
-    let dir = with_tensors(|t| {
-        let e = t
-            .iter_mut()
-            .find(|e| e.name.ends_with("e_score_correction_bias"))
-            .unwrap();
-        e.data[12..16].copy_from_slice(&f32::NAN.to_le_bytes());
-    });
-    match err(dir.path()) {
-        CheckpointError::Invalid(MoeError::Router(RouterError::BiasNotFinite {
-            expert,
-            value,
-        })) => {
-            assert_eq!(expert, 3);
-            assert!(value.is_nan());
+fn a_weight_that_is_not_finite() {
+    let bad = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY];
+    let mut n = 0;
+    for (family, storage, ty) in [
+        (Family::DeepseekV3, Storage::PerExpert, Ty::F32),
+        (Family::DeepseekV3, Storage::Fused, Ty::Bf16),
+        (Family::Qwen2Moe, Storage::PerExpert, Ty::F16),
+    ] {
+        let w = weights(family);
+        let tensors = model_tensors(family, &w, storage, ty);
+        for (t, tensor) in tensors.iter().enumerate() {
+            if !tensor.name.starts_with("model.layers.1.mlp.") {
+                continue;
+            }
+            // Two bad values: the first at two thirds of the tensor, the second at its end.
+            let len: usize = tensor.shape.iter().product();
+            let (at, v) = (len * 2 / 3, bad[n % 3]);
+            n += 1;
+            let mut poisoned = tensors.clone();
+            let e = &mut poisoned[t];
+            let size = e.data.len() / len;
+            for (i, x) in [(at, v), (len - 1, f32::NAN)] {
+                let bytes = match e.dtype {
+                    "F32" => x.to_le_bytes().to_vec(),
+                    "BF16" => half::bf16::from_f32(x).to_le_bytes().to_vec(),
+                    _ => half::f16::from_f32(x).to_le_bytes().to_vec(),
+                };
+                e.data[i * size..(i + 1) * size].copy_from_slice(&bytes);
+            }
+            let dir = TempDir::new("non-finite");
+            write_checkpoint(dir.path(), &config_json(family), &poisoned);
+            let mut index = vec![0; tensor.shape.len()];
+            let mut rest = at;
+            for d in (0..index.len()).rev() {
+                index[d] = rest % tensor.shape[d];
+                rest /= tensor.shape[d];
+            }
+            let err = err(dir.path());
+            assert_eq!(
+                err,
+                CheckpointError::NonFinite {
+                    tensor: tensor.name.clone(),
+                    index: index.clone(),
+                    value: v.to_string(),
+                    count: 2,
+                },
+                "{family:?} {}",
+                tensor.name
+            );
+            assert!(
+                err.to_string().starts_with(&format!(
+                    "tensor `{}` holds {v} at {index:?} (2 non-finite values in all): every weight \
+                     must be finite",
+                    tensor.name
+                )),
+                "{err}"
+            );
         }
-        other => panic!("{other:?}"),
     }
+    // Every kind of tensor was tried: 8 experts × 3 + gate, bias, 3 shared (DeepSeek-V3, one
+    // tensor per expert); gate, bias, 2 fused, 3 shared; 8 × 3 + gate, 4 shared (Qwen2-MoE).
+    assert_eq!(n, 29 + 7 + 29);
 }
 
 /// Sizes whose products do not fit are refused by the config, with the `config.json` fields they

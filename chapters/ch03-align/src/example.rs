@@ -213,6 +213,11 @@ fn tour(device: &'static Device, out: Out) -> Result<(), ExampleError> {
     let p = ids.len();
     say!(
         out,
+        "Chapter 3: sorting pairs by expert (moe_align_block_size)"
+    );
+    say!(out, "");
+    say!(
+        out,
         "== The worked example: {} tokens, each choosing {k} of {e} experts; BLOCK_M {bm}",
         WORKED_IDS.len()
     );

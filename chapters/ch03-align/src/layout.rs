@@ -36,8 +36,12 @@ pub fn max_tiles(pairs: usize, experts: usize, block_m: usize) -> usize {
     capacity(pairs, experts, block_m) / block_m
 }
 
+/// The most experts an id can name: ids and `expert_ids` are i32 on the device.
+pub const MAX_EXPERTS_I32: usize = i32::MAX as usize;
+
 /// Checks BLOCK_M, E and every id; `ids` are the routing's ids flattened, as i64 so that
-/// negative ids from a file can be named.
+/// negative ids from a file can be named. E past [`MAX_EXPERTS_I32`] is a
+/// [`AlignError::Limit`]: no i32 id could name its last experts (and `E as i64` would wrap).
 pub fn check(ids: &[i64], experts: usize, block_m: usize) -> Result<(), AlignError> {
     if !(block_m.is_power_of_two() && block_m <= 1024) {
         return Err(AlignError::BlockM { value: block_m });
@@ -45,11 +49,15 @@ pub fn check(ids: &[i64], experts: usize, block_m: usize) -> Result<(), AlignErr
     if experts == 0 {
         return Err(AlignError::NoExperts);
     }
-    if let Some((pair, &id)) = ids
-        .iter()
-        .enumerate()
-        .find(|(_, &e)| e < 0 || e >= experts as i64)
-    {
+    if experts > MAX_EXPERTS_I32 {
+        return Err(AlignError::Limit {
+            what: "experts",
+            limit: MAX_EXPERTS_I32,
+            got: experts,
+        });
+    }
+    let e = experts as i64; // fits: at most i32::MAX
+    if let Some((pair, &id)) = ids.iter().enumerate().find(|(_, &x)| x < 0 || x >= e) {
         return Err(AlignError::IdOutOfRange { pair, id, experts });
     }
     Ok(())

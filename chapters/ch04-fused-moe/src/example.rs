@@ -157,6 +157,8 @@ fn experts_launches(
 fn tour(device: &'static Device, out: Out) -> Result<(), ExampleError> {
     const TOKENS: usize = 6; // chapter 2's tokens, so its snapshot's routing reappears here
     let layers = tour_layers();
+    say!(out, "Chapter 4: the fused MoE kernel");
+    say!(out, "");
     for (title, weights) in &layers {
         let c = &weights.config;
         let hidden = patterned(TOKENS * c.hidden, 23, 1.0);
@@ -324,7 +326,11 @@ fn tour(device: &'static Device, out: Out) -> Result<(), ExampleError> {
     say!(out, "");
     let refused = FusedDevice::new(device, weights, Dtype::F32).err();
     let refused = refused.ok_or_else(|| ExampleError::Check("f32 was accepted".into()))?;
-    say!(out, "--dtype f32 is refused: {refused}");
+    say!(out, "the fused layer refuses f32: {refused}");
+    say!(
+        out,
+        "Numbers in ⟨…⟩ are measured on this machine: the GEMMs sum in another order on each backend, so they differ in the last digits (see --help)."
+    );
     say!(out, "Run a real checkpoint: cargo run --release --example ch04 -- --checkpoint DIR (see --help).");
     Ok(())
 }

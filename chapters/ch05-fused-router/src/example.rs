@@ -14,7 +14,7 @@ use crate::io::{read_gate_file, write_outputs};
 use ch01_router::chain::{route_on_device, DeviceRouter, FiveLineChain, GateDtype, GateShape};
 use ch01_router::compare::{check_routing, Tolerance};
 use ch01_router::conformance::{as_dtype, check_every_regime, scoring_label};
-use ch01_router::example::FileOptions;
+use ch01_router::example::{non_finite_note, FileOptions};
 use ch01_router::literal::LiteralRouter;
 use ch01_router::reference::ReferenceRouter;
 use ch01_router::regimes::{regime, RegimeInput};
@@ -48,14 +48,24 @@ fn row_line(r: &Routing, row: usize) -> String {
 }
 
 /// Runs the example: the tour, or (with `input`) a reader's file, writing what it shows to
-/// `out`.
+/// `out` and its notes (chapter 1's [`non_finite_note`]) to stderr.
 pub fn run(
     input: Option<(&Path, &FileOptions)>,
     device: &'static Device,
     out: Out,
 ) -> Result<(), String> {
+    run_with_notes(input, device, out, &mut std::io::stderr())
+}
+
+/// [`run`], with the notes written to `notes`.
+pub fn run_with_notes(
+    input: Option<(&Path, &FileOptions)>,
+    device: &'static Device,
+    out: Out,
+    notes: Out,
+) -> Result<(), String> {
     match input {
-        Some((path, opts)) => route_file(opts, path, device, out),
+        Some((path, opts)) => route_file(opts, path, device, out, notes),
         None => tour(device, out),
     }
 }
@@ -263,6 +273,7 @@ fn route_file(
     path: &Path,
     device: &'static Device,
     out: Out,
+    notes: Out,
 ) -> Result<(), String> {
     if let Some(o) = &args.output {
         if let Some(why) = output_path_problem(o) {
@@ -295,6 +306,12 @@ fn route_file(
     )
     .map_err(|e| e.to_string())?;
     let logits = pair.logits().to_vec().map_err(|e| e.to_string())?;
+    // A NaN or infinite hidden state or gate weight gives non-finite logits: the rule routes
+    // them (they rank last), and the reader is told, on stderr.
+    let from = " (from NaN or infinite hidden states or gate weights)";
+    if let Some(note) = non_finite_note(&logits, f.experts, from) {
+        say!(notes, "{note}");
+    }
     say!(
         out,
         "{}: {} rows of hidden size {}, {} experts{}",

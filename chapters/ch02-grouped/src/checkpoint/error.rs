@@ -90,7 +90,16 @@ pub enum CheckpointError {
     /// A tensor stored in a type other than F32, BF16 or F16 (`found` as safetensors spells it:
     /// `I64`, `F8_E4M3`, ...).
     Dtype { tensor: String, found: String },
-    /// The weights loaded but the layer refused them (e.g. a NaN in the selection bias).
+    /// A weight of the layer (the router's gate or bias, an expert, the shared expert) holds a
+    /// NaN or an infinity: `index` is the first one's position in the tensor, `value` how it
+    /// prints (`NaN`, `inf`, `-inf`), `count` how many the tensor holds.
+    NonFinite {
+        tensor: String,
+        index: Vec<usize>,
+        value: String,
+        count: usize,
+    },
+    /// The weights loaded but the layer refused them (e.g. a layer whose sizes disagree).
     Invalid(MoeError),
 }
 
@@ -225,6 +234,18 @@ impl fmt::Display for CheckpointError {
             Dtype { tensor, found } => write!(
                 f,
                 "tensor `{tensor}` is {found}, expected F32, BF16 or F16"
+            ),
+            NonFinite {
+                tensor,
+                index,
+                value,
+                count,
+            } => write!(
+                f,
+                "tensor `{tensor}` holds {value} at {index:?} ({count} non-finite {} in all): every \
+                 weight must be finite (in the router's gate it makes logits non-finite, which \
+                 the router ranks last; in an expert, the outputs of the tokens it serves NaN)",
+                if *count == 1 { "value" } else { "values" }
             ),
             Invalid(e) => write!(f, "the loaded layer is not valid: {e}"),
         }

@@ -69,25 +69,49 @@ impl Raw<'_> {
 
     /// Converts elements `start..start + dst.len()` of the tensor (row-major) into `dst`, exactly.
     pub fn convert(&self, start: usize, dst: &mut [f32]) {
+        let _ = self.convert_all_finite(start, dst);
+    }
+
+    /// [`Raw::convert`], saying whether every value converted is finite: the test rides on the
+    /// conversion's own pass (an `&` per value, no early exit, so the loop stays a straight
+    /// vector loop).
+    fn convert_all_finite(&self, start: usize, dst: &mut [f32]) -> bool {
         let b = self.dtype.bytes();
         let src = &self.data[start * b..(start + dst.len()) * b];
+        let mut finite = true;
         // Little-endian, as safetensors stores; `from_le_bytes` also reads unaligned bytes.
         match self.dtype {
             FileDtype::F32 => {
                 for (d, c) in dst.iter_mut().zip(src.chunks_exact(4)) {
                     *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                    finite &= d.is_finite();
                 }
             }
             FileDtype::Bf16 => {
                 for (d, c) in dst.iter_mut().zip(src.chunks_exact(2)) {
                     *d = half::bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
+                    finite &= d.is_finite();
                 }
             }
             FileDtype::F16 => {
                 for (d, c) in dst.iter_mut().zip(src.chunks_exact(2)) {
                     *d = half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
+                    finite &= d.is_finite();
                 }
             }
+        }
+        finite
+    }
+
+    /// [`Raw::convert`] for a weight: a NaN or an infinity among the values is a
+    /// [`CheckpointError::NonFinite`] naming the tensor, its first such element and how many it
+    /// holds. A NaN in a router's gate row makes that expert's logit NaN on every token; one in
+    /// an expert makes the outputs of the tokens it serves NaN: nothing a layer can compute with.
+    pub fn convert_finite(&self, start: usize, dst: &mut [f32]) -> Result<(), CheckpointError> {
+        if self.convert_all_finite(start, dst) {
+            Ok(())
+        } else {
+            Err(self.non_finite())
         }
     }
 
@@ -96,6 +120,46 @@ impl Raw<'_> {
         let mut v = vec![0f32; self.shape.iter().product()];
         self.convert(0, &mut v);
         v
+    }
+
+    /// The whole tensor in f32, refused if it holds a NaN or an infinity
+    /// ([`Raw::convert_finite`]).
+    pub fn to_f32_finite(&self) -> Result<Vec<f32>, CheckpointError> {
+        let mut v = vec![0f32; self.shape.iter().product()];
+        self.convert_finite(0, &mut v)?;
+        Ok(v)
+    }
+
+    /// The error for a tensor known to hold a non-finite value: the whole tensor scanned again
+    /// (only on this path) for the first one and the count.
+    fn non_finite(&self) -> CheckpointError {
+        let len: usize = self.shape.iter().product();
+        let (mut first, mut count) = (None, 0usize);
+        let mut buf = [0f32; 4096];
+        for start in (0..len).step_by(buf.len()) {
+            let chunk = &mut buf[..(len - start).min(4096)];
+            self.convert(start, chunk);
+            for (i, v) in chunk.iter().enumerate() {
+                if !v.is_finite() {
+                    first.get_or_insert((start + i, *v));
+                    count += 1;
+                }
+            }
+        }
+        let (flat, value) = first.unwrap_or((0, f32::NAN));
+        // Row-major: the last dimension varies fastest.
+        let mut index = vec![0; self.shape.len()];
+        let mut rest = flat;
+        for (ix, &dim) in index.iter_mut().zip(&self.shape).rev() {
+            *ix = rest % dim.max(1);
+            rest /= dim.max(1);
+        }
+        CheckpointError::NonFinite {
+            tensor: self.name.clone(),
+            index,
+            value: value.to_string(),
+            count,
+        }
     }
 }
 

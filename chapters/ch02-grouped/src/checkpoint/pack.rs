@@ -32,27 +32,39 @@ struct Reader {
 }
 
 impl Reader {
-    /// An expert matrix (its shape checked) into `dst`, counted in the progress bar.
-    fn expert(&mut self, raw: &Raw<'_>, dst: &mut [f32]) {
-        raw.convert(0, dst);
+    /// An expert matrix (its shape checked) into `dst`, counted in the progress bar; refused if
+    /// it holds a NaN or an infinity.
+    fn expert(&mut self, raw: &Raw<'_>, dst: &mut [f32]) -> Result<(), CheckpointError> {
+        raw.convert_finite(0, dst)?;
         self.expert_dtypes.insert(raw.dtype);
         self.tick(raw.data.len());
+        Ok(())
     }
 
     /// A fused `[E, rows, cols]` tensor (its shape checked) into `dst`, one expert at a time (for
     /// the progress bar; the tensor is still read once).
-    fn fused(&mut self, raw: &Raw<'_>, dst: &mut [f32]) {
+    fn fused(&mut self, raw: &Raw<'_>, dst: &mut [f32]) -> Result<(), CheckpointError> {
         let per = raw.shape[1] * raw.shape[2];
         for (e, chunk) in dst.chunks_mut(per).enumerate() {
-            raw.convert(e * per, chunk);
+            raw.convert_finite(e * per, chunk)?;
             self.tick(per * raw.dtype.bytes());
         }
         self.expert_dtypes.insert(raw.dtype);
+        Ok(())
     }
 
     fn tick(&self, bytes: usize) {
         if let Some(bar) = &self.bar {
             bar.inc(bytes as u64);
+        }
+    }
+}
+
+/// A bar left by an early return (a tensor refused) is cleared too, before the error is printed.
+impl Drop for Reader {
+    fn drop(&mut self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
         }
     }
 }
@@ -258,8 +270,9 @@ pub fn pack(
     };
     let checked = check_layer(files, parsed, &n, layer, storage)?;
 
-    let gate = checked.gate.to_f32(); // [E, H]
-    let bias = checked.bias.as_ref().map(Raw::to_f32); // [E]
+    // Every tensor is refused if it holds a NaN or an infinity, checked in the conversion's pass.
+    let gate = checked.gate.to_f32_finite()?; // [E, H]
+    let bias = checked.bias.as_ref().map(Raw::to_f32_finite).transpose()?; // [E]
 
     let expert_bytes = checked.expert_bytes();
     let mut r = Reader {
@@ -278,33 +291,36 @@ pub fn pack(
                 .zip(experts)
             {
                 let (gate_rows, up_rows) = w13_e.split_at_mut(i * h);
-                r.expert(gate_proj, gate_rows); // [I, H]
-                r.expert(up_proj, up_rows); // [I, H]
-                r.expert(down_proj, w2_e); // [H, I]
+                r.expert(gate_proj, gate_rows)?; // [I, H]
+                r.expert(up_proj, up_rows)?; // [I, H]
+                r.expert(down_proj, w2_e)?; // [H, I]
             }
         }
         Experts::Fused(gate_up_proj, down_proj) => {
-            r.fused(gate_up_proj, &mut w13); // [E, 2I, H]
-            r.fused(down_proj, &mut w2); // [E, H, I]
+            r.fused(gate_up_proj, &mut w13)?; // [E, 2I, H]
+            r.fused(down_proj, &mut w2)?; // [E, H, I]
         }
     }
     // ANCHOR_END: pack_experts
 
     // The shared expert: w13 [2Is, H] (gate rows, then up rows), w2 [H, Is], Qwen2-MoE's gate
     // [1, H] as [H].
-    let shared = checked.shared.as_ref().map(|s| {
-        let is_h: usize = s.gate_proj.shape.iter().product(); // checked: [Is, H]
-        let mut w13 = vec![0f32; 2 * is_h];
-        let (g, u) = w13.split_at_mut(is_h);
-        s.gate_proj.convert(0, g);
-        s.up_proj.convert(0, u);
-        SharedWeights {
-            w13,
-            w2: s.down_proj.to_f32(),
-            gate: s.gate.as_ref().map(Raw::to_f32),
+    let shared = match &checked.shared {
+        None => None,
+        Some(s) => {
+            let is_h: usize = s.gate_proj.shape.iter().product(); // checked: [Is, H]
+            let mut w13 = vec![0f32; 2 * is_h];
+            let (g, u) = w13.split_at_mut(is_h);
+            s.gate_proj.convert_finite(0, g)?;
+            s.up_proj.convert_finite(0, u)?;
+            Some(SharedWeights {
+                w13,
+                w2: s.down_proj.to_f32_finite()?,
+                gate: s.gate.as_ref().map(Raw::to_f32_finite).transpose()?,
+            })
         }
-    });
-    if let Some(bar) = &r.bar {
+    };
+    if let Some(bar) = r.bar.take() {
         bar.finish_and_clear();
     }
     let file_dtype = r
