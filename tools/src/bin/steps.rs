@@ -503,6 +503,7 @@ fn check_book_page(root: &Path, ch: &Chapter, summary: &Result<Vec<String>, Stri
 /// (with `--chapter N`: the pages of no chapter and chapter N's), and each page's word count.
 fn check_prose(root: &Path, only: Option<u32>) -> Outcome {
     use moe_tools::bookcheck::prose;
+    let thousands = |n: usize| figures::facts::thousands(n as u64);
     let mut problems = Vec::new();
     let mut words = Vec::new();
     let (mut findings, mut long) = (0, 0);
@@ -564,19 +565,6 @@ fn check_prose(root: &Path, only: Option<u32>) -> Outcome {
             problems,
         )
     }
-}
-
-/// `6500` → `6,500`.
-fn thousands(n: usize) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// True when running under CI (`CI=true`): a tool the check needs but cannot find is then a
