@@ -35,6 +35,7 @@ SHAPES = [
 ]
 
 
+# ANCHOR: five_lines
 def five_lines(hidden, weight, bias, k, scoring):
     """The model's reference router, in fp32, as five lines (the same steps as our chain)."""
     logits = hidden @ weight.t()
@@ -43,6 +44,7 @@ def five_lines(hidden, weight, bias, k, scoring):
     weights = scores.gather(1, ids)
     weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
     return ids, weights
+# ANCHOR_END: five_lines
 
 
 def timed_replays(graph, samples, flush=None, divide=1):

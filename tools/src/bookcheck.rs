@@ -4,12 +4,14 @@
 //! builds the book into a temporary directory (never into `book/`), checks every internal link
 //! and anchor of the generated pages ([`links`]), and renders each chapter with headless
 //! Chromium so a person can look at it ([`shots`]). [`html`] is the tag scanner both use.
+//! [`prose`] checks the Markdown itself for typed measurements and project history.
 //!
 //! This file holds what they share: the error type that becomes the exit code, the temporary
 //! directory, the program lookup and the book build.
 
 pub mod html;
 pub mod links;
+pub mod prose;
 pub mod shots;
 
 use std::fmt;

@@ -24,7 +24,8 @@ struct Cli {
 enum Cmd {
     /// The foundation's tests, then per chapter: the dependency rule, its tests, its example
     /// against its snapshot, its exercises (failing as stubs, passing answered), its book page
-    /// and includes; then every generated figure, table and quoted number regenerated from the
+    /// and includes; then the prose of every page (no typed measurement, no project history, at
+    /// most 6,500 words); then every generated figure, table and quoted number regenerated from the
     /// committed CSVs and compared, `mdbook build`, the book's links, and screenshots of every
     /// page when Chromium is installed.
     Check {
@@ -498,6 +499,74 @@ fn check_book_page(root: &Path, ch: &Chapter, summary: &Result<Vec<String>, Stri
     }
 }
 
+/// The prose rules ([`moe_tools::bookcheck::prose`]) on every page outside `book/src/figures/`
+/// (with `--chapter N`: the pages of no chapter and chapter N's), and each page's word count.
+fn check_prose(root: &Path, only: Option<u32>) -> Outcome {
+    use moe_tools::bookcheck::prose;
+    let thousands = |n: usize| figures::facts::thousands(n as u64);
+    let mut problems = Vec::new();
+    let mut words = Vec::new();
+    let (mut findings, mut long) = (0, 0);
+    for p in book_pages(root) {
+        let rel = p.strip_prefix(root).unwrap_or(&p).to_path_buf();
+        if !prose::is_checked(&rel) {
+            continue;
+        }
+        let chapter = rel
+            .components()
+            .find_map(|c| chapter_number(&c.as_os_str().to_string_lossy()));
+        if chapter.is_some_and(|n| only.is_some_and(|o| o != n)) {
+            continue;
+        }
+        let page = match prose::check_file(&p, &rel) {
+            Ok(page) => page,
+            Err(e) => {
+                problems.push(e);
+                continue;
+            }
+        };
+        let name = rel
+            .strip_prefix("book/src")
+            .unwrap_or(&rel)
+            .with_extension("")
+            .display()
+            .to_string();
+        words.push(format!("{name} {}", thousands(page.words)));
+        if page.words > prose::MAX_WORDS {
+            long += 1;
+            problems.push(format!(
+                "{}: {} words of prose, above {} (make sub-pages)",
+                rel.display(),
+                thousands(page.words),
+                thousands(prose::MAX_WORDS)
+            ));
+        }
+        findings += page.findings.len();
+        for f in page.findings {
+            problems.push(format!(
+                "{}:{}: {}: {}",
+                rel.display(),
+                f.line,
+                f.what,
+                f.text
+            ));
+        }
+    }
+    let words = format!("words of prose: {}", words.join(", "));
+    if problems.is_empty() {
+        Outcome::Ok(words)
+    } else {
+        problems.push(words);
+        Outcome::Fail(
+            format!(
+                "{findings} typed measurement(s) or history mark(s), {long} page(s) over {} words",
+                thousands(prose::MAX_WORDS)
+            ),
+            problems,
+        )
+    }
+}
+
 /// True when running under CI (`CI=true`): a tool the check needs but cannot find is then a
 /// failure, not a skipped step.
 fn in_ci() -> bool {
@@ -819,6 +888,7 @@ fn check(root: &Path, only: Option<u32>, no_book: bool) -> Result<bool, String> 
     };
     let mut steps = vec![
         ("includes", pages),
+        ("prose", check_prose(root, only)),
         ("generated files", check_generated(root)),
     ];
     if no_book {
