@@ -29,7 +29,7 @@ pub fn patterned(len: usize, salt: u64, scale: f32) -> Vec<f32> {
 // ANCHOR_END: patterned
 
 /// The router input of the book's exercise 1 and of `tools/make-input router`: `rows` x
-/// `experts` logits in [-3, 3) and a GLM-like bias (8 ± 0.05), from `seed`.
+/// `experts` logits in [-3, 3) and a bias around the toy layer's 8 (8 ± 0.05; GLM-5.3-Flash's lie near 11.7), from `seed`.
 pub fn router_input(rows: usize, experts: usize, seed: u64) -> (Vec<f32>, Vec<f32>) {
     let logits = patterned(rows * experts, seed * 1000 + 101, 3.0);
     let bias = patterned(experts, seed * 1000 + 102, 0.05)

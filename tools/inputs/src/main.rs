@@ -26,8 +26,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum What {
-    /// Chapter 1: `logits` [T, E] f32 in [-3, 3), and with --bias a GLM-like `bias` `[E]` f32
-    /// (8 ± 0.05).
+    /// Chapter 1: `logits` [T, E] f32 in [-3, 3), and with --bias a `bias` `[E]` f32 around
+    /// the toy layer's 8 (8 ± 0.05; GLM-5.3-Flash's lie near 11.7).
     Router(RouterArgs),
 }
 

@@ -26,7 +26,7 @@ pub struct Generated {
 }
 
 /// The groups of generated files, by the page that uses them.
-pub const GROUPS: [&str; 6] = ["runtime", "ch01", "ch02", "ch03", "ch04", "ch05"];
+pub const GROUPS: [&str; 7] = ["runtime", "primer", "ch01", "ch02", "ch03", "ch04", "ch05"];
 
 /// A committed file of the repository at `root`, as text.
 fn read(root: &Path, rel: &str) -> Result<String, String> {
@@ -90,11 +90,23 @@ pub fn generate(root: &Path, group: &str) -> Result<Vec<Generated>, String> {
             Ok(v)
         }
         "runtime" => runtime(root),
+        "primer" => primer_example(root),
         other => Err(format!(
             "no generated files for `{other}` (groups: {})",
             GROUPS.join(", ")
         )),
     }
+}
+
+/// The primer page's example output, from its snapshot (the page includes it).
+fn primer_example(root: &Path) -> Result<Vec<Generated>, String> {
+    let snap_rel = "tests/snapshots/primer_example__primer_example.snap";
+    let body = crate::snap::strip_header(&read(root, snap_rel)?)
+        .map_err(|e| format!("{snap_rel}: {e}"))?;
+    Ok(vec![Generated {
+        path: "book/src/figures/gpu-primer-example.txt".into(),
+        content: body,
+    }])
 }
 
 /// Every generated file of the book.
