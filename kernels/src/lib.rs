@@ -3,8 +3,9 @@
 //! Every kernel of the book is written once, in CUDA C, in `kernels/<family>.cu`, and runs:
 //!
 //! - on an NVIDIA GPU ([`BackendKind::Cuda`]): cudarc loads the driver and NVRTC at run time;
-//!   NVRTC compiles the embedded source for the device's own architecture once per process,
-//!   with `--fmad=false`;
+//!   on a family's first use NVRTC compiles the embedded source with `--fmad=false` straight to
+//!   machine code for the device's own architecture, kept in an on-disk cache
+//!   ([`cuda::cache`], `MOE_KERNEL_CACHE`) so that later runs load it without compiling;
 //! - on the CPU ([`BackendKind::Emu`]): the same file, compiled by the host C++ compiler
 //!   against `kernels/emu/cuda_emu.h` with `-ffp-contract=off`, one fiber per CUDA thread.
 //!

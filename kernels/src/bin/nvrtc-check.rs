@@ -2,8 +2,10 @@
 //! CUDA backend does at run time (same options, includes pasted in), without needing a GPU.
 //! CI runs it for sm_90, the H200's architecture.
 //!
-//!     cargo run -p moe-kernels --bin nvrtc-check -- --arch sm_90 [--dir kernels] [--ptx-dir DIR]
+//!     cargo run -p moe-kernels --bin nvrtc-check -- --arch sm_90 [--dir kernels] [--ptx-dir DIR] [--cubin]
 //!
+//! `--cubin` compiles each file on to machine code (NVRTC's CUBIN, what the CUDA backend loads),
+//! which also runs the assembler's checks, and says how long each file took.
 //! `--ptx-dir DIR` also writes each file's PTX to `DIR/<file>.ptx`, for `ptxas -v` (registers,
 //! spills, shared memory per kernel; tools/gpu/run's `tests` stage runs it on the GPU machine).
 
@@ -15,6 +17,7 @@ fn main() -> ExitCode {
     let mut arch = "sm_90".to_string();
     let mut dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let mut ptx_dir: Option<PathBuf> = None;
+    let mut cubin = false;
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -27,8 +30,11 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             },
+            "--cubin" => cubin = true,
             "-h" | "--help" => {
-                println!("usage: nvrtc-check [--arch sm_90] [--dir kernels] [--ptx-dir DIR]");
+                println!(
+                    "usage: nvrtc-check [--arch sm_90] [--dir kernels] [--ptx-dir DIR] [--cubin]"
+                );
                 return ExitCode::SUCCESS;
             }
             other => {
@@ -77,6 +83,24 @@ fn main() -> ExitCode {
             cuda_source: Box::leak(text.into_boxed_str()),
             emu: &[],
         };
+        if cubin {
+            let start = std::time::Instant::now();
+            match moe_kernels::cuda::compile_cubin(&source, arch) {
+                Ok((image, _)) => println!(
+                    "ok   {}  {}  {} kernels, {} bytes of CUBIN in {:.1} s",
+                    path.strip_prefix(&dir).unwrap_or(path).display(),
+                    moe_kernels::cuda::target_arch(arch),
+                    names.len(),
+                    image.len(),
+                    start.elapsed().as_secs_f64()
+                ),
+                Err(e) => {
+                    eprintln!("FAIL {e}");
+                    failed += 1;
+                }
+            }
+            continue;
+        }
         match moe_kernels::cuda::compile_ptx(&source, arch) {
             Ok((ptx, _)) => {
                 if let Some(d) = &ptx_dir {

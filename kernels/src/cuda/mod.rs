@@ -4,14 +4,20 @@
 //!
 //! - this file: the device, its one stream, memory, copies, module loading, launches;
 //! - [`nvrtc`]: compiling a family for the device's architecture;
+//! - [`cache`]: the compiled families kept on disk, so only a family's first run compiles it;
 //! - `graph`: CUDA graphs and events, for the measuring harness;
 //! - `blas`: cuBLAS GEMMs on the same stream.
 
 pub(crate) mod blas;
+pub mod cache;
 pub(crate) mod graph;
 pub mod nvrtc;
 
-pub use nvrtc::{compile_ptx, cuda_include_dir, nvrtc_options, target_arch};
+pub use cache::KernelCache;
+pub use nvrtc::{
+    compile_cubin, compile_ptx, cuda_include_dir, nvrtc_compiles, nvrtc_options, nvrtc_version,
+    target_arch,
+};
 
 use crate::backend::{Backend, BackendKind, KernelHandle};
 use crate::blas::call::GemmCall;
@@ -284,14 +290,26 @@ impl Backend for Gpu {
         self.sync("Device::synchronize")
     }
 
-    /// Compiles a family with NVRTC for this GPU's architecture and loads it.
+    /// Loads a family's machine code for this GPU: from the kernel cache
+    /// ([`KernelCache::from_env`]), or compiled by NVRTC straight to a CUBIN for this GPU's
+    /// architecture and stored there. The driver gets a binary, so it compiles nothing itself.
     fn load(&self, src: &KernelSource) -> Result<Vec<(&'static str, KernelHandle)>> {
-        let (ptx, _options) = compile_ptx(src, self.arch)?;
+        let binary = cache::cubin(src, self.arch, &KernelCache::from_env())?;
         self.bind()?;
-        let image = CString::new(ptx).expect("PTX has no NUL");
         let module = check(
-            unsafe { cu::module::load_data(image.as_ptr() as *const _) },
-            || format!("cuModuleLoadData(kernels/{}.cu)", src.family),
+            unsafe { cu::module::load_data(binary.image.as_ptr() as *const _) },
+            || {
+                format!(
+                    "cuModuleLoadData(kernels/{}.cu, a {}-byte CUBIN for {}{})",
+                    src.family,
+                    binary.image.len(),
+                    target_arch(self.arch),
+                    match (&binary.outcome, &binary.path) {
+                        (cache::Outcome::Hit, Some(p)) => format!(" read from {}", p.display()),
+                        _ => String::new(),
+                    }
+                )
+            },
         )?;
         let mut functions = Vec::new();
         for name in src.kernel_names() {

@@ -4,6 +4,7 @@
 
 use crate::error::{KernelError, Result};
 use crate::source::KernelSource;
+use std::ffi::{CStr, CString};
 use std::path::PathBuf;
 
 /// Where `<cuda_bf16.h>` and friends are: `CUDA_INCLUDE_DIR`, `/usr/local/cuda/include`, or the
@@ -61,35 +62,121 @@ pub fn target_arch(arch: &'static str) -> &'static str {
     }
 }
 
-/// Compiles one family to PTX for a GPU of architecture `arch` (for [`target_arch`] of it);
-/// returns the PTX and the options used. Needs only NVRTC (no GPU), which is how CI checks every
-/// kernel for sm_90 (sm_90a).
-pub fn compile_ptx(src: &KernelSource, arch: &'static str) -> Result<(String, Vec<String>)> {
-    let arch = target_arch(arch);
+/// What NVRTC is asked to hand back.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Output {
+    Ptx,
+    Cubin,
+}
+
+/// The version of the NVRTC library this process loaded (`(13, 0)`), or `None` without one.
+pub fn nvrtc_version() -> Option<(i32, i32)> {
     if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return None;
+    }
+    let (mut major, mut minor) = (0, 0);
+    unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) }
+        .result()
+        .ok()?;
+    Some((major, minor))
+}
+
+/// The exact option list NVRTC gets for `arch` (already [`target_arch`]), in the order
+/// `cudarc`'s `CompileOptions` writes it, so the PTX is the one earlier versions made.
+pub(crate) fn option_list(arch: &'static str) -> Result<Vec<String>> {
+    let opts = nvrtc_options(arch)?;
+    let mut list = vec!["--fmad=false".to_string()];
+    list.extend(
+        opts.include_paths
+            .iter()
+            .map(|p| format!("--include-path={p}")),
+    );
+    list.push(format!("--gpu-architecture={arch}"));
+    list.extend(opts.options.iter().cloned());
+    Ok(list)
+}
+
+/// How many times this process has run NVRTC (PTX and CUBIN alike): what the cache's tests
+/// count to tell a hit from a compile.
+pub fn nvrtc_compiles() -> u64 {
+    COMPILES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+static COMPILES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Runs NVRTC on `src` with `options` and returns PTX or CUBIN. The program's text and name
+/// live until it is destroyed.
+fn run_nvrtc(src: &KernelSource, options: &[String], out: Output) -> Result<Vec<u8>> {
+    use cudarc::nvrtc::{result as rtc, sys};
+    if !unsafe { sys::is_culib_present() } {
         return Err(KernelError::NoGpu {
             why: "NVRTC 13 (libnvrtc.so.13) is not on the library path".into(),
         });
     }
-    let opts = nvrtc_options(arch)?;
-    let shown: Vec<String> = std::iter::once(format!("--gpu-architecture={arch}"))
-        .chain(std::iter::once("--fmad=false".to_string()))
-        .chain(opts.include_paths.iter().map(|p| format!("-I{p}")))
-        .chain(opts.options.iter().cloned())
-        .collect();
-    let mut opts = opts;
-    opts.name = Some(format!("{}.cu", src.family));
-    match cudarc::nvrtc::compile_ptx_with_opts(src.cuda_source, opts) {
-        Ok(ptx) => Ok((ptx.to_src(), shown)),
-        Err(cudarc::nvrtc::CompileError::CompileError { log, .. }) => Err(KernelError::Compile {
-            family: src.family.into(),
-            options: shown,
-            log: log.to_string_lossy().into_owned(),
-        }),
-        Err(e) => Err(KernelError::Compile {
-            family: src.family.into(),
-            options: shown,
-            log: format!("{e:?}"),
-        }),
+    let fail = |log: String| KernelError::Compile {
+        family: src.family.into(),
+        options: options.to_vec(),
+        log,
+    };
+    let text = CString::new(src.cuda_source).map_err(|_| fail("the source holds a NUL".into()))?;
+    let name = CString::new(format!("{}.cu", src.family)).expect("a family name has no NUL");
+    let prog = rtc::create_program(&text, Some(&name)).map_err(|e| fail(format!("{e:?}")))?;
+    COMPILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let got = unsafe { compiled(prog, options, out) };
+    let _ = unsafe { rtc::destroy_program(prog) };
+    got.map_err(fail)
+}
+
+/// Compiles `prog` and reads back its image, or NVRTC's log (or the failing call) as the error.
+unsafe fn compiled(
+    prog: cudarc::nvrtc::sys::nvrtcProgram,
+    options: &[String],
+    out: Output,
+) -> std::result::Result<Vec<u8>, String> {
+    use cudarc::nvrtc::{result as rtc, sys};
+    if let Err(e) = rtc::compile_program(prog, options) {
+        let log = rtc::get_program_log(prog).map_err(|l| format!("{e:?}; no log: {l:?}"))?;
+        let log = CStr::from_ptr(log.as_ptr()).to_string_lossy().into_owned();
+        return Err(log);
     }
+    match out {
+        Output::Ptx => {
+            let ptx = rtc::get_ptx(prog).map_err(|e| format!("nvrtcGetPTX: {e:?}"))?;
+            Ok(CStr::from_ptr(ptx.as_ptr()).to_bytes().to_vec())
+        }
+        Output::Cubin => {
+            let mut size = 0usize;
+            sys::nvrtcGetCUBINSize(prog, &mut size)
+                .result()
+                .map_err(|e| format!("nvrtcGetCUBINSize: {e:?}"))?;
+            if size == 0 {
+                return Err(
+                    "nvrtcGetCUBINSize: NVRTC made no CUBIN (a virtual architecture?)".into(),
+                );
+            }
+            let mut image = vec![0u8; size];
+            sys::nvrtcGetCUBIN(prog, image.as_mut_ptr() as *mut std::ffi::c_char)
+                .result()
+                .map_err(|e| format!("nvrtcGetCUBIN: {e:?}"))?;
+            Ok(image)
+        }
+    }
+}
+
+/// Compiles one family to PTX for a GPU of architecture `arch` (for [`target_arch`] of it);
+/// returns the PTX and the options used. Needs only NVRTC (no GPU), which is how CI checks every
+/// kernel for sm_90 (sm_90a).
+pub fn compile_ptx(src: &KernelSource, arch: &'static str) -> Result<(String, Vec<String>)> {
+    let options = option_list(target_arch(arch))?;
+    let ptx = run_nvrtc(src, &options, Output::Ptx)?;
+    Ok((String::from_utf8_lossy(&ptx).into_owned(), options))
+}
+
+/// Compiles one family straight to a binary for `arch` (for [`target_arch`] of it): NVRTC runs
+/// the whole tool chain, PTX and the assembler, so loading the result asks nothing of the
+/// driver's JIT compiler. Same options as [`compile_ptx`]; returns the CUBIN and the options.
+pub fn compile_cubin(src: &KernelSource, arch: &'static str) -> Result<(Vec<u8>, Vec<String>)> {
+    let options = option_list(target_arch(arch))?;
+    let image = run_nvrtc(src, &options, Output::Cubin)?;
+    Ok((image, options))
 }
