@@ -287,8 +287,9 @@ impl Device {
         self.backend.synchronize()
     }
 
-    /// The family compiled for this device: NVRTC for the GPU (once per process), the linked
-    /// emulator entry points otherwise.
+    /// The family compiled for this device, on its first use in the process: for the GPU a
+    /// CUBIN from the kernel cache or from NVRTC ([`crate::cuda::cache`]), the linked emulator
+    /// entry points otherwise.
     pub fn load(&self, src: &'static KernelSource) -> Result<Arc<Module>> {
         let mut modules = self.modules.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(m) = modules.get(src.family) {
