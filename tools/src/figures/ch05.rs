@@ -735,3 +735,245 @@ fn files(data: &Data, has_equality: bool, has_phases: bool) -> Result<Vec<Genera
     });
     Ok(files)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench_row::header;
+
+    const GLM: &str = "glm_h4096_e288_k8";
+
+    /// A small CSV as the bench writes it: one shape, two row counts, and `more` lines.
+    fn csv(more: &[String]) -> String {
+        let line = |imp: &str, n: u64, launches: u32, cold: f64, bytes: f64| {
+            format!(
+                "ch05,{GLM},{imp},{n},{launches},{cold},{cold},{cold},{w},{w},{w},3.0,{bytes},0,0,0,200,H200",
+                w = cold / 2.0
+            )
+        };
+        let mut lines = vec![
+            header(),
+            "ch05,none,empty_kernel,0,1,2.0,2.0,2.0,1.0,1.0,1.0,2.0,0,0,0,0,200,H200".to_string(),
+            line("pair", 1, 2, 4.0, 2.4e6),
+            line("floor_probe", 1, 1, 3.2, 2.4e6),
+            line("floor_probe", 1, 1, 2.1, 2.3e3),
+            // A repeat of the router's probe (another case reads the same bytes): the faster counts.
+            line("floor_probe", 1, 1, 3.0, 2.4e6),
+            line("tiny_gemm", 1, 1, 3.3, 2.4e6),
+            line("chain", 1, 7, 16.0, 2.4e6),
+            line("pair", 8192, 2, 40.0, 7e7),
+            line("fused_router", 8192, 1, 12.0, 9.5e6),
+            line("floor_probe", 8192, 1, 30.0, 7e7),
+            line("floor_probe", 8192, 1, 8.0, 9.4e6),
+            line("chain", 8192, 7, 90.0, 7e7),
+        ];
+        lines.extend(more.iter().cloned());
+        lines.join("\n") + "\n"
+    }
+
+    fn data(more: &[String]) -> Data {
+        let mut d = Data::default();
+        d.add(&CH05, &csv(more)).unwrap();
+        d
+    }
+
+    fn gpu_facts(d: &Data) -> Facts {
+        let mut f = Facts::default();
+        spec::facts(d, HERE, GPU_FACTS, &mut f).unwrap();
+        f
+    }
+
+    #[test]
+    fn facts_are_ratios_of_the_rows() {
+        let f = gpu_facts(&data(&[]));
+        assert_eq!(f.get("empty_cold"), Some("2.00"));
+        assert_eq!(f.get("glm_1_pair_cold"), Some("4.00"));
+        assert_eq!(f.get("glm_1_pair_warm"), Some("2.00"));
+        assert_eq!(f.get("glm_1_tiny_cold"), Some("3.30"));
+        assert_eq!(f.get("glm_1_probe"), Some("3.00"));
+        assert_eq!(f.get("glm_1_pair_over_probe"), Some("1.33"));
+        assert_eq!(f.get("glm_1_tiny_over_probe"), Some("1.10"));
+        assert_eq!(f.get("glm_1_pair_minus_tiny"), Some("0.70"));
+        // The fused kernel alone against the smaller probe (its logits).
+        assert_eq!(f.get("glm_8192_fused_over_logits_probe"), Some("1.50"));
+        // Only rows up to 96 count for the chain's ratio.
+        assert_eq!(f.get("glm_chain_over_pair_min"), Some("4.00"));
+        assert_eq!(f.get("glm_chain_over_pair_max"), Some("4.00"));
+        // The verdicts: 3.3 / 3.0 > 1.05, 4 / 3 ≤ 1.4, 12 / 8 ≤ 2, 16 / 4 ≥ 3.
+        assert_eq!(f.get("glm_1_tiny_target"), Some("**missed**"));
+        assert_eq!(f.get("glm_1_pair_target"), Some("met"));
+        assert_eq!(f.get("glm_8192_fused_target"), Some("met"));
+        assert_eq!(f.get("glm_chain_target"), Some("met"));
+        // No cuBLAS + fused rows in this CSV: no crossover; no torch rows: no torch ratio.
+        assert_eq!(f.get("glm_blas_faster_from"), None);
+        assert_eq!(f.get("glm_torch_over_pair_min"), None);
+        assert_eq!(f.get("glm_chain_launches"), Some("7"));
+        // Slower at 1 row, faster at 8192: the crossover is 8192.
+        let blas = |n: u64, cold: f64| {
+            format!("ch05,{GLM},blas_fused,{n},2,{cold},{cold},{cold},1,1,1,3.0,1,0,0,0,200,H200")
+        };
+        let f = gpu_facts(&data(&[blas(1, 5.0), blas(8192, 30.0)]));
+        assert_eq!(f.get("glm_blas_faster_from"), Some("8192"));
+        // Faster at both: from the first count.
+        let f = gpu_facts(&data(&[blas(1, 3.0), blas(8192, 30.0)]));
+        assert_eq!(f.get("glm_blas_faster_from"), Some("1"));
+    }
+
+    #[test]
+    fn the_table_and_the_figure_name_every_router() {
+        let d = data(&[]);
+        let t = spec::pivot(&d, HERE, &ROUTER_TABLE).unwrap();
+        assert!(
+            t.starts_with("**GLM: hidden 4096, 288 experts, k = 8, sigmoid + bias**: µs per call"),
+            "{t}"
+        );
+        assert!(
+            t.contains("| | 1 row | 8192 rows |\n|---|---:|---:|\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("| pair (2 launches) | 4.00 / 2.00 | 40.0 / 20.0 |"),
+            "{t}"
+        );
+        assert!(
+            t.contains("| chain (7 launches) | 16.0 / 8.00 (4.00×) | 90.0 / 45.0 (2.25×) |"),
+            "{t}"
+        );
+        // A kernel measured at one row count only: the other cell is empty, not an error.
+        assert!(
+            t.contains("| tiny_gemm (1 launch) | 3.30 / 1.65 (0.82×) |  |"),
+            "{t}"
+        );
+        assert!(t.contains("3.00 (pair 1.33×)"), "{t}");
+        let svg = spec::chart(&d, &FIGURE).unwrap();
+        for imp in ["pair", "chain"] {
+            assert!(svg.contains(&format!("data-impl=\"{imp}\"")), "{imp}");
+        }
+        assert!(!svg.contains("data-impl=\"tiny_gemm\""));
+    }
+
+    #[test]
+    fn a_tried_cell_over_several_runs_is_their_range() {
+        let row = |run: &str, cold: f64| {
+            format!("{run},ch05,{GLM},pair,1,2,{cold},{cold},{cold},1.0,1.0,1.0,3.0,2.4e6,0,0,0,200,H200")
+        };
+        let mut d = data(&[]);
+        let text = format!("run,{}\n{}\n{}\n", header(), row("a", 7.94), row("b", 7.97));
+        d.add(&TRIED_RUNS, &text).unwrap();
+        #[rustfmt::skip]
+        const T: &[Item] = &[
+            fact!("two", runs!(&["a", "b"], "shape=glm_h4096_e288_k8 rows=1 impl=pair", "cold_median_us"), Fmt::Us),
+            fact!("one", runs!(&["a"], "shape=glm_h4096_e288_k8 rows=1 impl=pair", "cold_median_us"), Fmt::Us),
+            // The chapter's own run is read from its CSV, not from the table of experiments.
+            fact!("mine", chapter!("shape=glm_h4096_e288_k8 rows=1 impl=pair", "cold_median_us"), Fmt::Us),
+        ];
+        let mut f = Facts::default();
+        spec::facts(&d, HERE, T, &mut f).unwrap();
+        assert_eq!(f.get("two"), Some("7.94–7.97"));
+        assert_eq!(f.get("one"), Some("7.94"));
+        assert_eq!(f.get("mine"), Some("4.00"));
+        let r = f.render("t");
+        assert!(
+            r.contains(&format!(
+                "<!-- from {TRIED_CSV}, run a; {TRIED_CSV}, run b -->"
+            )),
+            "{r}"
+        );
+        assert!(r.contains(&format!("<!-- from {GPU_CSV} -->")), "{r}");
+        // A case the run did not measure is an error naming the spec line, not a missing number.
+        const MISSING: &[Item] = &[fact!(
+            "gone",
+            runs!(
+                &["a"],
+                "shape=glm_h4096_e288_k8 rows=96 impl=pair",
+                "cold_median_us"
+            ),
+            Fmt::Us
+        )];
+        let e = spec::facts(&d, HERE, MISSING, &mut f).unwrap_err();
+        assert!(e.starts_with("tools/src/figures/ch05.rs:"), "{e}");
+        assert!(
+            e.contains(&format!(
+                "{TRIED_CSV} has no row with run=a shape={GLM} rows=96"
+            )),
+            "{e}"
+        );
+        // Every experiment of the page's table names a run the committed CSV has.
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let d = Data::read(&root, &[&CH05, &TRIED_RUNS]).unwrap();
+        spec::facts(&d, HERE, TRIED, &mut Facts::default()).unwrap();
+    }
+
+    #[test]
+    fn the_phase_table_gives_each_phase_its_cycles() {
+        let mut text = String::from("shape,phase,end_cycles\n");
+        for (i, (key, _)) in PHASES.iter().enumerate() {
+            text += &format!("{GLM},{key},{}\n", 100 * (i + 1));
+        }
+        let table = |text: &str| {
+            let mut d = Data::default();
+            d.add(&PHASES_DATA, text).unwrap();
+            spec::pivot(&d, HERE, &PHASES_PAGE)
+        };
+        let t = table(&text).unwrap();
+        assert!(
+            t.contains("| the wait (launched alone: nothing to wait for) | 100 (+100) |"),
+            "{t}"
+        );
+        assert!(
+            t.contains("| the weights, stored (warp 0) | 800 (+100) |"),
+            "{t}"
+        );
+        // A phase that ends before the one ahead of it is a broken run, not a negative time.
+        let bad = text.replace(&format!("{GLM},score,300"), &format!("{GLM},score,150"));
+        assert!(table(&bad).unwrap_err().contains("ends before"));
+        // A missing phase is an error, not an empty cell.
+        let short = text.replace(&format!("{GLM},weights,800\n"), "");
+        let e = table(&short).unwrap_err();
+        assert!(e.contains("no cell at the weights, stored (warp 0)"), "{e}");
+    }
+
+    #[test]
+    fn the_equality_page_puts_the_shorter_dimension_along_the_columns() {
+        const CSV: &str = "part,case,comparison,elements,differing\n\
+            regimes,a,ids,8,0\nregimes,a,weights,8,0\nregimes,a,logits,100,0\n\
+            regimes,b,ids,16,0\nregimes,b,weights,16,2\nregimes,b,logits,200,0\n\
+            regimes,c,ids,4,0\nregimes,c,weights,4,0\n\
+            random rows,x,ids,1000,0\nrandom rows,x,weights,1000,0\nrandom rows,x,logits,50,0\n\
+            random rows,y,ids,2000,0\n";
+        equality::parse(CSV, "t.csv").unwrap();
+        let mut d = Data::default();
+        d.add(&EQUALITY, CSV).unwrap();
+        let p = spec::pivot(&d, HERE, &EQUALITY_PAGE).unwrap();
+        assert!(
+            p.contains("**regimes** (differing / compared)\n\n| regimes | ids | weights | logits |\n|---|---:|---:|---:|\n"),
+            "{p}"
+        );
+        assert!(p.contains("| b | 0 / 16 | **2** / 16 | 0 / 200 |"), "{p}");
+        assert!(p.contains("| c | 0 / 4 | 0 / 4 | – |"), "{p}");
+        assert!(p.contains("| comparison | x | y |"), "{p}");
+        assert!(p.contains("| ids | 0 / 1,000 | 0 / 2,000 |"), "{p}");
+        assert!(p.contains("| logits | 0 / 50 | – |"), "{p}");
+        assert!(p.find("**regimes**").unwrap() < p.find("**random rows**").unwrap());
+        let mut f = Facts::default();
+        spec::facts(&d, HERE, EQUALITY_FACTS, &mut f).unwrap();
+        assert_eq!(f.get("equality_compared"), Some("4,406"));
+        assert_eq!(f.get("equality_differing"), Some("2"));
+        assert_eq!(f.get("equality_lines_with_differences"), Some("1"));
+        assert_eq!(f.get("equality_random_rows_compared"), Some("4,050"));
+        assert_eq!(f.get("equality_regimes_differing"), Some("2"));
+    }
+
+    #[test]
+    fn no_csv_no_files() {
+        let dir = std::env::temp_dir().join(format!("ch05-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert_eq!(generate(&dir).unwrap(), Vec::new());
+        let fig = dir.join("book/src/figures");
+        std::fs::create_dir_all(&fig).unwrap();
+        std::fs::write(dir.join(TABLE), "stale").unwrap();
+        let e = generate(&dir).unwrap_err();
+        assert!(e.contains("cannot be regenerated"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
