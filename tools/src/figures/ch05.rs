@@ -150,82 +150,33 @@ const FIGURE: Chart = Chart {
 };
 
 /// The shapes (the empty launch's rows, at 0, left out), named `glm`, `qwen3` in facts.
-const SHAPES: Loop = Loop {
-    var: "shape",
-    over: Over::Csv {
-        csv: &CH05,
-        rows: "rows>0",
-        col: "shape",
-        numeric: false,
-    },
-    name: Name::Prefix,
-};
+const SHAPES: Loop = Loop::csv("shape", &CH05, "rows>0", "shape").named(Name::Prefix);
 /// The row counts measured at a shape, ascending.
-const COUNTS: Loop = Loop {
-    var: "n",
-    over: Over::Csv {
-        csv: &CH05,
-        rows: "shape={shape} rows>0",
-        col: "rows",
-        numeric: true,
-    },
-    name: Name::AsIs,
-};
+const COUNTS: Loop = Loop::csv("n", &CH05, "shape={shape} rows>0", "rows").numeric();
 /// The row counts up to 96: decode and speculative decode, where the chain's ratio is a target.
-const SMALL_COUNTS: Loop = Loop {
-    var: "n",
-    over: Over::Csv {
-        csv: &CH05,
-        rows: "shape={shape} rows>0 rows<=96",
-        col: "rows",
-        numeric: true,
-    },
-    name: Name::AsIs,
-};
+const SMALL_COUNTS: Loop = Loop::csv("n", &CH05, "shape={shape} rows>0 rows<=96", "rows").numeric();
 
 const fn cold(rows: &'static str) -> Value {
-    Value::Col {
-        csv: &CH05,
-        rows,
-        col: "cold_median_us",
-    }
+    Value::col(&CH05, rows, "cold_median_us")
 }
 const fn warm(rows: &'static str) -> Value {
-    Value::Col {
-        csv: &CH05,
-        rows,
-        col: "warm_median_us",
-    }
+    Value::col(&CH05, rows, "warm_median_us")
 }
 const IMP_COLD: Value = cold("shape={shape} rows={n} impl={imp}");
 const IMP_WARM: Value = warm("shape={shape} rows={n} impl={imp}");
 const PAIR_COLD: Value = cold("shape={shape} rows={n} impl=pair");
 const TINY_COLD: Value = cold("shape={shape} rows={n} impl=tiny_gemm");
 const FUSED_COLD: Value = cold("shape={shape} rows={n} impl=fused_router");
-const ROUTER_PROBE: Value = Value::Named {
-    csv: &CH05,
-    f: router_probe,
-};
-const LOGITS_PROBE: Value = Value::Named {
-    csv: &CH05,
-    f: logits_probe,
-};
+const ROUTER_PROBE: Value = Value::named(&CH05, router_probe);
+const LOGITS_PROBE: Value = Value::named(&CH05, logits_probe);
 const OVER_PAIR: Value = Value::Ratio(&IMP_COLD, &PAIR_COLD);
 const PAIR_OVER_PROBE: Value = Value::Ratio(&PAIR_COLD, &ROUTER_PROBE);
 const TINY_OVER_PROBE: Value = Value::Ratio(&TINY_COLD, &ROUTER_PROBE);
 const FUSED_OVER_LOGITS: Value = Value::Ratio(&FUSED_COLD, &LOGITS_PROBE);
 /// The launch counts of `{imp}` at a shape: `2`, or `8–9`.
-const LAUNCHES: Value = Value::Distinct {
-    csv: &CH05,
-    rows: "shape={shape} impl={imp}",
-    col: "launches",
-};
+const LAUNCHES: Value = Value::distinct(&CH05, "shape={shape} impl={imp}", "launches");
 /// The implementations, each named as the facts name it (the launches' names keep `imp`'s).
-const IMPS: Loop = Loop {
-    var: "imp",
-    over: Over::List(&IMPLS),
-    name: Name::Map(SHORT),
-};
+const IMPS: Loop = Loop::list("imp", &IMPLS).named(Name::Map(SHORT));
 
 /// The numbers the page quotes. Per shape `s` (`glm`, `qwen3`) and row count `n`:
 /// `{s}_{n}_{imp}_cold` / `_warm` (imp: [`SHORT`]), `{s}_{n}_probe` (the router's floor probe),
@@ -264,7 +215,7 @@ const GPU_FACTS: &[Item] = &[
                 fact!(? "{shape}_chain_target", Value::Min(&SMALL_COUNTS, &OVER_PAIR), Fmt::AtLeast(CHAIN_OVER_PAIR_MIN)),
             ]),
         ]),
-        fact!(? "{shape}_blas_faster_from", Value::Named { csv: &CH05, f: blas_faster_from }, Fmt::Int),
+        fact!(? "{shape}_blas_faster_from", Value::named(&CH05, blas_faster_from), Fmt::Int),
         each!(Loop { over: Over::List(&["pair", "chain"]), ..IMPS }, [
             fact!(? "{shape}_{imp}_launches", LAUNCHES, Fmt::Raw),
         ]),
@@ -339,39 +290,17 @@ fn rows_head(n: &str) -> String {
 /// then the router's floor probe and the pair over it.
 const ROUTER_TABLE: Pivot = Pivot {
     line: line!(),
-    head: "",
-    blocks: Some(Loop {
-        name: Name::Fn(describe_shape),
-        ..SHAPES
-    }),
+    blocks: Some(SHAPES.named(Name::Fn(describe_shape))),
     block_head: "**{shape}**: µs per call, cold / warm (× = cold time over the pair's)\n\n",
     block_tail: "\n",
-    corner: "",
-    rows: Loop {
-        var: "imp",
-        over: Over::List(&IMPLS),
-        name: Name::AsIs,
-    },
+    rows: Loop::list("imp", &IMPLS),
     row_if: Some((&CH05, "shape={shape} impl={imp}")),
-    cols: Loop {
-        var: "n",
-        over: Over::Csv {
-            csv: &CH05,
-            rows: "shape={shape} rows>0",
-            col: "rows",
-            numeric: true,
-        },
-        name: Name::Fn(rows_head),
-    },
+    cols: COUNTS.named(Name::Fn(rows_head)),
     label: Cell {
         text: "{row} ({launches})",
         slots: &[Slot::new(
             "launches",
-            Value::Distinct {
-                csv: &CH05,
-                rows: "shape={shape} impl={imp}",
-                col: "launches",
-            },
+            LAUNCHES,
             Fmt::Noun("launch", "launches"),
         )],
     },
@@ -380,13 +309,7 @@ const ROUTER_TABLE: Pivot = Pivot {
         slots: &[
             Slot::new("cold", IMP_COLD, Fmt::Us),
             Slot::new("warm", IMP_WARM, Fmt::Us),
-            Slot::optional(
-                "ratio",
-                Value::Ratio(&IMP_COLD, &PAIR_COLD),
-                Fmt::Fixed(2),
-                " ({}×)",
-                "imp!=pair",
-            ),
+            Slot::optional("ratio", OVER_PAIR, Fmt::Fixed(2), " ({}×)", "imp!=pair"),
         ],
     },
     extra: &[(
@@ -395,18 +318,12 @@ const ROUTER_TABLE: Pivot = Pivot {
             text: "{probe}{pair}",
             slots: &[
                 Slot::new("probe", ROUTER_PROBE, Fmt::Us),
-                Slot::optional(
-                    "pair",
-                    Value::Ratio(&PAIR_COLD, &ROUTER_PROBE),
-                    Fmt::Fixed(2),
-                    " (pair {}×)",
-                    "",
-                ),
+                Slot::optional("pair", PAIR_OVER_PROBE, Fmt::Fixed(2), " (pair {}×)", ""),
             ],
         },
     )],
     missing: Some(""),
-    transpose_as: None,
+    ..Pivot::PLAIN
 };
 
 /// The page's table of what did not pay: for each experiment that lost, the variant's
@@ -417,26 +334,14 @@ const ROUTER_TABLE: Pivot = Pivot {
 macro_rules! runs {
     ($runs:expr, $rows:literal, $col:literal) => {
         Value::Range(
-            &Loop {
-                var: "run",
-                over: Over::List($runs),
-                name: Name::AsIs,
-            },
-            &Value::Col {
-                csv: &TRIED_RUNS,
-                rows: concat!("run={run} ", $rows),
-                col: $col,
-            },
+            &Loop::list("run", $runs),
+            &Value::col(&TRIED_RUNS, concat!("run={run} ", $rows), $col),
         )
     };
 }
 macro_rules! chapter {
     ($rows:literal, $col:literal) => {
-        Value::Col {
-            csv: &CH05,
-            rows: $rows,
-            col: $col,
-        }
+        Value::col(&CH05, $rows, $col)
     };
 }
 /// The block form as kept (one pass), in the two runs of the session that tried a second pass.
@@ -504,80 +409,40 @@ const EQUALITY_PAGE: Pivot = Pivot {
         "<!-- generated by tools/plot from bench/results/h200/ch05_equality.csv; do not edit -->\n",
     blocks: Some(PARTS),
     block_head: "\n**{part}** (differing / compared)\n\n",
-    block_tail: "",
     corner: "{part}",
-    rows: Loop {
-        var: "case",
-        over: Over::Csv {
-            csv: &EQUALITY,
-            rows: "part={part}",
-            col: "case",
-            numeric: false,
-        },
-        name: Name::AsIs,
-    },
-    row_if: None,
-    cols: Loop {
-        var: "comparison",
-        over: Over::Csv {
-            csv: &EQUALITY,
-            rows: "part={part}",
-            col: "comparison",
-            numeric: false,
-        },
-        name: Name::AsIs,
-    },
-    label: Cell {
-        text: "{row}",
-        slots: &[],
-    },
+    rows: Loop::csv("case", &EQUALITY, "part={part}", "case"),
+    cols: Loop::csv("comparison", &EQUALITY, "part={part}", "comparison"),
     cell: Cell {
         text: "{d} / {e}",
         slots: &[
             Slot::new(
                 "d",
-                Value::Col {
-                    csv: &EQUALITY,
-                    rows: "part={part} case={case} comparison={comparison}",
-                    col: "differing",
-                },
+                Value::col(&EQUALITY, COMPARISON, "differing"),
                 Fmt::ThousandsBold,
             ),
             Slot::new(
                 "e",
-                Value::Col {
-                    csv: &EQUALITY,
-                    rows: "part={part} case={case} comparison={comparison}",
-                    col: "elements",
-                },
+                Value::col(&EQUALITY, COMPARISON, "elements"),
                 Fmt::Thousands,
             ),
         ],
     },
-    extra: &[],
     missing: Some("–"),
     transpose_as: Some("comparison"),
+    ..Pivot::PLAIN
 };
-const PARTS: Loop = Loop {
-    var: "part",
-    over: Over::Csv {
-        csv: &EQUALITY,
-        rows: "",
-        col: "part",
-        numeric: false,
-    },
-    name: Name::AsIs,
-};
+const COMPARISON: &str = "part={part} case={case} comparison={comparison}";
+const PARTS: Loop = Loop::csv("part", &EQUALITY, "", "part");
 /// How many elements were compared in all and how many differed, the lines with a difference,
 /// and the same per part (`equality_random_rows_compared`).
 #[rustfmt::skip]
 const EQUALITY_FACTS: &[Item] = &[
-    fact!("equality_compared", Value::Sum { csv: &EQUALITY, rows: "", col: "elements" }, Fmt::Thousands),
-    fact!("equality_differing", Value::Sum { csv: &EQUALITY, rows: "", col: "differing" }, Fmt::Thousands),
+    fact!("equality_compared", Value::sum(&EQUALITY, "", "elements"), Fmt::Thousands),
+    fact!("equality_differing", Value::sum(&EQUALITY, "", "differing"), Fmt::Thousands),
     fact!("equality_lines_with_differences", Value::Count { csv: &EQUALITY, rows: "differing>0" }, Fmt::Thousands),
-    each!(Loop { name: Name::Slug, ..PARTS }, [
-        fact!("equality_{part}_compared", Value::Sum { csv: &EQUALITY, rows: "part={part}", col: "elements" }, Fmt::Thousands),
-        fact!("equality_{part}_differing", Value::Sum { csv: &EQUALITY, rows: "part={part}", col: "differing" }, Fmt::Thousands),
+    each!(PARTS.named(Name::Slug), [
+        fact!("equality_{part}_compared", Value::sum(&EQUALITY, "part={part}", "elements"), Fmt::Thousands),
+        fact!("equality_{part}_differing", Value::sum(&EQUALITY, "part={part}", "differing"), Fmt::Thousands),
     ]),
 ];
 
@@ -600,41 +465,31 @@ const PHASES: &[(&str, &str)] = &[
 /// ends at and, in parentheses, the cycles it took; a missing phase is an error.
 const PHASES_PAGE: Pivot = Pivot {
     line: line!(),
-    head: "<!-- generated by tools/plot from bench/results/h200/ch05_router_phases.csv; do not edit -->\n\n",
-    blocks: None,
-    block_head: "",
-    block_tail: "",
+    head: "<!-- generated by tools/plot from bench/results/h200/ch05_router_phases.csv; do not \
+           edit -->\n\n",
     corner: "phase ends (cycle, and the phase's own cycles)",
     rows: Loop {
         var: "phase",
         over: Over::Keys(PHASES),
         name: Name::Map(PHASES),
     },
-    row_if: None,
-    cols: Loop {
-        var: "shape",
-        over: Over::Csv {
-            csv: &PHASES_DATA,
-            rows: "",
-            col: "shape",
-            numeric: false,
-        },
-        name: Name::Fn(describe_shape),
-    },
-    label: Cell {
-        text: "{row}",
-        slots: &[],
-    },
+    cols: Loop::csv("shape", &PHASES_DATA, "", "shape").named(Name::Fn(describe_shape)),
     cell: Cell {
         text: "{end} (+{took})",
         slots: &[
-            Slot::new("end", Value::Col { csv: &PHASES_DATA, rows: "shape={shape} phase={phase}", col: "end_cycles", }, Fmt::Thousands),
-            Slot::new("took", Value::Named { csv: &PHASES_DATA, f: phase_took, }, Fmt::Thousands),
+            Slot::new(
+                "end",
+                Value::col(&PHASES_DATA, "shape={shape} phase={phase}", "end_cycles"),
+                Fmt::Thousands,
+            ),
+            Slot::new(
+                "took",
+                Value::named(&PHASES_DATA, phase_took),
+                Fmt::Thousands,
+            ),
         ],
     },
-    extra: &[],
-    missing: None,
-    transpose_as: None,
+    ..Pivot::PLAIN
 };
 
 /// The cycles a phase took: its end less the end of the phase ahead of it in [`PHASES`]

@@ -84,6 +84,55 @@ pub struct Loop {
     pub name: Name,
 }
 
+impl Loop {
+    /// A variable over a list.
+    pub const fn list(var: &'static str, values: &'static [&'static str]) -> Loop {
+        Loop {
+            var,
+            over: Over::List(values),
+            name: Name::AsIs,
+        }
+    }
+
+    /// A variable over the distinct values of `col` among the rows matching `rows`.
+    pub const fn csv(
+        var: &'static str,
+        csv: &'static Csv,
+        rows: &'static str,
+        col: &'static str,
+    ) -> Loop {
+        Loop {
+            var,
+            over: Over::Csv {
+                csv,
+                rows,
+                col,
+                numeric: false,
+            },
+            name: Name::AsIs,
+        }
+    }
+
+    /// The same values, ascending as numbers.
+    pub const fn numeric(self) -> Loop {
+        let over = match self.over {
+            Over::Csv { csv, rows, col, .. } => Over::Csv {
+                csv,
+                rows,
+                col,
+                numeric: true,
+            },
+            other => other,
+        };
+        Loop { over, ..self }
+    }
+
+    /// The same values, named by `name`.
+    pub const fn named(self, name: Name) -> Loop {
+        Loop { name, ..self }
+    }
+}
+
 /// A number (or text) a fact or a cell shows.
 pub enum Value {
     /// Column `col` of the first row of `csv` matching `rows`.
@@ -127,6 +176,28 @@ pub enum Value {
         csv: &'static Csv,
         f: fn(&Ctx) -> Result<Option<f64>, String>,
     },
+}
+
+impl Value {
+    /// [`Value::Col`].
+    pub const fn col(csv: &'static Csv, rows: &'static str, col: &'static str) -> Value {
+        Value::Col { csv, rows, col }
+    }
+
+    /// [`Value::Sum`].
+    pub const fn sum(csv: &'static Csv, rows: &'static str, col: &'static str) -> Value {
+        Value::Sum { csv, rows, col }
+    }
+
+    /// [`Value::Distinct`].
+    pub const fn distinct(csv: &'static Csv, rows: &'static str, col: &'static str) -> Value {
+        Value::Distinct { csv, rows, col }
+    }
+
+    /// [`Value::Named`].
+    pub const fn named(csv: &'static Csv, f: fn(&Ctx) -> Result<Option<f64>, String>) -> Value {
+        Value::Named { csv, f }
+    }
 }
 
 /// How a value is written.
@@ -273,6 +344,14 @@ pub struct Cell {
     pub slots: &'static [Slot],
 }
 
+impl Cell {
+    /// The line's name alone: the usual label.
+    pub const ROW: Cell = Cell {
+        text: "{row}",
+        slots: &[],
+    };
+}
+
 /// A Markdown table, or one per value of `blocks`: a line per value of `rows` (where `row_if`
 /// matches a row of its CSV), a column per value of `cols`, then the `extra` lines.
 pub struct Pivot {
@@ -295,6 +374,28 @@ pub struct Pivot {
     pub missing: Option<&'static str>,
     /// Where `cols` has more values than `rows`, swap them, with this corner.
     pub transpose_as: Option<&'static str>,
+}
+
+impl Pivot {
+    /// The fields a table usually leaves as they are: no head, one block, an empty corner,
+    /// every line drawn, labelled by its name, no extra lines, a missing cell an error. A
+    /// table sets `line`, `rows`, `cols` and `cell` over it (`..Pivot::PLAIN`).
+    pub const PLAIN: Pivot = Pivot {
+        line: 0,
+        head: "",
+        blocks: None,
+        block_head: "",
+        block_tail: "",
+        corner: "",
+        rows: Loop::list("", &[]),
+        row_if: None,
+        cols: Loop::list("", &[]),
+        label: Cell::ROW,
+        cell: Cell::ROW,
+        extra: &[],
+        missing: None,
+        transpose_as: None,
+    };
 }
 
 /// One implementation in a [`Chart`]: its color, marker and legend line.
