@@ -19,10 +19,9 @@
 //! logits and the bias).
 
 use super::equality;
-use super::facts::Facts;
 use super::spec::{
-    self, each, fact, when, Cell, Chart, Csv, Ctx, Data, Fmt, Item, Loop, Name, Over, Pivot, Slot,
-    Style, Value,
+    self, each, fact, when, Absent, Cell, Chart, Csv, Ctx, Fmt, Item, Loop, Make, Name, Over, Part,
+    Pivot, Slot, Source, Style, Value,
 };
 use super::svg::{describe_shape, Marker};
 use super::Generated;
@@ -517,84 +516,70 @@ fn phase_took(c: &Ctx) -> Result<Option<f64>, String> {
     Ok(Some(now - before))
 }
 
+/// Chapter 5's files: the GPU run's figure, table and facts, then what the other CSVs add.
+const GROUP: spec::Group = spec::Group {
+    name: "ch05",
+    spec: HERE,
+    first: Source {
+        csv: &CH05,
+        absent: Absent::GpuRun {
+            stage: "bench",
+            copy: "ch05.csv, ch05_steps.csv and ch05_ceilings.csv",
+            left_out: "the figure, the table and the facts are left out",
+        },
+        check: None,
+    },
+    reads: &[&TRIED_RUNS],
+    parts: &[
+        Part {
+            needs: None,
+            files: &[Make::Chart(SVG, &FIGURE), Make::Table(TABLE, &ROUTER_TABLE)],
+            facts: GPU_FACTS,
+        },
+        Part {
+            needs: Some(Source {
+                csv: &EQUALITY,
+                absent: Absent::GpuRun {
+                    stage: "tests",
+                    copy: "equality/ch05_equality.csv",
+                    left_out: "the equality table is left out",
+                },
+                check: Some(equality::check),
+            }),
+            files: &[Make::Table(EQUALITY_TABLE, &EQUALITY_PAGE)],
+            facts: EQUALITY_FACTS,
+        },
+        Part {
+            needs: None,
+            files: &[],
+            facts: TRIED,
+        },
+        Part {
+            needs: Some(Source {
+                csv: &PHASES_DATA,
+                absent: Absent::Quiet,
+                check: None,
+            }),
+            files: &[Make::Table(PHASES_TABLE, &PHASES_PAGE)],
+            facts: &[],
+        },
+    ],
+    facts: FACTS,
+    facts_title: "Chapter 5's numbers",
+};
+
 /// The group's files, generated from the repository at `root` (the page's example and tree
 /// join them in `figures::generate`).
 pub fn generate(root: &Path) -> Result<Vec<Generated>, String> {
-    if !root.join(GPU_CSV).exists() {
-        super::no_gpu_csv_yet(
-            root,
-            "ch05",
-            GPU_CSV,
-            &[SVG, TABLE, FACTS],
-            "bench",
-            "ch05.csv, ch05_steps.csv and ch05_ceilings.csv",
-            "the figure, the table and the facts are left out",
-        )?;
-        return Ok(Vec::new());
-    }
-    let mut data = Data::read(root, &[&CH05, &TRIED_RUNS])?;
-    let has_equality = root.join(EQUALITY_CSV).exists();
-    if has_equality {
-        let text = super::read(root, EQUALITY_CSV)?;
-        equality::parse(&text, EQUALITY_CSV)?;
-        data.add(&EQUALITY, &text)?;
-    } else {
-        super::no_gpu_csv_yet(
-            root,
-            "ch05",
-            EQUALITY_CSV,
-            &[EQUALITY_TABLE],
-            "tests",
-            "equality/ch05_equality.csv",
-            "the equality table is left out",
-        )?;
-    }
-    let has_phases = root.join(PHASES_CSV).exists();
-    if has_phases {
-        data.add(&PHASES_DATA, &super::read(root, PHASES_CSV)?)?;
-    }
-    files(&data, has_equality, has_phases)
-}
-
-/// The files made from the CSVs in `data`.
-fn files(data: &Data, has_equality: bool, has_phases: bool) -> Result<Vec<Generated>, String> {
-    let mut f = Facts::default();
-    spec::facts(data, HERE, GPU_FACTS, &mut f)?;
-    let mut files = vec![
-        Generated {
-            path: SVG.into(),
-            content: spec::chart(data, &FIGURE)?,
-        },
-        Generated {
-            path: TABLE.into(),
-            content: spec::pivot(data, HERE, &ROUTER_TABLE)?,
-        },
-    ];
-    if has_equality {
-        spec::facts(data, HERE, EQUALITY_FACTS, &mut f)?;
-        files.push(Generated {
-            path: EQUALITY_TABLE.into(),
-            content: spec::pivot(data, HERE, &EQUALITY_PAGE)?,
-        });
-    }
-    spec::facts(data, HERE, TRIED, &mut f)?;
-    if has_phases {
-        files.push(Generated {
-            path: PHASES_TABLE.into(),
-            content: spec::pivot(data, HERE, &PHASES_PAGE)?,
-        });
-    }
-    files.push(Generated {
-        path: FACTS.into(),
-        content: f.render("Chapter 5's numbers"),
-    });
-    Ok(files)
+    spec::generate(root, &GROUP)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::bench_row::header;
+    use crate::figures::facts::Facts;
+    use crate::figures::spec::Data;
 
     const GLM: &str = "glm_h4096_e288_k8";
 
