@@ -30,41 +30,24 @@ use std::path::Path;
 
 /// This file, as the specs' errors name it.
 const HERE: &str = "tools/src/figures/ch05.rs";
-const GPU_CSV: &str = "bench/results/h200/ch05.csv";
+const CH05: Csv = Csv::at("bench/results/h200/ch05.csv");
 const SVG: &str = "book/src/figures/ch05-router.svg";
 const TABLE: &str = "book/src/figures/ch05-router-table.md";
 const FACTS: &str = "book/src/figures/ch05-facts.md";
 /// The GPU tests' equality table (`tests/fused.rs`, `EQUALITY`), copied from a run's
 /// `equality/ch05_equality.csv`, and the page's tables made from it.
-const EQUALITY_CSV: &str = "bench/results/h200/ch05_equality.csv";
+const EQUALITY: Csv = Csv::at("bench/results/h200/ch05_equality.csv");
 const EQUALITY_TABLE: &str = "book/src/figures/ch05-equality.md";
 /// The phase probe's latest run (`tools/gpu/probes/ch05_router_phases.cu`: the block form alone
 /// on one row, caches warm; the cycle at which each phase ends, medians of 50 launches), one
 /// line per shape and phase, and the page's table made from it.
-const PHASES_CSV: &str = "bench/results/h200/ch05_router_phases.csv";
+const PHASES_DATA: Csv = Csv::at("bench/results/h200/ch05_router_phases.csv");
 const PHASES_TABLE: &str = "book/src/figures/ch05-phases.md";
 /// Where the experiments that lost were measured: the rows of `bench ch05` runs made with a
 /// variant built in (or with the design kept, beside it), copied verbatim from each run's CSV
 /// under `logs/` with the run's name (its file's stem) in a first column, `run`. Only the
 /// cases the page quotes are kept.
-const TRIED_CSV: &str = "bench/results/h200/ch05_tried.csv";
-
-const CH05: Csv = Csv {
-    path: GPU_CSV,
-    run: None,
-};
-const TRIED_RUNS: Csv = Csv {
-    path: TRIED_CSV,
-    run: Some("run"),
-};
-const EQUALITY: Csv = Csv {
-    path: EQUALITY_CSV,
-    run: None,
-};
-const PHASES_DATA: Csv = Csv {
-    path: PHASES_CSV,
-    run: None,
-};
+const TRIED_RUNS: Csv = Csv::runs("bench/results/h200/ch05_tried.csv", "run");
 
 /// The implementations, as the CSV names them, in the order the table lists them: `bench ch05`
 /// measures these, in this order, but the PyTorch peer (`torch_5line`), whose samples it merges.
@@ -106,35 +89,19 @@ pub const FUSED_OVER_LOGITS_MAX: f64 = 2.0;
 pub const CHAIN_OVER_PAIR_MIN: f64 = 3.0;
 const TARGETS: &str = "tools/src/figures/ch05.rs (the targets bench ch05 checks)";
 
+/// The routers the figure draws, each in its color and marker with its legend line.
+#[rustfmt::skip]
+const ROUTERS: &[Style] = &[
+    Style::new("pair", "#0072b2", Marker::Circle, "pair: the tiny GEMM + the fused router, 2 launches"),
+    Style::new("blas_fused", "#009e73", Marker::Triangle, "blas_fused: cuBLAS's fp32 logits + the fused router"),
+    Style::new("chain", "#cc79a7", Marker::Diamond, "chain: chapter 1's plain kernels, fp32"),
+    Style::new("torch_5line", "#d55e00", Marker::Square, "torch_5line: the PyTorch five lines, fp32"),
+];
+
 /// The figure: the routers (the kernels alone are in the table), µs per call against rows.
 const FIGURE: Chart = Chart {
     csv: &CH05,
-    draw: &[
-        Style {
-            imp: "pair",
-            color: "#0072b2",
-            marker: Marker::Circle,
-            label: "pair: the tiny GEMM + the fused router, 2 launches",
-        },
-        Style {
-            imp: "blas_fused",
-            color: "#009e73",
-            marker: Marker::Triangle,
-            label: "blas_fused: cuBLAS's fp32 logits + the fused router",
-        },
-        Style {
-            imp: "chain",
-            color: "#cc79a7",
-            marker: Marker::Diamond,
-            label: "chain: chapter 1's plain kernels, fp32",
-        },
-        Style {
-            imp: "torch_5line",
-            color: "#d55e00",
-            marker: Marker::Square,
-            label: "torch_5line: the PyTorch five lines, fp32",
-        },
-    ],
+    draw: ROUTERS,
     floor_from: "pair",
     panel_w: 440.0,
     panel_h: 320.0,
@@ -328,7 +295,7 @@ const ROUTER_TABLE: Pivot = Pivot {
 /// The page's table of what did not pay: for each experiment that lost, the variant's
 /// measurement (`tried_{name}`) and the kept design's (`tried_{name}_kept`), the same quantity
 /// from the run the experiment was compared with: `runs!` is a case of the runs in
-/// [`TRIED_CSV`] (several runs of one build give a range, `lo–hi`), `chapter!` of the chapter's
+/// [`TRIED_RUNS`] (several runs of one build give a range, `lo–hi`), `chapter!` of the chapter's
 /// own run; then the chapter's targets as the bench checks them.
 macro_rules! runs {
     ($runs:expr, $rows:literal, $col:literal) => {
@@ -510,7 +477,8 @@ fn phase_took(c: &Ctx) -> Result<Option<f64>, String> {
     };
     if now < before {
         return Err(format!(
-            "{PHASES_CSV}: `{phase}` of {shape} ends before the phase ahead of it"
+            "{}: `{phase}` of {shape} ends before the phase ahead of it",
+            PHASES_DATA.path
         ));
     }
     Ok(Some(now - before))
@@ -582,6 +550,8 @@ mod tests {
     use crate::figures::spec::Data;
 
     const GLM: &str = "glm_h4096_e288_k8";
+    const TRIED_CSV: &str = TRIED_RUNS.path;
+    const GPU_CSV: &str = CH05.path;
 
     /// A small CSV as the bench writes it: one shape, two row counts, and `more` lines.
     fn csv(more: &[String]) -> String {
@@ -700,12 +670,31 @@ mod tests {
         let mut d = data(&[]);
         let text = format!("run,{}\n{}\n{}\n", header(), row("a", 7.94), row("b", 7.97));
         d.add(&TRIED_RUNS, &text).unwrap();
-        #[rustfmt::skip]
         const T: &[Item] = &[
-            fact!("two", runs!(&["a", "b"], "shape=glm_h4096_e288_k8 rows=1 impl=pair", "cold_median_us"), Fmt::Us),
-            fact!("one", runs!(&["a"], "shape=glm_h4096_e288_k8 rows=1 impl=pair", "cold_median_us"), Fmt::Us),
+            fact!(
+                "two",
+                runs!(
+                    &["a", "b"],
+                    "shape=glm_h4096_e288_k8 rows=1 impl=pair",
+                    "cold_median_us"
+                ),
+                Fmt::Us
+            ),
+            fact!(
+                "one",
+                runs!(
+                    &["a"],
+                    "shape=glm_h4096_e288_k8 rows=1 impl=pair",
+                    "cold_median_us"
+                ),
+                Fmt::Us
+            ),
             // The chapter's own run is read from its CSV, not from the table of experiments.
-            fact!("mine", chapter!("shape=glm_h4096_e288_k8 rows=1 impl=pair", "cold_median_us"), Fmt::Us),
+            fact!(
+                "mine",
+                chapter!("shape=glm_h4096_e288_k8 rows=1 impl=pair", "cold_median_us"),
+                Fmt::Us
+            ),
         ];
         let mut f = Facts::default();
         spec::facts(&d, HERE, T, &mut f).unwrap();

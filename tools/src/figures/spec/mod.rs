@@ -47,6 +47,21 @@ pub struct Csv {
     pub run: Option<&'static str>,
 }
 
+impl Csv {
+    /// A CSV whose rows are one run's.
+    pub const fn at(path: &'static str) -> Csv {
+        Csv { path, run: None }
+    }
+
+    /// A CSV of several runs, each row's named in column `run`.
+    pub const fn runs(path: &'static str, run: &'static str) -> Csv {
+        Csv {
+            path,
+            run: Some(run),
+        }
+    }
+}
+
 /// How a loop variable's value is written in a fact's name, a column head or a row label.
 #[derive(Clone, Copy)]
 pub enum Name {
@@ -407,6 +422,22 @@ pub(crate) struct Style {
     pub color: &'static str,
     pub marker: Marker,
     pub label: &'static str,
+}
+
+impl Style {
+    pub const fn new(
+        imp: &'static str,
+        color: &'static str,
+        marker: Marker,
+        label: &'static str,
+    ) -> Style {
+        Style {
+            imp,
+            color,
+            marker,
+            label,
+        }
+    }
 }
 
 /// A figure of µs per call against rows, one log-log panel per shape ([`svg::Figure`]): the
