@@ -5,10 +5,11 @@
 //! A spec is Rust data (consts), not a text file beside the CSV: the compiler checks its shape
 //! (a format or a value kind is an enum variant, not a word a parser may misread), the spec can
 //! name the constants the bench shares with the figures (a chapter's targets, its list of
-//! implementations: STYLE.md item 16, one list read by both), and there is no parser to keep.
-//! Each spec item records its line (`line!()`, through the [`fact!`](crate::fact) macros), so
-//! an error names the spec line and the CSV: `tools/src/figures/ch05.rs:212: fact
-//! `glm_1_probe`: bench/results/h200/ch05.csv has no row with impl=pair rows=1`.
+//! implementations: STYLE.md item 16, one list read by both), a value the spec cannot express
+//! is a named Rust function beside it, and there is no parser to keep. Each fact records its
+//! line (`line!()`, through the `fact!`, `each!` and `when!` macros; a table its `line`), so an
+//! error names the spec line and the CSV: `tools/src/figures/ch05.rs:190: fact
+//! `glm_96_pair_cold`: bench/results/h200/ch05.csv has no row with shape=… rows=96 impl=pair`.
 //!
 //! The parts:
 //! - [`Csv`]: a committed CSV, by path; the facts it gives name it as their source.
@@ -22,7 +23,8 @@
 //! - [`Item`]: a fact, a loop of items, or items under a condition on the variables; [`facts`]
 //!   runs a list of them into a [`Facts`] file.
 //! - [`Pivot`]: a Markdown table, one line per value of one loop and a column per value of
-//!   another, each cell a template of values; [`Chart`]: an SVG figure drawn by [`svg::Figure`].
+//!   another, each cell a template of values; `Chart`: an SVG figure drawn by `svg::Figure`.
+//! - `Group` (group.rs): a chapter's files, the CSVs they need and what a missing one means.
 //!
 //! A missing row is an error, never an empty string: a fact marked optional (`fact!(? …)`) is
 //! left out of the file instead (the page's include of it then fails), a table says what its
@@ -425,6 +427,7 @@ pub(crate) struct Style {
 }
 
 impl Style {
+    /// A series: the implementation, its color, marker and legend line.
     pub const fn new(
         imp: &'static str,
         color: &'static str,
@@ -947,15 +950,15 @@ fn run(
     Ok(())
 }
 
-/// A cell's text, or `None` where a required slot's rows are missing.
-fn cell(ev: &mut Eval, c: &Cell, vars: &mut Vars) -> Result<Option<String>, String> {
+/// A cell's text, or (`Err` inside) what is missing where a required slot's rows are.
+fn cell(ev: &mut Eval, c: &Cell, vars: &mut Vars) -> Result<Result<String, String>, String> {
     let mut shown = Vec::new();
     for s in c.slots {
         let text = if s.when.is_empty() || vars_meet(s.when, vars)? {
             match ev.value(&s.value, vars) {
                 Ok(o) => s.wrap.replace("{}", &format(&o, s.fmt)?),
                 Err(Miss::Missing(_)) if s.optional => String::new(),
-                Err(Miss::Missing(_)) => return Ok(None),
+                Err(Miss::Missing(m)) => return Ok(Err(m)),
                 Err(Miss::Error(e)) => return Err(e),
             }
         } else {
@@ -963,7 +966,7 @@ fn cell(ev: &mut Eval, c: &Cell, vars: &mut Vars) -> Result<Option<String>, Stri
         };
         shown.push((s.name, text));
     }
-    fill_with(c.text, vars, true, &shown).map(Some)
+    fill_with(c.text, vars, true, &shown).map(Ok)
 }
 
 /// Writes a [`Pivot`] (`file`: the spec's source file, for errors).
@@ -1023,10 +1026,10 @@ pub fn pivot(data: &Data, file: &str, p: &Pivot) -> Result<String, String> {
                 let here = format!("{}={v}", cl.var);
                 vars.pop();
                 let c = match c.map_err(at)? {
-                    Some(c) => c,
-                    None => match p.missing {
+                    Ok(c) => c,
+                    Err(why) => match p.missing {
                         Some(m) => m.to_string(),
-                        None => return Err(at(format!("no cell at {label}, {here}"))),
+                        None => return Err(at(format!("no cell at {label}, {here}: {why}"))),
                     },
                 };
                 let _ = write!(s, " {c} |");
@@ -1044,7 +1047,7 @@ pub fn pivot(data: &Data, file: &str, p: &Pivot) -> Result<String, String> {
                 };
                 cell(&mut ev, &p.label, &mut vars).map_err(at)?
             }
-            .ok_or_else(|| at(format!("no label for {v}")))?;
+            .map_err(|why| at(format!("no label for {v}: {why}")))?;
             let r = line(&mut s, label, &p.cell, &mut vars);
             vars.truncate(vars.len() - 2);
             r?;

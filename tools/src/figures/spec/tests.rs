@@ -275,7 +275,10 @@ fn a_pivot_lays_out_blocks_lines_and_cells() {
         ..TABLE
     };
     let e = pivot(&data(), "spec.rs", &strict).unwrap_err();
-    assert_eq!(e, "spec.rs:7: table: no cell at y, n=9");
+    assert_eq!(
+        e,
+        "spec.rs:7: table: no cell at y, n=9: t.csv has no row with shape=glm_a impl=y rows=9"
+    );
     // More columns than lines: swapped.
     let wide = Pivot {
         blocks: None,
