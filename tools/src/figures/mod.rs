@@ -10,6 +10,7 @@ pub mod ch04;
 pub mod ch05;
 pub mod equality;
 pub mod facts;
+pub mod spec;
 pub mod svg;
 pub mod tables;
 
