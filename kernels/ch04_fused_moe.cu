@@ -104,3 +104,42 @@
 #include "ch04/portable.cuh"
 #include "ch04/hopper.cuh"
 #include "ch04/decode.cuh"
+
+// ANCHOR: configs
+// The tile configurations, from one list (kernels/ch04/configs.def, one line a configuration,
+// read by the Rust crate too). First pass: version 11's counters, three pairs for each of its
+// configurations in the list's order (DY_<name> its first; an enumerator's value is the one before
+// it plus one, so a line of another version adds nothing).
+enum Ch04DyPairs {
+#define DEFAULT_TILE(name, version, warps, wm, bk, nf, stages)
+#define PORTABLE_TILE(name, version, warps, wm, bk, nf, stages)
+#define HOPPER_TILE(name, version, wgs, bk, nf, stages, w0) \
+    DY_##name, DY_##name##_last = DY_##name + (version == 11 ? 3 : 0) - 1,
+#include "ch04/configs.def"
+#undef DEFAULT_TILE
+#undef PORTABLE_TILE
+#undef HOPPER_TILE
+    DY_PAIRS
+};
+static_assert(DY_PAIRS == DY_COUNTERS, "dy_counters holds a pair for each version 11 entry point");
+
+// Second pass: each configuration's type and its three entry points (portable.cuh's
+// FUSED_ENTRIES, hopper.cuh's HOPPER_ENTRIES_<version>); the default's are written out in
+// portable.cuh, under the plain names, and its line checked against them.
+#define DEFAULT_TILE(name, version, warps, wm, bk, nf, stages)                                   \
+    static_assert(FusedDefault::VERSION == version && FusedDefault::WARPS == warps &&            \
+                      FusedDefault::WM == wm && FusedDefault::BK == bk && FusedDefault::NF == nf && \
+                      FusedDefault::STAGES == stages,                                            \
+                  "configs.def's default is portable.cuh's FusedDefault");
+#define PORTABLE_TILE(name, version, warps, wm, bk, nf, stages)                                  \
+    typedef FusedCfg<warps, bk, nf, stages, wm> FusedCfg_##name;                                 \
+    static_assert(FusedCfg_##name::VERSION == version, "configs.def: the version of " #name);    \
+    FUSED_ENTRIES(name, FusedCfg_##name)
+#define HOPPER_TILE(name, version, wgs, bk, nf, stages, w0)                                      \
+    typedef WgCfg<version, wgs, bk, nf, stages, (w0 != 0)> WgCfg_##name;                               \
+    HOPPER_ENTRIES_##version(name, WgCfg_##name)
+#include "ch04/configs.def"
+#undef DEFAULT_TILE
+#undef PORTABLE_TILE
+#undef HOPPER_TILE
+// ANCHOR_END: configs

@@ -71,11 +71,19 @@
 // global memory (one atomicAdd) and passes it to its warpgroup and the consumers through a ring
 // of DY_SLOTS items in shared memory (dy_next), so the items at work at any moment are the
 // ones handed out last, however unevenly the blocks run.
-template <int WGS_, int BK_, int NF_, int STAGES_, bool SWZ_ = false, bool W0_ = false, bool TMA_ = false,
-          bool WS_ = false, bool MC_ = false, bool PS_ = false, bool DY_ = false>
+// VERSION (4 to 11) names what the configuration's main loop does, each version adding one idea
+// to the one before (SWZ from 5, TMA from 7, WS from 8, MC in 9, PS from 10, DY in 11); W0 is
+// version 6's wait, which version 7 may keep. The list of configurations: ch04/configs.def.
+template <int VERSION_, int WGS_, int BK_, int NF_, int STAGES_, bool W0_ = false>
 struct WgCfg {
-    static constexpr int WGS = WGS_, BK = BK_, NF = NF_, STAGES = STAGES_;
-    static constexpr bool SWZ = SWZ_, W0 = W0_, TMA = TMA_, WS = WS_, MC = MC_, PS = PS_, DY = DY_;
+    static constexpr int VERSION = VERSION_, WGS = WGS_, BK = BK_, NF = NF_, STAGES = STAGES_;
+    static constexpr bool SWZ = VERSION >= 5;   // the 128-byte swizzled layout (`_x`)
+    static constexpr bool W0 = W0_;             // each slice's wgmma waited for (`_w0`)
+    static constexpr bool TMA = VERSION >= 7;   // the weight slices by TMA (`_tma`)
+    static constexpr bool WS = VERSION >= 8;    // a producer warpgroup (`_ws`)
+    static constexpr bool MC = VERSION == 9;    // clusters of two sharing the weight slice (`_mc`)
+    static constexpr bool PS = VERSION >= 10;   // persistent blocks (`_ps`)
+    static constexpr bool DY = VERSION == 11;   // items handed out as the blocks free up (`_dy`)
     static constexpr int AHEAD = W0 ? STAGES - 1 : STAGES - 2;  // slices copied ahead of the product
     static constexpr int THREADS = 128 * (WGS + (WS ? 1 : 0));
     static constexpr int COPIERS = WS ? 128 : THREADS;     // threads that issue the cp.async
@@ -102,10 +110,8 @@ struct WgCfg {
     static_assert(!SWZ || BK == 64, "the 128-byte swizzle holds one staged row of 64 bf16");
     static_assert(!TMA || (SWZ && BN % (2 * WG_TMA_BOX) == 0 && BK == WG_TMA_BOX),
                   "TMA boxes: WG_TMA_BOX swizzled rows of BK, two halves of whole boxes");
-    static_assert(!WS || TMA, "version 8's producer asks for B's boxes");
-    static_assert(!MC || WS, "version 9 is version 8 in clusters of two");
-    static_assert(!PS || (WS && !MC), "version 10 is version 8, persistent");
-    static_assert(!DY || PS, "version 11 is version 10 with its items handed out as blocks free up");
+    static_assert(VERSION >= 4 && VERSION <= 11, "versions 4 to 11 run on wgmma");
+    static_assert(VERSION == 6 ? W0 : !W0 || VERSION == 7, "_w0 is version 6's, and version 7 may keep it");
     static constexpr int BOX_ROWS = WG_TMA_BOX;            // TMA: rows of one box (the host's tensor maps)
     static constexpr int HALF_BOXES = BN / 2 / BOX_ROWS;   // TMA: boxes per half of B (gate | up, or two column halves)
 };
@@ -774,450 +780,89 @@ __device__ __forceinline__ void ps_gemm_impl(const __nv_bfloat16* __restrict__ A
 // ANCHOR_END: ps_loop
 
 // ANCHOR: wg_entries
-// The configurations of versions 4 to 11, g{WGS}_k{BK}_n{NF}_s{STAGES} (BLOCK_M 64·WGS, BN 16·NF), then _x
-// for the 128-byte swizzled layout (and _w0 for version 6's main loop), each with the three entry
-// points of the other versions. Launched only on sm_90a GPUs. Written out rather than generated
-// by a macro, as every entry point of the book: the build finds a family's kernels by their
-// `extern "C" __global__ void NAME(` text (kernels/build-support), and a reader by grep.
-typedef WgCfg<1, 64, 8, 4> WgG1K64N8S4;
-extern "C" __global__ void __launch_bounds__(128)
-    fused_gemm1_swiglu_g1_k64_n8_s4(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
-                      int E, int block_m) {
-    wg_gemm1_swiglu_impl<WgG1K64N8S4>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);
-}
-extern "C" __global__ void __launch_bounds__(128)
-    fused_gemm1_gateup_g1_k64_n8_s4(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
-                      int I, int E, int block_m) {
-    wg_gemm_impl<WgG1K64N8S4, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m);
-}
-extern "C" __global__ void __launch_bounds__(128)
-    fused_gemm2_g1_k64_n8_s4(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
-                      int I, int E, int block_m) {
-    wg_gemm_impl<WgG1K64N8S4, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m);
-}
-typedef WgCfg<2, 64, 8, 4> WgG2K64N8S4;
-extern "C" __global__ void __launch_bounds__(256)
-    fused_gemm1_swiglu_g2_k64_n8_s4(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
-                      int E, int block_m) {
-    wg_gemm1_swiglu_impl<WgG2K64N8S4>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);
-}
-extern "C" __global__ void __launch_bounds__(256)
-    fused_gemm1_gateup_g2_k64_n8_s4(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
-                      int I, int E, int block_m) {
-    wg_gemm_impl<WgG2K64N8S4, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m);
-}
-extern "C" __global__ void __launch_bounds__(256)
-    fused_gemm2_g2_k64_n8_s4(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
-                      int I, int E, int block_m) {
-    wg_gemm_impl<WgG2K64N8S4, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m);
-}
-typedef WgCfg<2, 64, 16, 4> WgG2K64N16S4;
-extern "C" __global__ void __launch_bounds__(256)
-    fused_gemm1_swiglu_g2_k64_n16_s4(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
-                      int E, int block_m) {
-    wg_gemm1_swiglu_impl<WgG2K64N16S4>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);
-}
-extern "C" __global__ void __launch_bounds__(256)
-    fused_gemm1_gateup_g2_k64_n16_s4(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
-                      int I, int E, int block_m) {
-    wg_gemm_impl<WgG2K64N16S4, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m);
-}
-extern "C" __global__ void __launch_bounds__(256)
-    fused_gemm2_g2_k64_n16_s4(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
-                      int I, int E, int block_m) {
-    wg_gemm_impl<WgG2K64N16S4, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m);
-}
-typedef WgCfg<1, 64, 8, 4, true> WgG1K64N8S4X;
-extern "C" __global__ void __launch_bounds__(128)
-    fused_gemm1_swiglu_g1_k64_n8_s4_x(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
-                      int E, int block_m) {
-    wg_gemm1_swiglu_impl<WgG1K64N8S4X>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);
-}
-extern "C" __global__ void __launch_bounds__(128)
-    fused_gemm1_gateup_g1_k64_n8_s4_x(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
-                      int I, int E, int block_m) {
-    wg_gemm_impl<WgG1K64N8S4X, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m);
-}
-extern "C" __global__ void __launch_bounds__(128)
-    fused_gemm2_g1_k64_n8_s4_x(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
-                      int I, int E, int block_m) {
-    wg_gemm_impl<WgG1K64N8S4X, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m);
-}
-typedef WgCfg<2, 64, 8, 4, true> WgG2K64N8S4X;
-extern "C" __global__ void __launch_bounds__(256)
-    fused_gemm1_swiglu_g2_k64_n8_s4_x(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
-                      int E, int block_m) {
-    wg_gemm1_swiglu_impl<WgG2K64N8S4X>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);
-}
-extern "C" __global__ void __launch_bounds__(256)
-    fused_gemm1_gateup_g2_k64_n8_s4_x(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
-                      int I, int E, int block_m) {
-    wg_gemm_impl<WgG2K64N8S4X, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m);
-}
-extern "C" __global__ void __launch_bounds__(256)
-    fused_gemm2_g2_k64_n8_s4_x(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
-                      int I, int E, int block_m) {
-    wg_gemm_impl<WgG2K64N8S4X, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m);
-}
-typedef WgCfg<2, 64, 16, 4, true> WgG2K64N16S4X;
-extern "C" __global__ void __launch_bounds__(256)
-    fused_gemm1_swiglu_g2_k64_n16_s4_x(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
-                      int E, int block_m) {
-    wg_gemm1_swiglu_impl<WgG2K64N16S4X>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);
-}
-extern "C" __global__ void __launch_bounds__(256)
-    fused_gemm1_gateup_g2_k64_n16_s4_x(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
-                      int I, int E, int block_m) {
-    wg_gemm_impl<WgG2K64N16S4X, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m);
-}
-extern "C" __global__ void __launch_bounds__(256)
-    fused_gemm2_g2_k64_n16_s4_x(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
-                      int I, int E, int block_m) {
-    wg_gemm_impl<WgG2K64N16S4X, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m);
-}
-// _w0: the smallest swizzled tile with its main loop waiting for each slice's wgmma (WgCfg's W0):
-// three slices in flight through 4 buffers, or two through 3 (three blocks to an SM).
-typedef WgCfg<1, 64, 8, 4, true, true> WgG1K64N8S4XW0;
-extern "C" __global__ void __launch_bounds__(128)
-    fused_gemm1_swiglu_g1_k64_n8_s4_x_w0(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
-                      int E, int block_m) {
-    wg_gemm1_swiglu_impl<WgG1K64N8S4XW0>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);
-}
-extern "C" __global__ void __launch_bounds__(128)
-    fused_gemm1_gateup_g1_k64_n8_s4_x_w0(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
-                      int I, int E, int block_m) {
-    wg_gemm_impl<WgG1K64N8S4XW0, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m);
-}
-extern "C" __global__ void __launch_bounds__(128)
-    fused_gemm2_g1_k64_n8_s4_x_w0(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
-                      int I, int E, int block_m) {
-    wg_gemm_impl<WgG1K64N8S4XW0, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m);
-}
-typedef WgCfg<1, 64, 8, 3, true, true> WgG1K64N8S3XW0;
-extern "C" __global__ void __launch_bounds__(128)
-    fused_gemm1_swiglu_g1_k64_n8_s3_x_w0(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
-                      int E, int block_m) {
-    wg_gemm1_swiglu_impl<WgG1K64N8S3XW0>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);
-}
-extern "C" __global__ void __launch_bounds__(128)
-    fused_gemm1_gateup_g1_k64_n8_s3_x_w0(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
-                      int I, int E, int block_m) {
-    wg_gemm_impl<WgG1K64N8S3XW0, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m);
-}
-extern "C" __global__ void __launch_bounds__(128)
-    fused_gemm2_g1_k64_n8_s3_x_w0(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
-                      int I, int E, int block_m) {
-    wg_gemm_impl<WgG1K64N8S3XW0, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m);
-}
-// _tma (version 7): the weight slices through the tensor memory accelerator (WgCfg's TMA), for
-// the configurations the tuning run picks among versions 5 and 6; each entry point takes one more
-// parameter, the device address of its weight tensor's map (kernels/tma.cuh), which the host
-// encodes once per tensor.
-typedef WgCfg<1, 64, 8, 3, true, true, true> WgG1K64N8S3XW0T;
-extern "C" __global__ void __launch_bounds__(128)
-    fused_gemm1_swiglu_g1_k64_n8_s3_x_w0_tma(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
-                      int E, int block_m, const void* w13_map) {
-    wg_gemm1_swiglu_impl<WgG1K64N8S3XW0T>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m, w13_map);
-}
-extern "C" __global__ void __launch_bounds__(128)
-    fused_gemm1_gateup_g1_k64_n8_s3_x_w0_tma(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
-                      int I, int E, int block_m, const void* w13_map) {
-    wg_gemm_impl<WgG1K64N8S3XW0T, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m, w13_map);
-}
-extern "C" __global__ void __launch_bounds__(128)
-    fused_gemm2_g1_k64_n8_s3_x_w0_tma(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
-                      int I, int E, int block_m, const void* w2_map) {
-    wg_gemm_impl<WgG1K64N8S3XW0T, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m, w2_map);
-}
-typedef WgCfg<1, 64, 8, 4, true, true, true> WgG1K64N8S4XW0T;
-extern "C" __global__ void __launch_bounds__(128)
-    fused_gemm1_swiglu_g1_k64_n8_s4_x_w0_tma(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
-                      int E, int block_m, const void* w13_map) {
-    wg_gemm1_swiglu_impl<WgG1K64N8S4XW0T>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m, w13_map);
-}
-extern "C" __global__ void __launch_bounds__(128)
-    fused_gemm1_gateup_g1_k64_n8_s4_x_w0_tma(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
-                      int I, int E, int block_m, const void* w13_map) {
-    wg_gemm_impl<WgG1K64N8S4XW0T, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m, w13_map);
-}
-extern "C" __global__ void __launch_bounds__(128)
-    fused_gemm2_g1_k64_n8_s4_x_w0_tma(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
-                      int I, int E, int block_m, const void* w2_map) {
-    wg_gemm_impl<WgG1K64N8S4XW0T, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m, w2_map);
-}
-typedef WgCfg<2, 64, 8, 4, true, false, true> WgG2K64N8S4XT;
-extern "C" __global__ void __launch_bounds__(256)
-    fused_gemm1_swiglu_g2_k64_n8_s4_x_tma(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
-                      int E, int block_m, const void* w13_map) {
-    wg_gemm1_swiglu_impl<WgG2K64N8S4XT>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m, w13_map);
-}
-extern "C" __global__ void __launch_bounds__(256)
-    fused_gemm1_gateup_g2_k64_n8_s4_x_tma(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
-                      int I, int E, int block_m, const void* w13_map) {
-    wg_gemm_impl<WgG2K64N8S4XT, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m, w13_map);
-}
-extern "C" __global__ void __launch_bounds__(256)
-    fused_gemm2_g2_k64_n8_s4_x_tma(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
-                      int I, int E, int block_m, const void* w2_map) {
-    wg_gemm_impl<WgG2K64N8S4XT, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m, w2_map);
-}
-typedef WgCfg<2, 64, 16, 4, true, false, true> WgG2K64N16S4XT;
-extern "C" __global__ void __launch_bounds__(256)
-    fused_gemm1_swiglu_g2_k64_n16_s4_x_tma(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
-                      int E, int block_m, const void* w13_map) {
-    wg_gemm1_swiglu_impl<WgG2K64N16S4XT>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m, w13_map);
-}
-extern "C" __global__ void __launch_bounds__(256)
-    fused_gemm1_gateup_g2_k64_n16_s4_x_tma(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
-                      int I, int E, int block_m, const void* w13_map) {
-    wg_gemm_impl<WgG2K64N16S4XT, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m, w13_map);
-}
-extern "C" __global__ void __launch_bounds__(256)
-    fused_gemm2_g2_k64_n16_s4_x_tma(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
-                      int I, int E, int block_m, const void* w2_map) {
-    wg_gemm_impl<WgG2K64N16S4XT, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m, w2_map);
-}
-// _ws (version 8): warp-specialized (WgCfg's WS), one producer warpgroup more than version 7's
-// consumers; the same parameters as version 7's entry points.
-typedef WgCfg<1, 64, 8, 4, true, false, true, true> WgG1K64N8S4XTW;
-extern "C" __global__ void __launch_bounds__(256)
-    fused_gemm1_swiglu_g1_k64_n8_s4_x_tma_ws(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
-                      int E, int block_m, const void* w13_map) {
-    wg_gemm1_swiglu_impl<WgG1K64N8S4XTW>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m, w13_map);
-}
-extern "C" __global__ void __launch_bounds__(256)
-    fused_gemm1_gateup_g1_k64_n8_s4_x_tma_ws(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
-                      int I, int E, int block_m, const void* w13_map) {
-    wg_gemm_impl<WgG1K64N8S4XTW, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m, w13_map);
-}
-extern "C" __global__ void __launch_bounds__(256)
-    fused_gemm2_g1_k64_n8_s4_x_tma_ws(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
-                      int I, int E, int block_m, const void* w2_map) {
-    wg_gemm_impl<WgG1K64N8S4XTW, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m, w2_map);
-}
-typedef WgCfg<1, 64, 8, 3, true, false, true, true> WgG1K64N8S3XTW;
-extern "C" __global__ void __launch_bounds__(256)
-    fused_gemm1_swiglu_g1_k64_n8_s3_x_tma_ws(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
-                      int E, int block_m, const void* w13_map) {
-    wg_gemm1_swiglu_impl<WgG1K64N8S3XTW>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m, w13_map);
-}
-extern "C" __global__ void __launch_bounds__(256)
-    fused_gemm1_gateup_g1_k64_n8_s3_x_tma_ws(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
-                      int I, int E, int block_m, const void* w13_map) {
-    wg_gemm_impl<WgG1K64N8S3XTW, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m, w13_map);
-}
-extern "C" __global__ void __launch_bounds__(256)
-    fused_gemm2_g1_k64_n8_s3_x_tma_ws(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
-                      int I, int E, int block_m, const void* w2_map) {
-    wg_gemm_impl<WgG1K64N8S3XTW, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m, w2_map);
-}
-typedef WgCfg<2, 64, 8, 6, true, false, true, true> WgG2K64N8S6XTW;
-extern "C" __global__ void __launch_bounds__(384)
-    fused_gemm1_swiglu_g2_k64_n8_s6_x_tma_ws(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
-                      int E, int block_m, const void* w13_map) {
-    wg_gemm1_swiglu_impl<WgG2K64N8S6XTW>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m, w13_map);
-}
-extern "C" __global__ void __launch_bounds__(384)
-    fused_gemm1_gateup_g2_k64_n8_s6_x_tma_ws(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
-                      int I, int E, int block_m, const void* w13_map) {
-    wg_gemm_impl<WgG2K64N8S6XTW, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m, w13_map);
-}
-extern "C" __global__ void __launch_bounds__(384)
-    fused_gemm2_g2_k64_n8_s6_x_tma_ws(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
-                      int I, int E, int block_m, const void* w2_map) {
-    wg_gemm_impl<WgG2K64N8S6XTW, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m, w2_map);
-}
-typedef WgCfg<2, 64, 16, 4, true, false, true, true> WgG2K64N16S4XTW;
-extern "C" __global__ void __launch_bounds__(384)
-    fused_gemm1_swiglu_g2_k64_n16_s4_x_tma_ws(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
-                      int E, int block_m, const void* w13_map) {
-    wg_gemm1_swiglu_impl<WgG2K64N16S4XTW>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m, w13_map);
-}
-extern "C" __global__ void __launch_bounds__(384)
-    fused_gemm1_gateup_g2_k64_n16_s4_x_tma_ws(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
-                      int I, int E, int block_m, const void* w13_map) {
-    wg_gemm_impl<WgG2K64N16S4XTW, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m, w13_map);
-}
-extern "C" __global__ void __launch_bounds__(384)
-    fused_gemm2_g2_k64_n16_s4_x_tma_ws(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
-                      int I, int E, int block_m, const void* w2_map) {
-    wg_gemm_impl<WgG2K64N16S4XTW, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m, w2_map);
-}
-// _mc (version 9): version 8 in clusters of two blocks (__cluster_dims__: the grid's x is even,
-// blocks 2j and 2j + 1 one cluster) that multicast the weight slice when their tiles are of one
-// expert (wg_cluster_shares); the same parameters as version 8's entry points.
-typedef WgCfg<1, 64, 8, 4, true, false, true, true, true> WgG1K64N8S4XTWM;
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256)
-    fused_gemm1_swiglu_g1_k64_n8_s4_x_tma_ws_mc(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
-                      int E, int block_m, const void* w13_map) {
-    wg_gemm1_swiglu_impl<WgG1K64N8S4XTWM>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m, w13_map);
-}
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256)
-    fused_gemm1_gateup_g1_k64_n8_s4_x_tma_ws_mc(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
-                      int I, int E, int block_m, const void* w13_map) {
-    wg_gemm_impl<WgG1K64N8S4XTWM, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m, w13_map);
-}
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256)
-    fused_gemm2_g1_k64_n8_s4_x_tma_ws_mc(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
-                      int I, int E, int block_m, const void* w2_map) {
-    wg_gemm_impl<WgG1K64N8S4XTWM, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m, w2_map);
-}
-typedef WgCfg<2, 64, 16, 4, true, false, true, true, true> WgG2K64N16S4XTWM;
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384)
-    fused_gemm1_swiglu_g2_k64_n16_s4_x_tma_ws_mc(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
-                      int E, int block_m, const void* w13_map) {
-    wg_gemm1_swiglu_impl<WgG2K64N16S4XTWM>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m, w13_map);
-}
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384)
-    fused_gemm1_gateup_g2_k64_n16_s4_x_tma_ws_mc(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
-                      int I, int E, int block_m, const void* w13_map) {
-    wg_gemm_impl<WgG2K64N16S4XTWM, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m, w13_map);
-}
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384)
-    fused_gemm2_g2_k64_n16_s4_x_tma_ws_mc(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
-                      int I, int E, int block_m, const void* w2_map) {
-    wg_gemm_impl<WgG2K64N16S4XTWM, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m, w2_map);
-}
-// _ps (version 10): version 8, persistent: as many blocks as the SMs hold at once (the host's
-// grid, one dimension), each working through the tiles × column blocks of version 8's grid; the same
-// parameters as version 8's entry points (the weight pointers unused: every slice of B comes
-// through the tensor map).
-typedef WgCfg<1, 64, 8, 4, true, false, true, true, false, true> WgG1K64N8S4XTWP;
-extern "C" __global__ void __launch_bounds__(256, 1)
-    fused_gemm1_swiglu_g1_k64_n8_s4_x_tma_ws_ps(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
-                      int E, int block_m, const void* w13_map) {
-    ps_gemm1_swiglu_impl<WgG1K64N8S4XTWP>(x, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m, w13_map);
-}
-extern "C" __global__ void __launch_bounds__(256, 1)
-    fused_gemm1_gateup_g1_k64_n8_s4_x_tma_ws_ps(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
-                      int I, int E, int block_m, const void* w13_map) {
-    ps_gemm_impl<WgG1K64N8S4XTWP, true>(x, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m, w13_map);
-}
-extern "C" __global__ void __launch_bounds__(256, 1)
-    fused_gemm2_g1_k64_n8_s4_x_tma_ws_ps(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
-                      int I, int E, int block_m, const void* w2_map) {
-    ps_gemm_impl<WgG1K64N8S4XTWP, false>(act, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m, w2_map);
-}
-typedef WgCfg<2, 64, 16, 4, true, false, true, true, false, true> WgG2K64N16S4XTWP;
-extern "C" __global__ void __launch_bounds__(384, 1)
-    fused_gemm1_swiglu_g2_k64_n16_s4_x_tma_ws_ps(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
-                      int E, int block_m, const void* w13_map) {
-    ps_gemm1_swiglu_impl<WgG2K64N16S4XTWP>(x, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m, w13_map);
-}
-extern "C" __global__ void __launch_bounds__(384, 1)
-    fused_gemm1_gateup_g2_k64_n16_s4_x_tma_ws_ps(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
-                      int I, int E, int block_m, const void* w13_map) {
-    ps_gemm_impl<WgG2K64N16S4XTWP, true>(x, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m, w13_map);
-}
-extern "C" __global__ void __launch_bounds__(384, 1)
-    fused_gemm2_g2_k64_n16_s4_x_tma_ws_ps(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
-                      int I, int E, int block_m, const void* w2_map) {
-    ps_gemm_impl<WgG2K64N16S4XTWP, false>(act, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m, w2_map);
-}
-// _dy (version 11): version 10 with its items handed out as the blocks free up, each entry point
-// counting on its own pair of dy_counters; the same parameters as version 10's.
-typedef WgCfg<1, 64, 8, 4, true, false, true, true, false, true, true> WgG1K64N8S4XTWPD;
-extern "C" __global__ void __launch_bounds__(256, 1)
-    fused_gemm1_swiglu_g1_k64_n8_s4_x_tma_ws_ps_dy(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
-                      int E, int block_m, const void* w13_map) {
-    ps_gemm1_swiglu_impl<WgG1K64N8S4XTWPD>(x, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m, w13_map,
-                                           dy_counters[0]);
-}
-extern "C" __global__ void __launch_bounds__(256, 1)
-    fused_gemm1_gateup_g1_k64_n8_s4_x_tma_ws_ps_dy(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
-                      int I, int E, int block_m, const void* w13_map) {
-    ps_gemm_impl<WgG1K64N8S4XTWPD, true>(x, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m,
-                                         w13_map, dy_counters[1]);
-}
-extern "C" __global__ void __launch_bounds__(256, 1)
-    fused_gemm2_g1_k64_n8_s4_x_tma_ws_ps_dy(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
-                      int I, int E, int block_m, const void* w2_map) {
-    ps_gemm_impl<WgG1K64N8S4XTWPD, false>(act, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m, w2_map,
-                                          dy_counters[2]);
-}
-typedef WgCfg<2, 64, 16, 4, true, false, true, true, false, true, true> WgG2K64N16S4XTWPD;
-extern "C" __global__ void __launch_bounds__(384, 1)
-    fused_gemm1_swiglu_g2_k64_n16_s4_x_tma_ws_ps_dy(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H, int I,
-                      int E, int block_m, const void* w13_map) {
-    ps_gemm1_swiglu_impl<WgG2K64N16S4XTWPD>(x, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m, w13_map,
-                                            dy_counters[3]);
-}
-extern "C" __global__ void __launch_bounds__(384, 1)
-    fused_gemm1_gateup_g2_k64_n16_s4_x_tma_ws_ps_dy(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
-                      int I, int E, int block_m, const void* w13_map) {
-    ps_gemm_impl<WgG2K64N16S4XTWPD, true>(x, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m,
-                                          w13_map, dy_counters[4]);
-}
-extern "C" __global__ void __launch_bounds__(384, 1)
-    fused_gemm2_g2_k64_n16_s4_x_tma_ws_ps_dy(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
-                      int I, int E, int block_m, const void* w2_map) {
-    ps_gemm_impl<WgG2K64N16S4XTWPD, false>(act, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m, w2_map,
-                                           dy_counters[5]);
-}
+// The three entry points of a configuration of versions 4 to 11 (named NAME, WgCfg C), one macro
+// a version, stamped from the list (kernels/ch04/configs.def, expanded at the end of
+// ch04_fused_moe.cu) as HOPPER_ENTRIES_<version>; launched only on sm_90a GPUs.
+// Versions 4 to 6: fused_gemm1_swiglu_NAME, fused_gemm1_gateup_NAME and fused_gemm2_NAME take
+// the default's parameters (portable.cuh), BLOCK_M = 64·WGS.
+#define WG_ENTRIES(NAME, C)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(C::THREADS)                                                 \
+        fused_gemm1_swiglu_##NAME(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,   \
+                                  const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, \
+                                  int H, int I, int E, int block_m) {                                         \
+        wg_gemm1_swiglu_impl<C>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);       \
+    }                                                                                                         \
+    extern "C" __global__ void __launch_bounds__(C::THREADS)                                                 \
+        fused_gemm1_gateup_##NAME(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,   \
+                                  const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P,   \
+                                  int k, int H, int I, int E, int block_m) {                                  \
+        wg_gemm_impl<C, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E,   \
+                              block_m);                                                                       \
+    }                                                                                                         \
+    extern "C" __global__ void __launch_bounds__(C::THREADS)                                                 \
+        fused_gemm2_##NAME(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,          \
+                           const int* expert_ids, const int* num_post, const float* weight, float* y, int P,  \
+                           int H, int I, int E, int block_m) {                                                \
+        wg_gemm_impl<C, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m); \
+    }
+// Versions 7 to 9: one more parameter, the device address of the weight tensor's map
+// (kernels/tma.cuh; the host encodes one per tensor). ATTRS: the launch bounds, and version 9's
+// clusters of two blocks (__cluster_dims__: the grid's x is even, blocks 2j and 2j + 1 one
+// cluster).
+#define WG_TMA_ENTRIES(NAME, C, ATTRS)                                                                      \
+    extern "C" __global__ void ATTRS                                                                          \
+        fused_gemm1_swiglu_##NAME(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,   \
+                                  const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, \
+                                  int H, int I, int E, int block_m, const void* w13_map) {                    \
+        wg_gemm1_swiglu_impl<C>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m,        \
+                                w13_map);                                                                     \
+    }                                                                                                         \
+    extern "C" __global__ void ATTRS                                                                          \
+        fused_gemm1_gateup_##NAME(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,   \
+                                  const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P,   \
+                                  int k, int H, int I, int E, int block_m, const void* w13_map) {             \
+        wg_gemm_impl<C, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E,   \
+                              block_m, w13_map);                                                              \
+    }                                                                                                         \
+    extern "C" __global__ void ATTRS                                                                          \
+        fused_gemm2_##NAME(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,          \
+                           const int* expert_ids, const int* num_post, const float* weight, float* y, int P,  \
+                           int H, int I, int E, int block_m, const void* w2_map) {                            \
+        wg_gemm_impl<C, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m,  \
+                               w2_map);                                                                       \
+    }
+// Versions 10 and 11: version 8's parameters (the weight pointers unused: every slice of B comes
+// through the tensor map), as many blocks as the SMs hold at once (the host's grid, one
+// dimension); version 11's entry points each count on their own pair of dy_counters (c1, c2, c3;
+// version 10's: none).
+#define PS_ENTRIES(NAME, C, c1, c2, c3)                                                                     \
+    extern "C" __global__ void __launch_bounds__(C::THREADS, 1)                                              \
+        fused_gemm1_swiglu_##NAME(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,   \
+                                  const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, \
+                                  int H, int I, int E, int block_m, const void* w13_map) {                    \
+        ps_gemm1_swiglu_impl<C>(x, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m, w13_map, c1); \
+    }                                                                                                         \
+    extern "C" __global__ void __launch_bounds__(C::THREADS, 1)                                              \
+        fused_gemm1_gateup_##NAME(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,   \
+                                  const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P,   \
+                                  int k, int H, int I, int E, int block_m, const void* w13_map) {             \
+        ps_gemm_impl<C, true>(x, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m, \
+                              w13_map, c2);                                                                   \
+    }                                                                                                         \
+    extern "C" __global__ void __launch_bounds__(C::THREADS, 1)                                              \
+        fused_gemm2_##NAME(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,          \
+                           const int* expert_ids, const int* num_post, const float* weight, float* y, int P,  \
+                           int H, int I, int E, int block_m, const void* w2_map) {                            \
+        ps_gemm_impl<C, false>(act, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m, w2_map, \
+                               c3);                                                                           \
+    }
+#define HOPPER_ENTRIES_4(NAME, C) WG_ENTRIES(NAME, C)
+#define HOPPER_ENTRIES_5(NAME, C) WG_ENTRIES(NAME, C)
+#define HOPPER_ENTRIES_6(NAME, C) WG_ENTRIES(NAME, C)
+#define HOPPER_ENTRIES_7(NAME, C) WG_TMA_ENTRIES(NAME, C, __launch_bounds__(C::THREADS))
+#define HOPPER_ENTRIES_8(NAME, C) WG_TMA_ENTRIES(NAME, C, __launch_bounds__(C::THREADS))
+#define HOPPER_ENTRIES_9(NAME, C) WG_TMA_ENTRIES(NAME, C, __cluster_dims__(2, 1, 1) __launch_bounds__(C::THREADS))
+#define HOPPER_ENTRIES_10(NAME, C) PS_ENTRIES(NAME, C, nullptr, nullptr, nullptr)
+#define HOPPER_ENTRIES_11(NAME, C) \
+    PS_ENTRIES(NAME, C, dy_counters[DY_##NAME], dy_counters[DY_##NAME + 1], dy_counters[DY_##NAME + 2])
 // ANCHOR_END: wg_entries

@@ -61,6 +61,7 @@
 template <int WARPS_, int BK_, int NF_, int STAGES_ = 1, int WM_ = 1>
 struct FusedCfg {
     static constexpr int WARPS = WARPS_, BK = BK_, NF = NF_, STAGES = STAGES_, WM = WM_;
+    static constexpr int VERSION = WM > 1 ? 3 : STAGES > 1 ? 2 : 1;  // of the main loop
     static constexpr int WN = WARPS / WM;          // warp columns: column groups of the block
     static constexpr int THREADS = 32 * WARPS;
     static constexpr int SROW = BK + 8;            // a staged row's stride in bf16: 16-byte aligned rows, ldmatrix without bank conflicts
@@ -491,236 +492,27 @@ extern "C" __global__ void __launch_bounds__(128)
 }
 // ANCHOR_END: entries
 
-// w4_k64_n1: K staged 64 at a time (half the barriers).
-typedef FusedCfg<4, 64, 1> FusedW4K64N1;
-extern "C" __global__ void __launch_bounds__(128)
-    fused_gemm1_swiglu_w4_k64_n1(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                                 const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H,
-                                 int I, int E, int block_m) {
-    fused_gemm1_swiglu_impl<FusedW4K64N1>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);
-}
-extern "C" __global__ void __launch_bounds__(128)
-    fused_gemm1_gateup_w4_k64_n1(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                                 const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k,
-                                 int H, int I, int E, int block_m) {
-    fused_gemm_impl<FusedW4K64N1, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H,
-                                        E, block_m);
-}
-extern "C" __global__ void __launch_bounds__(128)
-    fused_gemm2_w4_k64_n1(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
-                          const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
-                          int I, int E, int block_m) {
-    fused_gemm_impl<FusedW4K64N1, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E,
-                                         block_m);
-}
-
-// w8_k32_n1: 8 warps, twice the columns per block (BN1 64, BN 128): each staged A row feeds
-// twice as many fragments.
-typedef FusedCfg<8, 32, 1> FusedW8K32N1;
-extern "C" __global__ void __launch_bounds__(256)
-    fused_gemm1_swiglu_w8_k32_n1(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                                 const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H,
-                                 int I, int E, int block_m) {
-    fused_gemm1_swiglu_impl<FusedW8K32N1>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);
-}
-extern "C" __global__ void __launch_bounds__(256)
-    fused_gemm1_gateup_w8_k32_n1(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                                 const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k,
-                                 int H, int I, int E, int block_m) {
-    fused_gemm_impl<FusedW8K32N1, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H,
-                                        E, block_m);
-}
-extern "C" __global__ void __launch_bounds__(256)
-    fused_gemm2_w8_k32_n1(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
-                          const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
-                          int I, int E, int block_m) {
-    fused_gemm_impl<FusedW8K32N1, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E,
-                                         block_m);
-}
-
-// w4_k32_n2: 4 warps of twice the fragments (BN1 64, BN 128): each A fragment loaded once
-// feeds 4 mma instead of 2, at twice the accumulator registers.
-typedef FusedCfg<4, 32, 2> FusedW4K32N2;
-extern "C" __global__ void __launch_bounds__(128)
-    fused_gemm1_swiglu_w4_k32_n2(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                                 const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H,
-                                 int I, int E, int block_m) {
-    fused_gemm1_swiglu_impl<FusedW4K32N2>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);
-}
-extern "C" __global__ void __launch_bounds__(128)
-    fused_gemm1_gateup_w4_k32_n2(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                                 const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k,
-                                 int H, int I, int E, int block_m) {
-    fused_gemm_impl<FusedW4K32N2, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H,
-                                        E, block_m);
-}
-extern "C" __global__ void __launch_bounds__(128)
-    fused_gemm2_w4_k32_n2(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
-                          const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
-                          int I, int E, int block_m) {
-    fused_gemm_impl<FusedW4K32N2, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E,
-                                         block_m);
-}
-
-// Version 2 (cp.async, STAGES buffers in dynamic shared memory): the configurations `_s{STAGES}`.
-
-// w4_k64_n1_s3: the rule's tile, K in three stages in flight.
-typedef FusedCfg<4, 64, 1, 3> FusedW4K64N1S3;
-extern "C" __global__ void __launch_bounds__(128)
-    fused_gemm1_swiglu_w4_k64_n1_s3(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                             const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H,
-                             int I, int E, int block_m) {
-    fused_gemm1_swiglu_impl<FusedW4K64N1S3>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);
-}
-extern "C" __global__ void __launch_bounds__(128)
-    fused_gemm1_gateup_w4_k64_n1_s3(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                             const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k,
-                             int H, int I, int E, int block_m) {
-    fused_gemm_impl<FusedW4K64N1S3, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E,
-                                  block_m);
-}
-extern "C" __global__ void __launch_bounds__(128)
-    fused_gemm2_w4_k64_n1_s3(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
-                      int I, int E, int block_m) {
-    fused_gemm_impl<FusedW4K64N1S3, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m);
-}
-
-// w4_k64_n1_s4: the same with four stages.
-typedef FusedCfg<4, 64, 1, 4> FusedW4K64N1S4;
-extern "C" __global__ void __launch_bounds__(128)
-    fused_gemm1_swiglu_w4_k64_n1_s4(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                             const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H,
-                             int I, int E, int block_m) {
-    fused_gemm1_swiglu_impl<FusedW4K64N1S4>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);
-}
-extern "C" __global__ void __launch_bounds__(128)
-    fused_gemm1_gateup_w4_k64_n1_s4(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                             const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k,
-                             int H, int I, int E, int block_m) {
-    fused_gemm_impl<FusedW4K64N1S4, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E,
-                                  block_m);
-}
-extern "C" __global__ void __launch_bounds__(128)
-    fused_gemm2_w4_k64_n1_s4(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
-                      int I, int E, int block_m) {
-    fused_gemm_impl<FusedW4K64N1S4, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m);
-}
-
-// w8_k64_n1_s3: 8 warps (BN1 64, BN 128), three stages.
-typedef FusedCfg<8, 64, 1, 3> FusedW8K64N1S3;
-extern "C" __global__ void __launch_bounds__(256)
-    fused_gemm1_swiglu_w8_k64_n1_s3(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                             const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H,
-                             int I, int E, int block_m) {
-    fused_gemm1_swiglu_impl<FusedW8K64N1S3>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);
-}
-extern "C" __global__ void __launch_bounds__(256)
-    fused_gemm1_gateup_w8_k64_n1_s3(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                             const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k,
-                             int H, int I, int E, int block_m) {
-    fused_gemm_impl<FusedW8K64N1S3, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E,
-                                  block_m);
-}
-extern "C" __global__ void __launch_bounds__(256)
-    fused_gemm2_w8_k64_n1_s3(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
-                      int I, int E, int block_m) {
-    fused_gemm_impl<FusedW8K64N1S3, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m);
-}
-
-// w4_k32_n2_s4: two fragments per warp (BN1 64, BN 128), four stages of 32.
-typedef FusedCfg<4, 32, 2, 4> FusedW4K32N2S4;
-extern "C" __global__ void __launch_bounds__(128)
-    fused_gemm1_swiglu_w4_k32_n2_s4(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                             const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H,
-                             int I, int E, int block_m) {
-    fused_gemm1_swiglu_impl<FusedW4K32N2S4>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);
-}
-extern "C" __global__ void __launch_bounds__(128)
-    fused_gemm1_gateup_w4_k32_n2_s4(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                             const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k,
-                             int H, int I, int E, int block_m) {
-    fused_gemm_impl<FusedW4K32N2S4, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E,
-                                  block_m);
-}
-extern "C" __global__ void __launch_bounds__(128)
-    fused_gemm2_w4_k32_n2_s4(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
-                      int I, int E, int block_m) {
-    fused_gemm_impl<FusedW4K32N2S4, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m);
-}
-
-// Version 3 (a WM × WN warp grid, version 2's pipeline): the configurations `_w{WM}x{WN}`.
-// Per k-step of 16 at BLOCK_M 128 a warp loads WSUB = 8 / WM A fragments (ldmatrix.x4) and
-// NFRAG = 2·NF B fragments (ldmatrix.x2) for WSUB·NFRAG mma, against 8 and 2 for 16 in
-// w8_k64_n1_s3; its accumulators are WSUB·NFRAG·4 registers.
-
-// w2x2_k32_n4_s4: 4 warps as 2 × 2 (BN1 64, BN 128); a warp: 4 sub-tiles × 8 fragments, 32 mma
-// per 4 A and 8 B loads, 128 accumulators; four stages of 32.
-typedef FusedCfg<4, 32, 4, 4, 2> FusedW2x2K32N4S4;
-extern "C" __global__ void __launch_bounds__(128)
-    fused_gemm1_swiglu_w2x2_k32_n4_s4(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                             const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H,
-                             int I, int E, int block_m) {
-    fused_gemm1_swiglu_impl<FusedW2x2K32N4S4>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);
-}
-extern "C" __global__ void __launch_bounds__(128)
-    fused_gemm1_gateup_w2x2_k32_n4_s4(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                             const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k,
-                             int H, int I, int E, int block_m) {
-    fused_gemm_impl<FusedW2x2K32N4S4, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E,
-                                  block_m);
-}
-extern "C" __global__ void __launch_bounds__(128)
-    fused_gemm2_w2x2_k32_n4_s4(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
-                      int I, int E, int block_m) {
-    fused_gemm_impl<FusedW2x2K32N4S4, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m);
-}
-
-// w2x2_k64_n4_s3: the same warp grid, K in three stages of 64 (half the barriers).
-typedef FusedCfg<4, 64, 4, 3, 2> FusedW2x2K64N4S3;
-extern "C" __global__ void __launch_bounds__(128)
-    fused_gemm1_swiglu_w2x2_k64_n4_s3(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                             const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H,
-                             int I, int E, int block_m) {
-    fused_gemm1_swiglu_impl<FusedW2x2K64N4S3>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);
-}
-extern "C" __global__ void __launch_bounds__(128)
-    fused_gemm1_gateup_w2x2_k64_n4_s3(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                             const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k,
-                             int H, int I, int E, int block_m) {
-    fused_gemm_impl<FusedW2x2K64N4S3, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E,
-                                  block_m);
-}
-extern "C" __global__ void __launch_bounds__(128)
-    fused_gemm2_w2x2_k64_n4_s3(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
-                      int I, int E, int block_m) {
-    fused_gemm_impl<FusedW2x2K64N4S3, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m);
-}
-
-// w2x4_k32_n2_s4: 8 warps as 2 × 4 (BN1 64, BN 128); a warp: 4 sub-tiles × 4 fragments, 16 mma
-// per 4 A and 4 B loads, 64 accumulators; four stages of 32.
-typedef FusedCfg<8, 32, 2, 4, 2> FusedW2x4K32N2S4;
-extern "C" __global__ void __launch_bounds__(256)
-    fused_gemm1_swiglu_w2x4_k32_n2_s4(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                             const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, int H,
-                             int I, int E, int block_m) {
-    fused_gemm1_swiglu_impl<FusedW2x4K32N2S4>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);
-}
-extern "C" __global__ void __launch_bounds__(256)
-    fused_gemm1_gateup_w2x4_k32_n2_s4(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
-                             const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k,
-                             int H, int I, int E, int block_m) {
-    fused_gemm_impl<FusedW2x4K32N2S4, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E,
-                                  block_m);
-}
-extern "C" __global__ void __launch_bounds__(256)
-    fused_gemm2_w2x4_k32_n2_s4(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,
-                      const int* expert_ids, const int* num_post, const float* weight, float* y, int P, int H,
-                      int I, int E, int block_m) {
-    fused_gemm_impl<FusedW2x4K32N2S4, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m);
-}
+// The three entry points of every other configuration, stamped from the list
+// (kernels/ch04/configs.def, expanded at the end of ch04_fused_moe.cu) with the configuration's
+// name as their suffix: fused_gemm1_swiglu_w4_k64_n1_s3 and so on; the same parameters as the
+// default's. No comment inside: a macro's body is one logical line.
+#define FUSED_ENTRIES(NAME, C)                                                                              \
+    extern "C" __global__ void __launch_bounds__(C::THREADS)                                                 \
+        fused_gemm1_swiglu_##NAME(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,   \
+                                  const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, \
+                                  int H, int I, int E, int block_m) {                                         \
+        fused_gemm1_swiglu_impl<C>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);    \
+    }                                                                                                         \
+    extern "C" __global__ void __launch_bounds__(C::THREADS)                                                 \
+        fused_gemm1_gateup_##NAME(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,   \
+                                  const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P,   \
+                                  int k, int H, int I, int E, int block_m) {                                  \
+        fused_gemm_impl<C, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, \
+                                 block_m);                                                                    \
+    }                                                                                                         \
+    extern "C" __global__ void __launch_bounds__(C::THREADS)                                                 \
+        fused_gemm2_##NAME(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,          \
+                           const int* expert_ids, const int* num_post, const float* weight, float* y, int P,  \
+                           int H, int I, int E, int block_m) {                                                \
+        fused_gemm_impl<C, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m); \
+    }

@@ -1040,7 +1040,7 @@ impl FusedDevice {
     }
 
     fn map_arg(&self, tile: TileConfig, map: TensorMap) -> Result<Option<KernelArg>, MoeError> {
-        if !tile.tma {
+        if !tile.tma() {
             return Ok(None);
         }
         let maps = self.weights.maps.as_ref().ok_or_else(|| MoeError::Config {

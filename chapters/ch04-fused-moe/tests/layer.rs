@@ -232,7 +232,7 @@ fn every_fusion_and_geometry_gives_the_same_bits(dev: &'static Device) {
         // The tiled path: SwiGLU fused (the default) against unfused, default and largest tiles.
         let tiled = base.clone().with_path(Path::Tiled);
         let want = run(&tiled);
-        for tile in [TILE_CONFIGS[0], TILE_CONFIGS[3]] {
+        for tile in [TileConfig::DEFAULT, ch04_fused_moe::tile_named("w4_k32_n2")] {
             let l = tiled
                 .clone()
                 .with_fusion(Fusion::Unfused)
@@ -534,7 +534,7 @@ fn kernels_skip_placeholders_garbage_and_foreign_tiles(dev: &'static Device) {
         let sizes = [int(p), int(k), int(h), int(i), int(e), int(bm)];
         // Versions 7 to 10 also take their weight tensor's map (the kernel's boxes).
         let map = |w: &DeviceBuffer<bf16>, rows: usize, cols: usize| -> Option<DeviceBuffer<u64>> {
-            tile.tma
+            tile.tma()
                 .then(|| {
                     let b = geometry::WG_TMA_BOX as u32;
                     d.upload(&d.tensor_map_bf16(w, rows, cols, b, b).unwrap()[..])
@@ -1152,24 +1152,10 @@ fn bad_inputs_are_typed_errors(dev: &'static Device) {
         stream: true,
         ..DecodeGeometry::DEFAULT
     });
-    let bad_tile = ch04_fused_moe::TileConfig {
-        warps: 3,
-        bk: 32,
-        nf: 1,
-        stages: 1,
-        wm: 1,
-        wg: 0,
-        swz: false,
-        w0: false,
-        tma: false,
-        ws: false,
-        mc: false,
-        ps: false,
-        dy: false,
-    };
+    let bad_tile = TileConfig::portable(ch04_fused_moe::Version::V1, 3, 1, 32, 1, 1);
     // Version 7's bulk copies on an mma.sync tile (whose name cannot say so) are no configuration.
-    let tma_on_v1 = ch04_fused_moe::TileConfig {
-        tma: true,
+    let tma_on_v1 = TileConfig {
+        version: ch04_fused_moe::Version::V7,
         ..TileConfig::DEFAULT
     };
     assert!(
@@ -1408,7 +1394,7 @@ fn same_bits_as_version_8_and_portable(
 /// bits and the portable path's, with either fusion. Every other device refuses it.
 fn clusters_give_version_8s_bits(dev: &'static Device) {
     let counts = [256usize, 130, 100, 200];
-    let (base, routing, hidden_states, v9) = hand_made_layer(dev, &counts, (90, 9050), |c| c.mc);
+    let (base, routing, hidden_states, v9) = hand_made_layer(dev, &counts, (90, 9050), |c| c.mc());
     for tile in v9 {
         let bm = tile.required_block_m().unwrap();
         // Chapter 3's layout: each expert's tiles in a run, in expert order.
@@ -1424,7 +1410,10 @@ fn clusters_give_version_8s_bits(dev: &'static Device) {
             shared > 0 && shared < clusters,
             "{tile}: {shared} of {clusters} clusters share"
         );
-        let v8 = TileConfig { mc: false, ..tile };
+        let v8 = TileConfig {
+            version: ch04_fused_moe::Version::V8,
+            ..tile
+        };
         let about = format!("{shared} of {clusters} clusters sharing");
         same_bits_as_version_8_and_portable(&base, &routing, &hidden_states, tile, v8, &about);
     }
@@ -1444,20 +1433,19 @@ fn clusters_give_version_8s_bits(dev: &'static Device) {
 fn persistent_blocks_give_version_8s_bits(dev: &'static Device) {
     let counts = [3000usize, 2500, 1, 64, 65, 4000, 129, 2001];
     let (base, routing, hidden_states, persistent) =
-        hand_made_layer(dev, &counts, (91, 9060), |c| c.ps);
+        hand_made_layer(dev, &counts, (91, 9060), |c| c.ps());
     for tile in persistent {
         let bm = tile.required_block_m().unwrap();
         let tiles: usize = counts.iter().map(|c| c.div_ceil(bm)).sum();
         let items = tiles * 320usize.div_ceil(tile.bn1());
         assert!(items > 2 * 132, "{tile}: {items} items");
         let v8 = TileConfig {
-            ps: false,
-            dy: false,
+            version: ch04_fused_moe::Version::V8,
             ..tile
         };
         let about = format!("{tiles} tiles, {items} items of GEMM 1");
         same_bits_as_version_8_and_portable(&base, &routing, &hidden_states, tile, v8, &about);
-        if tile.dy {
+        if tile.dy() {
             // Three runs of one layer, each against version 8: a launch that left counter[0]
             // anywhere but zero would make the next skip items (its outputs the workspace's
             // poison, not version 8's bits), and one that left counter[1] would make the one

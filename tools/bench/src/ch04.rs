@@ -272,24 +272,10 @@ pub const VARIANTS: &[Variant] = &[
 ];
 
 /// Chapter 4's first tile, version 1 of the main loop: the `fused_tiled_v1` variant.
-const TILE_V1: TileConfig = TileConfig {
-    warps: 4,
-    bk: 64,
-    nf: 1,
-    stages: 1,
-    wm: 1,
-    wg: 0,
-    swz: false,
-    w0: false,
-    tma: false,
-    ws: false,
-    mc: false,
-    ps: false,
-    dy: false,
-};
+const TILE_V1: TileConfig = ch04_fused_moe::tile_named("w4_k64_n1");
 
 /// Version 5's largest tile: the `fused_tiled_v4` variant.
-const TILE_V4: TileConfig = ch04_fused_moe::choose::HOPPER_CONFIGS[5];
+const TILE_V4: TileConfig = ch04_fused_moe::tile_named("g2_k64_n16_s4_x");
 
 /// Variants that must give another's bits, not only agree within a tolerance: (variant, the one
 /// whose bits it must give). The grouped decode path is the decode path's arithmetic in another
