@@ -12,7 +12,7 @@
 use std::fmt;
 use std::sync::OnceLock;
 
-use crate::device::geometry::{
+use crate::geometry::{
     DECODE_MAX_THREADS, FUSED_BK, FUSED_BN1, FUSED_BN2, FUSED_THREADS, WG_SWIZZLE_ALIGN,
 };
 

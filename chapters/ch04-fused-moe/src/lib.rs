@@ -28,6 +28,7 @@ pub mod example;
 #[cfg_attr(feature = "answers", path = "../answers/exercises.rs")]
 pub mod exercises;
 pub mod fill;
+pub mod geometry;
 pub mod regimes;
 
 pub use choose::{
