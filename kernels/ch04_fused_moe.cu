@@ -71,7 +71,7 @@
 // - A handful of tile configurations, no split-K, no quantized weights; clusters of two blocks in
 //   version 9 only;
 //   software pipelining (cp.async stages) in the configurations `_s{STAGES}`; bulk tensor copies
-//   (TMA) for the weights only, in versions 7 to 9 (A's rows are gathered: cp.async).
+//   (TMA) for the weights only, in versions 7 to 11 (A's rows are gathered: cp.async).
 // - Experts outside 0..E (e.g. -1 for an expert held by another rank in expert parallelism)
 //   skip their tile or their pair: their rows of act and y are never written, and
 //   decode_gemm2_sum leaves them out of its sum (fused_combine would add whatever their y rows

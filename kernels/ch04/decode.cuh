@@ -51,8 +51,8 @@
 //   combine; a tile of one real pair does the decode kernels' work plus a barrier. Not picked by
 //   the host's rule until measured on the GPU (chapters/ch04-fused-moe/src/choose.rs).
 //
-// Run one: `cargo run --release -p moe-bench -- ch04-tune --configs w4_c1_na_swiglu` (the
-// decode geometries' names), or chapter 4's tests on the emulator.
+// Run one: `tools/bench/run ch04-tune --configs w4_c1_na_swiglu` (a GPU; the decode geometries'
+// names), or chapter 4's tests on the emulator (`cargo test -p ch04-fused-moe --test layer`).
 #pragma once
 
 // A value as the layer multiplies it: bf16 exactly; f32 (the layer's input) rounded to bf16.

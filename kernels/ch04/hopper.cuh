@@ -1,21 +1,24 @@
-// ch04/hopper.cuh — the tiled path on Hopper (sm_90a only): versions 4 to 11 of the main loop,
-// on top of portable.cuh's tile (its rows, its epilogue's contract) and kernels/wgmma.cuh,
-// kernels/tma.cuh. Included by ch04_fused_moe.cu.
+// ch04/hopper.cuh — the tiled path on Hopper (sm_90a only): versions 4 to 11 of the main loop, on
+// top of portable.cuh's tile (its rows, its epilogue's contract), kernels/wgmma.cuh and
+// kernels/tma.cuh. Included by ch04_fused_moe.cu; compiled only where NVRTC targets sm_90a
+// (MOE_WGMMA), never into the emulator's path.
 //
-//   Versions 4 to 11 (sm_90a only, WgCfg, wg_mainloop): Hopper's warpgroup MMA (wgmma.cuh),
-//       one warpgroup per 64 rows multiplying straight from shared memory, the stages in
-//       wgmma's flat core-matrix layout (4) or its 128-byte swizzle (5, suffix _x), whose
-//       copies read whole 128-byte lines; 6 (_w0) waits for each slice's MMA, copies a slice
-//       deeper; 7 (_tma) brings the weight slices by TMA (kernels/tma.cuh); 8 (_tma_ws) is
-//       warp-specialized, a producer warpgroup feeding the others through mbarriers
-//       (ws_producer, ws_consumer); 9 (_tma_ws_mc) is 8 in clusters of two blocks that take one
-//       copy of the weight slice between them when their tiles are of one expert (multicast;
-//       slower than 8 on the H200); 10 (_tma_ws_ps) is 8 persistent, its blocks taking a
-//       tile's column blocks one after another (ps_run); 11 (_tma_ws_ps_dy) is 10 with its
-//       items handed out as the blocks free up (dy_next). The same bits as versions 1-3 (measured on the H200,
-//       chapter 4's GPU test); never compiled into the emulator's path, which runs 1-3.
-// Run one: `cargo run --release -p moe-bench -- ch04-tune --configs g2_k64_n16_s4_x_tma_ws` (an
-// H100 or H200), or the GPU test `cargo test --release -p ch04-fused-moe --test layer hopper`.
+//   version 4  (g{WGS}_…)  wgmma: one warpgroup per 64 rows multiplying straight from shared
+//                          memory, the stages in wgmma's flat core-matrix layout (wg_mainloop)
+//   version 5  (_x)        the 128-byte swizzle: the copies read whole 128-byte lines
+//   version 6  (_w0)       each slice's wgmma waited for: the copies run a slice deeper
+//   version 7  (_tma)      the weight slices by the tensor memory accelerator (kernels/tma.cuh)
+//   version 8  (_ws)       warp-specialized: a producer warpgroup feeding the others through
+//                          mbarriers (ws_producer, ws_consumer)
+//   version 9  (_mc)       8 in clusters of two blocks that take one copy of the weight slice
+//                          between them when their tiles are of one expert (multicast)
+//   version 10 (_ps)       8 persistent: a block takes a tile's column blocks one after another
+//                          (ps_run)
+//   version 11 (_dy)       10 with its items handed out as the blocks free up (dy_next)
+// Each gives versions 1-3's bits (chapter 4's GPU test, tests/hopper.rs). Their configurations:
+// kernels/ch04/configs.def; WgCfg below derives what each version adds from its number.
+// Run one: `tools/bench/run ch04-tune --configs g2_k64_n16_s4_x_tma_ws` on an H100 or H200, or
+// the GPU test `cargo test --release -p ch04-fused-moe --test hopper -- --include-ignored`.
 #pragma once
 
 // ANCHOR: wg_config
@@ -144,7 +147,7 @@ __device__ __forceinline__ unsigned char* wg_swizzle_aligned(unsigned char* smem
     const unsigned off = (unsigned)__cvta_generic_to_shared(smem);
     return smem + ((WG_SWIZZLE_ALIGN - (off & (WG_SWIZZLE_ALIGN - 1))) & (WG_SWIZZLE_ALIGN - 1));
 #else
-    return smem;  // versions 5 to 10 run on sm_90a only
+    return smem;  // versions 5 to 11 run on sm_90a only
 #endif
 }
 
@@ -160,10 +163,10 @@ __device__ __forceinline__ void wg_copy_rows(unsigned char* dst, int dstep, cons
         moe_cp_async16(dst + j * dstep, fused_row_address(src, cp.row[j], row_bytes), in_k && ((cp.full >> j) & 1u));
 }
 
-// The main loop of versions 4 to 9: acc += A[s_arow] · B[s_brow]ᵀ over K, for this thread's warpgroup's 64
-// rows (live: whether any of them is a real pair; the warpgroup skips its wgmma when not, but
-// still copies and meets every barrier). s_arow / s_brow: the source row of each staged row, -1
-// for a zero row.
+// The main loop of versions 4 to 7 (8 and 9: ws_producer, ws_consumer): acc += A[s_arow] ·
+// B[s_brow]ᵀ over K, for this thread's warpgroup's 64 rows (live: whether any of them is a real
+// pair; the warpgroup skips its wgmma when not, but still copies and meets every barrier).
+// s_arow / s_brow: the source row of each staged row, -1 for a zero row.
 template <class C>
 __device__ __forceinline__ void wg_mainloop(const __nv_bfloat16* __restrict__ A, const int* s_arow,
                                             const __nv_bfloat16* __restrict__ B, const int* s_brow, int K, bool live,
@@ -261,7 +264,7 @@ __device__ __forceinline__ void wg_mainloop(const __nv_bfloat16* __restrict__ A,
     // where the paths meet (its advisory C7517).
     moe_wgmma_wait<0>();
 #else
-    __trap();  // versions 4 to 9 exist only on sm_90a; the host never launches it anywhere else
+    __trap();  // versions 4 to 7 exist only on sm_90a; the host never launches it anywhere else
 #endif
 }
 // ANCHOR_END: wg_mainloop

@@ -1,6 +1,13 @@
 // ch04/portable.cuh — the tiled path on mma.sync: versions 1 to 3 of the main loop (any GPU
 // since Volta, and the emulator). Included by ch04_fused_moe.cu.
 //
+//   version 1 (w{WARPS}_k{BK}_n{NF})  fused_mainloop: stage a slice of K, wait, multiply
+//   version 2 (_s{STAGES})            fused_mainloop_async: STAGES buffers filled by cp.async, the
+//                                     next slices' copies in flight while the tensor cores multiply
+//   version 3 (w{WM}x{WN}_…)          a WM × WN grid of warps on version 2's pipeline: fewer A
+//                                     loads, more mma per load
+// Their configurations: kernels/ch04/configs.def (FusedCfg below).
+//
 // THE TILED PATH. A block computes one tile: BLOCK_M consecutive slots of sorted_ids (one expert,
 // read from expert_ids) times a slice of output columns. Its A rows are gathered by pair id (the
 // token t = p / k in the first GEMM, the pair's own row of act in the second); placeholder rows
@@ -42,8 +49,8 @@
 //   fused_combine: out[t] = y[t·k] + y[t·k + 1] + ..., j in order: the same sum, and the same
 //     bits, on every run. No float atomics anywhere.
 //
-// Run one: `cargo run --release -p moe-bench -- ch04-tune --configs w4_k64_n1_s3` (GPU; the
-// tuner's names), or chapter 4's tests on the emulator (`cargo test -p ch04-fused-moe`).
+// Run one: `tools/bench/run ch04-tune --configs w4_k64_n1_s3` (a GPU; the tuner's names), or
+// chapter 4's tests on the emulator (`cargo test -p ch04-fused-moe --test layer`).
 #pragma once
 
 // ANCHOR: config

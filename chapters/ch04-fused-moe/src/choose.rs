@@ -531,7 +531,7 @@ pub fn default_tile(hidden: usize, intermediate: usize) -> TileConfig {
 
 /// The decode kernels' launch: `warps` warps per block, each owning `cols_per_warp` columns one
 /// after another; and whether the decode path's kernels load their weight rows without an L1
-/// line (`stream`: `dec_load8_stream` in `kernels/ch04_fused_moe.cu`, the name's `_na`). Every
+/// line (`stream`: `dec_load8_stream` in `kernels/ch04/decode.cuh`, the name's `_na`). Every
 /// geometry gives the same bits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct DecodeGeometry {

@@ -278,7 +278,7 @@ const TILE_V4: TileConfig = ch04_fused_moe::tile_named("g2_k64_n16_s4_x");
 
 /// Variants that must give another's bits, not only agree within a tolerance: (variant, the one
 /// whose bits it must give). The grouped decode path is the decode path's arithmetic in another
-/// launch order (`kernels/ch04_fused_moe.cu`, "THE GROUPED DECODE PATH"); every tile
+/// launch order (`kernels/ch04/decode.cuh`, "THE GROUPED DECODE PATH"); every tile
 /// configuration, either version of the main loop, multiplies in the same order.
 pub const SAME_BITS: &[(&str, &str)] = &[
     ("fused_decode_grouped", "fused_decode"),
