@@ -529,13 +529,19 @@ pub fn compile_emu_runtime() {
     b.compile("moe_emu_runtime");
 }
 
-/// The lines of an X-macro list (`kernels/ch04/configs.def`): every `MACRO(arg, arg, ...)` line,
-/// comments left out, as (MACRO, [arg, ...]) in order; `rerun-if-changed` for the file. So a
-/// crate's build script can turn the list its kernels are stamped from into Rust data.
+/// The lines of an X-macro list (`kernels/ch04/configs.def`) as a build script reads it:
+/// [`parse_macro_list`] of the file, and `rerun-if-changed` for it. So a crate's build script can
+/// turn the list its kernels are stamped from into Rust data.
 pub fn read_macro_list(path: &Path) -> Vec<(String, Vec<String>)> {
     println!("cargo:rerun-if-changed={}", path.display());
     let text =
         fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    parse_macro_list(&text)
+}
+
+/// Every `MACRO(arg, arg, ...)` line of an X-macro list, comments left out, as (MACRO, [arg,
+/// ...]) in order (for a tool that reads the list outside a build script, the figures say).
+pub fn parse_macro_list(text: &str) -> Vec<(String, Vec<String>)> {
     text.lines()
         .filter_map(|line| {
             let line = line.split("//").next().unwrap().trim();
@@ -753,6 +759,24 @@ extern "C" __global__ void plain(int a) {}
         assert_eq!(kernel_params(src, "k1_w8").unwrap(), vec!["Ptr", "I32"]);
         assert_eq!(kernel_params(src, "k2_w4").unwrap(), vec!["Ptr", "U32"]);
         assert_eq!(kernel_params(src, "plain").unwrap(), vec!["I32"]);
+    }
+
+    #[test]
+    fn reads_an_x_macro_list() {
+        let list = "// a comment\nTILE(w4, 1, 4)  // the default\n\n#define X(a) a\nHOPPER_TILE( g1 , 4,1 )\n";
+        assert_eq!(
+            parse_macro_list(list),
+            vec![
+                (
+                    "TILE".to_string(),
+                    vec!["w4".to_string(), "1".into(), "4".into()]
+                ),
+                (
+                    "HOPPER_TILE".to_string(),
+                    vec!["g1".to_string(), "4".into(), "1".into()]
+                ),
+            ]
+        );
     }
 
     #[test]
