@@ -787,27 +787,8 @@ __device__ __forceinline__ void ps_gemm_impl(const __nv_bfloat16* __restrict__ A
 // a version, stamped from the list (kernels/ch04/configs.def, expanded at the end of
 // ch04_fused_moe.cu) as HOPPER_ENTRIES_<version>; launched only on sm_90a GPUs.
 // Versions 4 to 6: fused_gemm1_swiglu_NAME, fused_gemm1_gateup_NAME and fused_gemm2_NAME take
-// the default's parameters (portable.cuh), BLOCK_M = 64·WGS.
-#define WG_ENTRIES(NAME, C)                                                                                 \
-    extern "C" __global__ void __launch_bounds__(C::THREADS)                                                 \
-        fused_gemm1_swiglu_##NAME(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,   \
-                                  const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, \
-                                  int H, int I, int E, int block_m) {                                         \
-        wg_gemm1_swiglu_impl<C>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);       \
-    }                                                                                                         \
-    extern "C" __global__ void __launch_bounds__(C::THREADS)                                                 \
-        fused_gemm1_gateup_##NAME(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,   \
-                                  const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P,   \
-                                  int k, int H, int I, int E, int block_m) {                                  \
-        wg_gemm_impl<C, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E,   \
-                              block_m);                                                                       \
-    }                                                                                                         \
-    extern "C" __global__ void __launch_bounds__(C::THREADS)                                                 \
-        fused_gemm2_##NAME(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,          \
-                           const int* expert_ids, const int* num_post, const float* weight, float* y, int P,  \
-                           int H, int I, int E, int block_m) {                                                \
-        wg_gemm_impl<C, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m); \
-    }
+// the default's parameters (portable.cuh's TILE_ENTRIES), BLOCK_M = 64·WGS.
+#define WG_ENTRIES(NAME, C) TILE_ENTRIES(NAME, C, wg_gemm1_swiglu_impl, wg_gemm_impl)
 // Versions 7 to 9: one more parameter, the device address of the weight tensor's map
 // (kernels/tma.cuh; the host encodes one per tensor). ATTRS: the launch bounds, and version 9's
 // clusters of two blocks (__cluster_dims__: the grid's x is even, blocks 2j and 2j + 1 one

@@ -502,24 +502,26 @@ extern "C" __global__ void __launch_bounds__(128)
 // The three entry points of every other configuration, stamped from the list
 // (kernels/ch04/configs.def, expanded at the end of ch04_fused_moe.cu) with the configuration's
 // name as their suffix: fused_gemm1_swiglu_w4_k64_n1_s3 and so on; the same parameters as the
-// default's. No comment inside: a macro's body is one logical line.
-#define FUSED_ENTRIES(NAME, C)                                                                              \
+// default's. TILE_ENTRIES takes the two GEMMs' bodies (templates on the configuration C), so
+// versions 4 to 6 (hopper.cuh) stamp theirs with it too. No comment inside: a macro's body is one
+// logical line.
+#define TILE_ENTRIES(NAME, C, GEMM1_SWIGLU, GEMM)                                                       \
     extern "C" __global__ void __launch_bounds__(C::THREADS)                                                 \
         fused_gemm1_swiglu_##NAME(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,   \
                                   const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, \
                                   int H, int I, int E, int block_m) {                                         \
-        fused_gemm1_swiglu_impl<C>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);    \
+        GEMM1_SWIGLU<C>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m);               \
     }                                                                                                         \
     extern "C" __global__ void __launch_bounds__(C::THREADS)                                                 \
         fused_gemm1_gateup_##NAME(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,   \
                                   const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P,   \
                                   int k, int H, int I, int E, int block_m) {                                  \
-        fused_gemm_impl<C, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, \
-                                 block_m);                                                                    \
+        GEMM<C, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m); \
     }                                                                                                         \
     extern "C" __global__ void __launch_bounds__(C::THREADS)                                                 \
         fused_gemm2_##NAME(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,          \
                            const int* expert_ids, const int* num_post, const float* weight, float* y, int P,  \
                            int H, int I, int E, int block_m) {                                                \
-        fused_gemm_impl<C, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m); \
+        GEMM<C, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m);         \
     }
+#define FUSED_ENTRIES(NAME, C) TILE_ENTRIES(NAME, C, fused_gemm1_swiglu_impl, fused_gemm_impl)
