@@ -28,9 +28,12 @@ pub mod example;
 #[cfg_attr(feature = "answers", path = "../answers/exercises.rs")]
 pub mod exercises;
 pub mod fill;
+pub mod geometry;
 pub mod regimes;
 
-pub use choose::{choose_path, DecodeGeometry, Fusion, Path, TileConfig};
+pub use choose::{
+    choose_path, config_version, tile_named, DecodeGeometry, Fusion, Path, TileConfig, Version,
+};
 pub use device::{BatchPlan, FusedDevice, FusedWorkspace};
 
 /// Two bf16 layers that round at the same places and sum in different orders (the tiled path's

@@ -11,7 +11,7 @@ use ch01_router::{RouterConfig, RouterError, Routing};
 use ch02_grouped::compare::{check_output, Tolerance};
 use ch02_grouped::conformance::{check_layer, oracle};
 use ch02_grouped::regimes::{regime, MoeRegime, REGIMES};
-use ch02_grouped::{Dtype, GroupedDevice, MoeConfig, MoeError, MoeLayer, MoeWeights};
+use ch02_grouped::{Dtype, GroupedDevice, MoeError, MoeLayer};
 use ch03_align::device::DeviceAlign;
 use ch03_align::max_tiles;
 use ch04_fused_moe::choose::{choose_path, HOPPER_CONFIGS, TILE_CONFIGS};
@@ -232,7 +232,7 @@ fn every_fusion_and_geometry_gives_the_same_bits(dev: &'static Device) {
         // The tiled path: SwiGLU fused (the default) against unfused, default and largest tiles.
         let tiled = base.clone().with_path(Path::Tiled);
         let want = run(&tiled);
-        for tile in [TILE_CONFIGS[0], TILE_CONFIGS[3]] {
+        for tile in [TileConfig::DEFAULT, ch04_fused_moe::tile_named("w4_k32_n2")] {
             let l = tiled
                 .clone()
                 .with_fusion(Fusion::Unfused)
@@ -534,7 +534,7 @@ fn kernels_skip_placeholders_garbage_and_foreign_tiles(dev: &'static Device) {
         let sizes = [int(p), int(k), int(h), int(i), int(e), int(bm)];
         // Versions 7 to 10 also take their weight tensor's map (the kernel's boxes).
         let map = |w: &DeviceBuffer<bf16>, rows: usize, cols: usize| -> Option<DeviceBuffer<u64>> {
-            tile.tma
+            tile.tma()
                 .then(|| {
                     let b = geometry::WG_TMA_BOX as u32;
                     d.upload(&d.tensor_map_bf16(w, rows, cols, b, b).unwrap()[..])
@@ -1152,24 +1152,10 @@ fn bad_inputs_are_typed_errors(dev: &'static Device) {
         stream: true,
         ..DecodeGeometry::DEFAULT
     });
-    let bad_tile = ch04_fused_moe::TileConfig {
-        warps: 3,
-        bk: 32,
-        nf: 1,
-        stages: 1,
-        wm: 1,
-        wg: 0,
-        swz: false,
-        w0: false,
-        tma: false,
-        ws: false,
-        mc: false,
-        ps: false,
-        dy: false,
-    };
+    let bad_tile = TileConfig::portable(ch04_fused_moe::Version::V1, 3, 1, 32, 1, 1);
     // Version 7's bulk copies on an mma.sync tile (whose name cannot say so) are no configuration.
-    let tma_on_v1 = ch04_fused_moe::TileConfig {
-        tma: true,
+    let tma_on_v1 = TileConfig {
+        version: ch04_fused_moe::Version::V7,
         ..TileConfig::DEFAULT
     };
     assert!(
@@ -1220,263 +1206,6 @@ fn bad_inputs_are_typed_errors(dev: &'static Device) {
         "{e}"
     );
 }
-
-// ANCHOR: hopper_bits
-/// Versions 4 to 10 (Hopper's `wgmma`, sm_90a GPUs only) against versions 1 to 3: on every regime whose
-/// H and I are multiples of 8, every configuration of theirs gives the portable tiled path's bits
-/// at the same BLOCK_M, fused and unfused (each output the same k-steps of 16 into one fp32
-/// accumulator; this is where that is checked, not assumed), and asking it for another BLOCK_M
-/// is a typed error. Regimes of other widths, and every other device (the emulator), refuse
-/// every one of those configurations with a typed error.
-fn hopper_tiles_give_the_portable_bits(dev: &'static Device) {
-    let mut compared = 0;
-    for r in every_regime() {
-        let o = oracle(&r, Dtype::Bf16);
-        let c = &r.weights.config;
-        let aligned = c.hidden % 8 == 0
-            && c.intermediate % 8 == 0
-            && c.shared.is_none_or(|s| s.intermediate % 8 == 0);
-        let base = FusedDevice::new(dev, &r.weights, Dtype::Bf16)
-            .unwrap()
-            .with_path(Path::Tiled);
-        for tile in HOPPER_CONFIGS {
-            let what = format!("{}: {tile}", r.name);
-            let layer = base.clone().with_tile(tile);
-            if !dev.has_sm90a() || !aligned {
-                let e = layer.err().unwrap_or_else(|| panic!("{what}: not refused"));
-                assert!(
-                    matches!(
-                        e,
-                        MoeError::Config {
-                            field: "tile configuration",
-                            ..
-                        }
-                    ),
-                    "{what}: {e}"
-                );
-                continue;
-            }
-            let layer = layer.unwrap();
-            let bm = tile.required_block_m().unwrap();
-            assert_eq!(layer.plan_for(r.rows).unwrap().block_m, bm, "{what}");
-            let other = if bm == 64 { 128 } else { 64 };
-            let e = layer.clone().with_block_m(other).unwrap().plan_for(r.rows);
-            assert!(
-                matches!(
-                    e,
-                    Err(MoeError::Config {
-                        field: "BLOCK_M",
-                        ..
-                    })
-                ),
-                "{what}: BLOCK_M {other} gave {e:?}"
-            );
-            for fusion in [Fusion::SwiGlu, Fusion::Unfused] {
-                let portable = base.clone().with_fusion(fusion).with_block_m(bm).unwrap();
-                let want = portable.experts(&r.hidden, &o.routing).unwrap();
-                let got = layer
-                    .clone()
-                    .with_fusion(fusion)
-                    .experts(&r.hidden, &o.routing)
-                    .unwrap();
-                assert_same_bits(
-                    &format!("{what}, {fusion}, vs the portable path"),
-                    &got,
-                    &want,
-                );
-                compared += 1;
-            }
-        }
-    }
-    if dev.has_sm90a() {
-        assert!(compared > 0, "no regime ran versions 4 to 10");
-    }
-}
-// ANCHOR_END: hopper_bits
-
-/// A routing of two pairs a row that gives expert e exactly counts[e] pairs: every expert's
-/// pairs in a run, dealt so that row t takes pairs t and t + T, two experts apart (the counts
-/// sum to an even 2T and no run is longer than T).
-fn routing_of_counts(counts: &[usize]) -> Routing {
-    let sorted: Vec<u32> = (0..counts.len())
-        .flat_map(|e| std::iter::repeat_n(e as u32, counts[e]))
-        .collect();
-    let rows = sorted.len() / 2;
-    assert!(
-        sorted.len().is_multiple_of(2) && counts.iter().all(|&c| c <= rows),
-        "{counts:?}"
-    );
-    let ids: Vec<u32> = (0..rows)
-        .flat_map(|t| [sorted[t], sorted[t + rows]])
-        .collect();
-    Routing {
-        rows,
-        k: 2,
-        weights: (0..rows).flat_map(|_| [0.625f32, 0.375]).collect(),
-        ids,
-    }
-}
-
-/// A layer of H 512 and I 320 (8 slices of K in GEMM 1, 5 in GEMM 2) whose expert e gets
-/// counts[e] pairs (weights and hidden states from `seeds`), on the tiled path, with its routing
-/// and hidden states; and the Hopper
-/// configurations `version` picks out. Where they cannot run (no sm_90a), checks that each is
-/// refused with a typed error and returns none.
-fn hand_made_layer(
-    dev: &'static Device,
-    counts: &[usize],
-    seeds: (u64, u64),
-    version: impl Fn(&TileConfig) -> bool,
-) -> (FusedDevice, Routing, Vec<f32>, Vec<TileConfig>) {
-    let (hidden, intermediate) = (512, 320);
-    let config = MoeConfig {
-        hidden,
-        intermediate,
-        experts: counts.len(),
-        router: RouterConfig::qwen3(2),
-        shared: None,
-    };
-    let weights = MoeWeights::patterned(&config, seeds.0, 2.0 / (hidden as f32).sqrt(), false);
-    let base = FusedDevice::new(dev, &weights, Dtype::Bf16)
-        .unwrap()
-        .with_path(Path::Tiled);
-    let tiles: Vec<TileConfig> = HOPPER_CONFIGS.into_iter().filter(|c| version(c)).collect();
-    assert!(!tiles.is_empty(), "no configuration of the version");
-    let routing = routing_of_counts(counts);
-    let hidden_states = ch01_router::inputs::patterned(routing.rows * hidden, seeds.1, 1.0);
-    if dev.has_sm90a() {
-        return (base, routing, hidden_states, tiles);
-    }
-    for tile in tiles {
-        let e = base.clone().with_tile(tile).err();
-        assert!(
-            matches!(
-                e,
-                Some(MoeError::Config {
-                    field: "tile configuration",
-                    ..
-                })
-            ),
-            "{tile}: {e:?}"
-        );
-    }
-    (base, routing, hidden_states, Vec::new())
-}
-
-/// `tile` gives the bits of `v8`, its version-8 twin, and of the portable path at its BLOCK_M,
-/// with either fusion.
-fn same_bits_as_version_8_and_portable(
-    base: &FusedDevice,
-    routing: &Routing,
-    hidden_states: &[f32],
-    tile: TileConfig,
-    v8: TileConfig,
-    about: &str,
-) {
-    let bm = tile.required_block_m().unwrap();
-    for fusion in [Fusion::SwiGlu, Fusion::Unfused] {
-        let what = format!("{tile}, {fusion} ({about})");
-        let run = |t: TileConfig| {
-            base.clone()
-                .with_tile(t)
-                .unwrap()
-                .with_fusion(fusion)
-                .experts(hidden_states, routing)
-                .unwrap()
-        };
-        let got = run(tile);
-        assert_same_bits(&format!("{what} vs version 8"), &got, &run(v8));
-        let portable = base
-            .clone()
-            .with_fusion(fusion)
-            .with_block_m(bm)
-            .unwrap()
-            .experts(hidden_states, routing)
-            .unwrap();
-        assert_same_bits(&format!("{what} vs the portable path"), &got, &portable);
-        println!("{what}: the same bits as version 8 and the portable path");
-    }
-}
-
-// ANCHOR: cluster_bits
-/// Version 9 where its clusters share and where they do not: a routing made by hand, 256, 130,
-/// 100 and 200 pairs for experts 0 to 3, so that at BLOCK_M 64 (4, 3, 2 and 4 tiles) and at 128
-/// (2, 2, 1 and 2) some clusters (tiles 2j and 2j + 1) are two tiles of one expert, whose blocks
-/// take one copy of the weight slice between them, and others are not (tiles of two experts, or
-/// a last tile alone); H 512 and I 320 make 8 slices of K in GEMM 1 and 5 in GEMM 2, so every
-/// buffer is refilled, each time after both blocks released it. Version 9 gives version 8's
-/// bits and the portable path's, with either fusion. Every other device refuses it.
-fn clusters_give_version_8s_bits(dev: &'static Device) {
-    let counts = [256usize, 130, 100, 200];
-    let (base, routing, hidden_states, v9) = hand_made_layer(dev, &counts, (90, 9050), |c| c.mc);
-    for tile in v9 {
-        let bm = tile.required_block_m().unwrap();
-        // Chapter 3's layout: each expert's tiles in a run, in expert order.
-        let owners: Vec<usize> = (0..counts.len())
-            .flat_map(|e| std::iter::repeat_n(e, counts[e].div_ceil(bm)))
-            .collect();
-        let clusters = owners.len().div_ceil(2);
-        let shared = owners
-            .chunks(2)
-            .filter(|c| c.len() == 2 && c[0] == c[1])
-            .count();
-        assert!(
-            shared > 0 && shared < clusters,
-            "{tile}: {shared} of {clusters} clusters share"
-        );
-        let v8 = TileConfig { mc: false, ..tile };
-        let about = format!("{shared} of {clusters} clusters sharing");
-        same_bits_as_version_8_and_portable(&base, &routing, &hidden_states, tile, v8, &about);
-    }
-}
-// ANCHOR_END: cluster_bits
-
-// ANCHOR: persistent_bits
-/// Version 10 where its blocks take many items: a routing made by hand, 3,000, 2,500, 1, 64, 65,
-/// 4,000, 129 and 2,001 pairs for 8 experts (189 tiles at BLOCK_M 64, 97 at 128: a one-pair
-/// tile, a 64-pair tile, tiles one pair over), H 512 and I 320. On the H200 (132
-/// multiprocessors: 264 blocks of BLOCK_M 64, 132 of 128) its blocks take 945 and 756 items
-/// (BLOCK_M 64) or 291 and 194 (128) between them, up to four each, so their buffers are
-/// refilled across items, at parities counted on from the items before. Versions 10 and 11 give
-/// version 8's bits and the portable path's, with either fusion; version 11, whose blocks take
-/// their items from counters that each launch must leave at zero, gives version 8's bits on
-/// three runs of one layer in a row. Every other device refuses them.
-fn persistent_blocks_give_version_8s_bits(dev: &'static Device) {
-    let counts = [3000usize, 2500, 1, 64, 65, 4000, 129, 2001];
-    let (base, routing, hidden_states, persistent) =
-        hand_made_layer(dev, &counts, (91, 9060), |c| c.ps);
-    for tile in persistent {
-        let bm = tile.required_block_m().unwrap();
-        let tiles: usize = counts.iter().map(|c| c.div_ceil(bm)).sum();
-        let items = tiles * 320usize.div_ceil(tile.bn1());
-        assert!(items > 2 * 132, "{tile}: {items} items");
-        let v8 = TileConfig {
-            ps: false,
-            dy: false,
-            ..tile
-        };
-        let about = format!("{tiles} tiles, {items} items of GEMM 1");
-        same_bits_as_version_8_and_portable(&base, &routing, &hidden_states, tile, v8, &about);
-        if tile.dy {
-            // Three runs of one layer, each against version 8: a launch that left counter[0]
-            // anywhere but zero would make the next skip items (its outputs the workspace's
-            // poison, not version 8's bits), and one that left counter[1] would make the one
-            // after that.
-            let want = base
-                .clone()
-                .with_tile(v8)
-                .unwrap()
-                .experts(&hidden_states, &routing)
-                .unwrap();
-            let layer = base.clone().with_tile(tile).unwrap();
-            for run in 1..=3 {
-                let got = layer.experts(&hidden_states, &routing).unwrap();
-                assert_same_bits(&format!("{tile}, run {run} of one layer"), &got, &want);
-            }
-        }
-    }
-}
-// ANCHOR_END: persistent_bits
 
 /// The added regimes send their pairs where their names say.
 fn regimes_do_what_their_names_say(dev: &'static Device) {
@@ -1535,9 +1264,6 @@ moe_kernels::backend_tests!(
     decode_kernels_skip_foreign_ids,
     weights_filled_on_the_device_match_the_host,
     bad_inputs_are_typed_errors,
-    hopper_tiles_give_the_portable_bits,
-    clusters_give_version_8s_bits,
-    persistent_blocks_give_version_8s_bits,
     to_bf16_rounds_every_value_on_both_of_its_paths,
 );
 

@@ -43,7 +43,7 @@ pub fn kernels_dir() -> PathBuf {
 }
 
 /// Pastes every `#include "file"` (quoted form) found in `path` or in the folders of
-/// `include_dirs`, recursively, each file at most once (our headers use `#pragma once`).
+/// `include_dirs`, recursively; a file with `#pragma once` (every header) at most once.
 /// Angle-bracket includes (`<cuda_bf16.h>`) are left for NVRTC. Returns the text and every file
 /// that was read, for `rerun-if-changed`.
 pub fn inline_includes(
@@ -65,11 +65,18 @@ fn inline_into(
     read: &mut Vec<PathBuf>,
 ) -> io::Result<()> {
     let canonical = fs::canonicalize(path)?;
-    if !seen.insert(canonical.clone()) {
+    let text = fs::read_to_string(&canonical)?;
+    // A header with `#pragma once` is pasted once; a file without it (an X-macro list, included
+    // once per expansion) every time, as the preprocessor would.
+    let once = text
+        .lines()
+        .any(|l| l.trim_start().starts_with("#pragma once"));
+    if once && !seen.insert(canonical.clone()) {
         return Ok(());
     }
-    read.push(canonical.clone());
-    let text = fs::read_to_string(&canonical)?;
+    if !read.contains(&canonical) {
+        read.push(canonical.clone());
+    }
     let name = canonical.file_name().unwrap().to_string_lossy().to_string();
     writeln!(out, "#line 1 \"{name}\"").unwrap();
     for (i, line) in text.lines().enumerate() {
@@ -102,11 +109,213 @@ fn inline_into(
     Ok(())
 }
 
-/// The names of the `extern "C" __global__ void NAME(` entry points of a source, in order.
+/// A function-like macro: its parameters and its body (continuation lines kept as lines).
+struct Macro {
+    params: Vec<String>,
+    body: String,
+}
+
+/// `source` with every invocation of an *entry-stamping* macro expanded: a function-like macro
+/// whose body holds `__global__`, or invokes such a macro (an X-macro list's line macro, say,
+/// `#define CH04_TILE(NAME, ...) CH04_ENTRIES(NAME, ...)` then `#include "ch04/configs.def"`).
+/// So a family may stamp its entry points from one list of configurations and the build still
+/// finds every kernel's name and signature ([`kernel_names`], [`kernel_params`]). Handles what
+/// such macros use: parameters, `##` pasting, nested invocations, `#undef`; other macros and
+/// text are left as they are (NVRTC and the host compiler expand them for real).
+pub fn expand_entry_macros(source: &str) -> String {
+    let mut macros: std::collections::HashMap<String, Macro> = Default::default();
+    let mut out = String::with_capacity(source.len());
+    let mut lines = source.lines();
+    while let Some(first) = lines.next() {
+        if first.trim_start().starts_with('#') {
+            // A directive: join its continuation lines, keeping them as lines of the body.
+            let mut text = first.to_string();
+            while text.ends_with('\\') {
+                text.pop();
+                text.push('\n');
+                match lines.next() {
+                    Some(l) => text.push_str(l),
+                    None => break,
+                }
+            }
+            let def = text.trim_start()[1..].trim_start();
+            // A definition or #undef leaves an empty line: its body is not an entry point.
+            if let Some(rest) = def.strip_prefix("define") {
+                if let Some((name, m)) = parse_function_macro(rest) {
+                    macros.insert(name, m);
+                }
+            } else if let Some(rest) = def.strip_prefix("undef") {
+                macros.remove(rest.trim());
+            } else {
+                out.push_str(&text);
+            }
+            out.push('\n');
+            continue;
+        }
+        out.push_str(&expand_text(first, &macros, 0));
+        out.push('\n');
+    }
+    out
+}
+
+fn parse_function_macro(rest: &str) -> Option<(String, Macro)> {
+    let rest = rest.trim_start();
+    let name: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    let after = rest[name.len()..].strip_prefix('(')?; // no space: function-like
+    let close = after.find(')')?;
+    let params = after[..close]
+        .split(',')
+        .map(|p| p.trim().to_string())
+        .filter(|p| !p.is_empty())
+        .collect();
+    let body = after[close + 1..].trim().to_string();
+    Some((name, Macro { params, body }))
+}
+
+fn is_ident(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
+}
+
+/// Whether macro `name` stamps entry points (its body, or a macro it invokes, holds `__global__`).
+fn stamps(name: &str, macros: &std::collections::HashMap<String, Macro>, depth: usize) -> bool {
+    let Some(m) = macros.get(name) else {
+        return false;
+    };
+    if m.body.contains("__global__") {
+        return true;
+    }
+    if depth >= 8 {
+        return false;
+    }
+    // A macro it invokes, by name or by a name pasted together (`ENTRIES_##VERSION(...)`: any
+    // macro whose name starts with the pasted prefix).
+    let pieces: Vec<&str> = m.body.split("##").collect();
+    let pasted: Vec<&str> = pieces[..pieces.len() - 1]
+        .iter()
+        .filter_map(|left| left.trim_end().rsplit(|c: char| !is_ident(c)).next())
+        .collect();
+    m.body
+        .split(|c: char| !is_ident(c))
+        .any(|w| w != name && macros.contains_key(w) && stamps(w, macros, depth + 1))
+        || macros.keys().any(|k| {
+            k != name
+                && pasted.iter().any(|p| p.len() >= 3 && k.starts_with(p))
+                && stamps(k, macros, depth + 1)
+        })
+}
+
+/// One pass over `text`: each stamping macro's invocation replaced by its body (arguments
+/// substituted, `##` pasted), itself expanded again.
+fn expand_text(
+    text: &str,
+    macros: &std::collections::HashMap<String, Macro>,
+    depth: usize,
+) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    let bytes = text.as_bytes();
+    while i < text.len() {
+        let c = text[i..].chars().next().unwrap();
+        if !is_ident(c) || (i > 0 && is_ident(bytes[i - 1] as char)) {
+            out.push(c);
+            i += c.len_utf8();
+            continue;
+        }
+        let end = i + text[i..]
+            .find(|c: char| !is_ident(c))
+            .unwrap_or(text.len() - i);
+        let word = &text[i..end];
+        let open = end + text[end..].len() - text[end..].trim_start().len();
+        if depth < 8 && text[open..].starts_with('(') && stamps(word, macros, 0) {
+            if let Some((args, close)) = split_args(text, open) {
+                let m = &macros[word];
+                out.push_str(&expand_text(&substitute(m, &args), macros, depth + 1));
+                i = close + 1;
+                continue;
+            }
+        }
+        out.push_str(word);
+        i = end;
+    }
+    out
+}
+
+/// The arguments of the invocation whose `(` is at `open`, split at top-level commas, and the
+/// index of its `)`.
+fn split_args(text: &str, open: usize) -> Option<(Vec<String>, usize)> {
+    let mut depth = 0;
+    let mut args = vec![String::new()];
+    for (j, c) in text[open..].char_indices() {
+        match c {
+            '(' => {
+                depth += 1;
+                if depth == 1 {
+                    continue;
+                }
+            }
+            ')' => {
+                depth -= 1;
+                if depth == 0 {
+                    let args = args.into_iter().map(|a| a.trim().to_string()).collect();
+                    return Some((args, open + j));
+                }
+            }
+            ',' if depth == 1 => {
+                args.push(String::new());
+                continue;
+            }
+            _ => {}
+        }
+        args.last_mut().unwrap().push(c);
+    }
+    None
+}
+
+fn substitute(m: &Macro, args: &[String]) -> String {
+    let mut out = String::with_capacity(m.body.len());
+    let body = &m.body;
+    let mut i = 0;
+    while i < body.len() {
+        let c = body[i..].chars().next().unwrap();
+        if c == '"' {
+            // A string literal (`extern "C"`) as it is: no parameter inside it.
+            let end = body[i + 1..].find('"').map_or(body.len(), |j| i + j + 2);
+            out.push_str(&body[i..end]);
+            i = end;
+        } else if is_ident(c) {
+            let end = i + body[i..]
+                .find(|c: char| !is_ident(c))
+                .unwrap_or(body.len() - i);
+            let word = &body[i..end];
+            match m.params.iter().position(|p| p == word) {
+                Some(k) => out.push_str(args.get(k).map(String::as_str).unwrap_or("")),
+                None => out.push_str(word),
+            }
+            i = end;
+        } else {
+            out.push(c);
+            i += c.len_utf8();
+        }
+    }
+    // Token pasting: `a ## b` is `ab`.
+    while let Some(at) = out.find("##") {
+        let left = out[..at].trim_end().len();
+        let right = at + 2 + (out[at + 2..].len() - out[at + 2..].trim_start().len());
+        out.replace_range(left..right, "");
+    }
+    out
+}
+
+/// The names of the `extern "C" __global__ void NAME(` entry points of a source, in order
+/// (entry points stamped by macros included: [`expand_entry_macros`]).
 /// `__launch_bounds__(...)` and `__cluster_dims__(...)` between `void` and the name are skipped.
 pub fn kernel_names(source: &str) -> Vec<String> {
+    let expanded = expand_entry_macros(source);
     let mut names = Vec::new();
-    let mut rest = source;
+    let mut rest = expanded.as_str();
     while let Some(pos) = rest.find("__global__") {
         let before = &rest[..pos];
         let line_start = before.rfind('\n').map(|p| p + 1).unwrap_or(0);
@@ -159,6 +368,15 @@ pub fn kernel_names(source: &str) -> Vec<String> {
 /// `unsigned long long` / `size_t` `U64`, `float` `F32`. The runtime checks every launch's
 /// arguments against them, so a wrong count or type is an error instead of garbage.
 pub fn kernel_params(source: &str, name: &str) -> Result<Vec<&'static str>, String> {
+    match kernel_params_in(source, name) {
+        Err(e) if e.ends_with("signature not found") => {
+            kernel_params_in(&expand_entry_macros(source), name)
+        }
+        r => r,
+    }
+}
+
+fn kernel_params_in(source: &str, name: &str) -> Result<Vec<&'static str>, String> {
     let at = source
         .match_indices(name)
         .map(|(i, _)| i)
@@ -309,6 +527,36 @@ pub fn compile_emu_runtime() {
         b.file(emu.join(f));
     }
     b.compile("moe_emu_runtime");
+}
+
+/// The lines of an X-macro list (`kernels/ch04/configs.def`) as a build script reads it:
+/// [`parse_macro_list`] of the file, and `rerun-if-changed` for it. So a crate's build script can
+/// turn the list its kernels are stamped from into Rust data.
+pub fn read_macro_list(path: &Path) -> Vec<(String, Vec<String>)> {
+    println!("cargo:rerun-if-changed={}", path.display());
+    let text =
+        fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    parse_macro_list(&text)
+}
+
+/// Every `MACRO(arg, arg, ...)` line of an X-macro list, comments left out, as (MACRO, [arg,
+/// ...]) in order (for a tool that reads the list outside a build script, the figures say).
+pub fn parse_macro_list(text: &str) -> Vec<(String, Vec<String>)> {
+    text.lines()
+        .filter_map(|line| {
+            let line = line.split("//").next().unwrap().trim();
+            let (name, rest) = line.split_once('(')?;
+            let args = rest.trim_end().strip_suffix(')')?;
+            let name = name.trim();
+            if name.is_empty() || !name.chars().all(is_ident) {
+                return None;
+            }
+            Some((
+                name.to_string(),
+                args.split(',').map(|a| a.trim().to_string()).collect(),
+            ))
+        })
+        .collect()
 }
 
 /// `#define NAME 123` lines of a kernel file (its own text, not its includes) whose NAME is
@@ -489,6 +737,49 @@ extern "C" __device__ int helper() { return 0; }
     }
 
     #[test]
+    fn finds_kernels_stamped_from_a_list() {
+        let src = r#"
+#define ENTRIES(NAME, C) \
+    extern "C" __global__ void __launch_bounds__(C) k1_##NAME(const float* x, int n) { f<C>(x, n); } \
+    extern "C" __global__ void k2_ ## NAME(float* y, unsigned m) {}
+#define CONFIG(NAME, WARPS) ENTRIES(NAME, 32 * WARPS)
+#define BY_VERSION_7(NAME) extern "C" __global__ void __cluster_dims__(2, 1, 1) v7_##NAME(int* a) {}
+#define VERSIONED(NAME, VERSION) BY_VERSION_ ## VERSION(NAME)
+CONFIG(w4, 4)
+CONFIG(w8, (2 * 4))
+#undef CONFIG
+CONFIG(gone, 1)
+VERSIONED(g1, 7)
+extern "C" __global__ void plain(int a) {}
+"#;
+        assert_eq!(
+            kernel_names(src),
+            vec!["k1_w4", "k2_w4", "k1_w8", "k2_w8", "v7_g1", "plain"]
+        );
+        assert_eq!(kernel_params(src, "k1_w8").unwrap(), vec!["Ptr", "I32"]);
+        assert_eq!(kernel_params(src, "k2_w4").unwrap(), vec!["Ptr", "U32"]);
+        assert_eq!(kernel_params(src, "plain").unwrap(), vec!["I32"]);
+    }
+
+    #[test]
+    fn reads_an_x_macro_list() {
+        let list = "// a comment\nTILE(w4, 1, 4)  // the default\n\n#define X(a) a\nHOPPER_TILE( g1 , 4,1 )\n";
+        assert_eq!(
+            parse_macro_list(list),
+            vec![
+                (
+                    "TILE".to_string(),
+                    vec!["w4".to_string(), "1".into(), "4".into()]
+                ),
+                (
+                    "HOPPER_TILE".to_string(),
+                    vec!["g1".to_string(), "4".into(), "1".into()]
+                ),
+            ]
+        );
+    }
+
+    #[test]
     fn reads_launch_geometry_constants() {
         let src = "#define ROWS_PER_BLOCK 8  // rows of one block\n#define TILE 64\n#define lower 3\n#define F(x) x\n  #define NOT_A_NUMBER abc\n";
         assert_eq!(
@@ -526,14 +817,17 @@ extern "C" __global__ void odd(double d) {}
         let dir = std::env::temp_dir().join(format!("moe-inline-{}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
         fs::write(dir.join("a.cuh"), "#pragma once\nint a;\n").unwrap();
+        fs::write(dir.join("list.def"), "X(one)\n").unwrap();
         fs::write(
             dir.join("b.cu"),
-            "#include \"a.cuh\"\n#include \"a.cuh\"\n#include <cuda_bf16.h>\nint b;\n",
+            "#include \"a.cuh\"\n#include \"a.cuh\"\n#include <cuda_bf16.h>\nint b;\n\
+             #include \"list.def\"\n#include \"list.def\"\n",
         )
         .unwrap();
         let (text, read) = inline_includes(&dir.join("b.cu"), &[]).unwrap();
-        assert_eq!(read.len(), 2);
+        assert_eq!(read.len(), 3);
         assert_eq!(text.matches("int a;").count(), 1);
+        assert_eq!(text.matches("X(one)").count(), 2, "{text}");
         assert!(text.contains("#include <cuda_bf16.h>"));
         assert!(text.contains("#line 3 \"b.cu\""));
         let missing = dir.join("c.cu");

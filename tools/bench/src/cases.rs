@@ -181,7 +181,7 @@ impl Session {
         let ceilings = Ceilings {
             launch_us: empty.cold.median_us,
             copy_gbs: h.copy_bandwidth(1 << 30).map_err(|e| e.to_string())?,
-            bf16_tflops: crate::bf16_rate(&h, dev)?,
+            bf16_tflops: crate::common::bf16_rate(&h, dev)?,
         };
         Ok(Session {
             dev,
@@ -247,7 +247,7 @@ impl Session {
         let mut rows: Vec<BenchRow> = vec![self.empty_row(chapter)];
         let mut steps: Vec<StepRow> = Vec::new();
         self.settle(cases)?;
-        let b = crate::bar(cases.len(), chapter);
+        let b = crate::common::bar(cases.len(), chapter);
         for case in cases {
             b.set_message(format!("{} {} {} {unit}", case.shape, case.imp, case.rows));
             let (r, s) = self

@@ -464,7 +464,7 @@ fn gpu(dev: &'static Device, args: &Ch02Args, quick: bool) -> Result<(), String>
     let cases = cases(shape, &routings, &layer)?;
     let mut rows: Vec<BenchRow> = vec![session.empty_row("ch02")];
     session.settle(&cases)?;
-    let b = crate::bar(cases.len(), "ch02");
+    let b = crate::common::bar(cases.len(), "ch02");
     for case in &cases {
         b.set_message(format!("{} tokens", case.rows));
         let (r, _) = session
@@ -480,9 +480,9 @@ fn gpu(dev: &'static Device, args: &Ch02Args, quick: bool) -> Result<(), String>
     }
 
     let out = &args.out_dir;
-    crate::write(&out.join("ch02.csv"), &csv(&rows))?;
+    crate::common::write(&out.join("ch02.csv"), &csv(&rows))?;
     // Its own file: `ceilings.csv` is chapter 1's run's, whose floors its CSV holds.
-    crate::write(&out.join("ch02_ceilings.csv"), &session.ceilings_csv())?;
+    crate::common::write(&out.join("ch02_ceilings.csv"), &session.ceilings_csv())?;
     print!(
         "{}",
         summary(
@@ -641,12 +641,12 @@ pub const CPU_HEADER: &str = "shape,impl,tokens,hidden,intermediate,experts,k,dt
 fn cpu(args: &Ch02Args, quick: bool) -> Result<(), String> {
     let samples = if quick { 1 } else { args.samples.max(1) };
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let host = crate::host();
+    let host = crate::common::host();
     eprintln!(
         "bench ch02 --cpu: the literal loop against the candle grouped loop, bf16, {samples} timed runs each, on {host} ({threads} threads)"
     );
     let mut lines = vec![CPU_HEADER.to_string()];
-    let b = crate::bar(CPU_CASES.len() * 2 * (samples + 1), "ch02 cpu");
+    let b = crate::common::bar(CPU_CASES.len() * 2 * (samples + 1), "ch02 cpu");
     for (shape, tokens) in &CPU_CASES {
         let weights = MoeWeights::patterned(&shape.config(), WEIGHT_SEED, 0.02, false);
         let routing = routing(shape, *tokens)?;
@@ -712,7 +712,7 @@ fn cpu(args: &Ch02Args, quick: bool) -> Result<(), String> {
         println!("(--quick: one run each; nothing written)");
         return Ok(());
     }
-    crate::write(&args.cpu_out, &(lines.join("\n") + "\n"))?;
+    crate::common::write(&args.cpu_out, &(lines.join("\n") + "\n"))?;
     println!("wrote {}", args.cpu_out.display());
     Ok(())
 }

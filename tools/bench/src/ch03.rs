@@ -519,7 +519,7 @@ pub fn run(args: &Ch03Args) -> Result<(), String> {
     }
     if args.padding {
         let text = padding_csv()?;
-        crate::write(&args.padding_out, &text)?;
+        crate::common::write(&args.padding_out, &text)?;
         println!(
             "wrote {} rows of padding shares (BLOCK_M {}, E {}, k {K}, T 1 to {}) to {}",
             text.lines().count() - 1,
@@ -574,10 +574,10 @@ fn gpu(dev: &'static Device, args: &Ch03Args, quick: bool) -> Result<(), String>
     let (rows, steps) = session.run_all("ch03", "tokens", &cases, args.peers.as_deref())?;
 
     let out = &args.out_dir;
-    crate::write(&out.join("ch03.csv"), &csv(&rows))?;
-    crate::write(&out.join("ch03_steps.csv"), &steps_csv(&steps))?;
-    crate::write(&out.join("ch03_layout.csv"), &layout_csv(&inputs))?;
-    crate::write(&out.join("ch03_ceilings.csv"), &session.ceilings_csv())?;
+    crate::common::write(&out.join("ch03.csv"), &csv(&rows))?;
+    crate::common::write(&out.join("ch03_steps.csv"), &steps_csv(&steps))?;
+    crate::common::write(&out.join("ch03_layout.csv"), &layout_csv(&inputs))?;
+    crate::common::write(&out.join("ch03_ceilings.csv"), &session.ceilings_csv())?;
     print!(
         "{}",
         summary(
@@ -877,7 +877,7 @@ fn hashes(dev: &'static Device, args: &Ch03Args, quick: bool) -> Result<(), Stri
         .map(|l| l + "\n")
         .collect();
     let path = args.out_dir.join("ch03_determinism.csv");
-    crate::write(&path, &text)?;
+    crate::common::write(&path, &text)?;
     print!("{text}");
     finish_hashes(&rows)?;
     println!(

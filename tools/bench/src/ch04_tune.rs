@@ -33,9 +33,9 @@
 //! The weights are made on the device (`FusedDevice::patterned_on_device`): no host copy, so a
 //! GLM-sized layer (3.6 G weights) is ready in a moment.
 
-use crate::bar;
 use crate::cases::BenchError;
 use crate::ch02::Shape;
+use crate::common::bar;
 use ch02_grouped::compare::check_output;
 use ch03_align::layout::choose_block_m;
 use ch03_align::regimes::routed_ids;
@@ -579,8 +579,8 @@ pub fn run(args: &TuneArgs) -> Result<(), String> {
     }
     let text = tuned_text(&table, &dev.name(), quick, !args.configs.is_empty())?;
     let out = &args.out_dir;
-    crate::write(&out.join("ch04_tuned.csv"), &text)?;
-    crate::write(&out.join("ch04_tune_all.csv"), &all)?;
+    crate::common::write(&out.join("ch04_tuned.csv"), &text)?;
+    crate::common::write(&out.join("ch04_tune_all.csv"), &all)?;
     println!(
         "wrote ch04_tuned.csv ({} buckets) and ch04_tune_all.csv in {}; commit the table and rebuild to use it",
         table.rows.len(),

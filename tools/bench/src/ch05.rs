@@ -29,7 +29,7 @@
 
 use crate::cases::{csv, steps_csv, summary, Case, Session, SummaryLayout, Work};
 use crate::ch01::{bias, SHAPES};
-use crate::GpuArgs;
+use crate::common::GpuArgs;
 use ch01_router::chain::{
     DeviceMatrix, DeviceRouter, FiveLineChain, GateInputs, GateShape, RouterOutputs,
 };
@@ -442,9 +442,9 @@ fn gpu(dev: &'static Device, args: &GpuArgs, quick: bool) -> Result<(), String> 
     let cases = cases(&ROWS);
     let (rows, steps) = session.run_all("ch05", "rows", &cases, args.peers.as_deref())?;
     let out = &args.out_dir;
-    crate::write(&out.join("ch05.csv"), &csv(&rows))?;
-    crate::write(&out.join("ch05_steps.csv"), &steps_csv(&steps))?;
-    crate::write(&out.join("ch05_ceilings.csv"), &session.ceilings_csv())?;
+    crate::common::write(&out.join("ch05.csv"), &csv(&rows))?;
+    crate::common::write(&out.join("ch05_steps.csv"), &steps_csv(&steps))?;
+    crate::common::write(&out.join("ch05_ceilings.csv"), &session.ceilings_csv())?;
     print!(
         "{}",
         summary(

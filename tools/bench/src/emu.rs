@@ -85,7 +85,7 @@ pub fn measure(repeats: usize) -> Result<Vec<EmuRate>, String> {
 
 /// CSV lines for `rates`, labelled `build` (`before` / `after` a change).
 pub fn csv_lines(build: &str, rates: &[EmuRate]) -> Vec<String> {
-    let host = crate::host();
+    let host = crate::common::host();
     let threads = Device::emu().worker_threads().unwrap_or(1);
     rates
         .iter()

@@ -1,0 +1,497 @@
+//! The launches: [`FusedDevice::enqueue_experts`] and the tiled and decode paths' kernels, each
+//! a safe wrapper that checks its buffers and queues one kernel.
+
+use super::*;
+
+/// What one [`FusedDevice::enqueue_experts`] works on: its buffers, and the batch's sizes T, k,
+/// H, I, E and P = T·k.
+#[derive(Clone, Copy)]
+pub(super) struct Batch<'a> {
+    pub(super) hidden: &'a DeviceBuffer<f32>,
+    pub(super) ids: &'a DeviceBuffer<i32>,
+    pub(super) weights: &'a DeviceBuffer<f32>,
+    pub(super) out: &'a DeviceBuffer<f32>,
+    pub(super) rows: usize,
+    pub(super) k: usize,
+    pub(super) h: usize,
+    pub(super) i: usize,
+    pub(super) e: usize,
+    pub(super) pairs: usize,
+}
+
+impl FusedDevice {
+    // ANCHOR: gemm_launches
+    /// `act [P, I] = SwiGLU(x[p / k] · w13[e]ᵀ)` for the pairs of every tile of a layout
+    /// ([`Fusion::Unfused`]: `gateup [P, 2I] = x[p / k] · w13[e]ᵀ`, no SwiGLU).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn gemm1(
+        &self,
+        plan: &BatchPlan,
+        x: &DeviceBuffer<bf16>,
+        w13: &DeviceBuffer<bf16>,
+        layout: (&DeviceBuffer<i32>, &DeviceBuffer<i32>, &DeviceBuffer<i32>),
+        tiles: usize,
+        out: &DeviceBuffer<bf16>,
+        (pairs, k, inter, experts, block_m): (usize, usize, usize, usize, usize),
+        map: TensorMap,
+    ) -> Result<(), MoeError> {
+        let h = self.config.hidden;
+        let tile = plan.tile;
+        let (col_blocks, name) = match plan.fusion {
+            Fusion::Unfused => (
+                (2 * inter).div_ceil(tile.bn()),
+                tile.kernel("fused_gemm1_gateup"),
+            ),
+            _ => (
+                inter.div_ceil(tile.bn1()),
+                tile.kernel("fused_gemm1_swiglu"),
+            ),
+        };
+        let mut cfg = LaunchConfig::blocks(1, tile.threads() as u32)
+            .with_shared(tile.shared_bytes(block_m) as u32);
+        (cfg.grid.0, cfg.grid.1) = tile.grid(tiles, col_blocks, self.multiprocessors());
+        let (sorted, expert_ids, num_post) = layout;
+        self.module.launch(
+            &name,
+            cfg,
+            &args![
+                x,
+                w13,
+                sorted,
+                expert_ids,
+                num_post,
+                out,
+                int(pairs),
+                int(k),
+                int(h),
+                int(inter),
+                int(experts),
+                int(block_m)
+            ]
+            .into_iter()
+            .chain(self.map_arg(tile, map)?)
+            .collect::<Vec<_>>(),
+        )?;
+        Ok(())
+    }
+
+    /// `y [P, H] = weight[p] · (act[p] · w2[e]ᵀ)` (no weight: null) for every tile of a layout.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn gemm2(
+        &self,
+        tile: TileConfig,
+        act: &DeviceBuffer<bf16>,
+        w2: &DeviceBuffer<bf16>,
+        layout: (&DeviceBuffer<i32>, &DeviceBuffer<i32>, &DeviceBuffer<i32>),
+        tiles: usize,
+        weight: KernelArg,
+        y: &DeviceBuffer<f32>,
+        (pairs, inter, experts, block_m): (usize, usize, usize, usize),
+        map: TensorMap,
+    ) -> Result<(), MoeError> {
+        let h = self.config.hidden;
+        let mut cfg = LaunchConfig::blocks(1, tile.threads() as u32)
+            .with_shared(tile.shared_bytes(block_m) as u32);
+        (cfg.grid.0, cfg.grid.1) = tile.grid(tiles, h.div_ceil(tile.bn()), self.multiprocessors());
+        let (sorted, expert_ids, num_post) = layout;
+        self.module.launch(
+            &tile.kernel("fused_gemm2"),
+            cfg,
+            &args![
+                act,
+                w2,
+                sorted,
+                expert_ids,
+                num_post,
+                weight,
+                y,
+                int(pairs),
+                int(h),
+                int(inter),
+                int(experts),
+                int(block_m)
+            ]
+            .into_iter()
+            .chain(self.map_arg(tile, map)?)
+            .collect::<Vec<_>>(),
+        )?;
+        Ok(())
+    }
+    // ANCHOR_END: gemm_launches
+
+    /// Version 7's last argument: the address of `map` in device memory (other versions: none).
+    /// The device's multiprocessors: version 10's grid (1 on the emulator, which runs no
+    /// version 10).
+    pub(super) fn multiprocessors(&self) -> usize {
+        self.device.multiprocessors().unwrap_or(1)
+    }
+
+    pub(super) fn map_arg(
+        &self,
+        tile: TileConfig,
+        map: TensorMap,
+    ) -> Result<Option<KernelArg>, MoeError> {
+        if !tile.tma() {
+            return Ok(None);
+        }
+        let maps = self.weights.maps.as_ref().ok_or_else(|| MoeError::Config {
+            field: "tile configuration",
+            expected: "an sm_90a GPU and H and I multiples of 8 (the tensor maps of version 7)"
+                .into(),
+            found: tile.name(),
+        })?;
+        Ok(Some(KernelArg::Ptr(maps.device_ptr() + 128 * map as u64)))
+    }
+
+    /// `act [rows, I] = SwiGLU(gateup [rows, 2I])`: the unfused layer's elementwise kernel.
+    pub(super) fn swiglu(
+        &self,
+        gateup: &DeviceBuffer<bf16>,
+        act: &DeviceBuffer<bf16>,
+        rows: usize,
+        inter: usize,
+    ) -> Result<(), MoeError> {
+        self.module.launch(
+            "fused_swiglu",
+            LaunchConfig::for_elements(rows * inter, FUSED_ELEMENTWISE_THREADS as u32),
+            &args![gateup, act, rows as i64, int(inter)],
+        )?;
+        Ok(())
+    }
+
+    /// `xb = bf16(hidden)`, `n` values: [`FUSED_TO_BF16_VALUES`] a thread.
+    pub(super) fn to_bf16(
+        &self,
+        hidden: &DeviceBuffer<f32>,
+        xb: &DeviceBuffer<bf16>,
+        n: usize,
+    ) -> Result<(), MoeError> {
+        self.module.launch(
+            "fused_to_bf16",
+            LaunchConfig::for_elements(
+                n.div_ceil(FUSED_TO_BF16_VALUES),
+                FUSED_ELEMENTWISE_THREADS as u32,
+            ),
+            &args![hidden, xb, n as i64],
+        )?;
+        Ok(())
+    }
+
+    /// `out[t] = Σⱼ y[t·k + j]` (+ the shared expert's `shared_y[t]`, times the sigmoid of
+    /// `shared_gate[t]` when gated), j in order: the last kernel of both paths but a fused sum.
+    pub(super) fn combine(
+        &self,
+        b: Batch,
+        y: &DeviceBuffer<f32>,
+        shared_y: KernelArg,
+        shared_gate: KernelArg,
+    ) -> Result<(), MoeError> {
+        let (rows, h) = (b.rows, b.h);
+        self.module.launch(
+            "fused_combine",
+            // A dependent launch: it waits for the down projection's y in the kernel.
+            LaunchConfig::for_elements(rows * h, FUSED_ELEMENTWISE_THREADS as u32).dependent(),
+            &args![y, shared_y, shared_gate, b.out, int(rows), int(h), int(b.k)],
+        )?;
+        Ok(())
+    }
+
+    // ANCHOR: enqueue_experts
+    /// Queues the experts: `hidden` [T, H] f32 and the routing on the device (`ids` [T, k] i32,
+    /// each in `0..E`, and `weights` [T, k] f32) in, `out` [T, H] f32 out. Only launches: no
+    /// allocation, no copy, no synchronisation. Ids outside `0..E` are skipped by the kernels
+    /// (never read or written out of bounds); [`MoeLayer::experts`] refuses them first.
+    pub fn enqueue_experts(
+        &self,
+        ws: &FusedWorkspace,
+        hidden: &DeviceBuffer<f32>,
+        ids: &DeviceBuffer<i32>,
+        weights: &DeviceBuffer<f32>,
+        out: &DeviceBuffer<f32>,
+    ) -> Result<(), MoeError> {
+        if ws.layer != self.id {
+            return Err(MoeError::Config {
+                field: "workspace",
+                expected: "one built by this layer's FusedDevice::workspace".into(),
+                found: "a workspace built by another layer".into(),
+            });
+        }
+        let c = &self.config;
+        let (rows, k, h) = (ws.rows, c.router.k, c.hidden);
+        let pairs = rows * k;
+        expect_len("hidden [T, H]", hidden.len(), rows * h)?;
+        expect_len("ids [T, k]", ids.len(), pairs)?;
+        expect_len("weights [T, k]", weights.len(), pairs)?;
+        expect_len("out [T, H]", out.len(), rows * h)?;
+        if rows == 0 {
+            return Ok(());
+        }
+        let (i, e) = (c.intermediate, c.experts);
+        let b = Batch {
+            hidden,
+            ids,
+            weights,
+            out,
+            rows,
+            k,
+            h,
+            i,
+            e,
+            pairs,
+        };
+        match ws.plan.path {
+            Path::Tiled => self.enqueue_tiled(ws, b),
+            Path::Decode | Path::DecodeGrouped => self.enqueue_decode(ws, b),
+        }
+    }
+
+    /// The tiled path: chapter 3's layout, then one launch per GEMM for every expert at once.
+    pub(super) fn enqueue_tiled(&self, ws: &FusedWorkspace, b: Batch) -> Result<(), MoeError> {
+        let (rows, k, h, i, e, pairs) = (b.rows, b.k, b.h, b.i, b.e, b.pairs);
+        let (m, plan, w) = (&self.module, &ws.plan, &self.weights.experts);
+        let missing = |what: &str| no_buffer(format!("{what} (a workspace of the tiled path)"));
+        let xb = ws.xb.as_ref().ok_or_else(|| missing("xb"))?;
+        let (align, a) = ws.align.as_ref().ok_or_else(|| missing("a layout"))?;
+        let y = ws.y.as_ref().ok_or_else(|| missing("y"))?;
+        // 1. The hidden states in bf16, once for every expert that reads them.
+        self.to_bf16(b.hidden, xb, rows * h)?;
+        // 2. Chapter 3: the pairs sorted by expert, each expert's run padded to BLOCK_M.
+        align.enqueue(b.ids, a).map_err(align_error)?;
+        let layout = (&a.sorted_ids, &a.expert_ids, &a.num_post);
+        let tiles = max_tiles(pairs, e, plan.block_m);
+        // 3. Every expert's SwiGLU(x · w13ᵀ) (unfused: gate|up, then SwiGLU), then its weighted
+        //    down projection, one launch each.
+        let first = ws.gateup.as_ref().unwrap_or(&ws.act);
+        self.gemm1(
+            plan,
+            xb,
+            &w.w13,
+            layout,
+            tiles,
+            first,
+            (pairs, k, i, e, plan.block_m),
+            TensorMap::W13,
+        )?;
+        if let Some(g) = &ws.gateup {
+            self.swiglu(g, &ws.act, pairs, i)?;
+        }
+        let wt = KernelArg::from(b.weights);
+        self.gemm2(
+            plan.tile,
+            &ws.act,
+            &w.w2,
+            layout,
+            tiles,
+            wt,
+            y,
+            (pairs, i, e, plan.block_m),
+            TensorMap::W2,
+        )?;
+        // 4. The shared expert: the same kernels, every token a pair of the one expert.
+        let (mut shared_y, mut shared_gate) = (KernelArg::Ptr(0), KernelArg::Ptr(0));
+        if let (Some(s), Some(sw)) = (&w.shared, &ws.shared) {
+            let l = sw
+                .layout
+                .as_ref()
+                .ok_or_else(|| missing("a shared layout"))?;
+            let sy = sw.y.as_ref().ok_or_else(|| missing("the shared y"))?;
+            let layout = (&l.sorted_ids, &l.expert_ids, &l.num_post);
+            let first = sw.gateup.as_ref().unwrap_or(&sw.act);
+            self.gemm1(
+                plan,
+                xb,
+                &s.w13,
+                layout,
+                l.tiles,
+                first,
+                (rows, 1, s.inter, 1, l.block_m),
+                TensorMap::SharedW13,
+            )?;
+            if let Some(g) = &sw.gateup {
+                self.swiglu(g, &sw.act, rows, s.inter)?;
+            }
+            let none = KernelArg::Ptr(0);
+            self.gemm2(
+                plan.tile,
+                &sw.act,
+                &s.w2,
+                layout,
+                l.tiles,
+                none,
+                sy,
+                (rows, s.inter, 1, l.block_m),
+                TensorMap::SharedW2,
+            )?;
+            shared_y = KernelArg::from(sy);
+            if let (Some(g), Some(logit)) = (&s.gate, &sw.gate) {
+                m.launch(
+                    "fused_gate_logit",
+                    LaunchConfig::blocks(rows.div_ceil(FUSED_WARPS) as u32, FUSED_THREADS as u32),
+                    &args![xb, g, logit, int(rows), int(h)],
+                )?;
+                shared_gate = KernelArg::from(logit);
+            }
+        }
+        // 5. out[t] = Σⱼ y[t·k + j] (+ shared), j in order.
+        self.combine(b, y, shared_y, shared_gate)
+    }
+    // ANCHOR_END: enqueue_experts
+
+    // ANCHOR: enqueue_decode
+    /// The decode path: the pairs indexed directly (no layout), each pair's expert rows read
+    /// once; by default two launches in all, the shared expert included. The grouped decode path:
+    /// the input in bf16 and chapter 3's layout first, then the same arithmetic a tile of pairs
+    /// of one expert per block (the shared expert's tokens in tiles after the routed ones).
+    pub(super) fn enqueue_decode(&self, ws: &FusedWorkspace, b: Batch) -> Result<(), MoeError> {
+        let (rows, k, h, i, e, pairs) = (b.rows, b.k, b.h, b.i, b.e, b.pairs);
+        let (m, plan, w) = (&self.module, &ws.plan, &self.weights.experts);
+        let g = plan.decode;
+        let sw = ws.shared.as_ref();
+        let s = w.shared.as_ref().filter(|_| sw.is_some());
+        let (is, shared_rows) = s.map_or((0, 0), |s| (s.inter, rows));
+        let logit = sw.and_then(|sw| sw.gate.as_ref());
+        // Every decode GEMM: one block per row of `blocks` (pairs, tokens, or tiles) and slice of
+        // `cols` columns; its buffers, then the same sizes (and the grouped kernels' BLOCK_M
+        // and routed tiles).
+        let sizes = [rows, k, h, i, e, is, g.cols_per_warp].map(int);
+        // `dependent`: a programmatic dependent launch (the down projections: scheduled while
+        // GEMM 1 runs, they wait for its act). The kernel is the geometry's (`_na`: the weights
+        // streamed).
+        let launch_as =
+            |name: &str, blocks: usize, cols: usize, buffers: &[KernelArg], dependent| {
+                let mut cfg = LaunchConfig::blocks(blocks as u32, g.threads() as u32);
+                cfg.grid.1 = cols.div_ceil(g.cols()) as u32;
+                cfg.dependent = dependent;
+                m.launch(&g.kernel(name), cfg, &[buffers, &sizes[..]].concat())
+            };
+        let launch = |name: &str, blocks: usize, cols: usize, buffers: &[KernelArg]| {
+            launch_as(name, blocks, cols, buffers, false)
+        };
+        // The grouped path: x in bf16 and the layout, then its tiles (routed, then shared).
+        let grouped = match plan.path {
+            Path::DecodeGrouped => {
+                let missing = |what: &str| {
+                    no_buffer(format!("{what} (a workspace of the decode_grouped path)"))
+                };
+                let xb = ws.xb.as_ref().ok_or_else(|| missing("xb"))?;
+                let (align, a) = ws.align.as_ref().ok_or_else(|| missing("a layout"))?;
+                self.to_bf16(b.hidden, xb, rows * h)?;
+                align.enqueue(b.ids, a).map_err(align_error)?;
+                let tiles = max_tiles(pairs, e, plan.block_m);
+                let blocks = tiles + shared_rows.div_ceil(plan.block_m);
+                let layout = args![&a.sorted_ids, &a.expert_ids, &a.num_post];
+                Some((xb, layout, blocks, [int(plan.block_m), int(tiles)]))
+            }
+            _ => None,
+        };
+        let launch_grouped = |name: &str, cols: usize, buffers: &[KernelArg]| {
+            let (_, _, blocks, extra) = grouped.as_ref().expect("the grouped path");
+            let mut cfg = LaunchConfig::blocks(*blocks as u32, g.threads() as u32);
+            cfg.grid.1 = cols.div_ceil(g.cols()) as u32;
+            m.launch(name, cfg, &[buffers, &sizes[..], &extra[..]].concat())
+        };
+        // 1. SwiGLU(bf16(x) · w13ᵀ) of every pair, then of every token through the shared expert
+        //    (unfused: gate|up, then SwiGLU).
+        let unfused = plan.fusion == Fusion::Unfused;
+        let (first, shared_first) = match unfused {
+            true => (ws.gateup.as_ref(), sw.and_then(|sw| sw.gateup.as_ref())),
+            false => (Some(&ws.act), sw.map(|sw| &sw.act)),
+        };
+        let gemm1_out = args![
+            opt(s.map(|s| &s.w13)),
+            opt(s.and_then(|s| s.gate.as_ref())),
+            opt(logit),
+            opt(first),
+            opt(shared_first)
+        ];
+        match &grouped {
+            None => launch(
+                if unfused {
+                    "decode_gemm1_gateup"
+                } else {
+                    "decode_gemm1_swiglu"
+                },
+                pairs + shared_rows,
+                i.max(is),
+                &[&args![b.hidden, b.ids, &w.w13][..], &gemm1_out[..]].concat(),
+            )?,
+            Some((xb, layout, _, _)) => launch_grouped(
+                if unfused {
+                    "decode_grouped_gemm1_gateup"
+                } else {
+                    "decode_grouped_gemm1_swiglu"
+                },
+                i.max(is),
+                &[
+                    &args![*xb][..],
+                    &layout[..],
+                    &args![&w.w13][..],
+                    &gemm1_out[..],
+                ]
+                .concat(),
+            )?,
+        }
+        if unfused {
+            if let Some(gu) = &ws.gateup {
+                self.swiglu(gu, &ws.act, pairs, i)?;
+            }
+            if let (Some(s), Some(sw)) = (s, sw) {
+                if let Some(gu) = &sw.gateup {
+                    self.swiglu(gu, &sw.act, rows, s.inter)?;
+                }
+            }
+        }
+        let down_in = args![
+            &ws.act,
+            b.ids,
+            b.weights,
+            &w.w2,
+            opt(sw.map(|sw| &sw.act)),
+            opt(s.map(|s| &s.w2))
+        ];
+        // 2. The down projection: with the sum over k (and the shared expert) fused, one block
+        //    per token and slice of H (on both decode paths); else one per pair, or per tile,
+        //    then fused_combine.
+        if plan.fusion == Fusion::SwiGluSumK {
+            launch_as(
+                "decode_gemm2_sum",
+                rows,
+                h,
+                &[&down_in[..], &args![opt(logit), b.out]].concat(),
+                true,
+            )?;
+            return Ok(());
+        }
+        let y =
+            ws.y.as_ref()
+                .ok_or_else(|| no_buffer("y (a workspace of an unfused sum)".into()))?;
+        let shared_y = opt(sw.and_then(|sw| sw.y.as_ref()));
+        match &grouped {
+            None => launch_as(
+                "decode_gemm2",
+                pairs + shared_rows,
+                h,
+                &[&down_in[..], &args![y, shared_y]].concat(),
+                true,
+            )?,
+            Some((_, layout, _, _)) => launch_grouped(
+                "decode_grouped_gemm2",
+                h,
+                &[
+                    &args![&ws.act][..],
+                    &layout[..],
+                    &args![
+                        b.weights,
+                        &w.w2,
+                        opt(sw.map(|sw| &sw.act)),
+                        opt(s.map(|s| &s.w2))
+                    ],
+                    &args![y, shared_y],
+                ]
+                .concat(),
+            )?,
+        }
+        self.combine(b, y, shared_y, opt(logit))
+    }
+    // ANCHOR_END: enqueue_decode
+}
