@@ -11,6 +11,7 @@ use crate::blas::call::GemmCall;
 use crate::error::Result;
 use crate::launch::{LaunchConfig, ParamArray};
 use crate::source::KernelSource;
+use std::any::Any;
 use std::fmt;
 
 /// Which backend a [`crate::Device`] is.
@@ -36,9 +37,21 @@ impl fmt::Display for BackendKind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct KernelHandle(pub(crate) usize);
 
+/// A backend as `Any`, so that a layer above both implementations (the device's `gpu()`, for the
+/// measuring harness) can ask for the GPU's own type without this trait naming it.
+pub(crate) trait AsAny {
+    fn as_any(&self) -> &dyn Any;
+}
+
+impl<T: Any> AsAny for T {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
 /// Device memory, copies, compilation and launches. Addresses are `u64` on both backends (the
 /// emulator's are host addresses), exactly what a kernel receives.
-pub(crate) trait Backend: Send + Sync {
+pub(crate) trait Backend: AsAny + Send + Sync {
     fn kind(&self) -> BackendKind;
     /// `NVIDIA H200, sm_90, 132 SMs` or `CPU emulator, 2 worker threads, 11.7 GiB`.
     fn describe(&self) -> String;
@@ -70,8 +83,4 @@ pub(crate) trait Backend: Send + Sync {
     ) -> Result<()>;
     /// One library GEMM (cuBLAS on the GPU, the reference GEMM on the emulator).
     fn gemm(&self, call: &GemmCall) -> Result<()>;
-    /// The GPU behind this backend, for the measuring harness.
-    fn gpu(&self) -> Option<&crate::cuda::Gpu> {
-        None
-    }
 }

@@ -380,8 +380,4 @@ impl Backend for Gpu {
             .map_err(|e| e.clone())?;
         blas.gemm(call)
     }
-
-    fn gpu(&self) -> Option<&Gpu> {
-        Some(self)
-    }
 }
