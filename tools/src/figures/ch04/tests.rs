@@ -919,3 +919,28 @@ fn another_decode_path_counts_as_decode() {
         .unwrap()
         .contains("decode_grouped"));
 }
+
+#[test]
+fn decode_facts_compare_the_l1_twins_and_the_fusions() {
+    let head = "shape,hidden,intermediate,experts,k,tokens,path,config,cold_us,cold_p10_us,cold_p90_us,warm_us\n";
+    let row = |t: u64, path: &str, config: &str, us: f64| {
+        format!("qwen3_30b_a3b,2048,768,128,8,{t},{path},{config},{us},{us},{us},{us}\n")
+    };
+    let mut csv = head.to_string();
+    csv += &row(1, "decode", "w4_c1_na_swiglu", 20.0);
+    csv += &row(1, "decode", "w4_c1_swiglu", 25.0);
+    csv += &row(1, "decode", "w4_c1_na", 30.0);
+    // At 8 tokens the fused sum was not timed: no facts for that batch.
+    csv += &row(8, "decode", "w4_c1_na_swiglu", 100.0);
+    csv += &row(8, "decode", "w4_c1_swiglu", 110.0);
+    // Another path's candidate of the same name does not count.
+    csv += &row(8, "decode_grouped", "w4_c1_na", 90.0);
+    let all = parse_tune_all(&csv, "ch04_tune_all.csv").unwrap();
+    let mut f = Facts::default();
+    decode_facts(&all, &mut f);
+    let facts = f.render("test");
+    has(&facts, "qwen3_t1_decode_w4_c1_swiglu_cold", "25.0");
+    has(&facts, "qwen3_t1_decode_l1_over_na", "1.25");
+    has(&facts, "qwen3_t1_decode_sumk_over_swiglu", "1.50");
+    assert!(!facts.contains("qwen3_t8_decode"), "{facts}");
+}
