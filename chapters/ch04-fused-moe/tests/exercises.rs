@@ -223,3 +223,57 @@ fn exercise_3_the_offsets_that_overflow_32_bits() {
         }
     );
 }
+
+/// Row `r`'s sum of `w [rows, cols]`, in f64: exact here, since every value is a small integer.
+fn row_sums(w: &[f32], rows: usize, cols: usize) -> Vec<f64> {
+    (0..rows)
+        .map(|r| w[r * cols..(r + 1) * cols].iter().map(|&v| v as f64).sum())
+        .collect()
+}
+
+/// Exercise 4: the cp.async pipeline. Every value is a small integer, so every order of the sum
+/// gives the same exact result and any difference is a slice read before it landed (on the
+/// emulator a copy lands only at the wait that lets it, and a buffer holds its old contents until
+/// then), read twice, or skipped. Rows of 1 to 11 slices: fewer slices than stages, exactly as
+/// many, and several rounds of the buffers.
+#[test]
+#[ignore = "an exercise: tools/steps exercises 4"]
+fn exercise_4_the_pipelined_row_sums_are_exact() {
+    use exercises::geometry::{EX_PIPE_BK, EX_PIPE_STAGES, EX_PIPE_THREADS};
+    use moe_kernels::{args, LaunchConfig};
+    let dev = device();
+    let m = dev
+        .load(&exercises::KERNELS)
+        .unwrap_or_else(|e| panic!("{e}"));
+    for (rows, slices) in [
+        (1, 1),
+        (37, EX_PIPE_STAGES - 1),
+        (37, EX_PIPE_STAGES),
+        (5, 8),
+        (3, 11),
+    ] {
+        let cols = slices * EX_PIPE_BK;
+        let w: Vec<f32> = (0..rows * cols)
+            .map(|i| ((i * 7919 + i / cols) % 17) as f32 - 8.0)
+            .collect();
+        let wd = dev.upload(&w).unwrap_or_else(|e| panic!("{e}"));
+        // NaN, so that a row the kernel never writes cannot pass.
+        let out = dev
+            .upload(&vec![f32::NAN; rows])
+            .unwrap_or_else(|e| panic!("{e}"));
+        m.launch(
+            "ex_rowsum_pipelined",
+            LaunchConfig::blocks(rows as u32, EX_PIPE_THREADS as u32),
+            &args![&wd, &out, cols as i32],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let got = out.to_vec().unwrap_or_else(|e| panic!("{e}"));
+        for (r, want) in row_sums(&w, rows, cols).into_iter().enumerate() {
+            assert_eq!(
+                got[r] as f64, want,
+                "row {r} of {rows}, {slices} slices of {EX_PIPE_BK}: got {} want {want}",
+                got[r]
+            );
+        }
+    }
+}
