@@ -607,54 +607,23 @@ pub fn tune_facts(shapes: &[TuneShape], tuned: &TunedFile, timings: usize, f: &m
     }
 }
 
-/// The kernel version of a tiled configuration (the page's numbering): 11 for version 10 with
-/// its items handed out as blocks free up (`g2_…_x_tma_ws_ps_dy`), 10 for version 8
-/// persistent (`g2_…_x_tma_ws_ps`), 9 for version 8 in
-/// clusters of two (`g2_…_x_tma_ws_mc`), 8 for version 7
-/// warp-specialized (`g2_…_x_tma_ws`), 7 for version 5 or 6 with its weight slices through the
-/// tensor memory accelerator (`g2_…_x_tma`, `g1_…_x_w0_tma`), 6 for version 5 waiting
-/// for each slice's MMA (`g1_…_x_w0`), 5 for warpgroup MMA in the 128-byte swizzle (`g2_…_x`), 4 for warpgroup MMA in the flat layout (`g2_…`), 3 for a
-/// grid of warps (`w2x2_…`), 2 for a pipelined main loop (`…_s3`), 1 for the first main loop; a
-/// `_m64` suffix (a larger BLOCK_M) keeps the version of its tile. `None` for anything else.
+/// Chapter 4's tile configurations, one a line: the list the kernels stamp their entry points
+/// from and the library reads (`kernels/ch04/configs.def`), here for its `version` column.
+const CONFIGS_DEF: &str = include_str!("../../../../kernels/ch04/configs.def");
+
+/// The kernel version of a tiled configuration (the page's numbering, 1 to 11), as
+/// `kernels/ch04/configs.def` lists it; a `_m64` suffix (a larger BLOCK_M) keeps the version of
+/// its tile. `None` for a name the list does not hold (a configuration since removed, whose rows
+/// the committed tuning table still records).
 pub fn tile_version(config: &str) -> Option<u8> {
-    let mut parts = config.split('_');
-    let first = parts.next()?;
-    if let Some(wg) = first.strip_prefix('g') {
-        wg.parse::<u32>().ok()?;
-        let parts: Vec<&str> = parts.collect();
-        return Some(if parts.contains(&"dy") {
-            11
-        } else if parts.contains(&"ps") {
-            10
-        } else if parts.contains(&"mc") {
-            9
-        } else if parts.contains(&"ws") {
-            8
-        } else if parts.contains(&"tma") {
-            7
-        } else if parts.contains(&"w0") {
-            6
-        } else if parts.contains(&"x") {
-            5
-        } else {
-            4
-        });
-    }
-    let warps = first.strip_prefix('w')?;
-    let grid = warps.contains('x');
-    let mut pipelined = false;
-    for p in parts {
-        if let Some(n) = p.strip_prefix('s') {
-            pipelined |= n.parse::<u32>().is_ok();
-        }
-    }
-    Some(if grid {
-        3
-    } else if pipelined {
-        2
-    } else {
-        1
-    })
+    let base = match config.rsplit_once("_m") {
+        Some((base, n)) if !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()) => base,
+        _ => config,
+    };
+    moe_kernels_build::parse_macro_list(CONFIGS_DEF)
+        .into_iter()
+        .find(|(_, args)| args.first().map(String::as_str) == Some(base))
+        .and_then(|(_, args)| args.get(1)?.parse().ok())
 }
 
 /// The versions compared, (a, b) for "version a ÷ version b": each with the one before it,
