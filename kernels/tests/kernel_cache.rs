@@ -424,7 +424,8 @@ fn gpu_loads_a_family_from_a_cold_and_a_warm_cache_and_runs_it() {
         assert!(out.status.success(), "{what}:\n{stdout}\n{stderr}");
         let line = stdout
             .lines()
-            .find_map(|l| l.strip_prefix("child: "))
+            // libtest prints "test NAME ... " on the same line, before the child's report.
+            .find_map(|l| l.split_once("child: ").map(|(_, report)| report))
             .unwrap_or_else(|| panic!("{what}: no report\n{stdout}\n{stderr}"));
         eprintln!("{what}: {line}");
         let compiles = line.split(' ').nth(1).unwrap().parse().unwrap();
