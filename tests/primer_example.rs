@@ -42,8 +42,10 @@ fn example_stdout() {
     ] {
         assert!(text.contains(line), "{line}\n{text}");
     }
-    // Measured numbers: none on the emulator; on the GPU, every one a positive number, the
-    // strided copy slower than the coalesced one, and no time under its floor.
+    // Measured numbers: none on the emulator; on the GPU, every one a positive number. How they
+    // compare (strided slower than coalesced, a time near its floor) is a measurement, not a
+    // test: it moves with the machine and under compute-sanitizer, so the H200's run of the
+    // example states it and the page reads it, and no assertion times anything here.
     let measured = spans(&text);
     assert_eq!(measured.len(), 36, "{text}");
     match device().kind() {
@@ -54,17 +56,6 @@ fn example_stdout() {
                 .map(|s| s.parse().unwrap_or_else(|_| panic!("⟨{s}⟩ in\n{text}")))
                 .collect();
             assert!(v.iter().all(|x| *x > 0.0), "{text}");
-            let ratio = |prefix: &str| {
-                let l = text.lines().find(|l| l.starts_with(prefix)).unwrap();
-                spans(l)[0].parse::<f64>().unwrap()
-            };
-            assert!(ratio("strided over coalesced") > 1.0, "{text}");
-            let over_floor = text
-                .lines()
-                .find(|l| l.starts_with("primer_copy_coalesced, cold median"))
-                .map(|l| spans(l)[1].parse::<f64>().unwrap())
-                .unwrap();
-            assert!(over_floor > 0.9, "{text}");
         }
     }
     let masked = mask_measured(&text);
