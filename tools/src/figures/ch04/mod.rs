@@ -133,6 +133,7 @@ pub fn generate(root: &Path) -> Result<Vec<Generated>, String> {
     let mut f = Facts::default();
     f.add("copy_gbs", format!("{copy_gbs:.0}"), CEILINGS_CSV);
     f.add("bf16_tflops", format!("{bf16_tflops:.0}"), CEILINGS_CSV);
+    target_facts(&mut f);
     gpu_facts(&rows, &layout, &mut f)?;
     if root.join(STEPS_CSV).exists() {
         let steps = parse_steps(&read(root, STEPS_CSV)?, STEPS_CSV)?;
