@@ -5,6 +5,8 @@
 
 #[path = "../examples/ch02/cli.rs"]
 mod cli;
+#[path = "support/poison.rs"]
+mod poison;
 
 use ch02_grouped::conformance::hf_fixture;
 use ch02_grouped::example::run;
@@ -12,6 +14,7 @@ use clap::Parser;
 use cli::Args;
 use moe_kernels::testing::device;
 use moe_tools::snap::{mask_measured, measured};
+use poison::poisoned_fixture;
 
 fn try_run(argv: &[&str]) -> Result<String, String> {
     let args = Args::try_parse_from(argv).map_err(|e| e.to_string())?;
@@ -200,43 +203,6 @@ fn runs_a_hugging_face_checkpoint_from_the_command_line() {
         "{text}"
     );
     std::fs::remove_dir_all(&dir).ok();
-}
-
-/// A copy of fixture `name`'s one-file checkpoint (`per_expert/`) in `dir`, with `value` at
-/// element `at` of every tensor whose name ends with `suffix`: a checkpoint holding a NaN or an
-/// infinity, in the system's temporary folder.
-fn poisoned_fixture(
-    name: &str,
-    dir: &std::path::Path,
-    suffix: &str,
-    at: usize,
-    value: f32,
-) -> std::path::PathBuf {
-    let src = hf_fixture(name).join("per_expert");
-    let ckpt = dir.join(format!("{name}-poisoned"));
-    std::fs::create_dir_all(&ckpt).unwrap();
-    std::fs::copy(src.join("config.json"), ckpt.join("config.json")).unwrap();
-    let cpu = candle_core::Device::Cpu;
-    let mut tensors = candle_core::safetensors::load(src.join("model.safetensors"), &cpu).unwrap();
-    for (n, t) in tensors.iter_mut() {
-        if n.ends_with(suffix) {
-            let dtype = t.dtype();
-            let mut v = t
-                .to_dtype(candle_core::DType::F32)
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .to_vec1::<f32>()
-                .unwrap();
-            v[at] = value;
-            *t = candle_core::Tensor::from_vec(v, t.shape(), &cpu)
-                .unwrap()
-                .to_dtype(dtype)
-                .unwrap();
-        }
-    }
-    candle_core::safetensors::save(&tensors, ckpt.join("model.safetensors")).unwrap();
-    ckpt
 }
 
 /// A NaN or an infinity in a checkpoint's weights is refused at load, naming the tensor (it

@@ -5,6 +5,8 @@
 
 #[path = "../examples/ch04/cli.rs"]
 mod cli;
+#[path = "support/poison.rs"]
+mod poison;
 
 use ch02_grouped::checkpoint::CheckpointError;
 use ch02_grouped::compare::{check_output, Tolerance};
@@ -16,6 +18,7 @@ use clap::Parser;
 use cli::Args;
 use moe_kernels::testing::device;
 use moe_tools::snap::{mask_measured, measured};
+use poison::poisoned_fixture;
 use std::path::{Path, PathBuf};
 
 fn try_run(argv: &[&str]) -> Result<String, ExampleError> {
@@ -324,26 +327,7 @@ fn every_bad_input_is_a_typed_error() {
     assert!(!text.contains("error against the literal loop"), "{text}");
     // A NaN in the checkpoint's router gate: refused at load, naming the tensor (it once routed
     // every token to the lowest ids and wrote zeros, with exit 0).
-    let src = hf_fixture("qwen3_moe").join("per_expert");
-    let poisoned = dir.join("poisoned");
-    std::fs::create_dir_all(&poisoned).unwrap();
-    std::fs::copy(src.join("config.json"), poisoned.join("config.json")).unwrap();
-    let mut tensors = candle_core::safetensors::load(src.join("model.safetensors"), &cpu).unwrap();
-    let gate = tensors.get_mut("model.layers.1.mlp.gate.weight").unwrap();
-    let dtype = gate.dtype();
-    let mut v = gate
-        .to_dtype(candle_core::DType::F32)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1::<f32>()
-        .unwrap();
-    v[40] = f32::NAN;
-    *gate = candle_core::Tensor::from_vec(v, gate.shape(), &cpu)
-        .unwrap()
-        .to_dtype(dtype)
-        .unwrap();
-    candle_core::safetensors::save(&tensors, poisoned.join("model.safetensors")).unwrap();
+    let poisoned = poisoned_fixture("qwen3_moe", &dir, "layers.1.mlp.gate.weight", 40, f32::NAN);
     let err = try_run(&["ch04", "--checkpoint", s(&poisoned)]).unwrap_err();
     assert_eq!(
         err,
