@@ -225,8 +225,8 @@ __device__ __forceinline__ float gate_logit_warp(const AT* __restrict__ row, con
 //   SWIGLU: out[row, n] = bf16(silu(bf16(g)) · bf16(u)) [rows, I];
 //   else:   out[row, n] = bf16(g), out[row, I + n] = bf16(u) [rows, 2I].
 // The shared rows' block y = 0 also writes shared_logit[t] = x[t] · shared_gate (if not null).
-template <bool SWIGLU, bool NA>
-__device__ __forceinline__ void decode_gemm1_impl(const float* __restrict__ x, const int* __restrict__ ids,
+template <bool SWIGLU, bool NA, class XT = float>
+__device__ __forceinline__ void decode_gemm1_impl(const XT* __restrict__ x, const int* __restrict__ ids,
                                                   const __nv_bfloat16* __restrict__ w13,
                                                   const __nv_bfloat16* __restrict__ shared_w13,
                                                   const __nv_bfloat16* __restrict__ shared_gate,
@@ -250,7 +250,7 @@ __device__ __forceinline__ void decode_gemm1_impl(const float* __restrict__ x, c
         w = shared_w13;
         o = shared_out + (size_t)t * (SWIGLU ? 1 : 2) * Is;
     }
-    const float* xr = x + (size_t)t * H;
+    const XT* xr = x + (size_t)t * H;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
     const bool vec = H % DECODE_CHUNK == 0;
     for (int c = 0; c < cols_per_warp; ++c) {
@@ -258,7 +258,7 @@ __device__ __forceinline__ void decode_gemm1_impl(const float* __restrict__ x, c
         if (n >= inter) break;  // the same for the whole warp
         const __nv_bfloat16* rows[2] = {w + (size_t)n * H, w + (size_t)(inter + n) * H};
         float s[2] = {0.0f, 0.0f};
-        dec_lane_dots<float, 2, NA>(xr, rows, H, vec, s);
+        dec_lane_dots<XT, 2, NA>(xr, rows, H, vec, s);
         dec_warp_sums<2>(s);  // lane 0: the gate's and the up projection's sums
         const float g = s[0], u = s[1];
         if (lane == 0) {
@@ -318,6 +318,25 @@ extern "C" __global__ void __launch_bounds__(DECODE_MAX_THREADS)
     decode_gemm1_impl<false, true>(x, ids, w13, shared_w13, shared_gate, shared_logit, gateup, shared_gateup, T, k,
                                    H, I, E, Is, cols_per_warp);
 }
+// ANCHOR: decode_gemm1_bf16
+// The four entry points above with x [T, H] already in bf16 (`_bf16`: what an engine's layer is
+// handed, and what chapter 6's router reads too): the same values (dec_value and dec_load8 give a
+// bf16 value and its f32 source's rounding alike), so the same bits, and no conversion launch.
+#define DECODE_GEMM1_BF16(name, swiglu, na)                                                                        \
+    extern "C" __global__ void __launch_bounds__(DECODE_MAX_THREADS)                                             \
+        name(const __nv_bfloat16* x, const int* ids, const __nv_bfloat16* w13, const __nv_bfloat16* shared_w13,   \
+             const __nv_bfloat16* shared_gate, float* shared_logit, __nv_bfloat16* out, __nv_bfloat16* shared_out, \
+             int T, int k, int H, int I, int E, int Is, int cols_per_warp) {                                     \
+        if (swiglu) moe_launch_dependents();                                                                     \
+        decode_gemm1_impl<swiglu, na, __nv_bfloat16>(x, ids, w13, shared_w13, shared_gate, shared_logit, out,     \
+                                                     shared_out, T, k, H, I, E, Is, cols_per_warp);              \
+    }
+DECODE_GEMM1_BF16(decode_gemm1_swiglu_bf16, true, false)
+DECODE_GEMM1_BF16(decode_gemm1_gateup_bf16, false, false)
+DECODE_GEMM1_BF16(decode_gemm1_swiglu_na_bf16, true, true)
+DECODE_GEMM1_BF16(decode_gemm1_gateup_na_bf16, false, true)
+#undef DECODE_GEMM1_BF16
+// ANCHOR_END: decode_gemm1_bf16
 
 // ANCHOR: decode_gemm2_sum
 // out[t, n] = ((0 + w₀·d₀) + w₁·d₁) + ... (+ s), dⱼ = act[t·k + j] · w2[ids[t·k + j], n] over I,

@@ -77,6 +77,7 @@ use std::sync::Arc;
 mod enqueue;
 mod plan;
 mod workspace;
+pub use enqueue::Hidden;
 pub use plan::BatchPlan;
 pub use workspace::FusedWorkspace;
 

@@ -3,11 +3,42 @@
 
 use super::*;
 
+/// The hidden states `[T, H]` as a layer is handed them: f32 (each value rounded to bf16 where it
+/// is read), or bf16 already (an engine's activations; chapter 6's router reads the same copy).
+/// The same values either way, so the same bits.
+#[derive(Clone, Copy)]
+pub enum Hidden<'a> {
+    F32(&'a DeviceBuffer<f32>),
+    Bf16(&'a DeviceBuffer<bf16>),
+}
+
+impl Hidden<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Hidden::F32(b) => b.len(),
+            Hidden::Bf16(b) => b.len(),
+        }
+    }
+    fn arg(&self) -> KernelArg {
+        match self {
+            Hidden::F32(b) => KernelArg::from(*b),
+            Hidden::Bf16(b) => KernelArg::from(*b),
+        }
+    }
+    /// The input's type.
+    pub fn dtype(&self) -> Dtype {
+        match self {
+            Hidden::F32(_) => Dtype::F32,
+            Hidden::Bf16(_) => Dtype::Bf16,
+        }
+    }
+}
+
 /// What one [`FusedDevice::enqueue_experts`] works on: its buffers, and the batch's sizes T, k,
 /// H, I, E and P = T·k.
 #[derive(Clone, Copy)]
 pub(super) struct Batch<'a> {
-    pub(super) hidden: &'a DeviceBuffer<f32>,
+    pub(super) hidden: Hidden<'a>,
     pub(super) ids: &'a DeviceBuffer<i32>,
     pub(super) weights: &'a DeviceBuffer<f32>,
     pub(super) out: &'a DeviceBuffer<f32>,
@@ -209,6 +240,22 @@ impl FusedDevice {
         weights: &DeviceBuffer<f32>,
         out: &DeviceBuffer<f32>,
     ) -> Result<(), MoeError> {
+        self.enqueue_experts_from(ws, Hidden::F32(hidden), ids, weights, out)
+    }
+
+    // ANCHOR: enqueue_experts_from
+    /// [`Self::enqueue_experts`] with the hidden states in f32 or already in bf16
+    /// ([`Hidden`]): the same bits. From bf16 the tiled and grouped decode paths read the input
+    /// as it is (no `fused_to_bf16`), and the decode path runs GEMM 1's `_bf16` entry points:
+    /// one launch fewer on the laid-out paths, none on the decode path.
+    pub fn enqueue_experts_from(
+        &self,
+        ws: &FusedWorkspace,
+        hidden: Hidden<'_>,
+        ids: &DeviceBuffer<i32>,
+        weights: &DeviceBuffer<f32>,
+        out: &DeviceBuffer<f32>,
+    ) -> Result<(), MoeError> {
         if ws.layer != self.id {
             return Err(MoeError::Config {
                 field: "workspace",
@@ -244,17 +291,36 @@ impl FusedDevice {
             Path::Decode | Path::DecodeGrouped => self.enqueue_decode(ws, b),
         }
     }
+    // ANCHOR_END: enqueue_experts_from
+
+    /// The input in bf16 for the tiled and grouped decode paths: the caller's when it is bf16,
+    /// else `xb` after a `fused_to_bf16` launch.
+    fn bf16_input<'a>(
+        &self,
+        b: &Batch<'a>,
+        xb: Option<&'a DeviceBuffer<bf16>>,
+        missing: impl Fn(&str) -> MoeError,
+    ) -> Result<&'a DeviceBuffer<bf16>, MoeError> {
+        match b.hidden {
+            Hidden::Bf16(x) => Ok(x),
+            Hidden::F32(x) => {
+                let xb = xb.ok_or_else(|| missing("xb"))?;
+                self.to_bf16(x, xb, b.rows * b.h)?;
+                Ok(xb)
+            }
+        }
+    }
 
     /// The tiled path: chapter 3's layout, then one launch per GEMM for every expert at once.
     pub(super) fn enqueue_tiled(&self, ws: &FusedWorkspace, b: Batch) -> Result<(), MoeError> {
         let (rows, k, h, i, e, pairs) = (b.rows, b.k, b.h, b.i, b.e, b.pairs);
         let (m, plan, w) = (&self.module, &ws.plan, &self.weights.experts);
         let missing = |what: &str| no_buffer(format!("{what} (a workspace of the tiled path)"));
-        let xb = ws.xb.as_ref().ok_or_else(|| missing("xb"))?;
         let (align, a) = ws.align.as_ref().ok_or_else(|| missing("a layout"))?;
         let y = ws.y.as_ref().ok_or_else(|| missing("y"))?;
-        // 1. The hidden states in bf16, once for every expert that reads them.
-        self.to_bf16(b.hidden, xb, rows * h)?;
+        // 1. The hidden states in bf16, once for every expert that reads them (given in bf16:
+        //    nothing to do).
+        let xb = self.bf16_input(&b, ws.xb.as_ref(), missing)?;
         // 2. Chapter 3: the pairs sorted by expert, each expert's run padded to BLOCK_M.
         align.enqueue(b.ids, a).map_err(align_error)?;
         let layout = (&a.sorted_ids, &a.expert_ids, &a.num_post);
@@ -362,7 +428,12 @@ impl FusedDevice {
                 let mut cfg = LaunchConfig::blocks(blocks as u32, g.threads() as u32);
                 cfg.grid.1 = cols.div_ceil(g.cols()) as u32;
                 cfg.dependent = dependent;
-                m.launch(&g.kernel(name), cfg, &[buffers, &sizes[..]].concat())
+                // GEMM 1 from bf16: the geometry's entry point, then `_bf16`.
+                let kernel = match name.strip_suffix("_bf16") {
+                    Some(base) => format!("{}_bf16", g.kernel(base)),
+                    None => g.kernel(name),
+                };
+                m.launch(&kernel, cfg, &[buffers, &sizes[..]].concat())
             };
         let launch = |name: &str, blocks: usize, cols: usize, buffers: &[KernelArg]| {
             launch_as(name, blocks, cols, buffers, false)
@@ -373,9 +444,8 @@ impl FusedDevice {
                 let missing = |what: &str| {
                     no_buffer(format!("{what} (a workspace of the decode_grouped path)"))
                 };
-                let xb = ws.xb.as_ref().ok_or_else(|| missing("xb"))?;
                 let (align, a) = ws.align.as_ref().ok_or_else(|| missing("a layout"))?;
-                self.to_bf16(b.hidden, xb, rows * h)?;
+                let xb = self.bf16_input(&b, ws.xb.as_ref(), missing)?;
                 align.enqueue(b.ids, a).map_err(align_error)?;
                 let tiles = max_tiles(pairs, e, plan.block_m);
                 let blocks = tiles + shared_rows.div_ceil(plan.block_m);
@@ -406,14 +476,15 @@ impl FusedDevice {
         ];
         match &grouped {
             None => launch(
-                if unfused {
-                    "decode_gemm1_gateup"
-                } else {
-                    "decode_gemm1_swiglu"
-                },
+                &decode_gemm1_name(unfused, b.hidden.dtype()),
                 pairs + shared_rows,
                 i.max(is),
-                &[&args![b.hidden, b.ids, &w.w13][..], &gemm1_out[..]].concat(),
+                &[
+                    &[b.hidden.arg()][..],
+                    &args![b.ids, &w.w13][..],
+                    &gemm1_out[..],
+                ]
+                .concat(),
             )?,
             Some((xb, layout, _, _)) => launch_grouped(
                 if unfused {
@@ -494,4 +565,18 @@ impl FusedDevice {
         self.combine(b, y, shared_y, opt(logit))
     }
     // ANCHOR_END: enqueue_decode
+}
+
+/// The decode path's GEMM 1 for an input of type `input` (before the geometry's `_na`): `_bf16`
+/// for bf16 input.
+pub(super) fn decode_gemm1_name(unfused: bool, input: Dtype) -> String {
+    let base = if unfused {
+        "decode_gemm1_gateup"
+    } else {
+        "decode_gemm1_swiglu"
+    };
+    match input {
+        Dtype::Bf16 => format!("{base}_bf16"),
+        Dtype::F32 => base.to_string(),
+    }
 }

@@ -163,15 +163,47 @@ impl FusedDevice {
     /// tiled and grouped decode paths, chapter 3's (1 or 2, by the number of pairs). It depends
     /// on the batch size, never on the routing.
     pub fn launches(&self, ws: &FusedWorkspace) -> usize {
+        self.launches_from(ws, Dtype::F32)
+    }
+
+    /// [`Self::launches`] for hidden states handed in `input` ([`Self::enqueue_experts_from`]).
+    pub fn launches_from(&self, ws: &FusedWorkspace, input: Dtype) -> usize {
         if ws.rows == 0 {
             return 0;
         }
-        ws.align.as_ref().map_or(0, |(a, _)| a.launches()) + self.kernel_names(ws).len()
+        ws.align.as_ref().map_or(0, |(a, _)| a.launches()) + self.kernel_names_from(ws, input).len()
+    }
+
+    /// Chapter 3's launches among them (0 on the decode path).
+    pub fn align_launches(&self, ws: &FusedWorkspace) -> usize {
+        match ws.rows {
+            0 => 0,
+            _ => ws.align.as_ref().map_or(0, |(a, _)| a.launches()),
+        }
     }
 
     /// This chapter's kernels among those launches, in order (`family::kernel`): on the tiled and
     /// grouped decode paths chapter 3's come between `fused_to_bf16` and the first GEMM.
     pub fn kernel_names(&self, ws: &FusedWorkspace) -> Vec<String> {
+        self.kernel_names_from(ws, Dtype::F32)
+    }
+
+    /// [`Self::kernel_names`] for hidden states handed in `input`: from bf16 no `fused_to_bf16`,
+    /// and the decode path's GEMM 1 `_bf16`.
+    pub fn kernel_names_from(&self, ws: &FusedWorkspace, input: Dtype) -> Vec<String> {
+        let mut v = self.kernel_names_f32(ws);
+        if input == Dtype::Bf16 {
+            v.retain(|n| n != "ch04_fused_moe::fused_to_bf16");
+            for n in &mut v {
+                if n.starts_with("ch04_fused_moe::decode_gemm1_") {
+                    n.push_str("_bf16");
+                }
+            }
+        }
+        v
+    }
+
+    fn kernel_names_f32(&self, ws: &FusedWorkspace) -> Vec<String> {
         if ws.rows == 0 {
             return Vec::new();
         }
