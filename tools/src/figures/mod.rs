@@ -8,6 +8,7 @@ pub mod ch02;
 pub mod ch03;
 pub mod ch04;
 pub mod ch05;
+pub mod ch06;
 pub mod equality;
 pub mod facts;
 pub mod spec;
@@ -27,7 +28,9 @@ pub struct Generated {
 }
 
 /// The groups of generated files, by the page that uses them.
-pub const GROUPS: [&str; 7] = ["runtime", "primer", "ch01", "ch02", "ch03", "ch04", "ch05"];
+pub const GROUPS: [&str; 8] = [
+    "runtime", "primer", "ch01", "ch02", "ch03", "ch04", "ch05", "ch06",
+];
 
 /// A committed file of the repository at `root`, as text.
 fn read(root: &Path, rel: &str) -> Result<String, String> {
@@ -90,6 +93,7 @@ pub fn generate(root: &Path, group: &str) -> Result<Vec<Generated>, String> {
             v.extend(example_and_tree(root, 5)?);
             Ok(v)
         }
+        "ch06" => ch06::generate(root),
         "runtime" => runtime(root),
         "primer" => primer_example(root),
         other => Err(format!(

@@ -1,0 +1,125 @@
+//! Chapter 6's generated files: the page's example output and tree of files
+//! ([`super::example_and_tree`]), and the facts of the switch point between the tiny GEMM and
+//! cuBLAS, read off chapter 5's measurements (`bench/results/h200/ch05.csv`, `pair` against
+//! `blas_fused`): for each measured shape, the crossover (the largest measured row count at which
+//! the pair's cold median is at most cuBLAS + the fused router's; the rule of
+//! `chapters/ch06-layer/src/switch.rs`, whose test holds its constants to this same CSV), the two
+//! times there, and the two times at the next measured count. The measured side-by-side tables
+//! of the layer come with `tools/bench ch06`.
+
+use super::facts::Facts;
+use super::{find, read, short, token_counts, Generated};
+use crate::bench_row::{parse_csv, BenchRow};
+use std::path::Path;
+
+const CH05: &str = "bench/results/h200/ch05.csv";
+const FACTS: &str = "book/src/figures/ch06-facts.md";
+
+/// The crossover of `shape`: the largest measured row count where `pair` ≤ `blas_fused` (cold
+/// medians), 0 when there is none; and the next measured count past it, if any.
+pub fn crossover(rows: &[BenchRow], shape: &str) -> (u64, Option<u64>) {
+    let counts: Vec<u64> = token_counts(rows, shape)
+        .into_iter()
+        .filter(|&n| {
+            find(rows, shape, n, "pair").is_some() && find(rows, shape, n, "blas_fused").is_some()
+        })
+        .collect();
+    let wins = |n: u64| {
+        let (p, b) = (
+            find(rows, shape, n, "pair").expect("filtered"),
+            find(rows, shape, n, "blas_fused").expect("filtered"),
+        );
+        p.cold_median_us <= b.cold_median_us
+    };
+    let last = counts
+        .iter()
+        .copied()
+        .filter(|&n| wins(n))
+        .max()
+        .unwrap_or(0);
+    (last, counts.into_iter().find(|&n| n > last))
+}
+
+/// The shapes of `pair` rows, in the CSV's order.
+fn shapes(rows: &[BenchRow]) -> Vec<String> {
+    let mut v: Vec<String> = Vec::new();
+    for r in rows.iter().filter(|r| r.imp == "pair") {
+        if !v.contains(&r.shape) {
+            v.push(r.shape.clone());
+        }
+    }
+    v
+}
+
+/// The facts file: per shape (`qwen3`, `glm`) `{s}_switch_rows`, `{s}_switch_pair_cold`,
+/// `{s}_switch_blas_cold`, and where a count was measured past the switch `{s}_next_rows`,
+/// `{s}_next_pair_cold`, `{s}_next_blas_cold`.
+fn facts(root: &Path) -> Result<Generated, String> {
+    let rows = parse_csv(&read(root, CH05)?, CH05)?;
+    let mut f = Facts::default();
+    for shape in shapes(&rows) {
+        let s = short(&shape);
+        let (switch, next) = crossover(&rows, &shape);
+        f.add(format!("{s}_switch_rows"), switch.to_string(), CH05);
+        let cold = |n: u64, imp: &str| {
+            find(&rows, &shape, n, imp)
+                .map(|r| format!("{:.1}", r.cold_median_us))
+                .ok_or_else(|| format!("{CH05}: no {imp} row at {n} rows of {shape}"))
+        };
+        if switch > 0 {
+            f.add(format!("{s}_switch_pair_cold"), cold(switch, "pair")?, CH05);
+            f.add(
+                format!("{s}_switch_blas_cold"),
+                cold(switch, "blas_fused")?,
+                CH05,
+            );
+        }
+        if let Some(n) = next {
+            f.add(format!("{s}_next_rows"), n.to_string(), CH05);
+            f.add(format!("{s}_next_pair_cold"), cold(n, "pair")?, CH05);
+            f.add(format!("{s}_next_blas_cold"), cold(n, "blas_fused")?, CH05);
+        }
+    }
+    Ok(Generated {
+        path: FACTS.into(),
+        content: f.render("Chapter 6's numbers"),
+    })
+}
+
+/// Every generated file of chapter 6's page.
+pub fn generate(root: &Path) -> Result<Vec<Generated>, String> {
+    let mut v = vec![facts(root)?];
+    v.extend(super::example_and_tree(root, 6)?);
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(shape: &str, imp: &str, rows: u64, cold: f64) -> BenchRow {
+        let line = format!(
+            "chapter,shape,impl,rows,launches,cold_median_us,cold_p10_us,cold_p90_us,warm_median_us,warm_p10_us,warm_p90_us,floor_us,bytes,flops,cold_gbs,cold_tflops,samples,device\n\
+             ch05,{shape},{imp},{rows},2,{cold},0,0,0,0,0,0,0,0,0,0,1,X\n"
+        );
+        parse_csv(&line, "t").unwrap().remove(0)
+    }
+
+    #[test]
+    fn the_crossover_is_the_last_win() {
+        let rows = vec![
+            row("a", "pair", 1, 5.0),
+            row("a", "blas_fused", 1, 6.0),
+            row("a", "pair", 16, 7.0),
+            row("a", "blas_fused", 16, 6.5),
+            row("a", "pair", 64, 6.0),
+            row("a", "blas_fused", 64, 6.0),
+            row("a", "pair", 96, 9.0),
+            row("a", "blas_fused", 96, 7.0),
+            row("b", "pair", 1, 9.0),
+            row("b", "blas_fused", 1, 8.0),
+        ];
+        assert_eq!(crossover(&rows, "a"), (64, Some(96)));
+        assert_eq!(crossover(&rows, "b"), (0, Some(1)));
+    }
+}
