@@ -103,9 +103,20 @@ impl AssembledLayer {
         config: &MoeConfig,
         seed: u64,
     ) -> Result<Self, MoeError> {
+        Self::patterned_with_bias(device, config, seed, None)
+    }
+
+    /// [`Self::patterned_on_device`] with the router's selection bias `[E]` (the GLM-like and
+    /// DeepSeek-V3 families; the bench's shapes).
+    pub fn patterned_with_bias(
+        device: &'static Device,
+        config: &MoeConfig,
+        seed: u64,
+        bias: Option<&[f32]>,
+    ) -> Result<Self, MoeError> {
         let experts = FusedDevice::patterned_on_device(device, config, seed)?;
         let gate = ch04_fused_moe::fill::router_gate(config, seed);
-        Self::assemble(device, experts, &gate, None)
+        Self::assemble(device, experts, &gate, bias)
     }
 
     fn assemble(

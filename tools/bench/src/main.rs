@@ -13,6 +13,7 @@
 //! tools/bench/run ch04 [--routing R --peers S --peer-outputs O --out-dir D | --export-routing R [--tiny]] [--quick]
 //! tools/bench/run ch04-tune [--shapes qwen3,glm] [--tokens 1,2,4,…] [--out-dir D] [--quick]
 //! tools/bench/run ch05 [--peers S --out-dir D] [--quick]
+//! tools/bench/run ch06 [--out-dir D] [--quick]
 //! ```
 
 mod cases;
@@ -23,6 +24,7 @@ mod ch04;
 mod ch04_inputs;
 mod ch04_tune;
 mod ch05;
+mod ch06;
 mod common;
 mod emu;
 mod peers;
@@ -63,6 +65,9 @@ enum Cmd {
     /// Chapter 5: the fused router pair along the row axis, beside cuBLAS + the fused kernel,
     /// chapter 1's chain and PyTorch's five lines (GPU); `--quick` without a GPU: a smoke test.
     Ch05(GpuArgs),
+    /// Chapter 6: the assembled layer, its router and its experts at chapter 4's token counts
+    /// (GPU); `--quick` without a GPU: a smoke test.
+    Ch06(GpuArgs),
     /// The emulator's GEMM rate on this CPU (no GPU needed).
     Emu(EmuArgs),
 }
@@ -220,6 +225,7 @@ fn main() -> ExitCode {
         Cmd::Ch04(a) => ch04::run(a),
         Cmd::Ch04Tune(a) => ch04_tune::run(a),
         Cmd::Ch05(a) => ch05::run(a),
+        Cmd::Ch06(a) => ch06::run(a),
         Cmd::Emu(a) => emu(a),
     };
     match result {
