@@ -20,8 +20,8 @@
 
 use super::equality;
 use super::spec::{
-    self, each, fact, when, Absent, Cell, Chart, Csv, Ctx, Fmt, Item, Loop, Make, Name, Over, Part,
-    Pivot, Slot, Source, Style, Value,
+    self, each, fact, when, Absent, Cell, Chart, Csv, Ctx, Fmt, Item, Line, Loop, Make, Name, Over,
+    Part, Pivot, Slot, Source, Style, Value,
 };
 use super::svg::{describe_shape, Marker};
 use super::Generated;
@@ -111,8 +111,10 @@ const FIGURE: Chart = Chart {
         "Cold: the L2 flushed before each graph replay; marker = median, whisker = p10–p90.",
         "Warm: back-to-back copies in one graph, divided by their number. Both axes logarithmic.",
     ],
+    panel_title: describe_shape,
     x_label: "rows routed (tokens), log scale",
     floor_label: "floor: one launch + the pair's bytes at copy bw (or FLOPs at bf16 rate)",
+    probes: true,
 };
 
 /// The shapes (the empty launch's rows, at 0, left out), named `glm`, `qwen3` in facts.
@@ -278,7 +280,7 @@ const ROUTER_TABLE: Pivot = Pivot {
             Slot::optional("ratio", OVER_PAIR, Fmt::Fixed(2), " ({}×)", "imp!=pair"),
         ],
     },
-    extra: &[(
+    extra: &[Line::new(
         "floor probe: one launch reading the gate weight, hidden rows and bias, cold",
         Cell {
             text: "{probe}{pair}",

@@ -20,6 +20,8 @@ pub(crate) enum Absent {
     },
     /// Its files are left out, silently.
     Quiet,
+    /// Never: the CSV is always committed, and reading it fails when it is not there.
+    Never,
 }
 
 /// A chapter's own rules on a CSV's text (named by its path), run before the spec reads it.
@@ -85,6 +87,7 @@ fn present(root: &Path, g: &Group, s: &Source, files: &[&str]) -> Result<bool, S
             Ok(false)
         }
         Absent::Quiet => Ok(false),
+        Absent::Never => Ok(true),
     }
 }
 

@@ -13,8 +13,9 @@
 //!
 //! The parts:
 //! - [`Csv`]: a committed CSV, by path; the facts it gives name it as their source.
-//! - A row filter is a string of conditions, `shape={shape} rows!=0 rows<=96 impl=pair`
-//!   (`=`, `!=`, `<=` and `>`, the last two numeric), `{var}` standing for a loop variable's value.
+//! - A row filter is a string of conditions, `shape={shape} rows!=0 rows<=96 impl=pair|chain`
+//!   (`=`, here one of two values, `!=`, `<=` and `>`, the last two numeric), `{var}` standing
+//!   for a loop variable's value.
 //! - [`Loop`]: a variable over a list, or over a CSV column's distinct values; a fact's name
 //!   uses the variable's name form ([`Name`]: `glm` for `glm_h4096_e288_k8`).
 //! - [`Value`]: one cell, a ratio, a difference, a min, max or range over a loop, a sum or count
@@ -165,6 +166,10 @@ pub enum Value {
     Ratio(&'static Value, &'static Value),
     /// The first less the second.
     Diff(&'static Value, &'static Value),
+    /// A number times a value (`100 ×` a share: a percentage).
+    Times(f64, &'static Value),
+    /// A value over a number (bytes over `1e6`: MB).
+    Per(&'static Value, f64),
     /// The least of a value over a loop (values whose rows are missing left out).
     Min(&'static Loop, &'static Value),
     /// The greatest, likewise.
@@ -314,7 +319,7 @@ pub(crate) use when;
 
 /// One value in a cell's template: `{name}` in the text, `wrap` around it (`" ({}×)"`),
 /// written only where the variables meet `when` (`""`: always). A missing optional slot reads
-/// as nothing; a missing required one makes the whole cell missing.
+/// as `or` (nothing, or `–`); a missing required one makes the whole cell missing.
 pub struct Slot {
     pub name: &'static str,
     pub value: Value,
@@ -322,6 +327,7 @@ pub struct Slot {
     pub wrap: &'static str,
     pub when: &'static str,
     pub optional: bool,
+    pub or: &'static str,
 }
 
 impl Slot {
@@ -334,6 +340,7 @@ impl Slot {
             wrap: "{}",
             when: "",
             optional: false,
+            or: "",
         }
     }
 
@@ -353,6 +360,20 @@ impl Slot {
             wrap,
             when,
             optional: true,
+            or: "",
+        }
+    }
+
+    /// An optional slot that reads `or` where its rows are missing (`–`: not measured).
+    pub const fn or(name: &'static str, value: Value, fmt: Fmt, or: &'static str) -> Slot {
+        Slot {
+            name,
+            value,
+            fmt,
+            wrap: "{}",
+            when: "",
+            optional: true,
+            or,
         }
     }
 }
@@ -372,6 +393,34 @@ impl Cell {
     };
 }
 
+/// A line of a [`Pivot`] after the loop's: a label, a cell per column, and where `only_if` is
+/// set, written only where its CSV has a row matching the filter (a peer's ratio, where the peer
+/// was measured).
+pub struct Line {
+    pub label: &'static str,
+    pub cell: Cell,
+    pub only_if: Option<(&'static Csv, &'static str)>,
+}
+
+impl Line {
+    /// A line always written.
+    pub const fn new(label: &'static str, cell: Cell) -> Line {
+        Line {
+            label,
+            cell,
+            only_if: None,
+        }
+    }
+
+    /// The same, written only where `csv` has a row matching `rows`.
+    pub const fn only_if(self, csv: &'static Csv, rows: &'static str) -> Line {
+        Line {
+            only_if: Some((csv, rows)),
+            ..self
+        }
+    }
+}
+
 /// A Markdown table, or one per value of `blocks`: a line per value of `rows` (where `row_if`
 /// matches a row of its CSV), a column per value of `cols`, then the `extra` lines.
 pub struct Pivot {
@@ -389,7 +438,7 @@ pub struct Pivot {
     pub cols: Loop,
     pub label: Cell,
     pub cell: Cell,
-    pub extra: &'static [(&'static str, Cell)],
+    pub extra: &'static [Line],
     /// What a missing cell reads; `None`: a missing cell is an error.
     pub missing: Option<&'static str>,
     /// Where `cols` has more values than `rows`, swap them, with this corner.
@@ -444,7 +493,8 @@ impl Style {
 }
 
 /// A figure of µs per call against rows, one log-log panel per shape ([`svg::Figure`]): the
-/// `draw`n implementations that the CSV has, and the floor read off `floor_from`'s rows.
+/// `draw`n implementations that the CSV has (and the floor probes, where `probes`), and the
+/// floor read off `floor_from`'s rows.
 pub(crate) struct Chart {
     pub csv: &'static Csv,
     pub draw: &'static [Style],
@@ -454,8 +504,12 @@ pub(crate) struct Chart {
     pub left: f64,
     pub title: &'static str,
     pub notes: &'static [&'static str],
+    /// A panel's title from its shape.
+    pub panel_title: fn(&str) -> String,
     pub x_label: &'static str,
     pub floor_label: &'static str,
+    /// Whether the floor probes' rows are drawn with the rest (they then count in the y range).
+    pub probes: bool,
 }
 
 /// The CSVs a spec reads, parsed once.
@@ -495,10 +549,21 @@ type Vars = Vec<(&'static str, String, String)>;
 /// What a named function ([`Value::Named`]) sees: its CSV and the loop variables.
 pub struct Ctx<'a> {
     pub table: &'a Table,
+    data: &'a Data,
     vars: &'a Vars,
 }
 
-impl Ctx<'_> {
+impl<'a> Ctx<'a> {
+    /// The same variables over another CSV of the spec's (a ceiling a value is scaled by; only
+    /// the value's own CSV is named as its source).
+    pub fn with(&self, csv: &Csv) -> Result<Ctx<'a>, String> {
+        Ok(Ctx {
+            table: &self.data.get(csv)?.2,
+            data: self.data,
+            vars: self.vars,
+        })
+    }
+
     /// A variable's value (`shape`, `n`).
     pub fn var(&self, v: &str) -> Result<&str, String> {
         var(self.vars, v)
@@ -574,7 +639,7 @@ fn holds(op: &str, have: &str, want: &str) -> Result<bool, String> {
             .map_err(|_| format!("`{s}` is not a number (for `{op}`)"))
     };
     Ok(match op {
-        "=" => have == want,
+        "=" => want.split('|').any(|w| have == w),
         "!=" => have != want,
         "<=" => n(have)? <= n(want)?,
         _ => n(have)? > n(want)?,
@@ -712,6 +777,8 @@ impl Eval<'_> {
                 let b = n(self.value(b, vars)?)?;
                 Out::Num(a - b, String::new())
             }
+            Value::Times(k, a) => Out::Num(k * n(self.value(a, vars)?)?, String::new()),
+            Value::Per(a, k) => Out::Num(n(self.value(a, vars)?)? / k, String::new()),
             Value::Min(l, x) | Value::Max(l, x) | Value::Range(l, x) => {
                 let mut got = Vec::new();
                 for (val, name) in self.values(l, vars)? {
@@ -775,7 +842,7 @@ impl Eval<'_> {
             Value::Named { csv, f } => {
                 let (_, _, table) = data.get(csv)?;
                 self.source(csv.path.to_string());
-                match f(&Ctx { table, vars })? {
+                match f(&Ctx { table, data, vars })? {
                     Some(x) => Out::Num(x, String::new()),
                     None => {
                         return Err(Miss::Missing(format!(
@@ -957,7 +1024,7 @@ fn cell(ev: &mut Eval, c: &Cell, vars: &mut Vars) -> Result<Result<String, Strin
         let text = if s.when.is_empty() || vars_meet(s.when, vars)? {
             match ev.value(&s.value, vars) {
                 Ok(o) => s.wrap.replace("{}", &format(&o, s.fmt)?),
-                Err(Miss::Missing(_)) if s.optional => String::new(),
+                Err(Miss::Missing(_)) if s.optional => s.or.to_string(),
                 Err(Miss::Missing(m)) => return Ok(Err(m)),
                 Err(Miss::Error(e)) => return Err(e),
             }
@@ -1052,8 +1119,14 @@ pub fn pivot(data: &Data, file: &str, p: &Pivot) -> Result<String, String> {
             vars.truncate(vars.len() - 2);
             r?;
         }
-        for (label, c) in p.extra {
-            line(&mut s, label.to_string(), c, &mut vars)?;
+        for l in p.extra {
+            if let Some((csv, filter)) = l.only_if {
+                let (_, _, t) = data.get(csv).map_err(at)?;
+                if matching(t, filter, &vars).map_err(at)?.is_empty() {
+                    continue;
+                }
+            }
+            line(&mut s, l.label.to_string(), &l.cell, &mut vars)?;
         }
         s += &fill(p.block_tail, &vars, true).map_err(at)?;
         if p.blocks.is_some() {
@@ -1069,7 +1142,10 @@ pub(crate) fn chart(data: &Data, c: &Chart) -> Result<String, String> {
     let rows = parse_csv(text, c.csv.path)?;
     let drawn: Vec<_> = rows
         .iter()
-        .filter(|r| r.rows > 0 && (c.draw.iter().any(|s| s.imp == r.imp) || r.imp == "floor_probe"))
+        .filter(|r| {
+            r.rows > 0
+                && (c.draw.iter().any(|s| s.imp == r.imp) || (c.probes && r.imp == "floor_probe"))
+        })
         .collect();
     Ok(svg::Figure {
         panel_w: c.panel_w,
@@ -1077,7 +1153,7 @@ pub(crate) fn chart(data: &Data, c: &Chart) -> Result<String, String> {
         left: c.left,
         title: c.title,
         notes: c.notes,
-        panel_title: svg::describe_shape,
+        panel_title: c.panel_title,
         x_label: c.x_label,
         series: c
             .draw

@@ -243,7 +243,7 @@ const TABLE: Pivot = Pivot {
             ),
         ],
     },
-    extra: &[(
+    extra: &[Line::new(
         "sum",
         Cell {
             text: "{s}",
@@ -385,5 +385,103 @@ fn a_group_leaves_out_what_a_missing_csv_makes() {
     // The check runs before the CSV is read.
     std::fs::write(dir.join("a.csv"), "v\n9\n").unwrap();
     assert_eq!(generate(&dir, &G).unwrap_err(), "a.csv: a nine");
+    // A CSV always committed: its absence is an error, not a group left out.
+    const ALWAYS: Group = Group {
+        first: Source {
+            csv: &B,
+            absent: Absent::Never,
+            check: None,
+        },
+        parts: &[],
+        ..G
+    };
+    std::fs::remove_file(dir.join("b.csv")).unwrap();
+    let e = generate(&dir, &ALWAYS).unwrap_err();
+    assert!(e.starts_with("cannot read b.csv"), "{e}");
     std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn extra_lines_slots_with_a_default_scales_and_alternatives() {
+    const ANY: Value = Value::Col {
+        csv: &T,
+        rows: "shape={shape} impl={imp} rows={n}",
+        col: "us",
+    };
+    const T2: Pivot = Pivot {
+        line: 1,
+        blocks: Some(SHAPES),
+        block_head: "{shape}\n",
+        rows: Loop::list("imp", &["x"]),
+        cols: ROWS,
+        cell: Cell {
+            text: "{v}",
+            slots: &[Slot::new("v", Value::Times(100.0, &X), Fmt::Fixed(0))],
+        },
+        extra: &[
+            // Only where the shape has a `y` row; `–` where `y` is missing at a row count.
+            Line::new(
+                "y",
+                Cell {
+                    text: "{x} · {y}",
+                    slots: &[
+                        Slot::or("x", X, Fmt::Raw, "–"),
+                        Slot::or("y", Y, Fmt::Raw, "–"),
+                    ],
+                },
+            )
+            .only_if(&T, "shape={shape} impl=y"),
+            Line::new(
+                "k",
+                Cell {
+                    text: "{k}",
+                    slots: &[Slot::new("k", Value::Per(&X, 1e3), Fmt::Fixed(4))],
+                },
+            ),
+        ],
+        ..Pivot::PLAIN
+    };
+    let t = pivot(&data(), "spec.rs", &T2).unwrap();
+    assert_eq!(
+        t,
+        "glm\n| | 1 | 9 | 10 |\n|---|---:|---:|---:|\n| x | 250 | 700 | 123450 |\n\
+         | y | 2.5 · 5.0 | 7.0 · – | 1234.5 · – |\n| k | 0.0025 | 0.0070 | 1.2345 |\n\
+         qwen\n| | 1 |\n|---|---:|\n| x | 300 |\n| k | 0.0030 |\n"
+    );
+    // `=` with alternatives: either value matches.
+    #[rustfmt::skip]
+    const ITEMS: &[Item] = &[
+        fact!("xy", Value::Count { csv: &T, rows: "impl=x|y rows=1" }, Fmt::Int),
+        fact!("x", Value::Count { csv: &T, rows: "impl=x|z rows=1" }, Fmt::Int),
+        each!(Loop::list("imp", &["y"]), [each!(SHAPES, [each!(Loop::list("n", &["1"]), [
+            fact!(? "{shape}_{imp}", ANY, Fmt::Us),
+        ])])]),
+    ];
+    let f = run_facts(ITEMS).unwrap();
+    assert_eq!(f.get("xy"), Some("3"));
+    assert_eq!(f.get("x"), Some("2"));
+    assert_eq!(f.get("glm_y"), Some("5.00"));
+    assert_eq!(f.get("qwen_y"), None);
+}
+
+/// A named value reading a second CSV through [`Ctx::with`]: only its own CSV is its source.
+#[test]
+fn a_named_value_reads_another_csv() {
+    const C: Csv = Csv::at("c.csv");
+    fn scaled(c: &Ctx) -> Result<Option<f64>, String> {
+        let k = c.with(&C)?;
+        let kr = k.rows("")?;
+        let x = c.rows("shape=qwen_b")?;
+        Ok(Some(c.num(x[0], "us")? * k.num(kr[0], "k")?))
+    }
+    let mut d = data();
+    d.add(&C, "k\n4\n").unwrap();
+    const ITEMS: &[Item] = &[fact!("s", Value::named(&T, scaled), Fmt::Plain)];
+    let mut f = Facts::default();
+    facts(&d, "spec.rs", ITEMS, &mut f).unwrap();
+    assert_eq!(f.get("s"), Some("12"));
+    assert!(!f.render("t").contains("c.csv"));
+    // Not read: an error naming the CSV.
+    let e = facts(&data(), "spec.rs", ITEMS, &mut f).unwrap_err();
+    assert!(e.contains("c.csv: not read"), "{e}");
 }
