@@ -90,11 +90,6 @@ const SHAPES: Loop = Loop::csv("shape", &GPU, "rows>0", "shape").named(Name::Pre
 /// The token counts measured at a shape, ascending.
 const COUNTS: Loop = Loop::csv("n", &GPU, "shape={shape}", "rows").numeric();
 
-/// `1 token`, `8 tokens`: a column of the table.
-fn tokens_head(n: &str) -> String {
-    format!("{n} token{}", if n == "1" { "" } else { "s" })
-}
-
 /// Column `col` of the run's first row matching `rows`.
 const fn at(rows: &'static str, col: &'static str) -> Value {
     Value::col(&GPU, rows, col)
@@ -148,7 +143,7 @@ const GROUPED_TABLE: Pivot = Pivot {
     block_tail: "\n",
     rows: Loop { var: "imp", over: Over::Keys(LINES), name: Name::Map(LINES) },
     row_if: Some((&GPU, "shape={shape} impl={imp}")),
-    cols: COUNTS.named(Name::Fn(tokens_head)),
+    cols: COUNTS.named(Name::Plural("token")),
     cell: Cell {
         text: "{cold} / {warm}",
         slots: &[Slot::new("cold", at(IMP, "cold_median_us"), Fmt::Us), Slot::new("warm", at(IMP, "warm_median_us"), Fmt::Us)],
@@ -313,7 +308,7 @@ const GPU_GROUP: spec::Group = spec::Group {
     },
     reads: &[&CEILINGS],
     parts: &[Part {
-        needs: None,
+        needs: &[],
         files: &[
             Make::Chart(SVG, &FIGURE),
             Make::Table(TABLE, &GROUPED_TABLE),
@@ -335,7 +330,7 @@ const CPU_GROUP: spec::Group = spec::Group {
     },
     reads: &[],
     parts: &[Part {
-        needs: None,
+        needs: &[],
         files: &[],
         facts: CPU_NUMBERS,
     }],
@@ -560,6 +555,23 @@ mod tests {
         spec::facts(&d, HERE, GPU_FACTS, &mut f).unwrap();
         assert_eq!(f.get("qwen3_8_vs_gmm"), None);
         assert_eq!(f.get("qwen3_8_vs_loop"), Some("0.33"));
+    }
+
+    #[test]
+    fn without_the_gpu_csv_only_the_cpu_numbers() {
+        let root = repo("cpu", None);
+        let files = generate(&root).unwrap();
+        assert_eq!(files.len(), 1);
+        assert_eq!(files[0].path, CPU_FACTS);
+        // Once a GPU file is committed, its CSV may not go missing.
+        std::fs::create_dir_all(root.join("book/src/figures")).unwrap();
+        std::fs::write(root.join(FACTS), "x").unwrap();
+        let e = generate(&root).unwrap_err();
+        std::fs::remove_dir_all(&root).unwrap();
+        assert!(
+            e.contains("ch02-facts.md exist but bench/results/h200/ch02.csv does not"),
+            "{e}"
+        );
     }
 
     #[test]

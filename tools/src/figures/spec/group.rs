@@ -39,19 +39,22 @@ pub(crate) struct Source {
 pub(crate) enum Make {
     Chart(&'static str, &'static Chart),
     Table(&'static str, &'static Pivot),
+    /// A drawing no spec describes: a named function of the CSVs.
+    Drawn(&'static str, fn(&Data) -> Result<String, String>),
 }
 
 impl Make {
     fn path(&self) -> &'static str {
         match self {
-            Make::Chart(p, _) | Make::Table(p, _) => p,
+            Make::Chart(p, _) | Make::Table(p, _) | Make::Drawn(p, _) => p,
         }
     }
 }
 
-/// A part: the CSV it needs (`None`: only the group's), its files, its facts.
+/// A part: the CSVs it needs beside the group's (all present, or the part is left out, as the
+/// first absent one's [`Absent`] says), its files, its facts.
 pub(crate) struct Part {
-    pub needs: Option<Source>,
+    pub needs: &'static [Source],
     pub files: &'static [Make],
     pub facts: &'static [Item],
 }
@@ -117,12 +120,18 @@ pub(crate) fn generate(root: &Path, g: &Group) -> Result<Vec<Generated>, String>
     }
     let mut made = Vec::new();
     for p in g.parts {
-        if let Some(s) = &p.needs {
-            let files: Vec<&str> = p.files.iter().map(Make::path).collect();
-            if !present(root, g, s, &files)? {
-                continue;
+        let files: Vec<&str> = p.files.iter().map(Make::path).collect();
+        let mut all = true;
+        for s in p.needs {
+            all = all && present(root, g, s, &files)?;
+        }
+        if !all {
+            continue;
+        }
+        for s in p.needs {
+            if data.text(s.csv).is_err() {
+                add(root, &mut data, s)?;
             }
-            add(root, &mut data, s)?;
         }
         made.push(p);
     }
@@ -138,6 +147,7 @@ pub(crate) fn files(data: &Data, g: &Group, parts: &[&Part]) -> Result<Vec<Gener
             let content = match m {
                 Make::Chart(_, c) => super::chart(data, c)?,
                 Make::Table(_, t) => super::pivot(data, g.spec, t)?,
+                Make::Drawn(_, f) => f(data)?,
             };
             out.push(Generated {
                 path: m.path().into(),

@@ -78,6 +78,8 @@ pub enum Name {
     Map(&'static [(&'static str, &'static str)]),
     /// A function of the value (a shape spelled out).
     Fn(fn(&str) -> String),
+    /// The value and a noun, plural but for 1: `1 token`, `8 tokens` (a column of counts).
+    Plural(&'static str),
 }
 
 /// The values a loop takes.
@@ -201,6 +203,11 @@ pub enum Value {
         csv: &'static Csv,
         f: fn(&Ctx) -> Result<Option<f64>, String>,
     },
+    /// The same, giving text (a list written for reading: `1, 64 and 4,096`).
+    NamedText {
+        csv: &'static Csv,
+        f: fn(&Ctx) -> Result<Option<String>, String>,
+    },
 }
 
 impl Value {
@@ -236,6 +243,8 @@ pub enum Fmt {
     Thousands,
     /// The same, in bold when it is not zero (a difference a reader must see).
     ThousandsBold,
+    /// One decimal below 10, none from 10 (a percentage in a crowded cell: `6.3`, `94`).
+    Short,
     /// A whole number.
     Int,
     /// As Rust writes an `f64` (`1.05`, `2`).
@@ -421,15 +430,17 @@ impl Line {
     }
 }
 
-/// A Markdown table, or one per value of `blocks`: a line per value of `rows` (where `row_if`
-/// matches a row of its CSV), a column per value of `cols`, then the `extra` lines.
+/// A Markdown table, or one per value of `blocks`: the `lead` lines, a line per value of `rows`
+/// (where `row_if` matches a row of its CSV), a column per value of `cols`, then the `extra`
+/// lines.
 pub struct Pivot {
     pub line: u32,
     /// Written once before everything.
     pub head: &'static str,
     pub blocks: Option<Loop>,
-    /// Before and after each block's table (templates).
+    /// Before and after each block's table (templates; the head's `{slot}`s from `block_slots`).
     pub block_head: &'static str,
+    pub block_slots: &'static [Slot],
     pub block_tail: &'static str,
     /// The top-left cell (a template).
     pub corner: &'static str,
@@ -438,6 +449,7 @@ pub struct Pivot {
     pub cols: Loop,
     pub label: Cell,
     pub cell: Cell,
+    pub lead: &'static [Line],
     pub extra: &'static [Line],
     /// What a missing cell reads; `None`: a missing cell is an error.
     pub missing: Option<&'static str>,
@@ -454,6 +466,7 @@ impl Pivot {
         head: "",
         blocks: None,
         block_head: "",
+        block_slots: &[],
         block_tail: "",
         corner: "",
         rows: Loop::list("", &[]),
@@ -461,6 +474,7 @@ impl Pivot {
         cols: Loop::list("", &[]),
         label: Cell::ROW,
         cell: Cell::ROW,
+        lead: &[],
         extra: &[],
         missing: None,
         transpose_as: None,
@@ -526,6 +540,11 @@ impl Data {
             d.add(c, &super::read(root, c.path)?)?;
         }
         Ok(d)
+    }
+
+    /// A CSV's text, as read (a drawing a spec cannot describe parses it: [`Make::Drawn`]).
+    pub fn text(&self, csv: &Csv) -> Result<&str, String> {
+        Ok(&self.get(csv)?.1)
     }
 
     /// Adds a CSV's text (tests give it directly).
@@ -839,6 +858,14 @@ impl Eval<'_> {
                 self.source(source.to_string());
                 Out::Num(*x, String::new())
             }
+            Value::NamedText { csv, f } => {
+                let (_, _, table) = data.get(csv)?;
+                self.source(csv.path.to_string());
+                match f(&Ctx { table, data, vars })? {
+                    Some(t) => Out::Text(t),
+                    None => return Err(Miss::Missing(format!("{}: no value", csv.path))),
+                }
+            }
             Value::Named { csv, f } => {
                 let (_, _, table) = data.get(csv)?;
                 self.source(csv.path.to_string());
@@ -913,6 +940,9 @@ impl Eval<'_> {
                         .find(|(k, _)| *k == v)
                         .map_or(v.clone(), |(_, n)| n.to_string()),
                     Name::Fn(f) => f(&v),
+                    Name::Plural(noun) => {
+                        format!("{v} {noun}{}", if v == "1" { "" } else { "s" })
+                    }
                 };
                 (v, name)
             })
@@ -929,6 +959,8 @@ fn format(o: &Out, f: Fmt) -> Result<String, String> {
             Fmt::Thousands => thousands(x as u64),
             Fmt::ThousandsBold if x != 0.0 => format!("**{}**", thousands(x as u64)),
             Fmt::ThousandsBold => thousands(x as u64),
+            Fmt::Short if x < 10.0 => format!("{x:.1}"),
+            Fmt::Short => format!("{x:.0}"),
             Fmt::Int => format!("{}", x as u64),
             Fmt::Plain => format!("{x}"),
             Fmt::AtMost(m) => verdict(x <= m),
@@ -1036,6 +1068,20 @@ fn cell(ev: &mut Eval, c: &Cell, vars: &mut Vars) -> Result<Result<String, Strin
     fill_with(c.text, vars, true, &shown).map(Ok)
 }
 
+/// The lines of `ls` to write: those without `only_if`, and those whose CSV has a matching row.
+fn shown<'l>(data: &Data, ls: &'l [Line], vars: &Vars) -> Result<Vec<&'l Line>, String> {
+    let mut out = Vec::new();
+    for l in ls {
+        if let Some((csv, filter)) = l.only_if {
+            if matching(&data.get(csv)?.2, filter, vars)?.is_empty() {
+                continue;
+            }
+        }
+        out.push(l);
+    }
+    Ok(out)
+}
+
 /// Writes a [`Pivot`] (`file`: the spec's source file, for errors).
 pub fn pivot(data: &Data, file: &str, p: &Pivot) -> Result<String, String> {
     let at = |e: String| format!("{file}:{}: table: {e}", p.line);
@@ -1053,7 +1099,13 @@ pub fn pivot(data: &Data, file: &str, p: &Pivot) -> Result<String, String> {
         if let Some(l) = &p.blocks {
             vars.push((l.var, b, bname));
         }
-        s += &fill(p.block_head, &vars, true).map_err(at)?;
+        let head = Cell {
+            text: p.block_head,
+            slots: p.block_slots,
+        };
+        s += &cell(&mut ev, &head, &mut vars)
+            .map_err(at)?
+            .map_err(|why| at(format!("no block head: {why}")))?;
         let mut rows = Vec::new();
         for (v, n) in ev.values(&p.rows, &vars).map_err(at)? {
             if let Some((csv, filter)) = p.row_if {
@@ -1104,6 +1156,9 @@ pub fn pivot(data: &Data, file: &str, p: &Pivot) -> Result<String, String> {
             s.push('\n');
             Ok(())
         };
+        for l in shown(data, p.lead, &vars).map_err(at)? {
+            line(&mut s, l.label.to_string(), &l.cell, &mut vars)?;
+        }
         for (v, n) in &rows {
             vars.push((rl.var, v.clone(), n.clone()));
             vars.push(("row", n.clone(), n.clone()));
@@ -1119,13 +1174,7 @@ pub fn pivot(data: &Data, file: &str, p: &Pivot) -> Result<String, String> {
             vars.truncate(vars.len() - 2);
             r?;
         }
-        for l in p.extra {
-            if let Some((csv, filter)) = l.only_if {
-                let (_, _, t) = data.get(csv).map_err(at)?;
-                if matching(t, filter, &vars).map_err(at)?.is_empty() {
-                    continue;
-                }
-            }
+        for l in shown(data, p.extra, &vars).map_err(at)? {
             line(&mut s, l.label.to_string(), &l.cell, &mut vars)?;
         }
         s += &fill(p.block_tail, &vars, true).map_err(at)?;

@@ -180,6 +180,8 @@ fn formats() {
     assert_eq!(format(&n(0.0), Fmt::ThousandsBold).unwrap(), "0");
     assert_eq!(format(&n(1200.0), Fmt::ThousandsBold).unwrap(), "**1,200**");
     assert_eq!(format(&n(2.0), Fmt::Plain).unwrap(), "2");
+    assert_eq!(format(&n(6.25), Fmt::Short).unwrap(), "6.2");
+    assert_eq!(format(&n(93.75), Fmt::Short).unwrap(), "94");
     assert_eq!(
         format(&Out::Num(3.5, "3.500".into()), Fmt::Raw).unwrap(),
         "3.500"
@@ -209,6 +211,7 @@ const TABLE: Pivot = Pivot {
         ..SHAPES
     }),
     block_head: "**{shape}**\n\n",
+    block_slots: &[],
     block_tail: "\n",
     corner: "",
     rows: Loop {
@@ -243,6 +246,7 @@ const TABLE: Pivot = Pivot {
             ),
         ],
     },
+    lead: &[],
     extra: &[Line::new(
         "sum",
         Cell {
@@ -325,6 +329,10 @@ fn a_group_leaves_out_what_a_missing_csv_makes() {
             false => Ok(()),
         }
     }
+    /// A file no spec describes: the CSV's text, reversed.
+    fn drawn(d: &Data) -> Result<String, String> {
+        Ok(d.text(&A)?.chars().rev().collect())
+    }
     const G: Group = Group {
         name: "t",
         spec: "spec.rs",
@@ -340,16 +348,16 @@ fn a_group_leaves_out_what_a_missing_csv_makes() {
         reads: &[],
         parts: &[
             Part {
-                needs: None,
-                files: &[],
+                needs: &[],
+                files: &[Make::Drawn("a.txt", drawn)],
                 facts: &[fact!("a", Value::sum(&A, "", "v"), Fmt::Int)],
             },
             Part {
-                needs: Some(Source {
+                needs: &[Source {
                     csv: &B,
                     absent: Absent::Quiet,
                     check: None,
-                }),
+                }],
                 files: &[],
                 facts: &[fact!("b", Value::sum(&B, "", "v"), Fmt::Int)],
             },
@@ -368,19 +376,20 @@ fn a_group_leaves_out_what_a_missing_csv_makes() {
     // The first CSV alone: its facts; the second's part left out.
     std::fs::write(dir.join("a.csv"), "v\n1\n2\n").unwrap();
     let files = generate(&dir, &G).unwrap();
-    assert_eq!(files.len(), 1);
+    assert_eq!(files.len(), 2);
+    assert_eq!(files[0].content, "\n2\n1\nv");
     assert!(
-        files[0].content.contains("ANCHOR: a\n3\n"),
+        files[1].content.contains("ANCHOR: a\n3\n"),
         "{}",
-        files[0].content
+        files[1].content
     );
-    assert!(!files[0].content.contains("ANCHOR: b"));
+    assert!(!files[1].content.contains("ANCHOR: b"));
     std::fs::write(dir.join("b.csv"), "v\n5\n").unwrap();
     let files = generate(&dir, &G).unwrap();
     assert!(
-        files[0].content.contains("ANCHOR: b\n5\n"),
+        files[1].content.contains("ANCHOR: b\n5\n"),
         "{}",
-        files[0].content
+        files[1].content
     );
     // The check runs before the CSV is read.
     std::fs::write(dir.join("a.csv"), "v\n9\n").unwrap();
@@ -411,9 +420,28 @@ fn extra_lines_slots_with_a_default_scales_and_alternatives() {
     const T2: Pivot = Pivot {
         line: 1,
         blocks: Some(SHAPES),
-        block_head: "{shape}\n",
+        // A block head with a value: the shape's `y` note where it has one.
+        block_head: "{shape}{note}\n",
+        block_slots: &[Slot::optional(
+            "note",
+            Value::Col {
+                csv: &T,
+                rows: "shape={shape} impl=y",
+                col: "note",
+            },
+            Fmt::Raw,
+            " ({})",
+            "",
+        )],
         rows: Loop::list("imp", &["x"]),
-        cols: ROWS,
+        cols: ROWS.named(Name::Plural("row")),
+        lead: &[Line::new(
+            "first",
+            Cell {
+                text: "{n}",
+                slots: &[],
+            },
+        )],
         cell: Cell {
             text: "{v}",
             slots: &[Slot::new("v", Value::Times(100.0, &X), Fmt::Fixed(0))],
@@ -444,9 +472,10 @@ fn extra_lines_slots_with_a_default_scales_and_alternatives() {
     let t = pivot(&data(), "spec.rs", &T2).unwrap();
     assert_eq!(
         t,
-        "glm\n| | 1 | 9 | 10 |\n|---|---:|---:|---:|\n| x | 250 | 700 | 123450 |\n\
+        "glm (-)\n| | 1 row | 9 rows | 10 rows |\n|---|---:|---:|---:|\n| first | 1 row | 9 rows | 10 rows |\n\
+         | x | 250 | 700 | 123450 |\n\
          | y | 2.5 · 5.0 | 7.0 · – | 1234.5 · – |\n| k | 0.0025 | 0.0070 | 1.2345 |\n\
-         qwen\n| | 1 |\n|---|---:|\n| x | 300 |\n| k | 0.0030 |\n"
+         qwen\n| | 1 row |\n|---|---:|\n| first | 1 row |\n| x | 300 |\n| k | 0.0030 |\n"
     );
     // `=` with alternatives: either value matches.
     #[rustfmt::skip]
@@ -481,6 +510,21 @@ fn a_named_value_reads_another_csv() {
     facts(&d, "spec.rs", ITEMS, &mut f).unwrap();
     assert_eq!(f.get("s"), Some("12"));
     assert!(!f.render("t").contains("c.csv"));
+    // A text value: written as it is; `None` a missing value, which an optional fact leaves out.
+    fn listed(c: &Ctx) -> Result<Option<String>, String> {
+        let rows = c.rows("impl=x")?;
+        Ok((rows.len() > 1).then(|| format!("{} rows", rows.len())))
+    }
+    fn none(_: &Ctx) -> Result<Option<String>, String> {
+        Ok(None)
+    }
+    const TEXTS: &[Item] = &[
+        fact!("l", Value::NamedText { csv: &T, f: listed }, Fmt::Raw),
+        fact!(? "n", Value::NamedText { csv: &T, f: none }, Fmt::Raw),
+    ];
+    let mut f = run_facts(TEXTS).unwrap();
+    assert_eq!(f.get("l"), Some("4 rows"));
+    assert_eq!(f.get("n"), None);
     // Not read: an error naming the CSV.
     let e = facts(&data(), "spec.rs", ITEMS, &mut f).unwrap_err();
     assert!(e.contains("c.csv: not read"), "{e}");
