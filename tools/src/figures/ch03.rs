@@ -213,11 +213,9 @@ fn check_padding(text: &str, name: &str) -> Result<(), String> {
 }
 
 /// The padding figure, drawn from the parsed CSV.
-fn draw_padding(d: &Data) -> Result<String, String> {
-    Ok(padding_svg(&parse_padding(
-        d.text(&PADDING)?,
-        PADDING.path,
-    )?))
+fn draw_padding(d: &Data) -> Result<Option<String>, String> {
+    let rows = parse_padding(d.text(&PADDING)?, PADDING.path)?;
+    Ok(Some(padding_svg(&rows)))
 }
 
 const INK: &str = "#1f2328";

@@ -39,8 +39,9 @@ pub(crate) struct Source {
 pub(crate) enum Make {
     Chart(&'static str, &'static Chart),
     Table(&'static str, &'static Pivot),
-    /// A drawing no spec describes: a named function of the CSVs.
-    Drawn(&'static str, fn(&Data) -> Result<String, String>),
+    /// A drawing no spec describes: a named function of the CSVs; `None` leaves the file out
+    /// (the function says why on stderr).
+    Drawn(&'static str, fn(&Data) -> Result<Option<String>, String>),
 }
 
 impl Make {
@@ -147,7 +148,10 @@ pub(crate) fn files(data: &Data, g: &Group, parts: &[&Part]) -> Result<Vec<Gener
             let content = match m {
                 Make::Chart(_, c) => super::chart(data, c)?,
                 Make::Table(_, t) => super::pivot(data, g.spec, t)?,
-                Make::Drawn(_, f) => f(data)?,
+                Make::Drawn(_, f) => match f(data)? {
+                    Some(c) => c,
+                    None => continue,
+                },
             };
             out.push(Generated {
                 path: m.path().into(),

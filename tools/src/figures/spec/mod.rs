@@ -97,6 +97,14 @@ pub enum Over {
         col: &'static str,
         numeric: bool,
     },
+    /// The same values in the CSV's order, those `rank` keeps, in the order of their ranks
+    /// (ours first, then its variants, then the peers in a list's order).
+    Ranked {
+        csv: &'static Csv,
+        rows: &'static str,
+        col: &'static str,
+        rank: fn(&str) -> Option<usize>,
+    },
 }
 
 /// A variable and the values it takes.
@@ -131,6 +139,27 @@ impl Loop {
                 rows,
                 col,
                 numeric: false,
+            },
+            name: Name::AsIs,
+        }
+    }
+
+    /// A variable over the distinct values of `col` among the rows matching `rows` that `rank`
+    /// keeps, by rank (equal ranks in the CSV's order).
+    pub const fn ranked(
+        var: &'static str,
+        csv: &'static Csv,
+        rows: &'static str,
+        col: &'static str,
+        rank: fn(&str) -> Option<usize>,
+    ) -> Loop {
+        Loop {
+            var,
+            over: Over::Ranked {
+                csv,
+                rows,
+                col,
+                rank,
             },
             name: Name::AsIs,
         }
@@ -239,12 +268,14 @@ pub enum Fmt {
     Us,
     /// Fixed decimals.
     Fixed(usize),
-    /// A whole number with thousands separators.
+    /// A whole number (rounded) with thousands separators.
     Thousands,
     /// The same, in bold when it is not zero (a difference a reader must see).
     ThousandsBold,
     /// One decimal below 10, none from 10 (a percentage in a crowded cell: `6.3`, `94`).
     Short,
+    /// Scientific, this many decimals: `2.5e-4` (a relative error).
+    Sci(usize),
     /// A whole number.
     Int,
     /// As Rust writes an `f64` (`1.05`, `2`).
@@ -918,6 +949,26 @@ impl Eval<'_> {
                 }
                 v
             }
+            Over::Ranked {
+                csv,
+                rows,
+                col,
+                rank,
+            } => {
+                let (_, _, t) = self.data.get(csv)?;
+                let c = t.col(col)?;
+                let mut v: Vec<(usize, String)> = Vec::new();
+                for r in matching(t, rows, vars)? {
+                    let f = &r.fields[c];
+                    if let Some(k) = rank(f) {
+                        if !v.iter().any(|(_, s)| s == f) {
+                            v.push((k, f.clone()));
+                        }
+                    }
+                }
+                v.sort_by_key(|(k, _)| *k);
+                v.into_iter().map(|(_, s)| s).collect()
+            }
         };
         Ok(vals
             .into_iter()
@@ -956,9 +1007,10 @@ fn format(o: &Out, f: Fmt) -> Result<String, String> {
         Ok(match f {
             Fmt::Us => fmt_us(x),
             Fmt::Fixed(d) => format!("{x:.d$}"),
-            Fmt::Thousands => thousands(x as u64),
-            Fmt::ThousandsBold if x != 0.0 => format!("**{}**", thousands(x as u64)),
-            Fmt::ThousandsBold => thousands(x as u64),
+            Fmt::Thousands => thousands(x.round() as u64),
+            Fmt::ThousandsBold if x != 0.0 => format!("**{}**", thousands(x.round() as u64)),
+            Fmt::ThousandsBold => thousands(x.round() as u64),
+            Fmt::Sci(d) => format!("{x:.d$e}"),
             Fmt::Short if x < 10.0 => format!("{x:.1}"),
             Fmt::Short => format!("{x:.0}"),
             Fmt::Int => format!("{}", x as u64),

@@ -182,6 +182,8 @@ fn formats() {
     assert_eq!(format(&n(2.0), Fmt::Plain).unwrap(), "2");
     assert_eq!(format(&n(6.25), Fmt::Short).unwrap(), "6.2");
     assert_eq!(format(&n(93.75), Fmt::Short).unwrap(), "94");
+    assert_eq!(format(&n(2.536e-4), Fmt::Sci(1)).unwrap(), "2.5e-4");
+    assert_eq!(format(&n(1207.96), Fmt::Thousands).unwrap(), "1,208");
     assert_eq!(
         format(&Out::Num(3.5, "3.500".into()), Fmt::Raw).unwrap(),
         "3.500"
@@ -330,8 +332,8 @@ fn a_group_leaves_out_what_a_missing_csv_makes() {
         }
     }
     /// A file no spec describes: the CSV's text, reversed.
-    fn drawn(d: &Data) -> Result<String, String> {
-        Ok(d.text(&A)?.chars().rev().collect())
+    fn drawn(d: &Data) -> Result<Option<String>, String> {
+        Ok(Some(d.text(&A)?.chars().rev().collect()))
     }
     const G: Group = Group {
         name: "t",
@@ -494,6 +496,37 @@ fn extra_lines_slots_with_a_default_scales_and_alternatives() {
 }
 
 /// A named value reading a second CSV through [`Ctx::with`]: only its own CSV is its source.
+#[test]
+fn a_ranked_loop_keeps_and_orders_by_rank() {
+    // `y` first, then `x`; any other value left out.
+    fn rank(v: &str) -> Option<usize> {
+        match v {
+            "y" => Some(0),
+            "x" => Some(1),
+            _ => None,
+        }
+    }
+    const ITEMS: &[Item] = &[each!(
+        Loop::ranked("imp", &T, "", "impl", rank),
+        [fact!(
+            "{imp}",
+            Value::Count {
+                csv: &T,
+                rows: "impl={imp}"
+            },
+            Fmt::Int
+        )]
+    )];
+    let f = run_facts(ITEMS).unwrap();
+    let text = f.render("t");
+    let order: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("ANCHOR: "))
+        .collect();
+    assert_eq!(order, ["y", "x"]);
+    assert_eq!(f.get("x"), Some("4"));
+}
+
 #[test]
 fn a_named_value_reads_another_csv() {
     const C: Csv = Csv::at("c.csv");
