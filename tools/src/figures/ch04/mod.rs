@@ -26,8 +26,8 @@ mod tune;
 
 use super::facts::Facts;
 use super::spec::{
-    self, each, fact, when, Absent, Chart, Csv, Ctx, Data, Fmt, Item, Loop, Make, Name, Part,
-    Source, Style, Value,
+    self, each, fact, when, Absent, Cell, Chart, Csv, Ctx, Data, Fmt, Item, Line, Loop, Make, Name,
+    Part, Pivot, Slot, Source, Style, Value,
 };
 use super::svg::{shapes, Marker, Series};
 use super::tables::{fmt_us, parse_steps};
@@ -61,8 +61,6 @@ const OURS: &str = "fused";
 const GROUPED: &str = "ch02_grouped";
 const TORCH_GMM: &str = "torch_grouped_mm";
 const TORCH_LOOP: &str = "torch_loop";
-const EMPTY: &str = "empty_kernel";
-const PROBE: &str = "floor_probe";
 /// The implementations compared with ours, in the order they are listed.
 const OTHERS: [&str; 3] = [GROUPED, TORCH_GMM, TORCH_LOOP];
 
@@ -319,6 +317,110 @@ fn checks_ok(c: &Ctx) -> Result<Option<String>, String> {
     Ok(Some((if failed == 0 { "yes" } else { "no" }).to_string()))
 }
 
+/// A line of ours over something: `{r}×`, `r` to `d` places.
+macro_rules! times {
+    ($value:expr, $d:expr) => {
+        Cell {
+            text: "{r}×",
+            slots: &[Slot::new("r", $value, Fmt::Fixed($d))],
+        }
+    };
+}
+/// A line of another implementation's times over ours, where it was measured at the shape.
+macro_rules! over_ours {
+    ($imp:literal) => {
+        Line::new(
+            concat!($imp, " ÷ ours"),
+            Cell {
+                text: "{c}× / {w}×",
+                slots: &[
+                    Slot::new(
+                        "c",
+                        Value::Ratio(
+                            &at(
+                                concat!("shape={shape} rows={n} impl=", $imp),
+                                "cold_median_us",
+                            ),
+                            &COLD,
+                        ),
+                        Fmt::Fixed(2),
+                    ),
+                    Slot::new(
+                        "w",
+                        Value::Ratio(
+                            &at(
+                                concat!("shape={shape} rows={n} impl=", $imp),
+                                "warm_median_us",
+                            ),
+                            &at(ME, "warm_median_us"),
+                        ),
+                        Fmt::Fixed(2),
+                    ),
+                ],
+            },
+        )
+        .only_if(&GPU, concat!("shape={shape} rows>0 impl=", $imp))
+    };
+}
+const PROBE_ROWS: &str = "shape={shape} rows={n} impl=floor_probe";
+
+/// The table the chapter quotes: one block per shape, one column per token count; the active
+/// experts, the path and BLOCK_M, each implementation (`cold / warm` µs), the floor and ours over
+/// it, our achieved TB/s on touched weights and TFLOP/s, each other implementation over ours
+/// (the variants over ours are the fusion figure's), and the launches.
+#[rustfmt::skip]
+const FUSED_TABLE: Pivot = Pivot {
+    line: line!(),
+    blocks: Some(SHAPES.named(Name::Fn(describe))),
+    block_head: "**{shape}**, bf16: µs per call, cold / warm{ec}{ew}\n\n",
+    block_slots: &[
+        Slot::optional("ec", at("impl=empty_kernel", "cold_median_us"), Fmt::Us, "; one empty launch: {}", ""),
+        Slot::optional("ew", at("impl=empty_kernel", "warm_median_us"), Fmt::Us, " / {}", ""),
+    ],
+    block_tail: "\n",
+    lead: &[Line::new("active experts · path, BLOCK_M", Cell {
+        text: "{a} · {p}{b}",
+        slots: &[
+            Slot::new("a", layout(CASE, "active_experts"), Fmt::Raw),
+            Slot::new("p", layout(CASE, "path"), Fmt::Raw),
+            // The decode path has no tiles: its BLOCK_M (0) is not written.
+            Slot::optional("b", layout("shape={shape} tokens={n} block_m>0", "block_m"), Fmt::Raw, ", {}", ""),
+        ],
+    })],
+    rows: IMPS.named(Name::Fn(label)),
+    cols: COUNTS.named(Name::Plural("token")),
+    cell: Cell {
+        text: "{c} / {w}",
+        slots: &[Slot::new("c", at(IMP, "cold_median_us"), Fmt::Us), Slot::new("w", at(IMP, "warm_median_us"), Fmt::Us)],
+    },
+    extra: &[
+        Line::new("floor: one launch + touched weights at copy bw (or FLOPs at the bf16 rate)", Cell {
+            text: "{f}",
+            slots: &[Slot::new("f", FLOOR, Fmt::Us)],
+        }),
+        Line::new("one launch reading the touched weights, measured", Cell {
+            text: "{c} / {w}",
+            slots: &[Slot::new("c", at(PROBE_ROWS, "cold_median_us"), Fmt::Us), Slot::new("w", at(PROBE_ROWS, "warm_median_us"), Fmt::Us)],
+        })
+        .only_if(&GPU, "shape={shape} rows>0 impl=floor_probe"),
+        Line::new("ours ÷ floor (cold)", times!(OVER_FLOOR, 1)),
+        Line::new("ours: TB/s on touched weights · TFLOP/s (cold)", Cell {
+            text: "{t} · {f}",
+            slots: &[Slot::new("t", TBS, Fmt::Fixed(2)), Slot::new("f", TFLOPS, Fmt::Fixed(1))],
+        }),
+        over_ours!("ch02_grouped"),
+        over_ours!("torch_grouped_mm"),
+        over_ours!("torch_loop"),
+        Line::new("launches: {imps}", Cell {
+            text: "{l}",
+            slots: &[Slot::new("l", Value::Join { each: &IMPS, value: &at(IMP, "launches"), fmt: Fmt::Raw, sep: " · ", or: "–" }, Fmt::Raw)],
+        })
+        .labelled(&[Slot::new("imps", Value::Join { each: &IMPS, value: &Value::Var("imp"), fmt: Fmt::Raw, sep: " · ", or: "" }, Fmt::Raw)]),
+    ],
+    missing: Some(""),
+    ..Pivot::PLAIN
+};
+
 /// The run's CSV, parsed, for the drawings.
 fn bench_rows(d: &Data) -> Result<Vec<BenchRow>, String> {
     parse_csv(d.text(&GPU)?, GPU_CSV)
@@ -343,10 +445,6 @@ fn draw_rates(d: &Data) -> Result<Option<String>, String> {
 fn draw_floor(d: &Data) -> Result<Option<String>, String> {
     Ok(Some(floor_svg(&bench_rows(d)?)))
 }
-fn draw_table(d: &Data) -> Result<Option<String>, String> {
-    let layout = parse_layout(d.text(&LAYOUT)?, LAYOUT_CSV)?;
-    Ok(Some(table(&bench_rows(d)?, &layout)))
-}
 fn draw_targets(d: &Data) -> Result<Option<String>, String> {
     Ok(Some(targets_table(&bench_rows(d)?, ceilings(d)?.1)))
 }
@@ -365,16 +463,20 @@ const GROUP: spec::Group = spec::Group {
         },
         check: None,
     },
-    reads: &[&LAYOUT, &CEILINGS],
+    reads: &[&CEILINGS],
     parts: &[
         Part {
-            needs: &[],
+            needs: &[Source {
+                csv: &LAYOUT,
+                absent: Absent::Never,
+                check: Some(check_layout),
+            }],
             files: &[
                 Make::Chart(SVG, &FIGURE),
                 Make::Drawn(FUSION_SVG, draw_fusion),
                 Make::Drawn(RATES_SVG, draw_rates),
                 Make::Drawn(FLOOR_SVG, draw_floor),
-                Make::Drawn(TABLE, draw_table),
+                Make::Table(TABLE, &FUSED_TABLE),
                 Make::Drawn(TARGETS_TABLE, draw_targets),
             ],
             facts: GPU_FACTS,
@@ -426,51 +528,24 @@ fn is_variant(imp: &str) -> bool {
     imp.strip_prefix("fused_").is_some_and(|w| !w.is_empty())
 }
 
-/// One line of `ch04_layout.csv`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Layout {
-    pub shape: String,
-    pub tokens: u64,
-    pub pairs: u64,
-    pub active: u64,
-    /// The path the layer took (`tiled`, `decode`, `decode_grouped`), its BLOCK_M and its tiles
-    /// (both 0 on the decode path).
-    pub path: String,
-    pub block_m: u64,
-    pub tiles: u64,
-    /// Tiles whose cluster neighbour (tile 2j with 2j + 1) is of the same expert.
-    pub paired_tiles: u64,
-    pub touched_bytes: f64,
-}
-
-impl Layout {
-    /// The share of the tiles' rows that hold a pair, in percent (None without tiles).
-    pub fn rows_used_pct(&self) -> Option<f64> {
-        (self.tiles > 0).then(|| 100.0 * self.pairs as f64 / (self.tiles * self.block_m) as f64)
-    }
-}
-
-pub fn parse_layout(text: &str, name: &str) -> Result<Vec<Layout>, String> {
+/// `ch04_layout.csv`'s own rule, checked before it is read: its counts are numbers.
+fn check_layout(text: &str, name: &str) -> Result<(), String> {
     let t = Table::parse(text, name)?;
-    t.records()
-        .map(|r| {
-            let num = |c: &str| {
-                r(c).parse::<f64>()
-                    .map_err(|_| format!("{name}: `{}` in column {c} is not a number", r(c)))
-            };
-            Ok(Layout {
-                shape: r("shape"),
-                tokens: num("tokens")? as u64,
-                pairs: num("pairs")? as u64,
-                active: num("active_experts")? as u64,
-                path: r("path"),
-                block_m: num("block_m")? as u64,
-                tiles: num("tiles")? as u64,
-                paired_tiles: num("paired_tiles")? as u64,
-                touched_bytes: num("touched_bytes")?,
-            })
-        })
-        .collect()
+    for r in t.records() {
+        for c in [
+            "tokens",
+            "pairs",
+            "active_experts",
+            "block_m",
+            "tiles",
+            "paired_tiles",
+            "touched_bytes",
+        ] {
+            r(c).parse::<f64>()
+                .map_err(|_| format!("{name}: `{}` in column {c} is not a number", r(c)))?;
+        }
+    }
+    Ok(())
 }
 
 /// `imp`'s time over ours at one shape and token count: (cold, warm).
@@ -520,119 +595,4 @@ fn label(imp: &str) -> String {
             other.trim_start_matches("fused_").replace('_', " ")
         ),
     }
-}
-
-/// The table the chapter quotes: one block per shape, one column per token count; the active
-/// experts and BLOCK_M, each implementation (`cold / warm` µs), the floor and ours over it, our
-/// achieved TB/s on touched weights and TFLOP/s, each other implementation over ours, and the
-/// launches.
-pub fn table(rows: &[BenchRow], layout: &[Layout]) -> String {
-    let measured: Vec<BenchRow> = rows.iter().filter(|r| r.rows > 0).cloned().collect();
-    let empty = rows.iter().find(|r| r.imp == EMPTY);
-    let mut s = String::new();
-    for shape in shapes(&measured) {
-        let counts = token_counts(&measured, &shape);
-        let here = |n: u64| layout.iter().find(|l| l.shape == shape && l.tokens == n);
-        let line = |s: &mut String, label: &str, cell: &dyn Fn(u64) -> String| {
-            let cells: Vec<String> = counts.iter().map(|&n| cell(n)).collect();
-            let _ = writeln!(s, "| {label} | {} |", cells.join(" | "));
-        };
-        let cw = |r: &BenchRow| {
-            format!(
-                "{} / {}",
-                fmt_us(r.cold_median_us),
-                fmt_us(r.warm_median_us)
-            )
-        };
-        let _ = write!(
-            s,
-            "**{}**, bf16: µs per call, cold / warm",
-            describe(&shape)
-        );
-        if let Some(e) = empty {
-            let _ = write!(s, "; one empty launch: {}", cw(e));
-        }
-        s += "\n\n";
-        s += &super::tables::count_header(&counts, "token");
-        line(&mut s, "active experts · path, BLOCK_M", &|n| {
-            here(n)
-                .map(|l| match l.block_m {
-                    0 => format!("{} · {}", l.active, l.path),
-                    bm => format!("{} · {}, {bm}", l.active, l.path),
-                })
-                .unwrap_or_default()
-        });
-        let impls = impls_at(&measured, &shape);
-        for imp in &impls {
-            line(&mut s, &label(imp), &|n| {
-                find(&measured, &shape, n, imp).map(cw).unwrap_or_default()
-            });
-        }
-        line(
-            &mut s,
-            "floor: one launch + touched weights at copy bw (or FLOPs at the bf16 rate)",
-            &|n| {
-                find(&measured, &shape, n, OURS)
-                    .map(|r| fmt_us(r.floor_us))
-                    .unwrap_or_default()
-            },
-        );
-        if measured.iter().any(|r| r.shape == shape && r.imp == PROBE) {
-            line(
-                &mut s,
-                "one launch reading the touched weights, measured",
-                &|n| {
-                    find(&measured, &shape, n, PROBE)
-                        .map(cw)
-                        .unwrap_or_default()
-                },
-            );
-        }
-        line(&mut s, "ours ÷ floor (cold)", &|n| {
-            find(&measured, &shape, n, OURS)
-                .map(|r| format!("{:.1}×", r.cold_median_us / r.floor_us))
-                .unwrap_or_default()
-        });
-        line(
-            &mut s,
-            "ours: TB/s on touched weights · TFLOP/s (cold)",
-            &|n| {
-                find(&measured, &shape, n, OURS)
-                    .map(|r| format!("{:.2} · {:.1}", r.cold_gbs / 1e3, r.cold_tflops))
-                    .unwrap_or_default()
-            },
-        );
-        // The variants over ours are the fusion figure's; the table keeps the others'.
-        for imp in impls.iter().filter(|i| OTHERS.contains(&i.as_str())) {
-            line(&mut s, &format!("{imp} ÷ ours"), &|n| {
-                over_ours(&measured, &shape, n, imp)
-                    .map(|(c, w)| format!("{c:.2}× / {w:.2}×"))
-                    .unwrap_or_default()
-            });
-        }
-        line(
-            &mut s,
-            &format!(
-                "launches: {}",
-                impls
-                    .iter()
-                    .map(|i| i.as_str())
-                    .collect::<Vec<_>>()
-                    .join(" · ")
-            ),
-            &|n| {
-                impls
-                    .iter()
-                    .map(|imp| {
-                        find(&measured, &shape, n, imp)
-                            .map(|r| r.launches.to_string())
-                            .unwrap_or("–".into())
-                    })
-                    .collect::<Vec<_>>()
-                    .join(" · ")
-            },
-        );
-        s.push('\n');
-    }
-    s
 }

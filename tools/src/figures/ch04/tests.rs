@@ -3,6 +3,8 @@
 use super::*;
 use crate::bench_row::header;
 
+const PROBE: &str = "floor_probe";
+
 /// Everything made from the bench's CSV, in the order [`generate`] writes it.
 const FROM_GPU_CSV: [&str; 7] = [
     SVG,
@@ -994,4 +996,10 @@ fn steps_checks_and_targets_as_facts() {
     assert_eq!(f.get("target_t8_t512_over_floor"), Some("1.1"));
     assert_eq!(f.get("target_t4096_share_pct"), Some("65"));
     assert_eq!(f.get("copy_gbs"), Some("4241"));
+    // The layout's counts are numbers, or the CSV is not read.
+    let bad = layout_csv().replacen(",8,decode,", ",x,decode,", 1);
+    assert_ne!(bad, layout_csv());
+    let e = check_layout(&bad, "l.csv").unwrap_err();
+    assert!(e.starts_with("l.csv: `x` in column"), "{e}");
+    check_layout(&layout_csv(), "l.csv").unwrap();
 }

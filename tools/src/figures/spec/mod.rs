@@ -226,6 +226,17 @@ pub enum Value {
     },
     /// A constant, and where it is defined (the facts' source).
     Const(f64, &'static str),
+    /// A variable's value, as text.
+    Var(&'static str),
+    /// A value over a loop, each written in `fmt` (`or` where its rows are missing), joined by
+    /// `sep`: `19 · 65 · –`.
+    Join {
+        each: &'static Loop,
+        value: &'static Value,
+        fmt: Fmt,
+        sep: &'static str,
+        or: &'static str,
+    },
     /// What a spec cannot say: a named function of the CSV and the variables; `None` when its
     /// rows are missing.
     Named {
@@ -437,7 +448,9 @@ impl Cell {
 /// set, written only where its CSV has a row matching the filter (a peer's ratio, where the peer
 /// was measured).
 pub struct Line {
+    /// A template, its `{slot}`s from `label_slots`.
     pub label: &'static str,
+    pub label_slots: &'static [Slot],
     pub cell: Cell,
     pub only_if: Option<(&'static Csv, &'static str)>,
 }
@@ -447,8 +460,17 @@ impl Line {
     pub const fn new(label: &'static str, cell: Cell) -> Line {
         Line {
             label,
+            label_slots: &[],
             cell,
             only_if: None,
+        }
+    }
+
+    /// The same, its label a template of these slots (`launches: {imps}`).
+    pub const fn labelled(self, slots: &'static [Slot]) -> Line {
+        Line {
+            label_slots: slots,
+            ..self
         }
     }
 
@@ -889,6 +911,27 @@ impl Eval<'_> {
                 self.source(source.to_string());
                 Out::Num(*x, String::new())
             }
+            Value::Var(name) => Out::Text(var(vars, name)?.to_string()),
+            Value::Join {
+                each,
+                value,
+                fmt,
+                sep,
+                or,
+            } => {
+                let mut got = Vec::new();
+                for (val, name) in self.values(each, vars)? {
+                    vars.push((each.var, val, name));
+                    let r = self.value(value, vars);
+                    vars.pop();
+                    got.push(match r {
+                        Ok(o) => format(&o, *fmt)?,
+                        Err(Miss::Missing(_)) => or.to_string(),
+                        Err(e) => return Err(e),
+                    });
+                }
+                Out::Text(got.join(sep))
+            }
             Value::NamedText { csv, f } => {
                 let (_, _, table) = data.get(csv)?;
                 self.source(csv.path.to_string());
@@ -1120,6 +1163,19 @@ fn cell(ev: &mut Eval, c: &Cell, vars: &mut Vars) -> Result<Result<String, Strin
     fill_with(c.text, vars, true, &shown).map(Ok)
 }
 
+/// A [`Line`]'s label: its template filled (a missing slot an error).
+fn line_label(data: &Data, l: &Line, vars: &mut Vars) -> Result<String, String> {
+    let mut ev = Eval {
+        data,
+        sources: Vec::new(),
+    };
+    let c = Cell {
+        text: l.label,
+        slots: l.label_slots,
+    };
+    cell(&mut ev, &c, vars)?.map_err(|why| format!("no label for `{}`: {why}", l.label))
+}
+
 /// The lines of `ls` to write: those without `only_if`, and those whose CSV has a matching row.
 fn shown<'l>(data: &Data, ls: &'l [Line], vars: &Vars) -> Result<Vec<&'l Line>, String> {
     let mut out = Vec::new();
@@ -1209,7 +1265,8 @@ pub fn pivot(data: &Data, file: &str, p: &Pivot) -> Result<String, String> {
             Ok(())
         };
         for l in shown(data, p.lead, &vars).map_err(at)? {
-            line(&mut s, l.label.to_string(), &l.cell, &mut vars)?;
+            let label = line_label(data, l, &mut vars).map_err(at)?;
+            line(&mut s, label, &l.cell, &mut vars)?;
         }
         for (v, n) in &rows {
             vars.push((rl.var, v.clone(), n.clone()));
@@ -1227,7 +1284,8 @@ pub fn pivot(data: &Data, file: &str, p: &Pivot) -> Result<String, String> {
             r?;
         }
         for l in shown(data, p.extra, &vars).map_err(at)? {
-            line(&mut s, l.label.to_string(), &l.cell, &mut vars)?;
+            let label = line_label(data, l, &mut vars).map_err(at)?;
+            line(&mut s, label, &l.cell, &mut vars)?;
         }
         s += &fill(p.block_tail, &vars, true).map_err(at)?;
         if p.blocks.is_some() {

@@ -461,6 +461,35 @@ fn extra_lines_slots_with_a_default_scales_and_alternatives() {
                 },
             )
             .only_if(&T, "shape={shape} impl=y"),
+            // A label of values: the loop's values, joined; a cell likewise, `–` where missing.
+            Line::new(
+                "{imps}",
+                Cell {
+                    text: "{j}",
+                    slots: &[Slot::new(
+                        "j",
+                        Value::Join {
+                            each: &Loop::list("imp", &["x", "y"]),
+                            value: &ANY,
+                            fmt: Fmt::Raw,
+                            sep: " · ",
+                            or: "–",
+                        },
+                        Fmt::Raw,
+                    )],
+                },
+            )
+            .labelled(&[Slot::new(
+                "imps",
+                Value::Join {
+                    each: &Loop::list("imp", &["x", "y"]),
+                    value: &Value::Var("imp"),
+                    fmt: Fmt::Raw,
+                    sep: "+",
+                    or: "",
+                },
+                Fmt::Raw,
+            )]),
             Line::new(
                 "k",
                 Cell {
@@ -476,8 +505,10 @@ fn extra_lines_slots_with_a_default_scales_and_alternatives() {
         t,
         "glm (-)\n| | 1 row | 9 rows | 10 rows |\n|---|---:|---:|---:|\n| first | 1 row | 9 rows | 10 rows |\n\
          | x | 250 | 700 | 123450 |\n\
-         | y | 2.5 · 5.0 | 7.0 · – | 1234.5 · – |\n| k | 0.0025 | 0.0070 | 1.2345 |\n\
-         qwen\n| | 1 row |\n|---|---:|\n| first | 1 row |\n| x | 300 |\n| k | 0.0030 |\n"
+         | y | 2.5 · 5.0 | 7.0 · – | 1234.5 · – |\n| x+y | 2.5 · 5.0 | 7.0 · – | 1234.5 · – |\n\
+         | k | 0.0025 | 0.0070 | 1.2345 |\n\
+         qwen\n| | 1 row |\n|---|---:|\n| first | 1 row |\n| x | 300 |\n| x+y | 3.0 · – |\n\
+         | k | 0.0030 |\n"
     );
     // `=` with alternatives: either value matches.
     #[rustfmt::skip]
