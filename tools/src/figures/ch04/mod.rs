@@ -26,8 +26,8 @@ mod tune;
 
 use super::facts::Facts;
 use super::spec::{
-    self, each, fact, when, Absent, Cell, Chart, Csv, Ctx, Data, Fmt, Item, Line, Loop, Make, Name,
-    Part, Pivot, Slot, Source, Style, Value,
+    self, each, fact, if_rows, when, Absent, Cell, Chart, Csv, Ctx, Data, Fmt, Item, Line, Loop,
+    Make, Name, Part, Pivot, Slot, Source, Style, Value,
 };
 use super::svg::{shapes, Marker, Series};
 use super::tables::{fmt_us, parse_steps};

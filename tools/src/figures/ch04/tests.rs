@@ -948,9 +948,10 @@ fn decode_facts_compare_the_l1_twins_and_the_fusions() {
     csv += &row(8, "decode", "w4_c1_swiglu", 110.0);
     // Another path's candidate of the same name does not count.
     csv += &row(8, "decode_grouped", "w4_c1_na", 90.0);
-    let all = parse_tune_all(&csv, "ch04_tune_all.csv").unwrap();
+    let mut d = crate::figures::spec::Data::default();
+    d.add(&TUNE_ALL, &csv).unwrap();
     let mut f = Facts::default();
-    decode_facts(&all, &mut f);
+    crate::figures::spec::facts(&d, TUNE_HERE, DECODE_FACTS, &mut f).unwrap();
     let facts = f.render("test");
     has(&facts, "qwen3_t1_decode_w4_c1_swiglu_cold", "25.0");
     has(&facts, "qwen3_t1_decode_l1_over_na", "1.25");

@@ -324,6 +324,14 @@ pub enum Item {
         cond: &'static str,
         items: &'static [Item],
     },
+    /// The items, where `csv` has a row matching each filter (several facts that stand or fall
+    /// together: a comparison of three candidates, written only where all three were timed).
+    IfRows {
+        line: u32,
+        csv: &'static Csv,
+        rows: &'static [&'static str],
+        items: &'static [Item],
+    },
 }
 
 /// A fact: `fact!(name, value, fmt)`, or `fact!(? name, value, fmt)` for an optional one.
@@ -367,6 +375,20 @@ macro_rules! when {
 }
 
 pub(crate) use when;
+
+/// Items where a CSV has rows matching each filter: `if_rows!(CSV, ["a=1", "b=2"], [items…])`.
+macro_rules! if_rows {
+    ($csv:expr, [$($rows:expr),* $(,)?], [$($item:expr),* $(,)?]) => {
+        $crate::figures::spec::Item::IfRows {
+            line: line!(),
+            csv: $csv,
+            rows: &[$($rows),*],
+            items: &[$($item),*],
+        }
+    };
+}
+
+pub(crate) use if_rows;
 
 /// One value in a cell's template: `{name}` in the text, `wrap` around it (`" ({}×)"`),
 /// written only where the variables meet `when` (`""`: always). A missing optional slot reads
@@ -1136,6 +1158,23 @@ fn run(
             }
             Item::When { line, cond, items } => {
                 if vars_meet(cond, vars).map_err(|e| format!("{file}:{line}: {e}"))? {
+                    run(data, file, items, vars, f)?;
+                }
+            }
+            Item::IfRows {
+                line,
+                csv,
+                rows,
+                items,
+            } => {
+                let t = &data.get(csv).map_err(|e| format!("{file}:{line}: {e}"))?.2;
+                let mut all = true;
+                for r in *rows {
+                    all &= !matching(t, r, vars)
+                        .map_err(|e| format!("{file}:{line}: {e}"))?
+                        .is_empty();
+                }
+                if all {
                     run(data, file, items, vars, f)?;
                 }
             }

@@ -528,6 +528,20 @@ fn extra_lines_slots_with_a_default_scales_and_alternatives() {
 
 /// A named value reading a second CSV through [`Ctx::with`]: only its own CSV is its source.
 #[test]
+fn facts_that_stand_or_fall_together() {
+    #[rustfmt::skip]
+    const ITEMS: &[Item] = &[each!(SHAPES, [
+        if_rows!(&T, ["shape={shape} impl=x", "shape={shape} impl=y"], [
+            fact!("{shape}_both", Value::Count { csv: &T, rows: "shape={shape}" }, Fmt::Int),
+        ]),
+    ])];
+    let f = run_facts(ITEMS).unwrap();
+    // glm has x and y; qwen has x alone.
+    assert_eq!(f.get("glm_both"), Some("4"));
+    assert_eq!(f.get("qwen_both"), None);
+}
+
+#[test]
 fn a_ranked_loop_keeps_and_orders_by_rank() {
     // `y` first, then `x`; any other value left out.
     fn rank(v: &str) -> Option<usize> {
