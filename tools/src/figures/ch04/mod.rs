@@ -65,7 +65,7 @@ const TORCH_LOOP: &str = "torch_loop";
 const OTHERS: [&str; 3] = [GROUPED, TORCH_GMM, TORCH_LOOP];
 
 /// The group's files, generated from the repository at `root`: the tuning run's, the
-/// compiler's report, then the GPU run's ([`GROUP`]).
+/// compiler's report, then the GPU run's (`GROUP`).
 pub fn generate(root: &Path) -> Result<Vec<Generated>, String> {
     let mut out = tune_files(root)?;
     if root.join(PTXAS_LOG).exists() {

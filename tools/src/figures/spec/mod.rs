@@ -16,16 +16,20 @@
 //! - A row filter is a string of conditions, `shape={shape} rows!=0 rows<=96 impl=pair|chain`
 //!   (`=`, here one of two values, `!=`, `<=` and `>`, the last two numeric), `{var}` standing
 //!   for a loop variable's value.
-//! - [`Loop`]: a variable over a list, or over a CSV column's distinct values; a fact's name
-//!   uses the variable's name form ([`Name`]: `glm` for `glm_h4096_e288_k8`).
-//! - [`Value`]: one cell, a ratio, a difference, a min, max or range over a loop, a sum or count
-//!   of rows, a column's distinct values, a constant, or a named function ([`Value::Named`]).
+//! - [`Loop`]: a variable over a list, over a CSV column's distinct values (in the CSV's order,
+//!   ascending as numbers, or ranked by a function); a fact's name uses the variable's name form
+//!   ([`Name`]: `glm` for `glm_h4096_e288_k8`, `8 tokens` for `8`).
+//! - [`Value`]: one cell, a ratio, a difference, a value scaled, a min, max or range over a
+//!   loop, a sum or count of rows, a column's distinct values, a constant, a variable, values
+//!   over a loop joined, or a named function ([`Value::Named`], [`Value::NamedText`]).
 //! - [`Fmt`]: how a value is written (µs to three digits, fixed decimals, thousands, a verdict).
-//! - [`Item`]: a fact, a loop of items, or items under a condition on the variables; [`facts`]
-//!   runs a list of them into a [`Facts`] file.
+//! - [`Item`]: a fact, a loop of items, items under a condition on the variables or on rows
+//!   being there; [`facts`] runs a list of them into a [`Facts`] file.
 //! - [`Pivot`]: a Markdown table, one line per value of one loop and a column per value of
-//!   another, each cell a template of values; `Chart`: an SVG figure drawn by `svg::Figure`.
-//! - `Group` (group.rs): a chapter's files, the CSVs they need and what a missing one means.
+//!   another, each cell a template of values, with [`Line`]s before and after; `Chart`: an SVG
+//!   figure drawn by `svg::Figure`.
+//! - `Group` (group.rs): a chapter's files, the CSVs they need and what a missing one means; a
+//!   file no spec describes is a named drawing (`Make::Drawn`).
 //!
 //! A missing row is an error, never an empty string: a fact marked optional (`fact!(? …)`) is
 //! left out of the file instead (the page's include of it then fails), a table says what its
@@ -617,7 +621,7 @@ impl Data {
         Ok(d)
     }
 
-    /// A CSV's text, as read (a drawing a spec cannot describe parses it: [`Make::Drawn`]).
+    /// A CSV's text, as read (a drawing a spec cannot describe parses it: `Make::Drawn`).
     pub fn text(&self, csv: &Csv) -> Result<&str, String> {
         Ok(&self.get(csv)?.1)
     }
