@@ -6,67 +6,28 @@
 //!
 //! Until the GPU run's CSV is committed, the group makes the CPU numbers alone and says so on
 //! stderr; once any of the GPU files is committed, a missing CSV is an error.
+//!
+//! Two values are named functions: the active experts (the touched bytes over one expert's,
+//! an error when they do not divide) and one GEMM's share of the bytes at the copy rate (it
+//! reads the ceilings CSV but names the run's CSV as its source).
 
-use super::facts::Facts;
-use super::svg::{shapes, Figure, Marker, Series};
-use super::tables::fmt_us;
-use super::{find, read, Generated};
-use crate::bench_row::{parse_csv, BenchRow};
-use crate::csv::Table;
-use std::collections::BTreeSet;
-use std::fmt::Write as _;
+use super::spec::{
+    self, each, fact, when, Absent, Cell, Chart, Csv, Ctx, Fmt, Item, Line, Loop, Make, Name, Over,
+    Part, Pivot, Slot, Source, Style, Value,
+};
+use super::svg::Marker;
+use super::Generated;
 use std::path::Path;
 
-const GPU_CSV: &str = "bench/results/h200/ch02.csv";
-const CEILINGS_CSV: &str = "bench/results/h200/ch02_ceilings.csv";
-const CPU_CSV: &str = "bench/results/cpu/ch02.csv";
+/// This file, as the specs' errors name it.
+const HERE: &str = "tools/src/figures/ch02.rs";
+const GPU: Csv = Csv::at("bench/results/h200/ch02.csv");
+const CEILINGS: Csv = Csv::at("bench/results/h200/ch02_ceilings.csv");
+const CPU: Csv = Csv::at("bench/results/cpu/ch02.csv");
 const SVG: &str = "book/src/figures/ch02-grouped.svg";
 const TABLE: &str = "book/src/figures/ch02-grouped-table.md";
 const FACTS: &str = "book/src/figures/ch02-facts.md";
 const CPU_FACTS: &str = "book/src/figures/ch02-cpu-facts.md";
-
-/// The implementations, in the order they are drawn and listed.
-const OURS: &str = "grouped";
-const LOOP: &str = "torch_loop";
-const GMM: &str = "torch_grouped_mm";
-const PROBE: &str = "floor_probe";
-
-/// The group's files, generated from the repository at `root`.
-pub fn generate(root: &Path) -> Result<Vec<Generated>, String> {
-    let mut out = Vec::new();
-    if root.join(GPU_CSV).exists() {
-        let rows = parse_csv(&read(root, GPU_CSV)?, GPU_CSV)?;
-        let ceilings = Table::parse(&read(root, CEILINGS_CSV)?, CEILINGS_CSV)?;
-        out.push(Generated {
-            path: SVG.into(),
-            content: render_svg(&rows),
-        });
-        out.push(Generated {
-            path: TABLE.into(),
-            content: table(&rows),
-        });
-        out.push(Generated {
-            path: FACTS.into(),
-            content: facts(&rows, &ceilings)?.render("Chapter 2's numbers"),
-        });
-    } else {
-        super::no_gpu_csv_yet(
-            root,
-            "ch02",
-            GPU_CSV,
-            &[SVG, TABLE, FACTS],
-            "bench",
-            "ch02.csv and ch02_ceilings.csv",
-            "the figure, the table and the GPU numbers are left out, the CPU numbers are made",
-        )?;
-    }
-    let cpu = Table::parse(&read(root, CPU_CSV)?, CPU_CSV)?;
-    out.push(Generated {
-        path: CPU_FACTS.into(),
-        content: cpu_facts(&cpu)?.render("Chapter 2's CPU numbers"),
-    });
-    Ok(out)
-}
 
 /// `qwen3_h2048_i768_e128_k8` → `(2048, 768, 128, 8)`: hidden, intermediate, experts, k.
 pub fn dims(shape: &str) -> Option<(u64, u64, u64, u64)> {
@@ -93,351 +54,311 @@ pub fn describe(shape: &str) -> String {
     }
 }
 
-/// Active experts at one token count: the touched weight bytes over one expert's (bf16
-/// `w13` and `w2`: `3·I·H·2` bytes). An error when they do not divide: the CSV is not what
-/// this reads it as.
-fn active(r: &BenchRow) -> Result<u64, String> {
-    let (h, i, _, _) = dims(&r.shape).ok_or(format!("shape `{}` has no sizes", r.shape))?;
-    let per = (6 * h * i) as f64;
-    let n = r.bytes / per;
-    if n.fract() != 0.0 {
-        return Err(format!(
-            "{} {} {} tokens: {} bytes is not a whole number of experts ({per} bytes each)",
-            r.shape, r.imp, r.rows, r.bytes
-        ));
-    }
-    Ok(n as u64)
+/// The figure: ours and the two PyTorch paths (the floor probe is in the table: it sits on the
+/// floor line), Okabe–Ito colors as chapter 1's figure.
+#[rustfmt::skip]
+const DRAWN: &[Style] = &[
+    Style::new("grouped", "#0072b2", Marker::Circle, "grouped: our loop grouped by expert, one cuBLAS GEMM per expert"),
+    Style::new("torch_loop", "#d55e00", Marker::Square, "torch_loop: Hugging Face's eager per-expert loop, in PyTorch"),
+    Style::new("torch_grouped_mm", "#cc79a7", Marker::Triangle, "torch_grouped_mm: Hugging Face's default experts path (grouped_mm), in PyTorch"),
+];
+const FIGURE: Chart = Chart {
+    csv: &GPU,
+    draw: DRAWN,
+    floor_from: "grouped",
+    panel_w: 560.0,
+    panel_h: 340.0,
+    left: 66.0,
+    title: "MoE experts: µs per call against tokens",
+    notes: &[
+        "The same routings and weight shapes for all three, bf16; both axes logarithmic.",
+        "Cold: the L2 flushed before each graph replay; marker = median, whisker = p10–p90.",
+        "Warm: back-to-back copies in one graph, divided by their number.",
+    ],
+    panel_title: bf16_panel,
+    x_label: "tokens routed, log scale",
+    floor_label: "floor: one launch + weights touched at copy bw, or FLOPs at bf16 rate (dotted)",
+    probes: false,
+};
+
+fn bf16_panel(shape: &str) -> String {
+    format!("{}, bf16", describe(shape))
 }
 
-/// Ours over `peer`, cold medians, at one shape and token count.
-pub fn ratio(rows: &[BenchRow], shape: &str, n: u64, peer: &str) -> Option<f64> {
-    Some(find(rows, shape, n, OURS)?.cold_median_us / find(rows, shape, n, peer)?.cold_median_us)
-}
+/// The shapes (the empty launch's row, at 0 tokens, left out), `qwen3` in facts.
+const SHAPES: Loop = Loop::csv("shape", &GPU, "rows>0", "shape").named(Name::Prefix);
+/// The token counts measured at a shape, ascending.
+const COUNTS: Loop = Loop::csv("n", &GPU, "shape={shape}", "rows").numeric();
 
-fn token_counts(rows: &[&BenchRow]) -> Vec<u64> {
-    rows.iter()
-        .map(|r| r.rows)
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect()
+/// Column `col` of the run's first row matching `rows`.
+const fn at(rows: &'static str, col: &'static str) -> Value {
+    Value::col(&GPU, rows, col)
 }
+const OURS: &str = "shape={shape} rows={n} impl=grouped";
+const IMP: &str = "shape={shape} rows={n} impl={imp}";
+const OURS_COLD: Value = at(OURS, "cold_median_us");
+const FLOOR: Value = at(OURS, "floor_us");
+const OVER_FLOOR: Value = Value::Ratio(&OURS_COLD, &FLOOR);
+/// Ours over a peer, cold medians.
+const VS: Value = Value::Ratio(
+    &OURS_COLD,
+    &at("shape={shape} rows={n} impl={peer}", "cold_median_us"),
+);
+const VS_LOOP: Value = Value::Ratio(
+    &OURS_COLD,
+    &at("shape={shape} rows={n} impl=torch_loop", "cold_median_us"),
+);
+const VS_GMM: Value = Value::Ratio(
+    &OURS_COLD,
+    &at(
+        "shape={shape} rows={n} impl=torch_grouped_mm",
+        "cold_median_us",
+    ),
+);
+/// The peers, as the facts name them (`qwen3_8_vs_gmm`).
+const PEERS: Loop = Loop::list("peer", &["torch_loop", "torch_grouped_mm"]).named(Name::Map(&[
+    ("torch_loop", "loop"),
+    ("torch_grouped_mm", "gmm"),
+]));
+
+/// The table's lines, in order, and their labels.
+const LINES: &[(&str, &str)] = &[
+    ("grouped", "grouped (ours)"),
+    ("torch_loop", "HF eager loop (PyTorch)"),
+    ("torch_grouped_mm", "HF `grouped_mm` (PyTorch)"),
+    (
+        "floor_probe",
+        "floor probe (the weights read once, 1 launch)",
+    ),
+];
 
 /// The table the chapter quotes, pivoted to fit a screen: one block per shape, one column per
 /// token count; a line per implementation (`cold / warm` µs), then the floor and what it is
-/// made of, the launches, and our ratios.
-pub fn table(rows: &[BenchRow]) -> String {
-    let rows: Vec<BenchRow> = rows.iter().filter(|r| r.rows > 0).cloned().collect();
-    let mut s = String::new();
-    for shape in shapes(&rows) {
-        let here: Vec<&BenchRow> = rows.iter().filter(|r| r.shape == shape).collect();
-        let counts = token_counts(&here);
-        let line = |s: &mut String, label: &str, cell: &dyn Fn(u64) -> String| {
-            let cells: Vec<String> = counts.iter().map(|&n| cell(n)).collect();
-            let _ = writeln!(s, "| {label} | {} |", cells.join(" | "));
-        };
-        let at = |n: u64, imp: &str| find(&rows, &shape, n, imp);
-        let _ = writeln!(
-            s,
-            "**{}**, bf16: µs per call, cold / warm\n",
-            describe(&shape)
-        );
-        s += &super::tables::count_header(&counts, "token");
-        let labels = [
-            (OURS, "grouped (ours)"),
-            (LOOP, "HF eager loop (PyTorch)"),
-            (GMM, "HF `grouped_mm` (PyTorch)"),
-            (PROBE, "floor probe (the weights read once, 1 launch)"),
-        ];
-        for (imp, label) in labels {
-            if !here.iter().any(|r| r.imp == imp) {
-                continue;
-            }
-            line(&mut s, label, &|n| {
-                at(n, imp)
-                    .map(|r| {
-                        format!(
-                            "{} / {}",
-                            fmt_us(r.cold_median_us),
-                            fmt_us(r.warm_median_us)
-                        )
-                    })
-                    .unwrap_or_default()
-            });
-        }
-        let any = |n: u64| here.iter().find(|r| r.rows == n).copied();
-        line(&mut s, "floor", &|n| {
-            any(n).map(|r| fmt_us(r.floor_us)).unwrap_or_default()
-        });
-        line(&mut s, "expert weights touched (MB)", &|n| {
-            any(n)
-                .map(|r| format!("{:.0}", r.bytes / 1e6))
-                .unwrap_or_default()
-        });
-        line(
-            &mut s,
-            "launches: ours · eager loop · `grouped_mm`",
-            &|n| {
-                [OURS, LOOP, GMM]
-                    .iter()
-                    .map(|imp| {
-                        at(n, imp)
-                            .map(|r| r.launches.to_string())
-                            .unwrap_or("–".into())
-                    })
-                    .collect::<Vec<_>>()
-                    .join(" · ")
-            },
-        );
-        line(&mut s, "ours ÷ floor (cold)", &|n| {
-            at(n, OURS)
-                .map(|r| format!("{:.1}×", r.cold_median_us / r.floor_us))
-                .unwrap_or_default()
-        });
-        for (peer, label) in [
-            (LOOP, "ours ÷ loop (cold)"),
-            (GMM, "ours ÷ `grouped_mm` (cold)"),
-        ] {
-            if here.iter().any(|r| r.imp == peer) {
-                line(&mut s, label, &|n| {
-                    ratio(&rows, &shape, n, peer)
-                        .map(|x| format!("{x:.2}×"))
-                        .unwrap_or_default()
-                });
-            }
-        }
-        line(&mut s, "ours, cold: GB/s · TFLOP/s", &|n| {
-            at(n, OURS)
-                .map(|r| format!("{:.0} · {:.1}", r.cold_gbs, r.cold_tflops))
-                .unwrap_or_default()
-        });
-        s.push('\n');
-    }
-    s
-}
+/// made of, the launches, and our ratios (a peer's where it was measured).
+#[rustfmt::skip]
+const GROUPED_TABLE: Pivot = Pivot {
+    line: line!(),
+    blocks: Some(SHAPES.named(Name::Fn(describe))),
+    block_head: "**{shape}**, bf16: µs per call, cold / warm\n\n",
+    block_tail: "\n",
+    rows: Loop { var: "imp", over: Over::Keys(LINES), name: Name::Map(LINES) },
+    row_if: Some((&GPU, "shape={shape} impl={imp}")),
+    cols: COUNTS.named(Name::Plural("token")),
+    cell: Cell {
+        text: "{cold} / {warm}",
+        slots: &[Slot::new("cold", at(IMP, "cold_median_us"), Fmt::Us), Slot::new("warm", at(IMP, "warm_median_us"), Fmt::Us)],
+    },
+    extra: &[
+        Line::new("floor", Cell { text: "{f}", slots: &[Slot::new("f", at("shape={shape} rows={n}", "floor_us"), Fmt::Us)] }),
+        Line::new("expert weights touched (MB)", Cell {
+            text: "{mb}",
+            slots: &[Slot::new("mb", Value::Per(&at("shape={shape} rows={n}", "bytes"), 1e6), Fmt::Fixed(0))],
+        }),
+        Line::new("launches: ours · eager loop · `grouped_mm`", Cell {
+            text: "{a} · {b} · {c}",
+            slots: &[
+                Slot::or("a", at(OURS, "launches"), Fmt::Raw, "–"),
+                Slot::or("b", at("shape={shape} rows={n} impl=torch_loop", "launches"), Fmt::Raw, "–"),
+                Slot::or("c", at("shape={shape} rows={n} impl=torch_grouped_mm", "launches"), Fmt::Raw, "–"),
+            ],
+        }),
+        Line::new("ours ÷ floor (cold)", Cell { text: "{r}×", slots: &[Slot::new("r", OVER_FLOOR, Fmt::Fixed(1))] }),
+        Line::new("ours ÷ loop (cold)", Cell { text: "{r}×", slots: &[Slot::new("r", VS_LOOP, Fmt::Fixed(2))] })
+            .only_if(&GPU, "shape={shape} impl=torch_loop"),
+        Line::new("ours ÷ `grouped_mm` (cold)", Cell { text: "{r}×", slots: &[Slot::new("r", VS_GMM, Fmt::Fixed(2))] })
+            .only_if(&GPU, "shape={shape} impl=torch_grouped_mm"),
+        Line::new("ours, cold: GB/s · TFLOP/s", Cell {
+            text: "{g} · {t}",
+            slots: &[Slot::new("g", at(OURS, "cold_gbs"), Fmt::Fixed(0)), Slot::new("t", at(OURS, "cold_tflops"), Fmt::Fixed(1))],
+        }),
+    ],
+    missing: Some(""),
+    ..Pivot::PLAIN
+};
 
-/// The numbers chapter 2's prose quotes from the GPU run.
-pub fn facts(rows: &[BenchRow], ceilings: &Table) -> Result<Facts, String> {
-    let mut f = Facts::default();
-    let src = GPU_CSV;
-    if let Some(r) = rows.iter().find(|r| r.imp == "empty_kernel") {
-        f.add("empty_cold", fmt_us(r.cold_median_us), src);
-        f.add("empty_warm", fmt_us(r.warm_median_us), src);
-    }
-    let copy_gbs = ceilings.num(&[], "copy_gbs")?;
-    let measured: Vec<BenchRow> = rows.iter().filter(|r| r.rows > 0).cloned().collect();
-    for shape in shapes(&measured) {
-        let s = shape.split('_').next().unwrap_or(&shape).to_string();
-        let here: Vec<&BenchRow> = measured.iter().filter(|r| r.shape == shape).collect();
-        let mut vs: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
-        for n in token_counts(&here) {
-            for r in here.iter().filter(|r| r.rows == n) {
-                let name = match r.imp.as_str() {
-                    OURS => "grouped",
-                    LOOP => "loop",
-                    GMM => "gmm",
-                    PROBE => "probe",
-                    _ => continue,
-                };
-                f.add(
-                    format!("{s}_{n}_{name}_cold"),
-                    fmt_us(r.cold_median_us),
-                    src,
-                );
-                f.add(
-                    format!("{s}_{n}_{name}_warm"),
-                    fmt_us(r.warm_median_us),
-                    src,
-                );
-                if r.imp != PROBE {
-                    let key = if r.imp == OURS {
-                        format!("{s}_{n}_launches")
-                    } else {
-                        format!("{s}_{n}_{name}_launches")
-                    };
-                    f.add(key, r.launches.to_string(), src);
-                }
-            }
-            let Some(ours) = find(&measured, &shape, n, OURS) else {
-                continue;
-            };
-            f.add(format!("{s}_{n}_floor"), fmt_us(ours.floor_us), src);
-            f.add(
-                format!("{s}_{n}_over_floor"),
-                format!("{:.1}", ours.cold_median_us / ours.floor_us),
-                src,
-            );
-            f.add(
-                format!("{s}_{n}_touched_mb"),
-                format!("{:.0}", ours.bytes / 1e6),
-                src,
-            );
-            let active = active(ours)?;
-            f.add(format!("{s}_{n}_active"), active.to_string(), src);
+/// The implementations' short names in facts (`qwen3_1_loop_cold`).
+const SHORT: &[(&str, &str)] = &[
+    ("grouped", "grouped"),
+    ("torch_loop", "loop"),
+    ("torch_grouped_mm", "gmm"),
+    ("floor_probe", "probe"),
+];
+/// The implementations measured at a shape and token count, in the CSV's order.
+const IMPS: Loop = Loop::csv(
+    "imp",
+    &GPU,
+    "shape={shape} rows={n} impl=grouped|torch_loop|torch_grouped_mm|floor_probe",
+    "impl",
+)
+.named(Name::Map(SHORT));
+const ACTIVE: Value = Value::named(&GPU, active);
+const PER_LAUNCH: Value = Value::Ratio(&OURS_COLD, &at(OURS, "launches"));
+
+/// The numbers chapter 2's prose quotes from the GPU run. Per shape `s` (`qwen3`) and token
+/// count `n`, each implementation's `{s}_{n}_{imp}_cold` / `_warm` and launches (ours
+/// `{s}_{n}_launches`); our floor, ratio to it, MB touched, active experts, µs per launch and
+/// per GEMM's share of the bytes, GB/s and TFLOP/s, and our ratio to each peer
+/// (`{s}_{n}_vs_loop`) with its range over the counts (`{s}_vs_loop_min`); the ceilings.
+#[rustfmt::skip]
+const GPU_FACTS: &[Item] = &[
+    fact!(? "empty_cold", at("impl=empty_kernel", "cold_median_us"), Fmt::Us),
+    fact!(? "empty_warm", at("impl=empty_kernel", "warm_median_us"), Fmt::Us),
+    each!(SHAPES, [
+        each!(COUNTS, [
+            each!(IMPS, [
+                fact!("{shape}_{n}_{imp}_cold", at(IMP, "cold_median_us"), Fmt::Us),
+                fact!("{shape}_{n}_{imp}_warm", at(IMP, "warm_median_us"), Fmt::Us),
+                when!("imp=grouped", [fact!("{shape}_{n}_launches", at(IMP, "launches"), Fmt::Raw)]),
+                when!("imp=torch_loop|torch_grouped_mm", [fact!("{shape}_{n}_{imp}_launches", at(IMP, "launches"), Fmt::Raw)]),
+            ]),
+            fact!(? "{shape}_{n}_floor", FLOOR, Fmt::Us),
+            fact!(? "{shape}_{n}_over_floor", OVER_FLOOR, Fmt::Fixed(1)),
+            fact!(? "{shape}_{n}_touched_mb", Value::Per(&at(OURS, "bytes"), 1e6), Fmt::Fixed(0)),
+            fact!(? "{shape}_{n}_active", ACTIVE, Fmt::Int),
             // What a launch costs on average, against what one GEMM's share of the weights
             // (each active expert's bytes split over its 2 GEMMs) takes at the copy rate.
-            f.add(
-                format!("{s}_{n}_us_per_launch"),
-                format!("{:.1}", ours.cold_median_us / ours.launches as f64),
-                src,
-            );
-            f.add(
-                format!("{s}_{n}_us_per_gemm_bytes"),
-                format!(
-                    "{:.1}",
-                    ours.bytes / (2.0 * active as f64) / (copy_gbs * 1e3)
-                ),
-                src,
-            );
-            f.add(format!("{s}_{n}_gbs"), format!("{:.0}", ours.cold_gbs), src);
-            f.add(
-                format!("{s}_{n}_tflops"),
-                format!("{:.1}", ours.cold_tflops),
-                src,
-            );
-            for (k, (peer, name)) in [(LOOP, "loop"), (GMM, "gmm")].into_iter().enumerate() {
-                if let Some(x) = ratio(&measured, &shape, n, peer) {
-                    f.add(format!("{s}_{n}_vs_{name}"), format!("{x:.2}"), src);
-                    vs[k].push(x);
-                }
-            }
-        }
-        for (k, name) in ["loop", "gmm"].into_iter().enumerate() {
-            if !vs[k].is_empty() {
-                let lo = vs[k].iter().cloned().fold(f64::INFINITY, f64::min);
-                let hi = vs[k].iter().cloned().fold(0.0, f64::max);
-                f.add(format!("{s}_vs_{name}_min"), format!("{lo:.2}"), src);
-                f.add(format!("{s}_vs_{name}_max"), format!("{hi:.2}"), src);
-            }
-        }
+            fact!(? "{shape}_{n}_us_per_launch", PER_LAUNCH, Fmt::Fixed(1)),
+            fact!(? "{shape}_{n}_us_per_gemm_bytes", Value::named(&GPU, us_per_gemm_bytes), Fmt::Fixed(1)),
+            fact!(? "{shape}_{n}_gbs", at(OURS, "cold_gbs"), Fmt::Fixed(0)),
+            fact!(? "{shape}_{n}_tflops", at(OURS, "cold_tflops"), Fmt::Fixed(1)),
+            each!(PEERS, [fact!(? "{shape}_{n}_vs_{peer}", VS, Fmt::Fixed(2))]),
+        ]),
+        each!(PEERS, [
+            fact!(? "{shape}_vs_{peer}_min", Value::Min(&COUNTS, &VS), Fmt::Fixed(2)),
+            fact!(? "{shape}_vs_{peer}_max", Value::Max(&COUNTS, &VS), Fmt::Fixed(2)),
+        ]),
+    ]),
+    fact!("bf16_tflops", Value::col(&CEILINGS, "", "bf16_tflops"), Fmt::Fixed(0)),
+    fact!("copy_gbs", Value::col(&CEILINGS, "", "copy_gbs"), Fmt::Fixed(0)),
+];
+
+/// Active experts at `{shape}` and `{n}` tokens: our touched weight bytes over one expert's
+/// (bf16 `w13` and `w2`: `3·I·H·2` bytes). An error when they do not divide: the CSV is not
+/// what this reads it as. The sizes are the shape's name's: a named function.
+fn active(c: &Ctx) -> Result<Option<f64>, String> {
+    let (shape, n) = (c.var("shape")?, c.var("n")?);
+    let Some(r) = c.rows(OURS)?.into_iter().next() else {
+        return Ok(None);
+    };
+    let (h, i, _, _) = dims(shape).ok_or(format!("shape `{shape}` has no sizes"))?;
+    let per = (6 * h * i) as f64;
+    let bytes = c.num(r, "bytes")?;
+    let active = bytes / per;
+    if active.fract() != 0.0 {
+        return Err(format!(
+            "{shape} grouped {n} tokens: {bytes} bytes is not a whole number of experts ({per} bytes each)"
+        ));
     }
-    let tflops = ceilings.num(&[], "bf16_tflops")?;
-    let gbs = ceilings.num(&[], "copy_gbs")?;
-    f.add("bf16_tflops", format!("{tflops:.0}"), CEILINGS_CSV);
-    f.add("copy_gbs", format!("{gbs:.0}"), CEILINGS_CSV);
-    Ok(f)
+    Ok(Some(active))
 }
 
-/// A time in ms with about three significant digits.
-fn fmt_ms(v: f64) -> String {
-    fmt_us(v) // the same rounding: the unit is the caller's
+/// One GEMM's share of the touched bytes (each active expert's split over its 2 GEMMs) at the
+/// copy rate of `ch02_ceilings.csv`, in µs.
+fn us_per_gemm_bytes(c: &Ctx) -> Result<Option<f64>, String> {
+    let (Some(r), Some(active)) = (c.rows(OURS)?.into_iter().next(), active(c)?) else {
+        return Ok(None);
+    };
+    let ceilings = c.with(&CEILINGS)?;
+    let copy = ceilings
+        .rows("")?
+        .first()
+        .map(|k| ceilings.num(k, "copy_gbs"))
+        .ok_or(format!("{}: no row", CEILINGS.path))??;
+    Ok(Some(c.num(r, "bytes")? / (2.0 * active) / (copy * 1e3)))
 }
 
 /// The numbers the prose quotes from the CPU comparison: per shape (`small`, `medium`), each
-/// loop's median, the speed-up, the sizes; the machine.
-pub fn cpu_facts(t: &Table) -> Result<Facts, String> {
-    let mut f = Facts::default();
-    let src = CPU_CSV;
-    let mut shapes: Vec<String> = Vec::new();
-    for rec in t.records() {
-        if !shapes.contains(&rec("shape")) {
-            shapes.push(rec("shape"));
-        }
-    }
-    for shape in &shapes {
-        let s = shape.split('_').next().unwrap_or(shape);
-        let ms = |imp: &str| t.num(&[("shape", shape), ("impl", imp)], "median_ms");
-        let (literal, grouped) = (ms("literal")?, ms("grouped-cpu")?);
-        f.add(format!("cpu_{s}_literal_ms"), fmt_ms(literal), src);
-        f.add(format!("cpu_{s}_grouped_ms"), fmt_ms(grouped), src);
-        f.add(
-            format!("cpu_{s}_speedup"),
-            format!("{:.1}", literal / grouped),
-            src,
-        );
-        for (col, key) in [
-            ("tokens", "tokens"),
-            ("hidden", "hidden"),
-            ("intermediate", "intermediate"),
-            ("experts", "experts"),
-            ("k", "k"),
-            ("active_experts", "active"),
-            ("samples", "samples"),
-        ] {
-            f.add(
-                format!("cpu_{s}_{key}"),
-                t.get(&[("shape", shape), ("impl", "literal")], col)?,
-                src,
-            );
-        }
-    }
-    f.add("cpu_threads", t.get(&[], "threads")?, src);
-    f.add("cpu_host", t.get(&[], "host")?, src);
-    Ok(f)
+/// loop's median (ms, rounded as µs are), the speed-up, the sizes; the machine.
+#[rustfmt::skip]
+const CPU_NUMBERS: &[Item] = &[
+    each!(Loop::csv("shape", &CPU, "", "shape").named(Name::Prefix), [
+        fact!("cpu_{shape}_literal_ms", LITERAL_MS, Fmt::Us),
+        fact!("cpu_{shape}_grouped_ms", GROUPED_MS, Fmt::Us),
+        fact!("cpu_{shape}_speedup", Value::Ratio(&LITERAL_MS, &GROUPED_MS), Fmt::Fixed(1)),
+        fact!("cpu_{shape}_tokens", literal("tokens"), Fmt::Raw),
+        fact!("cpu_{shape}_hidden", literal("hidden"), Fmt::Raw),
+        fact!("cpu_{shape}_intermediate", literal("intermediate"), Fmt::Raw),
+        fact!("cpu_{shape}_experts", literal("experts"), Fmt::Raw),
+        fact!("cpu_{shape}_k", literal("k"), Fmt::Raw),
+        fact!("cpu_{shape}_active", literal("active_experts"), Fmt::Raw),
+        fact!("cpu_{shape}_samples", literal("samples"), Fmt::Raw),
+    ]),
+    fact!("cpu_threads", Value::col(&CPU, "", "threads"), Fmt::Raw),
+    fact!("cpu_host", Value::col(&CPU, "", "host"), Fmt::Raw),
+];
+const fn literal(col: &'static str) -> Value {
+    Value::col(&CPU, "shape={shape} impl=literal", col)
 }
+const LITERAL_MS: Value = literal("median_ms");
+const GROUPED_MS: Value = Value::col(&CPU, "shape={shape} impl=grouped-cpu", "median_ms");
 
-// ---------------------------------------------------------------------------------------------
-// SVG: one panel per shape, µs per call against tokens, log-log.
-
-/// How an implementation is drawn: color, marker, legend label (Okabe–Ito colors, as chapter
-/// 1's figure).
-fn style(imp: &str) -> Series {
-    let (color, marker, label) = match imp {
-        OURS => (
-            "#0072b2",
-            Marker::Circle,
-            "grouped: our loop grouped by expert, one cuBLAS GEMM per expert",
-        ),
-        LOOP => (
-            "#d55e00",
-            Marker::Square,
-            "torch_loop: Hugging Face's eager per-expert loop, in PyTorch",
-        ),
-        GMM => (
-            "#cc79a7",
-            Marker::Triangle,
-            "torch_grouped_mm: Hugging Face's default experts path (grouped_mm), in PyTorch",
-        ),
-        _ => (
-            "#009e73",
-            Marker::Triangle,
-            "floor_probe: one launch reading the touched weights cold",
-        ),
-    };
-    Series {
-        imp: imp.to_string(),
-        color,
-        marker,
-        label: label.to_string(),
-    }
-}
-
-/// Draws the figure: for each implementation the cold median (solid, markers, p10–p90
-/// whiskers) and the warm median (dashed); the floor dotted. Every polyline carries `class`
-/// (`cold`, `warm`, `floor`), `data-shape` and, for timings, `data-impl`. The floor probe is in
-/// the table, not here: it sits on the floor line.
-pub fn render_svg(rows: &[BenchRow]) -> String {
-    let rows: Vec<&BenchRow> = rows
-        .iter()
-        .filter(|r| r.rows > 0 && r.imp != PROBE)
-        .collect();
-    Figure {
-        panel_w: 560.0,
-        panel_h: 340.0,
-        left: 66.0,
-        title: "MoE experts: µs per call against tokens",
-        notes: &[
-            "The same routings and weight shapes for all three, bf16; both axes logarithmic.",
-            "Cold: the L2 flushed before each graph replay; marker = median, whisker = p10–p90.",
-            "Warm: back-to-back copies in one graph, divided by their number.",
+/// The GPU run's figure, table and facts (none until `ch02.csv` is committed).
+const GPU_GROUP: spec::Group = spec::Group {
+    name: "ch02",
+    spec: HERE,
+    first: Source {
+        csv: &GPU,
+        absent: Absent::GpuRun {
+            stage: "bench",
+            copy: "ch02.csv and ch02_ceilings.csv",
+            left_out:
+                "the figure, the table and the GPU numbers are left out, the CPU numbers are made",
+        },
+        check: None,
+    },
+    reads: &[&CEILINGS],
+    parts: &[Part {
+        needs: &[],
+        files: &[
+            Make::Chart(SVG, &FIGURE),
+            Make::Table(TABLE, &GROUPED_TABLE),
         ],
-        panel_title: |shape| format!("{}, bf16", describe(shape)),
-        x_label: "tokens routed, log scale",
-        series: [OURS, LOOP, GMM]
-            .into_iter()
-            .filter(|i| rows.iter().any(|r| r.imp == *i))
-            .map(style)
-            .collect(),
-        floor_label:
-            "floor: one launch + weights touched at copy bw, or FLOPs at bf16 rate (dotted)",
-        floor_from: OURS,
-    }
-    .render(&rows)
+        facts: GPU_FACTS,
+    }],
+    facts: FACTS,
+    facts_title: "Chapter 2's numbers",
+};
+
+/// The CPU comparison's facts, always made.
+const CPU_GROUP: spec::Group = spec::Group {
+    name: "ch02",
+    spec: HERE,
+    first: Source {
+        csv: &CPU,
+        absent: Absent::Never,
+        check: None,
+    },
+    reads: &[],
+    parts: &[Part {
+        needs: &[],
+        files: &[],
+        facts: CPU_NUMBERS,
+    }],
+    facts: CPU_FACTS,
+    facts_title: "Chapter 2's CPU numbers",
+};
+
+/// The group's files, generated from the repository at `root`.
+pub fn generate(root: &Path) -> Result<Vec<Generated>, String> {
+    let mut out = spec::generate(root, &GPU_GROUP)?;
+    out.extend(spec::generate(root, &CPU_GROUP)?);
+    Ok(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench_row::header;
+    use crate::bench_row::{header, BenchRow};
+    use crate::figures::facts::Facts;
+    use crate::figures::spec::Data;
+
+    const OURS: &str = "grouped";
+    const LOOP: &str = "torch_loop";
+    const GMM: &str = "torch_grouped_mm";
+    const PROBE: &str = "floor_probe";
+    const GPU_CSV: &str = GPU.path;
+    const CEILINGS_CSV: &str = CEILINGS.path;
+    const CPU_CSV: &str = super::CPU.path;
 
     const SHAPE: &str = "qwen3_h2048_i768_e128_k8";
     const TOKENS: [u64; 5] = [1, 8, 64, 512, 4096];
@@ -514,7 +435,7 @@ mod tests {
         s
     }
 
-    const CEILINGS: &str =
+    const CEILINGS_TEXT: &str =
         "bf16_tflops,copy_gbs,empty_cold_us,empty_warm_us,device\n687.8,4189.9,4.128,0.618,NVIDIA_H200\n";
     const CPU: &str = "shape,impl,tokens,hidden,intermediate,experts,k,dtype,active_experts,median_ms,min_ms,max_ms,samples,threads,host\n\
         small_h256_i128_e16_k4,literal,16,256,128,16,4,bf16,16,4.581,4.557,4.631,5,2,AMD EPYC\n\
@@ -531,7 +452,7 @@ mod tests {
         std::fs::write(d.join(CPU_CSV), CPU).unwrap();
         if let Some(g) = gpu {
             std::fs::write(d.join(GPU_CSV), g).unwrap();
-            std::fs::write(d.join(CEILINGS_CSV), CEILINGS).unwrap();
+            std::fs::write(d.join(CEILINGS_CSV), CEILINGS_TEXT).unwrap();
         }
         d
     }
@@ -615,15 +536,25 @@ mod tests {
         assert!(cpu.contains("ANCHOR: cpu_medium_active\n64\n"), "{cpu}");
     }
 
+    fn data(gpu: &str) -> Data {
+        let mut d = Data::default();
+        d.add(&GPU, gpu).unwrap();
+        d.add(&CEILINGS, CEILINGS_TEXT).unwrap();
+        d
+    }
+
     #[test]
     fn a_missing_peer_leaves_its_cells_empty() {
-        let rows = parse_csv(&gpu_csv(false), "x.csv").unwrap();
-        assert_eq!(ratio(&rows, SHAPE, 8, GMM), None);
-        let md = table(&rows);
+        let d = data(&gpu_csv(false));
+        let md = spec::pivot(&d, HERE, &GROUPED_TABLE).unwrap();
         assert!(!md.contains("grouped_mm` (cold)"), "{md}");
         assert!(md.contains("| 19 · 49 · – |"), "{md}");
-        let svg = render_svg(&rows);
+        let svg = spec::chart(&d, &FIGURE).unwrap();
         assert!(!svg.contains(GMM), "{svg}");
+        let mut f = Facts::default();
+        spec::facts(&d, HERE, GPU_FACTS, &mut f).unwrap();
+        assert_eq!(f.get("qwen3_8_vs_gmm"), None);
+        assert_eq!(f.get("qwen3_8_vs_loop"), Some("0.33"));
     }
 
     #[test]
@@ -647,11 +578,14 @@ mod tests {
     fn shapes_and_bytes_read_back() {
         assert_eq!(dims(SHAPE), Some((2048, 768, 128, 8)));
         assert_eq!(dims("toy"), None);
-        let rows = parse_csv(&gpu_csv(true), "x.csv").unwrap();
-        let r = find(&rows, SHAPE, 8, OURS).unwrap();
-        assert_eq!(active(r), Ok(52));
-        let mut odd = r.clone();
-        odd.bytes += 1.0;
-        assert!(active(&odd).unwrap_err().contains("not a whole number"));
+        let mut f = Facts::default();
+        spec::facts(&data(&gpu_csv(true)), HERE, GPU_FACTS, &mut f).unwrap();
+        assert_eq!(f.get("qwen3_8_active"), Some("52"));
+        // Bytes that are not a whole number of experts: an error naming the spec and the case.
+        let odd = gpu_csv(true).replacen(",490733568,", ",490733569,", 1);
+        assert_ne!(odd, gpu_csv(true));
+        let e = spec::facts(&data(&odd), HERE, GPU_FACTS, &mut f).unwrap_err();
+        assert!(e.starts_with("tools/src/figures/ch02.rs:"), "{e}");
+        assert!(e.contains("not a whole number"), "{e}");
     }
 }

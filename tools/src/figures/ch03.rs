@@ -8,94 +8,41 @@
 //! The padding figure and the padding numbers are always made. Until the GPU run's CSVs are
 //! committed, the timing figure, the table and the GPU numbers are left out and stderr says so;
 //! once the figure or the table is committed, a missing CSV is an error.
+//!
+//! What the specs cannot say stays in named functions: the padding figure (its own drawing, not
+//! a chart of µs per call), the share of padded slots (`1 − pairs / slots`, 0 with no slots),
+//! the first T at which the rule takes each larger tile, and the determinism CSV's lists (`1,
+//! 64 and 4,096`), its runs and whether ours and PyTorch's hashes agree.
 
-use super::facts::{thousands, Facts};
-use super::svg::{shapes, Figure, Marker, Series};
-use super::tables::{fmt_us, parse_steps};
-use super::{esc, find, read, short, token_counts, Generated};
-use crate::bench_row::{parse_csv, BenchRow};
+use super::facts::thousands;
+use super::spec::{
+    self, each, fact, Absent, Cell, Chart, Csv, Ctx, Data, Fmt, Item, Line, Loop, Make, Name, Over,
+    Part, Pivot, Slot, Source, Style, Value,
+};
+use super::svg::Marker;
+use super::tables::parse_steps;
+use super::{esc, Generated};
 use crate::csv::Table;
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::Path;
 
-const PADDING_CSV: &str = "bench/results/cpu/ch03_padding.csv";
-const GPU_CSV: &str = "bench/results/h200/ch03.csv";
-const LAYOUT_CSV: &str = "bench/results/h200/ch03_layout.csv";
-const STEPS_CSV: &str = "bench/results/h200/ch03_steps.csv";
-const HASHES_CSV: &str = "bench/results/h200/ch03_determinism.csv";
+/// This file, as the specs' errors name it.
+const HERE: &str = "tools/src/figures/ch03.rs";
+const PADDING: Csv = Csv::at("bench/results/cpu/ch03_padding.csv");
+const GPU: Csv = Csv::at("bench/results/h200/ch03.csv");
+const LAYOUT: Csv = Csv::at("bench/results/h200/ch03_layout.csv");
+const STEPS: Csv = Csv::at("bench/results/h200/ch03_steps.csv");
+const HASHES: Csv = Csv::at("bench/results/h200/ch03_determinism.csv");
 const PADDING_SVG: &str = "book/src/figures/ch03-padding.svg";
 const SVG: &str = "book/src/figures/ch03-align.svg";
 const TABLE: &str = "book/src/figures/ch03-align-table.md";
 const FACTS: &str = "book/src/figures/ch03-facts.md";
 
-/// The implementations, as the CSV names them.
-const OURS: &str = "align";
-/// Our kernel's twin that scatters through atomic cursors (pairs in arrival order).
-const ARRIVAL: &str = "align_arrival";
-const TORCH: &str = "torch_align";
-const EMPTY: &str = "empty_kernel";
-
 /// The token counts whose padding shares the facts file carries (decode sizes, then larger).
-const PAD_FACT_TOKENS: [u64; 6] = [1, 8, 16, 64, 512, 8192];
+const PAD_FACT_TOKENS: [&str; 6] = ["1", "8", "16", "64", "512", "8192"];
 /// Decode sizes: where the distance to one launch is read.
-const SMALL: u64 = 16;
-
-/// The group's files, generated from the repository at `root`.
-pub fn generate(root: &Path) -> Result<Vec<Generated>, String> {
-    let pad = parse_padding(&read(root, PADDING_CSV)?, PADDING_CSV)?;
-    let mut f = Facts::default();
-    padding_facts(&pad, &mut f);
-    let mut out = vec![Generated {
-        path: PADDING_SVG.into(),
-        content: padding_svg(&pad),
-    }];
-    if root.join(GPU_CSV).exists() {
-        let rows = parse_csv(&read(root, GPU_CSV)?, GPU_CSV)?;
-        let layout = parse_layout(&read(root, LAYOUT_CSV)?, LAYOUT_CSV)?;
-        out.push(Generated {
-            path: SVG.into(),
-            content: render_svg(&rows),
-        });
-        out.push(Generated {
-            path: TABLE.into(),
-            content: table(&rows, &layout),
-        });
-        gpu_facts(&rows, &layout, &mut f)?;
-        if root.join(STEPS_CSV).exists() {
-            let steps = parse_steps(&read(root, STEPS_CSV)?, STEPS_CSV)?;
-            for st in &steps {
-                let kernel = st.kernel.trim_start_matches("align_");
-                let name = format!("{}_t{}_{kernel}", short(&st.shape), st.rows);
-                f.add(format!("{name}_cold"), fmt_us(st.cold_us), STEPS_CSV);
-                f.add(format!("{name}_warm"), fmt_us(st.warm_us), STEPS_CSV);
-            }
-        }
-    } else {
-        super::no_gpu_csv_yet(
-            root,
-            "ch03",
-            GPU_CSV,
-            &[SVG, TABLE],
-            "bench",
-            "ch03.csv, ch03_layout.csv, ch03_steps.csv and ch03_ceilings.csv",
-            "the timing figure, the table and the GPU numbers are left out; the padding figure and numbers are made",
-        )?;
-    }
-    if root.join(HASHES_CSV).exists() {
-        let t = Table::parse(&read(root, HASHES_CSV)?, HASHES_CSV)?;
-        hash_facts(&t, &mut f)?;
-    } else {
-        eprintln!(
-            "plot: ch03: no {HASHES_CSV} yet (tools/gpu/run … bench makes it): the determinism numbers are left out"
-        );
-    }
-    out.push(Generated {
-        path: FACTS.into(),
-        content: f.render("Chapter 3's numbers"),
-    });
-    Ok(out)
-}
+const SMALL: f64 = 16.0;
 
 /// `e128_k8` → `(128, 8)`.
 pub fn dims(shape: &str) -> Option<(u64, u64)> {
@@ -113,11 +60,6 @@ pub fn describe(shape: &str) -> String {
         Some((e, k)) => format!("{e} experts, k = {k}"),
         None => shape.to_string(),
     }
-}
-
-/// A share in percent, one decimal: `0.9375` → `93.8`.
-fn pct(share: f64) -> String {
-    format!("{:.1}", 100.0 * share)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -209,38 +151,71 @@ fn unique<T: Ord + Copy>(v: impl Iterator<Item = T>) -> Vec<T> {
     v.collect::<BTreeSet<_>>().into_iter().collect()
 }
 
+/// The share of padded slots of the row matching `rows` (`slots`: its column of slots).
+fn share_of(c: &Ctx, rows: &str, slots: &str) -> Result<Option<f64>, String> {
+    let Some(r) = c.rows(rows)?.into_iter().next() else {
+        return Ok(None);
+    };
+    Ok(Some(padded_share(
+        c.num(r, "pairs")? as u64,
+        c.num(r, slots)? as u64,
+    )))
+}
+fn padding_share(c: &Ctx) -> Result<Option<f64>, String> {
+    share_of(c, "experts={e} tokens={t} block_m={bm}", "padded_slots")
+}
+
+/// The first T at which the rule takes BLOCK_M `{bm}` at `{e}` experts; none for the smallest
+/// BLOCK_M (the rule starts there: no switch).
+fn rule_switch(c: &Ctx) -> Result<Option<f64>, String> {
+    let mut tiles = Vec::new();
+    for r in c.rows("experts={e}")? {
+        tiles.push(c.num(r, "block_m")?);
+    }
+    let bm: f64 = c.var("bm")?.parse().map_err(|_| "`bm`: not a number")?;
+    if tiles.iter().all(|&b| b >= bm) {
+        return Ok(None);
+    }
+    let mut first: Option<f64> = None;
+    for r in c.rows("experts={e} block_m={bm} chosen=1")? {
+        let t = c.num(r, "tokens")?;
+        first = Some(first.map_or(t, |f| f.min(t)));
+    }
+    Ok(first)
+}
+
+const EXPERTS: Loop = Loop::csv("e", &PADDING, "", "experts").numeric();
+
 /// The padding numbers: at a few token counts, each E and BLOCK_M's share in percent
 /// (`padding_e128_t1_bm16`), the rule's pick and its share (`rule_e128_t1`,
-/// `padding_rule_e128_t1`), and the first token
-/// count at which the rule takes each larger tile (`rule_switch_e128_bm32`).
-pub fn padding_facts(rows: &[PadRow], f: &mut Facts) {
-    let src = PADDING_CSV;
-    for e in unique(rows.iter().map(|r| r.experts)) {
-        let here: Vec<&PadRow> = rows.iter().filter(|r| r.experts == e).collect();
-        for t in PAD_FACT_TOKENS {
-            for r in here.iter().filter(|r| r.tokens == t) {
-                f.add(
-                    format!("padding_e{e}_t{t}_bm{}", r.block_m),
-                    pct(r.share()),
-                    src,
-                );
-            }
-            if let Some(r) = here.iter().find(|r| r.tokens == t && r.chosen) {
-                f.add(format!("rule_e{e}_t{t}"), r.block_m.to_string(), src);
-                f.add(format!("padding_rule_e{e}_t{t}"), pct(r.share()), src);
-            }
-        }
-        for b in unique(here.iter().map(|r| r.block_m)).into_iter().skip(1) {
-            if let Some(t) = here
-                .iter()
-                .filter(|r| r.chosen && r.block_m == b)
-                .map(|r| r.tokens)
-                .min()
-            {
-                f.add(format!("rule_switch_e{e}_bm{b}"), thousands(t), src);
-            }
-        }
-    }
+/// `padding_rule_e128_t1`), and the first token count at which the rule takes each larger tile
+/// (`rule_switch_e128_bm32`).
+#[rustfmt::skip]
+const PADDING_FACTS: &[Item] = &[each!(EXPERTS, [
+    each!(Loop::list("t", &PAD_FACT_TOKENS), [
+        each!(Loop::csv("bm", &PADDING, "experts={e} tokens={t}", "block_m"), [
+            fact!("padding_e{e}_t{t}_bm{bm}", Value::Times(100.0, &PAD_SHARE), Fmt::Fixed(1)),
+        ]),
+        each!(Loop::csv("bm", &PADDING, "experts={e} tokens={t} chosen=1", "block_m"), [
+            fact!("rule_e{e}_t{t}", Value::col(&PADDING, "experts={e} tokens={t} block_m={bm}", "block_m"), Fmt::Raw),
+            fact!("padding_rule_e{e}_t{t}", Value::Times(100.0, &PAD_SHARE), Fmt::Fixed(1)),
+        ]),
+    ]),
+    each!(Loop::csv("bm", &PADDING, "experts={e}", "block_m").numeric(), [
+        fact!(? "rule_switch_e{e}_bm{bm}", Value::named(&PADDING, rule_switch), Fmt::Thousands),
+    ]),
+])];
+const PAD_SHARE: Value = Value::named(&PADDING, padding_share);
+
+/// The padding CSV's own rule, checked before it is read: one BLOCK_M chosen at each (E, T).
+fn check_padding(text: &str, name: &str) -> Result<(), String> {
+    parse_padding(text, name).map(|_| ())
+}
+
+/// The padding figure, drawn from the parsed CSV.
+fn draw_padding(d: &Data) -> Result<Option<String>, String> {
+    let rows = parse_padding(d.text(&PADDING)?, PADDING.path)?;
+    Ok(Some(padding_svg(&rows)))
 }
 
 const INK: &str = "#1f2328";
@@ -434,484 +409,379 @@ pub fn padding_svg(rows: &[PadRow]) -> String {
 // ---------------------------------------------------------------------------------------------
 // The GPU run.
 
-/// One measured case's layout (`ch03_layout.csv`).
-#[derive(Clone, Debug, PartialEq)]
-pub struct Layout {
-    pub shape: String,
-    pub tokens: u64,
-    pub pairs: u64,
-    pub block_m: u64,
-    pub tiles: u64,
-    pub padded: u64,
-    pub active: u64,
-}
+/// How the implementations are drawn (Okabe–Ito colors, as the other chapters' figures).
+#[rustfmt::skip]
+const DRAWN: &[Style] = &[
+    Style::new("align", "#0072b2", Marker::Circle, "ours: one launch up to 512 pairs, two above"),
+    Style::new("align_arrival", "#009e73", Marker::Triangle, "ours in arrival order: atomic cursors, not deterministic"),
+    Style::new("torch_align", "#d55e00", Marker::Square, "torch_align: PyTorch, stable argsort + counts + cumsum + scatter"),
+];
 
-impl Layout {
-    /// The share of padded slots, from the exact counts.
-    pub fn share(&self) -> f64 {
-        padded_share(self.pairs, self.padded)
-    }
-}
+/// The timing figure: one panel per shape, µs per call against tokens, log-log; ours and the
+/// PyTorch version (cold: solid, markers, p10–p90 whiskers; warm: dashed), the floor dotted.
+const FIGURE: Chart = Chart {
+    csv: &GPU,
+    draw: DRAWN,
+    floor_from: "align",
+    panel_w: 460.0,
+    panel_h: 320.0,
+    left: 62.0,
+    title: "Sorting pairs by expert, padded to tiles: µs per call against tokens",
+    notes: &[
+        "The same ids for both, BLOCK_M by the chapter's rule; both axes logarithmic.",
+        "Cold: the L2 flushed before each graph replay; marker = median, whisker = p10–p90.",
+        "Warm: back-to-back copies in one graph, divided by their number.",
+    ],
+    panel_title: describe,
+    x_label: "tokens T (8 pairs each), log scale",
+    floor_label: "floor: one empty launch + the ids and outputs at copy bw",
+    probes: false,
+};
 
-pub fn parse_layout(text: &str, name: &str) -> Result<Vec<Layout>, String> {
-    let t = Table::parse(text, name)?;
-    for c in [
-        "shape",
-        "tokens",
-        "pairs",
-        "block_m",
-        "tiles",
-        "num_tokens_post_padded",
-        "active_experts",
-    ] {
-        t.col(c)?;
-    }
-    t.rows()
-        .iter()
-        .zip(t.records())
-        .map(|(row, r)| {
-            let n = |c: &str| {
-                r(c).parse::<u64>().map_err(|_| {
-                    format!(
-                        "{name}:{}: `{}` in column `{c}` is not a count",
-                        row.line,
-                        r(c)
-                    )
-                })
-            };
-            Ok(Layout {
-                shape: r("shape"),
-                tokens: n("tokens")?,
-                pairs: n("pairs")?,
-                block_m: n("block_m")?,
-                tiles: n("tiles")?,
-                padded: n("num_tokens_post_padded")?,
-                active: n("active_experts")?,
-            })
-        })
-        .collect()
-}
+/// The measured shapes (the empty launch's row, at 0 tokens, left out), `e128` in facts.
+const SHAPES: Loop = Loop::csv("shape", &GPU, "rows>0", "shape").named(Name::Prefix);
+/// The token counts measured at a shape, ascending; those up to [`SMALL`].
+const COUNTS: Loop = Loop::csv("n", &GPU, "shape={shape} rows>0", "rows").numeric();
+const SMALL_COUNTS: Loop = Loop::csv("n", &GPU, SMALL_ROWS, "rows").numeric();
+const SMALL_ROWS: &str = "shape={shape} rows>0 rows<=16";
 
-/// PyTorch's time over ours at one shape and token count: (cold, warm).
-pub fn torch_over_ours(rows: &[BenchRow], shape: &str, n: u64) -> Option<(f64, f64)> {
-    let (o, t) = (find(rows, shape, n, OURS)?, find(rows, shape, n, TORCH)?);
-    Some((
-        t.cold_median_us / o.cold_median_us,
-        t.warm_median_us / o.warm_median_us,
-    ))
+/// Column `col` of the run's first row matching `rows`.
+const fn at(rows: &'static str, col: &'static str) -> Value {
+    Value::col(&GPU, rows, col)
 }
-
-/// What the stable order costs at one shape and token count: ours minus the arrival-order twin,
-/// (cold, warm) µs.
-pub fn stable_cost(rows: &[BenchRow], shape: &str, n: u64) -> Option<(f64, f64)> {
-    let (o, a) = (find(rows, shape, n, OURS)?, find(rows, shape, n, ARRIVAL)?);
-    Some((
-        o.cold_median_us - a.cold_median_us,
-        o.warm_median_us - a.warm_median_us,
-    ))
+const OURS: &str = "shape={shape} rows={n} impl=align";
+const ARRIVAL: &str = "shape={shape} rows={n} impl=align_arrival";
+const TORCH: &str = "shape={shape} rows={n} impl=torch_align";
+const IMP: &str = "shape={shape} rows={n} impl={imp}";
+const EMPTY: &str = "impl=empty_kernel";
+const COLD: Value = at(OURS, "cold_median_us");
+const WARM: Value = at(OURS, "warm_median_us");
+/// Ours minus one empty launch; ours minus the arrival-order twin (what the stable order
+/// costs); PyTorch's time over ours.
+const OVER_EMPTY: Value = Value::Diff(&COLD, &at(EMPTY, "cold_median_us"));
+const OVER_EMPTY_WARM: Value = Value::Diff(&WARM, &at(EMPTY, "warm_median_us"));
+const STABLE: Value = Value::Diff(&COLD, &at(ARRIVAL, "cold_median_us"));
+const STABLE_WARM: Value = Value::Diff(&WARM, &at(ARRIVAL, "warm_median_us"));
+const PEER: Value = Value::Ratio(&at(TORCH, "cold_median_us"), &COLD);
+const PEER_WARM: Value = Value::Ratio(&at(TORCH, "warm_median_us"), &WARM);
+/// The layout of a measured case.
+const fn layout(col: &'static str) -> Value {
+    Value::col(&LAYOUT, "shape={shape} tokens={n}", col)
 }
+fn layout_share(c: &Ctx) -> Result<Option<f64>, String> {
+    share_of(c, "shape={shape} tokens={n}", "num_tokens_post_padded")
+}
+const LAYOUT_PCT: Value = Value::Times(100.0, &Value::named(&LAYOUT, layout_share));
 
-/// Ours minus one empty launch at one shape and token count: (cold, warm) µs.
-pub fn over_empty(rows: &[BenchRow], shape: &str, n: u64) -> Option<(f64, f64)> {
-    let o = find(rows, shape, n, OURS)?;
-    let e = rows.iter().find(|r| r.imp == EMPTY)?;
-    Some((
-        o.cold_median_us - e.cold_median_us,
-        o.warm_median_us - e.warm_median_us,
-    ))
+/// The implementations' lines, in order, and their labels.
+const LINES: &[(&str, &str)] = &[
+    ("align", "ours"),
+    ("align_arrival", "ours, arrival order (atomic cursors)"),
+    ("torch_align", "PyTorch (argsort, counts, cumsum, scatter)"),
+];
+
+/// `{cold} / {warm}` of two values, µs.
+macro_rules! pair {
+    ($text:literal, $cold:expr, $warm:expr, $fmt:expr) => {
+        Cell {
+            text: $text,
+            slots: &[Slot::new("c", $cold, $fmt), Slot::new("w", $warm, $fmt)],
+        }
+    };
 }
 
 /// The table the chapter quotes: one block per shape, one column per token count; BLOCK_M and
 /// the padded slots, then each implementation (`cold / warm` µs), ours minus one empty launch,
 /// the PyTorch version over ours, the launches and the floor.
-pub fn table(rows: &[BenchRow], layout: &[Layout]) -> String {
-    let measured: Vec<BenchRow> = rows.iter().filter(|r| r.rows > 0).cloned().collect();
-    let empty = rows.iter().find(|r| r.imp == EMPTY);
-    let mut s = String::new();
-    for shape in shapes(&measured) {
-        let counts = token_counts(&measured, &shape);
-        let here = |n: u64| layout.iter().find(|l| l.shape == shape && l.tokens == n);
-        let line = |s: &mut String, label: &str, cell: &dyn Fn(u64) -> String| {
-            let cells: Vec<String> = counts.iter().map(|&n| cell(n)).collect();
-            let _ = writeln!(s, "| {label} | {} |", cells.join(" | "));
-        };
-        let cw = |r: &BenchRow| {
-            format!(
-                "{} / {}",
-                fmt_us(r.cold_median_us),
-                fmt_us(r.warm_median_us)
-            )
-        };
-        let _ = write!(s, "**{}**: µs per call, cold / warm", describe(&shape));
-        if let Some(e) = empty {
-            let _ = write!(s, "; one empty launch: {}", cw(e));
-        }
-        s += "\n\n";
-        let _ = writeln!(
-            s,
-            "| | {} |",
-            counts
-                .iter()
-                .map(|n| format!("{n} token{}", if *n == 1 { "" } else { "s" }))
-                .collect::<Vec<_>>()
-                .join(" | ")
-        );
-        let _ = writeln!(s, "|---|{}", "---:|".repeat(counts.len()));
-        line(&mut s, "BLOCK_M (the rule)", &|n| {
-            here(n).map(|l| l.block_m.to_string()).unwrap_or_default()
-        });
-        line(&mut s, "padded slots (padding)", &|n| {
-            here(n)
-                .map(|l| {
-                    let p = 100.0 * l.share();
-                    let p = if p < 10.0 {
-                        format!("{p:.1}")
-                    } else {
-                        format!("{p:.0}")
-                    };
-                    format!("{} ({p}%)", thousands(l.padded))
-                })
-                .unwrap_or_default()
-        });
-        for (imp, label) in [
-            (OURS, "ours"),
-            (ARRIVAL, "ours, arrival order (atomic cursors)"),
-            (TORCH, "PyTorch (argsort, counts, cumsum, scatter)"),
-        ] {
-            if measured.iter().any(|r| r.shape == shape && r.imp == imp) {
-                line(&mut s, label, &|n| {
-                    find(&measured, &shape, n, imp).map(cw).unwrap_or_default()
-                });
-            }
-        }
-        if empty.is_some() {
-            line(&mut s, "ours − one empty launch", &|n| {
-                over_empty(rows, &shape, n)
-                    .map(|(c, w)| format!("{} / {}", fmt_us(c), fmt_us(w)))
-                    .unwrap_or_default()
-            });
-        }
-        if measured
-            .iter()
-            .any(|r| r.shape == shape && r.imp == ARRIVAL)
-        {
-            line(
-                &mut s,
-                "ours − arrival order (the stable order's cost)",
-                &|n| {
-                    stable_cost(&measured, &shape, n)
-                        .map(|(c, w)| format!("{} / {}", fmt_us(c), fmt_us(w)))
-                        .unwrap_or_default()
-                },
-            );
-        }
-        if measured.iter().any(|r| r.shape == shape && r.imp == TORCH) {
-            line(&mut s, "PyTorch ÷ ours", &|n| {
-                torch_over_ours(&measured, &shape, n)
-                    .map(|(c, w)| format!("{c:.1}× / {w:.1}×"))
-                    .unwrap_or_default()
-            });
-        }
-        line(&mut s, "launches: ours · PyTorch", &|n| {
-            [OURS, TORCH]
-                .iter()
-                .map(|imp| {
-                    find(&measured, &shape, n, imp)
-                        .map(|r| r.launches.to_string())
-                        .unwrap_or("–".into())
-                })
-                .collect::<Vec<_>>()
-                .join(" · ")
-        });
-        line(
-            &mut s,
-            "floor: one launch + bytes at copy bandwidth",
-            &|n| {
-                find(&measured, &shape, n, OURS)
-                    .map(|r| fmt_us(r.floor_us))
-                    .unwrap_or_default()
-            },
-        );
-        s.push('\n');
-    }
-    s
-}
+#[rustfmt::skip]
+const ALIGN_TABLE: Pivot = Pivot {
+    line: line!(),
+    blocks: Some(SHAPES.named(Name::Fn(describe))),
+    block_head: "**{shape}**: µs per call, cold / warm{ec}{ew}\n\n",
+    block_slots: &[
+        Slot::optional("ec", at(EMPTY, "cold_median_us"), Fmt::Us, "; one empty launch: {}", ""),
+        Slot::optional("ew", at(EMPTY, "warm_median_us"), Fmt::Us, " / {}", ""),
+    ],
+    block_tail: "\n",
+    lead: &[
+        Line::new("BLOCK_M (the rule)", Cell { text: "{b}", slots: &[Slot::new("b", layout("block_m"), Fmt::Raw)] }),
+        Line::new("padded slots (padding)", Cell {
+            text: "{s} ({p}%)",
+            slots: &[Slot::new("s", layout("num_tokens_post_padded"), Fmt::Thousands), Slot::new("p", LAYOUT_PCT, Fmt::Short)],
+        }),
+    ],
+    rows: Loop { var: "imp", over: Over::Keys(LINES), name: Name::Map(LINES) },
+    row_if: Some((&GPU, "shape={shape} impl={imp}")),
+    cols: COUNTS.named(Name::Plural("token")),
+    cell: pair!("{c} / {w}", at(IMP, "cold_median_us"), at(IMP, "warm_median_us"), Fmt::Us),
+    extra: &[
+        Line::new("ours − one empty launch", pair!("{c} / {w}", OVER_EMPTY, OVER_EMPTY_WARM, Fmt::Us))
+            .only_if(&GPU, EMPTY),
+        Line::new("ours − arrival order (the stable order's cost)", pair!("{c} / {w}", STABLE, STABLE_WARM, Fmt::Us))
+            .only_if(&GPU, "shape={shape} impl=align_arrival"),
+        Line::new("PyTorch ÷ ours", pair!("{c}× / {w}×", PEER, PEER_WARM, Fmt::Fixed(1)))
+            .only_if(&GPU, "shape={shape} impl=torch_align"),
+        Line::new("launches: ours · PyTorch", Cell {
+            text: "{a} · {b}",
+            slots: &[Slot::or("a", at(OURS, "launches"), Fmt::Raw, "–"), Slot::or("b", at(TORCH, "launches"), Fmt::Raw, "–")],
+        }),
+        Line::new("floor: one launch + bytes at copy bandwidth", Cell { text: "{f}", slots: &[Slot::new("f", at(OURS, "floor_us"), Fmt::Us)] }),
+    ],
+    missing: Some(""),
+    ..Pivot::PLAIN
+};
+
+/// The implementations' names in facts: ours bare (`e128_t1_cold`), the others with a suffix.
+const SUFFIX: &[(&str, &str)] = &[
+    ("align", ""),
+    ("align_arrival", "_arrival"),
+    ("torch_align", "_torch"),
+];
 
 /// The numbers chapter 3's prose quotes from the GPU run: per shape (`e128`, `e288`) and token
-/// count (`e128_t1_…`): ours (`_cold`, `_warm`, `_launches`, `_floor`), the PyTorch version
-/// (`_torch_cold`, …), ours minus one empty launch (`_over_empty_cold`, `_over_empty_warm`),
-/// PyTorch over ours (`_peer_ratio`, `_peer_ratio_warm`), BLOCK_M, the padding in percent, the
-/// tiles and the active experts; then the extremes the closing note quotes (`peer_ratio_min`,
-/// `peer_ratio_max`, their warm and per-shape versions, and `small_over_empty_cold_max` and
-/// `small_over_empty_warm_max`: ours minus one empty launch at T ≤ 16, the worst case); with the
-/// arrival-order twin measured, its times (`_arrival_cold`, …) and what the stable order costs
-/// (`_stable_cost_cold`, `_stable_cost_warm`, and `stable_cost_{cold,warm}_{min,max}`).
-pub fn gpu_facts(rows: &[BenchRow], layout: &[Layout], f: &mut Facts) -> Result<(), String> {
-    let src = GPU_CSV;
-    if let Some(r) = rows.iter().find(|r| r.imp == EMPTY) {
-        f.add("empty_cold", fmt_us(r.cold_median_us), src);
-        f.add("empty_warm", fmt_us(r.warm_median_us), src);
-    }
-    let measured: Vec<BenchRow> = rows.iter().filter(|r| r.rows > 0).cloned().collect();
-    let (mut ratios, mut ratios_warm, mut small_gap, mut small_gap_warm) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let (mut cost, mut cost_warm) = (Vec::new(), Vec::new());
-    for shape in shapes(&measured) {
-        let s = short(&shape).to_string();
-        let mut here_ratios = Vec::new();
-        for n in token_counts(&measured, &shape) {
-            for (imp, name) in [(OURS, ""), (ARRIVAL, "_arrival"), (TORCH, "_torch")] {
-                if let Some(r) = find(&measured, &shape, n, imp) {
-                    f.add(
-                        format!("{s}_t{n}{name}_cold"),
-                        fmt_us(r.cold_median_us),
-                        src,
-                    );
-                    f.add(
-                        format!("{s}_t{n}{name}_warm"),
-                        fmt_us(r.warm_median_us),
-                        src,
-                    );
-                    f.add(
-                        format!("{s}_t{n}{name}_launches"),
-                        r.launches.to_string(),
-                        src,
-                    );
-                }
-            }
-            if let Some(r) = find(&measured, &shape, n, OURS) {
-                f.add(format!("{s}_t{n}_floor"), fmt_us(r.floor_us), src);
-            }
-            if let Some((c, w)) = over_empty(rows, &shape, n) {
-                f.add(format!("{s}_t{n}_over_empty_cold"), fmt_us(c), src);
-                f.add(format!("{s}_t{n}_over_empty_warm"), fmt_us(w), src);
-                if n <= SMALL {
-                    small_gap.push(c);
-                    small_gap_warm.push(w);
-                }
-            }
-            if let Some((c, w)) = stable_cost(&measured, &shape, n) {
-                f.add(format!("{s}_t{n}_stable_cost_cold"), fmt_us(c), src);
-                f.add(format!("{s}_t{n}_stable_cost_warm"), fmt_us(w), src);
-                cost.push(c);
-                cost_warm.push(w);
-            }
-            if let Some((c, w)) = torch_over_ours(&measured, &shape, n) {
-                f.add(format!("{s}_t{n}_peer_ratio"), format!("{c:.1}"), src);
-                f.add(format!("{s}_t{n}_peer_ratio_warm"), format!("{w:.1}"), src);
-                here_ratios.push(c);
-                ratios.push(c);
-                ratios_warm.push(w);
-            }
-            let l = layout
-                .iter()
-                .find(|l| l.shape == shape && l.tokens == n)
-                .ok_or(format!("{LAYOUT_CSV}: no row for {shape} at {n} tokens"))?;
-            f.add(
-                format!("{s}_t{n}_block_m"),
-                l.block_m.to_string(),
-                LAYOUT_CSV,
-            );
-            f.add(format!("{s}_t{n}_padding"), pct(l.share()), LAYOUT_CSV);
-            f.add(format!("{s}_t{n}_tiles"), thousands(l.tiles), LAYOUT_CSV);
-            f.add(format!("{s}_t{n}_active"), l.active.to_string(), LAYOUT_CSV);
+/// count (`e128_t1_…`): ours (`_cold`, `_warm`, `_launches`, `_floor`), the arrival-order twin
+/// (`_arrival_cold`, …) and the PyTorch version (`_torch_cold`, …), ours minus one empty launch
+/// (`_over_empty_cold`, `_over_empty_warm`), what the stable order costs (`_stable_cost_cold`,
+/// `_stable_cost_warm`), PyTorch over ours (`_peer_ratio`, `_peer_ratio_warm`), BLOCK_M, the
+/// padding in percent, the tiles and the active experts; then the extremes the closing note
+/// quotes (`peer_ratio_min`, `_max`, their warm and per-shape versions,
+/// `small_over_empty_cold_max` and `_warm_max`: ours minus one empty launch at T ≤ 16, and
+/// `stable_cost_{cold,warm}_{min,max}`).
+#[rustfmt::skip]
+const GPU_FACTS: &[Item] = &[
+    fact!(? "empty_cold", at(EMPTY, "cold_median_us"), Fmt::Us),
+    fact!(? "empty_warm", at(EMPTY, "warm_median_us"), Fmt::Us),
+    each!(SHAPES, [
+        each!(COUNTS, [
+            each!(Loop { var: "imp", over: Over::Keys(SUFFIX), name: Name::Map(SUFFIX) }, [
+                fact!(? "{shape}_t{n}{imp}_cold", at(IMP, "cold_median_us"), Fmt::Us),
+                fact!(? "{shape}_t{n}{imp}_warm", at(IMP, "warm_median_us"), Fmt::Us),
+                fact!(? "{shape}_t{n}{imp}_launches", at(IMP, "launches"), Fmt::Raw),
+            ]),
+            fact!(? "{shape}_t{n}_floor", at(OURS, "floor_us"), Fmt::Us),
+            fact!(? "{shape}_t{n}_over_empty_cold", OVER_EMPTY, Fmt::Us),
+            fact!(? "{shape}_t{n}_over_empty_warm", OVER_EMPTY_WARM, Fmt::Us),
+            fact!(? "{shape}_t{n}_stable_cost_cold", STABLE, Fmt::Us),
+            fact!(? "{shape}_t{n}_stable_cost_warm", STABLE_WARM, Fmt::Us),
+            fact!(? "{shape}_t{n}_peer_ratio", PEER, Fmt::Fixed(1)),
+            fact!(? "{shape}_t{n}_peer_ratio_warm", PEER_WARM, Fmt::Fixed(1)),
+            fact!("{shape}_t{n}_block_m", layout("block_m"), Fmt::Raw),
+            fact!("{shape}_t{n}_padding", LAYOUT_PCT, Fmt::Fixed(1)),
+            fact!("{shape}_t{n}_tiles", layout("tiles"), Fmt::Thousands),
+            fact!("{shape}_t{n}_active", layout("active_experts"), Fmt::Raw),
+        ]),
+        fact!(? "{shape}_peer_ratio_min", Value::Min(&COUNTS, &PEER), Fmt::Fixed(1)),
+        fact!(? "{shape}_peer_ratio_max", Value::Max(&COUNTS, &PEER), Fmt::Fixed(1)),
+    ]),
+    // Over every shape and count (T ≤ 16 for the distance to one empty launch).
+    fact!(? "peer_ratio_min", Value::Min(&SHAPES, &Value::Min(&COUNTS, &PEER)), Fmt::Fixed(1)),
+    fact!(? "peer_ratio_max", Value::Max(&SHAPES, &Value::Max(&COUNTS, &PEER)), Fmt::Fixed(1)),
+    fact!(? "peer_ratio_warm_min", Value::Min(&SHAPES, &Value::Min(&COUNTS, &PEER_WARM)), Fmt::Fixed(1)),
+    fact!(? "peer_ratio_warm_max", Value::Max(&SHAPES, &Value::Max(&COUNTS, &PEER_WARM)), Fmt::Fixed(1)),
+    fact!(? "small_over_empty_cold_min", Value::Min(&SHAPES, &Value::Min(&SMALL_COUNTS, &OVER_EMPTY)), Fmt::Us),
+    fact!(? "small_over_empty_cold_max", Value::Max(&SHAPES, &Value::Max(&SMALL_COUNTS, &OVER_EMPTY)), Fmt::Us),
+    fact!(? "small_over_empty_warm_min", Value::Min(&SHAPES, &Value::Min(&SMALL_COUNTS, &OVER_EMPTY_WARM)), Fmt::Us),
+    fact!(? "small_over_empty_warm_max", Value::Max(&SHAPES, &Value::Max(&SMALL_COUNTS, &OVER_EMPTY_WARM)), Fmt::Us),
+    fact!(? "stable_cost_cold_min", Value::Min(&SHAPES, &Value::Min(&COUNTS, &STABLE)), Fmt::Us),
+    fact!(? "stable_cost_cold_max", Value::Max(&SHAPES, &Value::Max(&COUNTS, &STABLE)), Fmt::Us),
+    fact!(? "stable_cost_warm_min", Value::Min(&SHAPES, &Value::Min(&COUNTS, &STABLE_WARM)), Fmt::Us),
+    fact!(? "stable_cost_warm_max", Value::Max(&SHAPES, &Value::Max(&COUNTS, &STABLE_WARM)), Fmt::Us),
+    // The decode sizes' bound (`SMALL_COUNTS`' filter), a constant filed with the run's numbers.
+    fact!("small_tokens", Value::Const(SMALL, GPU.path), Fmt::Int),
+];
+/// The three-launch path kernel by kernel: `e288_t16384_count_cold` (the kernel's name less
+/// `align_`), cold and warm µs.
+#[rustfmt::skip]
+const STEP_FACTS: &[Item] = &[
+    each!(Loop::csv("shape", &STEPS, "", "shape").named(Name::Prefix), [
+        each!(Loop::csv("n", &STEPS, "shape={shape}", "rows"), [
+            each!(Loop::csv("k", &STEPS, "shape={shape} rows={n}", "kernel").named(Name::Fn(kernel)), [
+                fact!("{shape}_t{n}_{k}_cold", Value::col(&STEPS, "shape={shape} rows={n} kernel={k}", "cold_us"), Fmt::Us),
+                fact!("{shape}_t{n}_{k}_warm", Value::col(&STEPS, "shape={shape} rows={n} kernel={k}", "warm_us"), Fmt::Us),
+            ]),
+        ]),
+    ]),
+];
+fn kernel(k: &str) -> String {
+    k.trim_start_matches("align_").to_string()
+}
+fn check_steps(text: &str, name: &str) -> Result<(), String> {
+    parse_steps(text, name).map(|_| ())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Determinism.
+
+/// Ours bare (`hash_runs`), the PyTorch version's with a suffix (`hash_torch_runs`).
+const WHO: &[(&str, &str)] = &[("align", ""), ("torch_align", "_torch")];
+
+/// The determinism numbers: E (`hash_experts`); per implementation the sizes (`hash_tokens`,
+/// `1, 64 and 4,096`; `hash_sizes`), the runs, the most distinct hashes at any size (1 when
+/// deterministic) and each size's hash (`hash_t1`, `hash_torch_t1`); whether ours and
+/// PyTorch's hashes agree at every size (`hash_same_as_torch`).
+#[rustfmt::skip]
+const HASH_FACTS: &[Item] = &[
+    fact!(? "hash_experts", Value::col(&HASHES, "", "experts"), Fmt::Raw),
+    each!(Loop::csv("who", &HASHES, "", "impl").named(Name::Map(WHO)), [
+        fact!("hash{who}_tokens", Value::NamedText { csv: &HASHES, f: hash_tokens }, Fmt::Raw),
+        fact!("hash{who}_sizes", Value::Count { csv: &HASHES, rows: "impl={who}" }, Fmt::Int),
+        fact!("hash{who}_runs", Value::NamedText { csv: &HASHES, f: hash_runs }, Fmt::Raw),
+        fact!("hash{who}_distinct_max", Value::Max(&SIZES, &Value::col(&HASHES, "impl={who} tokens={t}", "distinct_hashes")), Fmt::Int),
+        each!(SIZES, [fact!("hash{who}_t{t}", Value::col(&HASHES, "impl={who} tokens={t}", "hash"), Fmt::Raw)]),
+    ]),
+    fact!(? "hash_same_as_torch", Value::NamedText { csv: &HASHES, f: same_as_torch }, Fmt::Raw),
+];
+const SIZES: Loop = Loop::csv("t", &HASHES, "impl={who}", "tokens");
+
+/// The CSV's rules, checked before it is read: every impl ours or PyTorch's, every count a
+/// count.
+fn check_hashes(text: &str, name: &str) -> Result<(), String> {
+    let t = Table::parse(text, name)?;
+    for r in t.records() {
+        if !WHO.iter().any(|(w, _)| *w == r("impl")) {
+            return Err(format!("{name}: unknown impl `{}`", r("impl")));
         }
-        if let Some((lo, hi)) = extremes(&here_ratios) {
-            f.add(format!("{s}_peer_ratio_min"), format!("{lo:.1}"), src);
-            f.add(format!("{s}_peer_ratio_max"), format!("{hi:.1}"), src);
-        }
-    }
-    for (v, name, digits) in [
-        (&ratios, "peer_ratio", 1),
-        (&ratios_warm, "peer_ratio_warm", 1),
-    ] {
-        if let Some((lo, hi)) = extremes(v) {
-            f.add(format!("{name}_min"), format!("{lo:.digits$}"), src);
-            f.add(format!("{name}_max"), format!("{hi:.digits$}"), src);
-        }
-    }
-    if let Some((lo, hi)) = extremes(&small_gap) {
-        f.add("small_over_empty_cold_min", fmt_us(lo), src);
-        f.add("small_over_empty_cold_max", fmt_us(hi), src);
-    }
-    if let Some((lo, hi)) = extremes(&small_gap_warm) {
-        f.add("small_over_empty_warm_min", fmt_us(lo), src);
-        f.add("small_over_empty_warm_max", fmt_us(hi), src);
-    }
-    for (v, name) in [
-        (&cost, "stable_cost_cold"),
-        (&cost_warm, "stable_cost_warm"),
-    ] {
-        if let Some((lo, hi)) = extremes(v) {
-            f.add(format!("{name}_min"), fmt_us(lo), src);
-            f.add(format!("{name}_max"), fmt_us(hi), src);
+        for c in ["experts", "tokens", "runs", "distinct_hashes"] {
+            r(c).parse::<u64>()
+                .map_err(|_| format!("{name}: `{}` in column `{c}` is not a count", r(c)))?;
         }
     }
-    f.add("small_tokens", SMALL.to_string(), src);
     Ok(())
 }
 
-fn extremes(v: &[f64]) -> Option<(f64, f64)> {
-    if v.is_empty() {
-        return None;
-    }
-    Some((
-        v.iter().cloned().fold(f64::INFINITY, f64::min),
-        v.iter().cloned().fold(f64::NEG_INFINITY, f64::max),
-    ))
+/// A column of `{who}`'s rows, in the CSV's order, as numbers.
+fn counts(c: &Ctx, col: &str) -> Result<Vec<u64>, String> {
+    c.rows("impl={who}")?
+        .into_iter()
+        .map(|r| c.num(r, col).map(|x| x as u64))
+        .collect()
 }
 
-/// `[1, 64, 4096]` → `1, 64 and 4,096`.
-fn and_list(v: &[u64]) -> String {
-    let s: Vec<String> = v.iter().map(|&n| thousands(n)).collect();
-    match s.len() {
+/// `1, 64 and 4,096`: the sizes hashed.
+fn hash_tokens(c: &Ctx) -> Result<Option<String>, String> {
+    let s: Vec<String> = counts(c, "tokens")?.into_iter().map(thousands).collect();
+    Ok(Some(match s.len() {
         0 => String::new(),
         1 => s[0].clone(),
         n => format!("{} and {}", s[..n - 1].join(", "), s[n - 1]),
-    }
+    }))
 }
 
-/// The determinism numbers: the runs, the sizes, the most distinct hashes at any size (1 when
-/// deterministic) and each size's hash, ours (`hash_runs`, `hash_tokens`, `hash_sizes`,
-/// `hash_distinct_max`, `hash_t1`, …) and the PyTorch version's (`hash_torch_runs`, …); E
-/// (`hash_experts`); whether ours and PyTorch's hashes agree at every size
-/// (`hash_same_as_torch`).
-/// One size of one implementation in the determinism CSV.
-struct HashEntry {
-    tokens: u64,
-    runs: u64,
-    distinct: u64,
-    hash: String,
+/// The runs per size, each count once: `1,000`, or `100/1,000`.
+fn hash_runs(c: &Ctx) -> Result<Option<String>, String> {
+    let runs: BTreeSet<u64> = counts(c, "runs")?.into_iter().collect();
+    let s: Vec<String> = runs.into_iter().map(thousands).collect();
+    Ok(Some(s.join("/")))
 }
 
-pub fn hash_facts(t: &Table, f: &mut Facts) -> Result<(), String> {
-    let src = HASHES_CSV;
-    let mut by: Vec<(String, Vec<HashEntry>)> = Vec::new();
-    let mut experts = None;
-    for r in t.records() {
-        let n = |c: &str| {
-            r(c).parse::<u64>()
-                .map_err(|_| format!("{src}: `{}` in column `{c}` is not a count", r(c)))
-        };
-        let who = match r("impl").as_str() {
-            OURS => "ours",
-            TORCH => "torch",
-            other => return Err(format!("{src}: unknown impl `{other}`")),
-        };
-        experts.get_or_insert(n("experts")?);
-        let entry = HashEntry {
-            tokens: n("tokens")?,
-            runs: n("runs")?,
-            distinct: n("distinct_hashes")?,
-            hash: r("hash"),
-        };
-        match by.iter_mut().find(|(w, _)| w == who) {
-            Some((_, v)) => v.push(entry),
-            None => by.push((who.to_string(), vec![entry])),
-        }
-    }
-    if let Some(e) = experts {
-        f.add("hash_experts", e.to_string(), src);
-    }
-    for (who, v) in &by {
-        // Ours: `hash_runs`, `hash_tokens`, …; the PyTorch version's: `hash_torch_runs`, ….
-        let who = if who == "ours" {
-            String::new()
-        } else {
-            format!("_{who}")
-        };
-        let tokens: Vec<u64> = v.iter().map(|x| x.tokens).collect();
-        let runs = unique(v.iter().map(|x| x.runs));
-        f.add(format!("hash{who}_tokens"), and_list(&tokens), src);
-        f.add(format!("hash{who}_sizes"), v.len().to_string(), src);
-        f.add(
-            format!("hash{who}_runs"),
-            runs.iter()
-                .map(|&r| thousands(r))
-                .collect::<Vec<_>>()
-                .join("/"),
-            src,
-        );
-        f.add(
-            format!("hash{who}_distinct_max"),
-            v.iter().map(|x| x.distinct).max().unwrap_or(0).to_string(),
-            src,
-        );
-        for x in v {
-            f.add(format!("hash{who}_t{}", x.tokens), x.hash.clone(), src);
-        }
-    }
-    let get = |w: &str| by.iter().find(|(x, _)| x == w).map(|(_, v)| v);
-    if let (Some(o), Some(t)) = (get("ours"), get("torch")) {
-        let same = o
-            .iter()
-            .all(|x| t.iter().any(|y| y.tokens == x.tokens && y.hash == x.hash));
-        f.add("hash_same_as_torch", if same { "yes" } else { "no" }, src);
-    }
-    Ok(())
-}
-
-/// How an implementation is drawn (Okabe–Ito colors, as the other chapters' figures).
-fn style(imp: &str) -> Series {
-    let (color, marker, label) = match imp {
-        OURS => (
-            "#0072b2",
-            Marker::Circle,
-            "ours: one launch up to 512 pairs, two above",
-        ),
-        ARRIVAL => (
-            "#009e73",
-            Marker::Triangle,
-            "ours in arrival order: atomic cursors, not deterministic",
-        ),
-        _ => (
-            "#d55e00",
-            Marker::Square,
-            "torch_align: PyTorch, stable argsort + counts + cumsum + scatter",
-        ),
-    };
-    Series {
-        imp: imp.to_string(),
-        color,
-        marker,
-        label: label.to_string(),
-    }
-}
-
-/// The timing figure: one panel per shape, µs per call against tokens, log-log; ours and the
-/// PyTorch version (cold: solid, markers, p10–p90 whiskers; warm: dashed), the floor dotted.
-pub fn render_svg(rows: &[BenchRow]) -> String {
-    let rows: Vec<&BenchRow> = rows
-        .iter()
-        .filter(|r| r.rows > 0 && (r.imp == OURS || r.imp == ARRIVAL || r.imp == TORCH))
-        .collect();
-    Figure {
-        panel_w: 460.0,
-        panel_h: 320.0,
-        left: 62.0,
-        title: "Sorting pairs by expert, padded to tiles: µs per call against tokens",
-        notes: &[
-            "The same ids for both, BLOCK_M by the chapter's rule; both axes logarithmic.",
-            "Cold: the L2 flushed before each graph replay; marker = median, whisker = p10–p90.",
-            "Warm: back-to-back copies in one graph, divided by their number.",
-        ],
-        panel_title: describe,
-        x_label: "tokens T (8 pairs each), log scale",
-        series: [OURS, ARRIVAL, TORCH]
+/// `yes` where every size of ours has PyTorch's hash at that size, else `no`; none without
+/// both.
+fn same_as_torch(c: &Ctx) -> Result<Option<String>, String> {
+    let col = |imp: &str| -> Result<Vec<(String, String)>, String> {
+        let (t, h) = (c.table.col("tokens")?, c.table.col("hash")?);
+        Ok(c.rows(&format!("impl={imp}"))?
             .into_iter()
-            .filter(|i| rows.iter().any(|r| r.imp == *i))
-            .map(style)
-            .collect(),
-        floor_label: "floor: one empty launch + the ids and outputs at copy bw",
-        floor_from: OURS,
+            .map(|r| (r.fields[t].clone(), r.fields[h].clone()))
+            .collect())
+    };
+    let (ours, torch) = (col("align")?, col("torch_align")?);
+    if ours.is_empty() || torch.is_empty() {
+        return Ok(None);
     }
-    .render(&rows)
+    let same = ours.iter().all(|x| torch.contains(x));
+    Ok(Some((if same { "yes" } else { "no" }).to_string()))
+}
+
+/// Chapter 3's files: the padding figure and numbers, always; the GPU run's figure, table and
+/// numbers once its CSVs are committed; the steps' and the hashes' numbers with theirs.
+const GROUP: spec::Group = spec::Group {
+    name: "ch03",
+    spec: HERE,
+    first: Source {
+        csv: &PADDING,
+        absent: Absent::Never,
+        check: Some(check_padding),
+    },
+    reads: &[],
+    parts: &[
+        Part {
+            needs: &[],
+            files: &[Make::Drawn(PADDING_SVG, draw_padding)],
+            facts: PADDING_FACTS,
+        },
+        Part {
+            needs: &[
+                Source {
+                    csv: &GPU,
+                    absent: Absent::GpuRun {
+                        stage: "bench",
+                        copy: "ch03.csv, ch03_layout.csv, ch03_steps.csv and ch03_ceilings.csv",
+                        left_out: "the timing figure, the table and the GPU numbers are left out; the padding figure and numbers are made",
+                    },
+                    check: None,
+                },
+                Source {
+                    csv: &LAYOUT,
+                    absent: Absent::Never,
+                    check: None,
+                },
+            ],
+            files: &[Make::Chart(SVG, &FIGURE), Make::Table(TABLE, &ALIGN_TABLE)],
+            facts: GPU_FACTS,
+        },
+        Part {
+            needs: &[
+                Source {
+                    csv: &GPU,
+                    absent: Absent::Quiet,
+                    check: None,
+                },
+                Source {
+                    csv: &STEPS,
+                    absent: Absent::Quiet,
+                    check: Some(check_steps),
+                },
+            ],
+            files: &[],
+            facts: STEP_FACTS,
+        },
+        Part {
+            needs: &[Source {
+                csv: &HASHES,
+                absent: Absent::GpuRun {
+                    stage: "bench",
+                    copy: "ch03_determinism.csv",
+                    left_out: "the determinism numbers are left out",
+                },
+                check: Some(check_hashes),
+            }],
+            files: &[],
+            facts: HASH_FACTS,
+        },
+    ],
+    facts: FACTS,
+    facts_title: "Chapter 3's numbers",
+};
+
+/// The group's files, generated from the repository at `root`.
+pub fn generate(root: &Path) -> Result<Vec<Generated>, String> {
+    spec::generate(root, &GROUP)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench_row::header;
+    use crate::bench_row::{header, BenchRow};
+    use crate::figures::facts::Facts;
+
+    const OURS: &str = "align";
+    const ARRIVAL: &str = "align_arrival";
+    const TORCH: &str = "torch_align";
+    const PADDING_CSV: &str = PADDING.path;
+    const GPU_CSV: &str = GPU.path;
+    const LAYOUT_CSV: &str = LAYOUT.path;
+    const STEPS_CSV: &str = super::STEPS.path;
+    const HASHES_CSV: &str = HASHES.path;
 
     const SHAPES: [&str; 2] = ["e128_k8", "e288_k8"];
     const TOKENS: [u64; 4] = [1, 16, 512, 16384];
@@ -1020,7 +890,7 @@ mod tests {
         s
     }
 
-    const STEPS: &str =
+    const STEPS_TEXT: &str =
         "chapter,shape,rows,step,kernel,prefix_cold_us,prefix_warm_us,cold_us,warm_us\n\
         ch03,e288_k8,16384,1,align_count,5.0,2.0,5.0,2.0\n\
         ch03,e288_k8,16384,2,align_scatter,10.0,4.5,5.0,2.5\n";
@@ -1039,7 +909,7 @@ mod tests {
         if let Some(g) = gpu {
             std::fs::write(d.join(GPU_CSV), g).unwrap();
             std::fs::write(d.join(LAYOUT_CSV), layout_csv()).unwrap();
-            std::fs::write(d.join(STEPS_CSV), STEPS).unwrap();
+            std::fs::write(d.join(STEPS_CSV), STEPS_TEXT).unwrap();
             std::fs::write(
                 d.join(HASHES_CSV),
                 "impl,experts,tokens,k,block_m,pairs,runs,distinct_hashes,runs_equal_to_reference,hash,reference_hash,device\n\
@@ -1200,21 +1070,74 @@ mod tests {
 
     #[test]
     fn a_missing_peer_leaves_its_lines_out() {
-        let rows = parse_csv(&gpu_csv(false), "x.csv").unwrap();
-        let layout = parse_layout(&layout_csv(), "l.csv").unwrap();
-        assert_eq!(torch_over_ours(&rows, SHAPES[0], 16), None);
-        let md = table(&rows, &layout);
+        let mut d = Data::default();
+        d.add(&GPU, &gpu_csv(false)).unwrap();
+        d.add(&LAYOUT, &layout_csv()).unwrap();
+        let md = spec::pivot(&d, HERE, &ALIGN_TABLE).unwrap();
         assert!(
             !md.contains("PyTorch ÷ ours") && !md.contains("PyTorch (argsort"),
             "{md}"
         );
         assert!(md.contains("| 1 · – |"), "{md}");
-        let svg = render_svg(&rows);
+        let svg = spec::chart(&d, &FIGURE).unwrap();
         assert!(!svg.contains(TORCH), "{svg}");
         let mut f = Facts::default();
-        gpu_facts(&rows, &layout, &mut f).unwrap();
+        spec::facts(&d, HERE, GPU_FACTS, &mut f).unwrap();
         assert_eq!(f.get("peer_ratio_min"), None);
+        assert_eq!(f.get("e128_t16_peer_ratio"), None);
         assert_eq!(f.get("e128_t16_over_empty_cold"), Some("1.00"));
+        // A measured case the layout CSV lacks: an error naming the spec line and the CSV.
+        let mut short = Data::default();
+        short.add(&GPU, &gpu_csv(false)).unwrap();
+        let layout = layout_csv().replace("e288_k8,0,512,", "e288_k8,0,513,");
+        short.add(&LAYOUT, &layout).unwrap();
+        let e = spec::facts(&short, HERE, GPU_FACTS, &mut f).unwrap_err();
+        assert!(e.starts_with("tools/src/figures/ch03.rs:"), "{e}");
+        assert!(
+            e.contains(
+                "bench/results/h200/ch03_layout.csv has no row with shape=e288_k8 tokens=512"
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_hashes_read_back() {
+        let csv = |rows: &[(&str, u64, u64, &str)]| {
+            let mut s = String::from("impl,experts,tokens,runs,distinct_hashes,hash\n");
+            for (imp, t, runs, h) in rows {
+                s += &format!("{imp},288,{t},{runs},1,{h}\n");
+            }
+            s
+        };
+        let facts = |text: &str| {
+            check_hashes(text, "h.csv")?;
+            let mut d = Data::default();
+            d.add(&HASHES, text)?;
+            let mut f = Facts::default();
+            spec::facts(&d, HERE, HASH_FACTS, &mut f)?;
+            Ok::<Facts, String>(f)
+        };
+        let f = facts(&csv(&[
+            (OURS, 1, 1000, "a"),
+            (OURS, 64, 100, "b"),
+            (OURS, 4096, 1000, "c"),
+            (OURS, 16384, 1000, "d"),
+            (TORCH, 1, 1000, "a"),
+            (TORCH, 64, 1000, "x"),
+        ]))
+        .unwrap();
+        assert_eq!(f.get("hash_tokens"), Some("1, 64, 4,096 and 16,384"));
+        assert_eq!(f.get("hash_runs"), Some("100/1,000"));
+        assert_eq!(f.get("hash_sizes"), Some("4"));
+        assert_eq!(f.get("hash_torch_tokens"), Some("1 and 64"));
+        assert_eq!(f.get("hash_torch_t64"), Some("x"));
+        assert_eq!(f.get("hash_same_as_torch"), Some("no"));
+        // Ours alone: no comparison; an impl neither ours nor PyTorch's: an error.
+        let f = facts(&csv(&[(OURS, 1, 1000, "a")])).unwrap();
+        assert_eq!(f.get("hash_same_as_torch"), None);
+        let e = facts(&csv(&[("other", 1, 1000, "a")])).unwrap_err();
+        assert_eq!(e, "h.csv: unknown impl `other`");
     }
 
     #[test]
@@ -1241,6 +1164,7 @@ mod tests {
         assert_eq!(dims("e288_k8"), Some((288, 8)));
         assert_eq!(describe("e128_k8"), "128 experts, k = 8");
         assert_eq!(describe("toy"), "toy");
-        assert_eq!(and_list(&[1, 64, 4096, 16384]), "1, 64, 4,096 and 16,384");
+        // The decode sizes' bound is the one the small counts' filter reads.
+        assert!(SMALL_ROWS.ends_with(&format!("rows<={SMALL}")));
     }
 }

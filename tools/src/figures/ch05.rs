@@ -20,8 +20,8 @@
 
 use super::equality;
 use super::spec::{
-    self, each, fact, when, Absent, Cell, Chart, Csv, Ctx, Fmt, Item, Loop, Make, Name, Over, Part,
-    Pivot, Slot, Source, Style, Value,
+    self, each, fact, when, Absent, Cell, Chart, Csv, Ctx, Fmt, Item, Line, Loop, Make, Name, Over,
+    Part, Pivot, Slot, Source, Style, Value,
 };
 use super::svg::{describe_shape, Marker};
 use super::Generated;
@@ -111,8 +111,10 @@ const FIGURE: Chart = Chart {
         "Cold: the L2 flushed before each graph replay; marker = median, whisker = p10–p90.",
         "Warm: back-to-back copies in one graph, divided by their number. Both axes logarithmic.",
     ],
+    panel_title: describe_shape,
     x_label: "rows routed (tokens), log scale",
     floor_label: "floor: one launch + the pair's bytes at copy bw (or FLOPs at bf16 rate)",
+    probes: true,
 };
 
 /// The shapes (the empty launch's rows, at 0, left out), named `glm`, `qwen3` in facts.
@@ -246,11 +248,6 @@ fn logits_probe(c: &Ctx) -> Result<Option<f64>, String> {
     probe(c, false)
 }
 
-/// `1 row`, `2 rows`: a column of the tables.
-fn rows_head(n: &str) -> String {
-    format!("{n} row{}", if n == "1" { "" } else { "s" })
-}
-
 /// The table: per shape, one line per implementation and a column per row count; cells
 /// `cold / warm` µs, and for every implementation but the pair its cold time over the pair's;
 /// then the router's floor probe and the pair over it.
@@ -261,7 +258,7 @@ const ROUTER_TABLE: Pivot = Pivot {
     block_tail: "\n",
     rows: Loop::list("imp", &IMPLS),
     row_if: Some((&CH05, "shape={shape} impl={imp}")),
-    cols: COUNTS.named(Name::Fn(rows_head)),
+    cols: COUNTS.named(Name::Plural("row")),
     label: Cell {
         text: "{row} ({launches})",
         slots: &[Slot::new(
@@ -278,7 +275,7 @@ const ROUTER_TABLE: Pivot = Pivot {
             Slot::optional("ratio", OVER_PAIR, Fmt::Fixed(2), " ({}×)", "imp!=pair"),
         ],
     },
-    extra: &[(
+    extra: &[Line::new(
         "floor probe: one launch reading the gate weight, hidden rows and bias, cold",
         Cell {
             text: "{probe}{pair}",
@@ -500,12 +497,12 @@ const GROUP: spec::Group = spec::Group {
     reads: &[&TRIED_RUNS],
     parts: &[
         Part {
-            needs: None,
+            needs: &[],
             files: &[Make::Chart(SVG, &FIGURE), Make::Table(TABLE, &ROUTER_TABLE)],
             facts: GPU_FACTS,
         },
         Part {
-            needs: Some(Source {
+            needs: &[Source {
                 csv: &EQUALITY,
                 absent: Absent::GpuRun {
                     stage: "tests",
@@ -513,21 +510,21 @@ const GROUP: spec::Group = spec::Group {
                     left_out: "the equality table is left out",
                 },
                 check: Some(equality::check),
-            }),
+            }],
             files: &[Make::Table(EQUALITY_TABLE, &EQUALITY_PAGE)],
             facts: EQUALITY_FACTS,
         },
         Part {
-            needs: None,
+            needs: &[],
             files: &[],
             facts: TRIED,
         },
         Part {
-            needs: Some(Source {
+            needs: &[Source {
                 csv: &PHASES_DATA,
                 absent: Absent::Quiet,
                 check: None,
-            }),
+            }],
             files: &[Make::Table(PHASES_TABLE, &PHASES_PAGE)],
             facts: &[],
         },

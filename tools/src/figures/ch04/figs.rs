@@ -9,12 +9,9 @@ pub(super) fn style(imp: &str, k: usize) -> Series {
     const VARIANT_COLORS: [&str; 7] = [
         "#0072b2", "#56b4e9", "#d55e00", "#e69f00", "#cc79a7", "#009e73", "#999999",
     ];
-    let (color, marker) = match imp {
-        OURS => ("#0072b2", Marker::Circle),
-        GROUPED => ("#e69f00", Marker::Triangle),
-        TORCH_GMM => ("#d55e00", Marker::Square),
-        TORCH_LOOP => ("#000000", Marker::Square),
-        _ => (VARIANT_COLORS[k % VARIANT_COLORS.len()], Marker::Triangle),
+    let (color, marker) = match DRAWN.iter().find(|s| s.imp == imp) {
+        Some(s) => (s.color, s.marker),
+        None => (VARIANT_COLORS[k % VARIANT_COLORS.len()], Marker::Triangle),
     };
     Series {
         imp: imp.to_string(),
@@ -35,33 +32,6 @@ pub(super) fn drawn(rows: &[BenchRow]) -> Vec<String> {
         }
     }
     v
-}
-
-/// The timing figure: one panel per shape, µs per call against tokens, log-log; each
-/// implementation (cold: solid, markers, p10–p90 whiskers; warm: dashed), the floor dotted.
-pub fn render_svg(rows: &[BenchRow]) -> String {
-    let imps: Vec<String> = drawn(rows).into_iter().filter(|i| !is_variant(i)).collect();
-    let rows: Vec<&BenchRow> = rows
-        .iter()
-        .filter(|r| r.rows > 0 && imps.contains(&r.imp))
-        .collect();
-    Figure {
-        panel_w: 460.0,
-        panel_h: 340.0,
-        left: 62.0,
-        title: "The MoE experts for a routing given, bf16: µs per call against tokens",
-        notes: &[
-            "The same routings, weights and hidden states for all; the router is not timed; both axes logarithmic.",
-            "Cold: the L2 flushed before each graph replay; marker = median, whisker = p10–p90.",
-            "Warm: back-to-back copies in one graph, divided by their number.",
-        ],
-        panel_title,
-        x_label: "tokens T (k pairs each), log scale",
-        series: imps.iter().enumerate().map(|(k, i)| style(i, k)).collect(),
-        floor_label: "floor: a launch + touched weights at copy bw, or FLOPs at bf16 rate",
-        floor_from: OURS,
-    }
-    .render(&rows)
 }
 
 // ---------------------------------------------------------------------------------------------

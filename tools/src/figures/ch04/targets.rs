@@ -9,22 +9,6 @@ pub(super) const WITHIN_FLOOR_8_TO_512: f64 = 1.1;
 /// Step 4b's target at 4096 tokens: at least this share of cuBLAS's measured bf16 rate.
 pub(super) const SHARE_OF_BF16_4096: f64 = 0.65;
 
-/// The targets as facts, so that the page states them from the same constants the table judges by.
-pub(super) fn target_facts(f: &mut Facts) {
-    let src = "tools/src/figures/ch04/targets.rs (the step's targets)";
-    f.add("target_t1_over_floor", format!("{WITHIN_FLOOR_1}"), src);
-    f.add(
-        "target_t8_t512_over_floor",
-        format!("{WITHIN_FLOOR_8_TO_512}"),
-        src,
-    );
-    f.add(
-        "target_t4096_share_pct",
-        format!("{:.0}", 100.0 * SHARE_OF_BF16_4096),
-        src,
-    );
-}
-
 /// Step 4b's targets against the run, per shape (the targets are set at Qwen3-30B-A3B's shape;
 /// the GLM-like one is reported too): at 1 token the cold time within 1.3× of the floor, from 8
 /// to 512 tokens within 1.1×, at 4096 tokens at least 65% of the measured bf16 matrix rate on the

@@ -3,6 +3,19 @@
 use super::*;
 use crate::bench_row::header;
 
+const PROBE: &str = "floor_probe";
+
+/// Everything made from the bench's CSV, in the order [`generate`] writes it.
+const FROM_GPU_CSV: [&str; 7] = [
+    SVG,
+    FUSION_SVG,
+    RATES_SVG,
+    FLOOR_SVG,
+    TABLE,
+    TARGETS_TABLE,
+    FACTS,
+];
+
 const SHAPES: [(&str, f64, f64, f64); 2] = [
     ("qwen3_h2048_i768_e128_k8", 2048.0, 768.0, 128.0),
     ("glm_h4096_i1024_e288_k8", 4096.0, 1024.0, 288.0),
@@ -935,12 +948,59 @@ fn decode_facts_compare_the_l1_twins_and_the_fusions() {
     csv += &row(8, "decode", "w4_c1_swiglu", 110.0);
     // Another path's candidate of the same name does not count.
     csv += &row(8, "decode_grouped", "w4_c1_na", 90.0);
-    let all = parse_tune_all(&csv, "ch04_tune_all.csv").unwrap();
+    let mut d = crate::figures::spec::Data::default();
+    d.add(&TUNE_ALL, &csv).unwrap();
     let mut f = Facts::default();
-    decode_facts(&all, &mut f);
+    crate::figures::spec::facts(&d, TUNE_HERE, DECODE_FACTS, &mut f).unwrap();
     let facts = f.render("test");
     has(&facts, "qwen3_t1_decode_w4_c1_swiglu_cold", "25.0");
     has(&facts, "qwen3_t1_decode_l1_over_na", "1.25");
     has(&facts, "qwen3_t1_decode_sumk_over_swiglu", "1.50");
     assert!(!facts.contains("qwen3_t8_decode"), "{facts}");
+}
+
+#[test]
+fn steps_checks_and_targets_as_facts() {
+    use crate::figures::spec::Data;
+    let mut d = Data::default();
+    d.add(
+        &super::STEPS,
+        "chapter,shape,rows,step,kernel,prefix_cold_us,prefix_warm_us,cold_us,warm_us\n\
+         ch04,qwen3_h2048_i768_e128_k8,1,1,moe::fused_decode_gemm1,17.2,14.0,17.2,14.0\n\
+         ch04,qwen3_h2048_i768_e128_k8,1,2,decode_gemm2,17.0,22.0,-0.2,8.0\n",
+    )
+    .unwrap();
+    d.add(
+        &super::CHECK,
+        "shape,tokens,impl,against,relative,ok\n\
+         glm_h4096_i1024_e288_k8,1,fused,ch02_grouped,2.5e-4,1\n\
+         glm_h4096_i1024_e288_k8,8,fused,ch02_grouped,3.1e-4,0\n",
+    )
+    .unwrap();
+    let mut f = Facts::default();
+    crate::figures::spec::facts(&d, HERE, STEP_FACTS, &mut f).unwrap();
+    crate::figures::spec::facts(&d, HERE, CHECK_FACTS, &mut f).unwrap();
+    // The namespace and `fused_` dropped; a negative step written as measured.
+    assert_eq!(f.get("qwen3_t1_step1_decode_gemm1_cold"), Some("17.2"));
+    assert_eq!(f.get("qwen3_t1_step2_decode_gemm2_cold"), Some("-0.20"));
+    // The largest error over the token counts; one failed check makes `checks_ok` no.
+    assert_eq!(f.get("glm_check_fused_vs_ch02_grouped"), Some("3.1e-4"));
+    assert_eq!(f.get("checks_ok"), Some("no"));
+    // The targets, from the constants the targets table judges by.
+    let mut d = Data::default();
+    d.add(&GPU, &(header() + "\n")).unwrap();
+    d.add(&CEILINGS, "copy_gbs,bf16_tflops\n4240.6,681.0\n")
+        .unwrap();
+    let mut f = Facts::default();
+    crate::figures::spec::facts(&d, HERE, GPU_FACTS, &mut f).unwrap();
+    assert_eq!(f.get("target_t1_over_floor"), Some("1.3"));
+    assert_eq!(f.get("target_t8_t512_over_floor"), Some("1.1"));
+    assert_eq!(f.get("target_t4096_share_pct"), Some("65"));
+    assert_eq!(f.get("copy_gbs"), Some("4241"));
+    // The layout's counts are numbers, or the CSV is not read.
+    let bad = layout_csv().replacen(",8,decode,", ",x,decode,", 1);
+    assert_ne!(bad, layout_csv());
+    let e = check_layout(&bad, "l.csv").unwrap_err();
+    assert!(e.starts_with("l.csv: `x` in column"), "{e}");
+    check_layout(&layout_csv(), "l.csv").unwrap();
 }

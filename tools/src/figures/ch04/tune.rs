@@ -756,44 +756,47 @@ pub fn version_facts(best: &ByVersion, f: &mut Facts) {
     }
 }
 
+/// `ch04_tune_all.csv`, for the facts specs.
+pub(super) const TUNE_ALL: Csv = Csv::at(TUNE_ALL_CSV);
+/// This file, as the specs' errors name it.
+pub(super) const TUNE_HERE: &str = "tools/src/figures/ch04/tune.rs";
+/// A decode candidate's cold median at `{shape}` and `{t}`.
+macro_rules! decode {
+    ($config:literal) => {
+        Value::col(
+            &TUNE_ALL,
+            concat!("shape={shape} tokens={t} path=decode config=", $config),
+            "cold_us",
+        )
+    };
+}
+const NA: Value = decode!("w4_c1_na_swiglu");
+const L1: Value = decode!("w4_c1_swiglu");
+const SUMK: Value = decode!("w4_c1_na");
+
 /// The decode path's two choices that the table settles, from `ch04_tune_all.csv`: the weight
 /// loads that skip the L1 (`w4_c1_na_swiglu` against its twin `w4_c1_swiglu`) and the sum over k
 /// in its own kernel (`w4_c1_na_swiglu` against `w4_c1_na`, the sum fused into GEMM 2), at every
 /// batch where all three were timed: `{shape}_t{T}_decode_{config}_cold`,
 /// `{shape}_t{T}_decode_l1_over_na` and `{shape}_t{T}_decode_sumk_over_swiglu`.
-pub fn decode_facts(all: &[Candidate], f: &mut Facts) {
-    const NA: &str = "w4_c1_na_swiglu";
-    const L1: &str = "w4_c1_swiglu";
-    const SUMK: &str = "w4_c1_na";
-    let find = |shape: &str, t: u64, config: &str| {
-        all.iter()
-            .find(|c| c.shape == shape && c.tokens == t && c.path == "decode" && c.config == config)
-    };
-    let mut seen = BTreeSet::new();
-    for c in all {
-        if !seen.insert((c.shape.clone(), c.tokens)) {
-            continue;
-        }
-        let (Some(na), Some(l1), Some(sumk)) = (
-            find(&c.shape, c.tokens, NA),
-            find(&c.shape, c.tokens, L1),
-            find(&c.shape, c.tokens, SUMK),
-        ) else {
-            continue;
-        };
-        let p = format!("{}_t{}_decode", short(&c.shape), c.tokens);
-        for d in [na, l1, sumk] {
-            f.add(
-                format!("{p}_{}_cold", d.config),
-                fmt_us(d.cold_us),
-                TUNE_ALL_CSV,
-            );
-        }
-        let ratio = |a: &Candidate| format!("{:.2}", a.cold_us / na.cold_us);
-        f.add(format!("{p}_l1_over_na"), ratio(l1), TUNE_ALL_CSV);
-        f.add(format!("{p}_sumk_over_swiglu"), ratio(sumk), TUNE_ALL_CSV);
-    }
-}
+#[rustfmt::skip]
+pub(super) const DECODE_FACTS: &[Item] = &[
+    each!(Loop::csv("shape", &TUNE_ALL, "", "shape").named(Name::Prefix), [
+        each!(Loop::csv("t", &TUNE_ALL, "shape={shape}", "tokens"), [
+            if_rows!(&TUNE_ALL, [
+                "shape={shape} tokens={t} path=decode config=w4_c1_na_swiglu",
+                "shape={shape} tokens={t} path=decode config=w4_c1_swiglu",
+                "shape={shape} tokens={t} path=decode config=w4_c1_na",
+            ], [
+                fact!("{shape}_t{t}_decode_w4_c1_na_swiglu_cold", NA, Fmt::Us),
+                fact!("{shape}_t{t}_decode_w4_c1_swiglu_cold", L1, Fmt::Us),
+                fact!("{shape}_t{t}_decode_w4_c1_na_cold", SUMK, Fmt::Us),
+                fact!("{shape}_t{t}_decode_l1_over_na", Value::Ratio(&L1, &NA), Fmt::Fixed(2)),
+                fact!("{shape}_t{t}_decode_sumk_over_swiglu", Value::Ratio(&SUMK, &NA), Fmt::Fixed(2)),
+            ]),
+        ]),
+    ]),
+];
 
 /// The tuning table and its facts, whenever both files of `bench ch04-tune` are committed.
 pub(super) fn tune_files(root: &Path) -> Result<Vec<Generated>, String> {
@@ -827,7 +830,9 @@ pub(super) fn tune_files(root: &Path) -> Result<Vec<Generated>, String> {
     tune_facts(&shapes, &tuned, all.len(), &mut f);
     let by_version = fastest_by_version(&all);
     version_facts(&by_version, &mut f);
-    decode_facts(&all, &mut f);
+    let mut d = Data::default();
+    d.add(&TUNE_ALL, &read(root, TUNE_ALL_CSV)?)?;
+    spec::facts(&d, TUNE_HERE, DECODE_FACTS, &mut f)?;
     Ok(vec![
         Generated {
             path: TUNE_TABLE.into(),

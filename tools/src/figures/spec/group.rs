@@ -20,6 +20,8 @@ pub(crate) enum Absent {
     },
     /// Its files are left out, silently.
     Quiet,
+    /// Never: the CSV is always committed, and reading it fails when it is not there.
+    Never,
 }
 
 /// A chapter's own rules on a CSV's text (named by its path), run before the spec reads it.
@@ -37,19 +39,23 @@ pub(crate) struct Source {
 pub(crate) enum Make {
     Chart(&'static str, &'static Chart),
     Table(&'static str, &'static Pivot),
+    /// A drawing no spec describes: a named function of the CSVs; `None` leaves the file out
+    /// (the function says why on stderr).
+    Drawn(&'static str, fn(&Data) -> Result<Option<String>, String>),
 }
 
 impl Make {
     fn path(&self) -> &'static str {
         match self {
-            Make::Chart(p, _) | Make::Table(p, _) => p,
+            Make::Chart(p, _) | Make::Table(p, _) | Make::Drawn(p, _) => p,
         }
     }
 }
 
-/// A part: the CSV it needs (`None`: only the group's), its files, its facts.
+/// A part: the CSVs it needs beside the group's (all present, or the part is left out, as the
+/// first absent one's [`Absent`] says), its files, its facts.
 pub(crate) struct Part {
-    pub needs: Option<Source>,
+    pub needs: &'static [Source],
     pub files: &'static [Make],
     pub facts: &'static [Item],
 }
@@ -85,6 +91,7 @@ fn present(root: &Path, g: &Group, s: &Source, files: &[&str]) -> Result<bool, S
             Ok(false)
         }
         Absent::Quiet => Ok(false),
+        Absent::Never => Ok(true),
     }
 }
 
@@ -114,12 +121,18 @@ pub(crate) fn generate(root: &Path, g: &Group) -> Result<Vec<Generated>, String>
     }
     let mut made = Vec::new();
     for p in g.parts {
-        if let Some(s) = &p.needs {
-            let files: Vec<&str> = p.files.iter().map(Make::path).collect();
-            if !present(root, g, s, &files)? {
-                continue;
+        let files: Vec<&str> = p.files.iter().map(Make::path).collect();
+        let mut all = true;
+        for s in p.needs {
+            all = all && present(root, g, s, &files)?;
+        }
+        if !all {
+            continue;
+        }
+        for s in p.needs {
+            if data.text(s.csv).is_err() {
+                add(root, &mut data, s)?;
             }
-            add(root, &mut data, s)?;
         }
         made.push(p);
     }
@@ -135,6 +148,10 @@ pub(crate) fn files(data: &Data, g: &Group, parts: &[&Part]) -> Result<Vec<Gener
             let content = match m {
                 Make::Chart(_, c) => super::chart(data, c)?,
                 Make::Table(_, t) => super::pivot(data, g.spec, t)?,
+                Make::Drawn(_, f) => match f(data)? {
+                    Some(c) => c,
+                    None => continue,
+                },
             };
             out.push(Generated {
                 path: m.path().into(),

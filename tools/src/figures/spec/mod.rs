@@ -13,18 +13,23 @@
 //!
 //! The parts:
 //! - [`Csv`]: a committed CSV, by path; the facts it gives name it as their source.
-//! - A row filter is a string of conditions, `shape={shape} rows!=0 rows<=96 impl=pair`
-//!   (`=`, `!=`, `<=` and `>`, the last two numeric), `{var}` standing for a loop variable's value.
-//! - [`Loop`]: a variable over a list, or over a CSV column's distinct values; a fact's name
-//!   uses the variable's name form ([`Name`]: `glm` for `glm_h4096_e288_k8`).
-//! - [`Value`]: one cell, a ratio, a difference, a min, max or range over a loop, a sum or count
-//!   of rows, a column's distinct values, a constant, or a named function ([`Value::Named`]).
+//! - A row filter is a string of conditions, `shape={shape} rows!=0 rows<=96 impl=pair|chain`
+//!   (`=`, here one of two values, `!=`, `<=` and `>`, the last two numeric), `{var}` standing
+//!   for a loop variable's value.
+//! - [`Loop`]: a variable over a list, over a CSV column's distinct values (in the CSV's order,
+//!   ascending as numbers, or ranked by a function); a fact's name uses the variable's name form
+//!   ([`Name`]: `glm` for `glm_h4096_e288_k8`, `8 tokens` for `8`).
+//! - [`Value`]: one cell, a ratio, a difference, a value scaled, a min, max or range over a
+//!   loop, a sum or count of rows, a column's distinct values, a constant, a variable, values
+//!   over a loop joined, or a named function ([`Value::Named`], [`Value::NamedText`]).
 //! - [`Fmt`]: how a value is written (µs to three digits, fixed decimals, thousands, a verdict).
-//! - [`Item`]: a fact, a loop of items, or items under a condition on the variables; [`facts`]
-//!   runs a list of them into a [`Facts`] file.
+//! - [`Item`]: a fact, a loop of items, items under a condition on the variables or on rows
+//!   being there; [`facts`] runs a list of them into a [`Facts`] file.
 //! - [`Pivot`]: a Markdown table, one line per value of one loop and a column per value of
-//!   another, each cell a template of values; `Chart`: an SVG figure drawn by `svg::Figure`.
-//! - `Group` (group.rs): a chapter's files, the CSVs they need and what a missing one means.
+//!   another, each cell a template of values, with [`Line`]s before and after; `Chart`: an SVG
+//!   figure drawn by `svg::Figure`.
+//! - `Group` (group.rs): a chapter's files, the CSVs they need and what a missing one means; a
+//!   file no spec describes is a named drawing (`Make::Drawn`).
 //!
 //! A missing row is an error, never an empty string: a fact marked optional (`fact!(? …)`) is
 //! left out of the file instead (the page's include of it then fails), a table says what its
@@ -77,6 +82,8 @@ pub enum Name {
     Map(&'static [(&'static str, &'static str)]),
     /// A function of the value (a shape spelled out).
     Fn(fn(&str) -> String),
+    /// The value and a noun, plural but for 1: `1 token`, `8 tokens` (a column of counts).
+    Plural(&'static str),
 }
 
 /// The values a loop takes.
@@ -93,6 +100,14 @@ pub enum Over {
         rows: &'static str,
         col: &'static str,
         numeric: bool,
+    },
+    /// The same values in the CSV's order, those `rank` keeps, in the order of their ranks
+    /// (ours first, then its variants, then the peers in a list's order).
+    Ranked {
+        csv: &'static Csv,
+        rows: &'static str,
+        col: &'static str,
+        rank: fn(&str) -> Option<usize>,
     },
 }
 
@@ -133,6 +148,27 @@ impl Loop {
         }
     }
 
+    /// A variable over the distinct values of `col` among the rows matching `rows` that `rank`
+    /// keeps, by rank (equal ranks in the CSV's order).
+    pub const fn ranked(
+        var: &'static str,
+        csv: &'static Csv,
+        rows: &'static str,
+        col: &'static str,
+        rank: fn(&str) -> Option<usize>,
+    ) -> Loop {
+        Loop {
+            var,
+            over: Over::Ranked {
+                csv,
+                rows,
+                col,
+                rank,
+            },
+            name: Name::AsIs,
+        }
+    }
+
     /// The same values, ascending as numbers.
     pub const fn numeric(self) -> Loop {
         let over = match self.over {
@@ -165,6 +201,10 @@ pub enum Value {
     Ratio(&'static Value, &'static Value),
     /// The first less the second.
     Diff(&'static Value, &'static Value),
+    /// A number times a value (`100 ×` a share: a percentage).
+    Times(f64, &'static Value),
+    /// A value over a number (bytes over `1e6`: MB).
+    Per(&'static Value, f64),
     /// The least of a value over a loop (values whose rows are missing left out).
     Min(&'static Loop, &'static Value),
     /// The greatest, likewise.
@@ -190,11 +230,27 @@ pub enum Value {
     },
     /// A constant, and where it is defined (the facts' source).
     Const(f64, &'static str),
+    /// A variable's value, as text.
+    Var(&'static str),
+    /// A value over a loop, each written in `fmt` (`or` where its rows are missing), joined by
+    /// `sep`: `19 · 65 · –`.
+    Join {
+        each: &'static Loop,
+        value: &'static Value,
+        fmt: Fmt,
+        sep: &'static str,
+        or: &'static str,
+    },
     /// What a spec cannot say: a named function of the CSV and the variables; `None` when its
     /// rows are missing.
     Named {
         csv: &'static Csv,
         f: fn(&Ctx) -> Result<Option<f64>, String>,
+    },
+    /// The same, giving text (a list written for reading: `1, 64 and 4,096`).
+    NamedText {
+        csv: &'static Csv,
+        f: fn(&Ctx) -> Result<Option<String>, String>,
     },
 }
 
@@ -227,10 +283,14 @@ pub enum Fmt {
     Us,
     /// Fixed decimals.
     Fixed(usize),
-    /// A whole number with thousands separators.
+    /// A whole number (rounded) with thousands separators.
     Thousands,
     /// The same, in bold when it is not zero (a difference a reader must see).
     ThousandsBold,
+    /// One decimal below 10, none from 10 (a percentage in a crowded cell: `6.3`, `94`).
+    Short,
+    /// Scientific, this many decimals: `2.5e-4` (a relative error).
+    Sci(usize),
     /// A whole number.
     Int,
     /// As Rust writes an `f64` (`1.05`, `2`).
@@ -266,6 +326,14 @@ pub enum Item {
     When {
         line: u32,
         cond: &'static str,
+        items: &'static [Item],
+    },
+    /// The items, where `csv` has a row matching each filter (several facts that stand or fall
+    /// together: a comparison of three candidates, written only where all three were timed).
+    IfRows {
+        line: u32,
+        csv: &'static Csv,
+        rows: &'static [&'static str],
         items: &'static [Item],
     },
 }
@@ -312,9 +380,23 @@ macro_rules! when {
 
 pub(crate) use when;
 
+/// Items where a CSV has rows matching each filter: `if_rows!(CSV, ["a=1", "b=2"], [items…])`.
+macro_rules! if_rows {
+    ($csv:expr, [$($rows:expr),* $(,)?], [$($item:expr),* $(,)?]) => {
+        $crate::figures::spec::Item::IfRows {
+            line: line!(),
+            csv: $csv,
+            rows: &[$($rows),*],
+            items: &[$($item),*],
+        }
+    };
+}
+
+pub(crate) use if_rows;
+
 /// One value in a cell's template: `{name}` in the text, `wrap` around it (`" ({}×)"`),
 /// written only where the variables meet `when` (`""`: always). A missing optional slot reads
-/// as nothing; a missing required one makes the whole cell missing.
+/// as `or` (nothing, or `–`); a missing required one makes the whole cell missing.
 pub struct Slot {
     pub name: &'static str,
     pub value: Value,
@@ -322,6 +404,7 @@ pub struct Slot {
     pub wrap: &'static str,
     pub when: &'static str,
     pub optional: bool,
+    pub or: &'static str,
 }
 
 impl Slot {
@@ -334,6 +417,7 @@ impl Slot {
             wrap: "{}",
             when: "",
             optional: false,
+            or: "",
         }
     }
 
@@ -353,6 +437,20 @@ impl Slot {
             wrap,
             when,
             optional: true,
+            or: "",
+        }
+    }
+
+    /// An optional slot that reads `or` where its rows are missing (`–`: not measured).
+    pub const fn or(name: &'static str, value: Value, fmt: Fmt, or: &'static str) -> Slot {
+        Slot {
+            name,
+            value,
+            fmt,
+            wrap: "{}",
+            when: "",
+            optional: true,
+            or,
         }
     }
 }
@@ -372,15 +470,56 @@ impl Cell {
     };
 }
 
-/// A Markdown table, or one per value of `blocks`: a line per value of `rows` (where `row_if`
-/// matches a row of its CSV), a column per value of `cols`, then the `extra` lines.
+/// A line of a [`Pivot`] after the loop's: a label, a cell per column, and where `only_if` is
+/// set, written only where its CSV has a row matching the filter (a peer's ratio, where the peer
+/// was measured).
+pub struct Line {
+    /// A template, its `{slot}`s from `label_slots`.
+    pub label: &'static str,
+    pub label_slots: &'static [Slot],
+    pub cell: Cell,
+    pub only_if: Option<(&'static Csv, &'static str)>,
+}
+
+impl Line {
+    /// A line always written.
+    pub const fn new(label: &'static str, cell: Cell) -> Line {
+        Line {
+            label,
+            label_slots: &[],
+            cell,
+            only_if: None,
+        }
+    }
+
+    /// The same, its label a template of these slots (`launches: {imps}`).
+    pub const fn labelled(self, slots: &'static [Slot]) -> Line {
+        Line {
+            label_slots: slots,
+            ..self
+        }
+    }
+
+    /// The same, written only where `csv` has a row matching `rows`.
+    pub const fn only_if(self, csv: &'static Csv, rows: &'static str) -> Line {
+        Line {
+            only_if: Some((csv, rows)),
+            ..self
+        }
+    }
+}
+
+/// A Markdown table, or one per value of `blocks`: the `lead` lines, a line per value of `rows`
+/// (where `row_if` matches a row of its CSV), a column per value of `cols`, then the `extra`
+/// lines.
 pub struct Pivot {
     pub line: u32,
     /// Written once before everything.
     pub head: &'static str,
     pub blocks: Option<Loop>,
-    /// Before and after each block's table (templates).
+    /// Before and after each block's table (templates; the head's `{slot}`s from `block_slots`).
     pub block_head: &'static str,
+    pub block_slots: &'static [Slot],
     pub block_tail: &'static str,
     /// The top-left cell (a template).
     pub corner: &'static str,
@@ -389,7 +528,8 @@ pub struct Pivot {
     pub cols: Loop,
     pub label: Cell,
     pub cell: Cell,
-    pub extra: &'static [(&'static str, Cell)],
+    pub lead: &'static [Line],
+    pub extra: &'static [Line],
     /// What a missing cell reads; `None`: a missing cell is an error.
     pub missing: Option<&'static str>,
     /// Where `cols` has more values than `rows`, swap them, with this corner.
@@ -405,6 +545,7 @@ impl Pivot {
         head: "",
         blocks: None,
         block_head: "",
+        block_slots: &[],
         block_tail: "",
         corner: "",
         rows: Loop::list("", &[]),
@@ -412,6 +553,7 @@ impl Pivot {
         cols: Loop::list("", &[]),
         label: Cell::ROW,
         cell: Cell::ROW,
+        lead: &[],
         extra: &[],
         missing: None,
         transpose_as: None,
@@ -444,7 +586,8 @@ impl Style {
 }
 
 /// A figure of µs per call against rows, one log-log panel per shape ([`svg::Figure`]): the
-/// `draw`n implementations that the CSV has, and the floor read off `floor_from`'s rows.
+/// `draw`n implementations that the CSV has (and the floor probes, where `probes`), and the
+/// floor read off `floor_from`'s rows.
 pub(crate) struct Chart {
     pub csv: &'static Csv,
     pub draw: &'static [Style],
@@ -454,8 +597,12 @@ pub(crate) struct Chart {
     pub left: f64,
     pub title: &'static str,
     pub notes: &'static [&'static str],
+    /// A panel's title from its shape.
+    pub panel_title: fn(&str) -> String,
     pub x_label: &'static str,
     pub floor_label: &'static str,
+    /// Whether the floor probes' rows are drawn with the rest (they then count in the y range).
+    pub probes: bool,
 }
 
 /// The CSVs a spec reads, parsed once.
@@ -472,6 +619,11 @@ impl Data {
             d.add(c, &super::read(root, c.path)?)?;
         }
         Ok(d)
+    }
+
+    /// A CSV's text, as read (a drawing a spec cannot describe parses it: `Make::Drawn`).
+    pub fn text(&self, csv: &Csv) -> Result<&str, String> {
+        Ok(&self.get(csv)?.1)
     }
 
     /// Adds a CSV's text (tests give it directly).
@@ -495,10 +647,21 @@ type Vars = Vec<(&'static str, String, String)>;
 /// What a named function ([`Value::Named`]) sees: its CSV and the loop variables.
 pub struct Ctx<'a> {
     pub table: &'a Table,
+    data: &'a Data,
     vars: &'a Vars,
 }
 
-impl Ctx<'_> {
+impl<'a> Ctx<'a> {
+    /// The same variables over another CSV of the spec's (a ceiling a value is scaled by; only
+    /// the value's own CSV is named as its source).
+    pub fn with(&self, csv: &Csv) -> Result<Ctx<'a>, String> {
+        Ok(Ctx {
+            table: &self.data.get(csv)?.2,
+            data: self.data,
+            vars: self.vars,
+        })
+    }
+
     /// A variable's value (`shape`, `n`).
     pub fn var(&self, v: &str) -> Result<&str, String> {
         var(self.vars, v)
@@ -574,7 +737,7 @@ fn holds(op: &str, have: &str, want: &str) -> Result<bool, String> {
             .map_err(|_| format!("`{s}` is not a number (for `{op}`)"))
     };
     Ok(match op {
-        "=" => have == want,
+        "=" => want.split('|').any(|w| have == w),
         "!=" => have != want,
         "<=" => n(have)? <= n(want)?,
         _ => n(have)? > n(want)?,
@@ -712,6 +875,8 @@ impl Eval<'_> {
                 let b = n(self.value(b, vars)?)?;
                 Out::Num(a - b, String::new())
             }
+            Value::Times(k, a) => Out::Num(k * n(self.value(a, vars)?)?, String::new()),
+            Value::Per(a, k) => Out::Num(n(self.value(a, vars)?)? / k, String::new()),
             Value::Min(l, x) | Value::Max(l, x) | Value::Range(l, x) => {
                 let mut got = Vec::new();
                 for (val, name) in self.values(l, vars)? {
@@ -772,10 +937,39 @@ impl Eval<'_> {
                 self.source(source.to_string());
                 Out::Num(*x, String::new())
             }
+            Value::Var(name) => Out::Text(var(vars, name)?.to_string()),
+            Value::Join {
+                each,
+                value,
+                fmt,
+                sep,
+                or,
+            } => {
+                let mut got = Vec::new();
+                for (val, name) in self.values(each, vars)? {
+                    vars.push((each.var, val, name));
+                    let r = self.value(value, vars);
+                    vars.pop();
+                    got.push(match r {
+                        Ok(o) => format(&o, *fmt)?,
+                        Err(Miss::Missing(_)) => or.to_string(),
+                        Err(e) => return Err(e),
+                    });
+                }
+                Out::Text(got.join(sep))
+            }
+            Value::NamedText { csv, f } => {
+                let (_, _, table) = data.get(csv)?;
+                self.source(csv.path.to_string());
+                match f(&Ctx { table, data, vars })? {
+                    Some(t) => Out::Text(t),
+                    None => return Err(Miss::Missing(format!("{}: no value", csv.path))),
+                }
+            }
             Value::Named { csv, f } => {
                 let (_, _, table) = data.get(csv)?;
                 self.source(csv.path.to_string());
-                match f(&Ctx { table, vars })? {
+                match f(&Ctx { table, data, vars })? {
                     Some(x) => Out::Num(x, String::new()),
                     None => {
                         return Err(Miss::Missing(format!(
@@ -824,6 +1018,26 @@ impl Eval<'_> {
                 }
                 v
             }
+            Over::Ranked {
+                csv,
+                rows,
+                col,
+                rank,
+            } => {
+                let (_, _, t) = self.data.get(csv)?;
+                let c = t.col(col)?;
+                let mut v: Vec<(usize, String)> = Vec::new();
+                for r in matching(t, rows, vars)? {
+                    let f = &r.fields[c];
+                    if let Some(k) = rank(f) {
+                        if !v.iter().any(|(_, s)| s == f) {
+                            v.push((k, f.clone()));
+                        }
+                    }
+                }
+                v.sort_by_key(|(k, _)| *k);
+                v.into_iter().map(|(_, s)| s).collect()
+            }
         };
         Ok(vals
             .into_iter()
@@ -846,6 +1060,9 @@ impl Eval<'_> {
                         .find(|(k, _)| *k == v)
                         .map_or(v.clone(), |(_, n)| n.to_string()),
                     Name::Fn(f) => f(&v),
+                    Name::Plural(noun) => {
+                        format!("{v} {noun}{}", if v == "1" { "" } else { "s" })
+                    }
                 };
                 (v, name)
             })
@@ -859,9 +1076,12 @@ fn format(o: &Out, f: Fmt) -> Result<String, String> {
         Ok(match f {
             Fmt::Us => fmt_us(x),
             Fmt::Fixed(d) => format!("{x:.d$}"),
-            Fmt::Thousands => thousands(x as u64),
-            Fmt::ThousandsBold if x != 0.0 => format!("**{}**", thousands(x as u64)),
-            Fmt::ThousandsBold => thousands(x as u64),
+            Fmt::Thousands => thousands(x.round() as u64),
+            Fmt::ThousandsBold if x != 0.0 => format!("**{}**", thousands(x.round() as u64)),
+            Fmt::ThousandsBold => thousands(x.round() as u64),
+            Fmt::Sci(d) => format!("{x:.d$e}"),
+            Fmt::Short if x < 10.0 => format!("{x:.1}"),
+            Fmt::Short => format!("{x:.0}"),
             Fmt::Int => format!("{}", x as u64),
             Fmt::Plain => format!("{x}"),
             Fmt::AtMost(m) => verdict(x <= m),
@@ -945,6 +1165,23 @@ fn run(
                     run(data, file, items, vars, f)?;
                 }
             }
+            Item::IfRows {
+                line,
+                csv,
+                rows,
+                items,
+            } => {
+                let t = &data.get(csv).map_err(|e| format!("{file}:{line}: {e}"))?.2;
+                let mut all = true;
+                for r in *rows {
+                    all &= !matching(t, r, vars)
+                        .map_err(|e| format!("{file}:{line}: {e}"))?
+                        .is_empty();
+                }
+                if all {
+                    run(data, file, items, vars, f)?;
+                }
+            }
         }
     }
     Ok(())
@@ -957,7 +1194,7 @@ fn cell(ev: &mut Eval, c: &Cell, vars: &mut Vars) -> Result<Result<String, Strin
         let text = if s.when.is_empty() || vars_meet(s.when, vars)? {
             match ev.value(&s.value, vars) {
                 Ok(o) => s.wrap.replace("{}", &format(&o, s.fmt)?),
-                Err(Miss::Missing(_)) if s.optional => String::new(),
+                Err(Miss::Missing(_)) if s.optional => s.or.to_string(),
                 Err(Miss::Missing(m)) => return Ok(Err(m)),
                 Err(Miss::Error(e)) => return Err(e),
             }
@@ -967,6 +1204,33 @@ fn cell(ev: &mut Eval, c: &Cell, vars: &mut Vars) -> Result<Result<String, Strin
         shown.push((s.name, text));
     }
     fill_with(c.text, vars, true, &shown).map(Ok)
+}
+
+/// A [`Line`]'s label: its template filled (a missing slot an error).
+fn line_label(data: &Data, l: &Line, vars: &mut Vars) -> Result<String, String> {
+    let mut ev = Eval {
+        data,
+        sources: Vec::new(),
+    };
+    let c = Cell {
+        text: l.label,
+        slots: l.label_slots,
+    };
+    cell(&mut ev, &c, vars)?.map_err(|why| format!("no label for `{}`: {why}", l.label))
+}
+
+/// The lines of `ls` to write: those without `only_if`, and those whose CSV has a matching row.
+fn shown<'l>(data: &Data, ls: &'l [Line], vars: &Vars) -> Result<Vec<&'l Line>, String> {
+    let mut out = Vec::new();
+    for l in ls {
+        if let Some((csv, filter)) = l.only_if {
+            if matching(&data.get(csv)?.2, filter, vars)?.is_empty() {
+                continue;
+            }
+        }
+        out.push(l);
+    }
+    Ok(out)
 }
 
 /// Writes a [`Pivot`] (`file`: the spec's source file, for errors).
@@ -986,7 +1250,13 @@ pub fn pivot(data: &Data, file: &str, p: &Pivot) -> Result<String, String> {
         if let Some(l) = &p.blocks {
             vars.push((l.var, b, bname));
         }
-        s += &fill(p.block_head, &vars, true).map_err(at)?;
+        let head = Cell {
+            text: p.block_head,
+            slots: p.block_slots,
+        };
+        s += &cell(&mut ev, &head, &mut vars)
+            .map_err(at)?
+            .map_err(|why| at(format!("no block head: {why}")))?;
         let mut rows = Vec::new();
         for (v, n) in ev.values(&p.rows, &vars).map_err(at)? {
             if let Some((csv, filter)) = p.row_if {
@@ -1037,6 +1307,10 @@ pub fn pivot(data: &Data, file: &str, p: &Pivot) -> Result<String, String> {
             s.push('\n');
             Ok(())
         };
+        for l in shown(data, p.lead, &vars).map_err(at)? {
+            let label = line_label(data, l, &mut vars).map_err(at)?;
+            line(&mut s, label, &l.cell, &mut vars)?;
+        }
         for (v, n) in &rows {
             vars.push((rl.var, v.clone(), n.clone()));
             vars.push(("row", n.clone(), n.clone()));
@@ -1052,8 +1326,9 @@ pub fn pivot(data: &Data, file: &str, p: &Pivot) -> Result<String, String> {
             vars.truncate(vars.len() - 2);
             r?;
         }
-        for (label, c) in p.extra {
-            line(&mut s, label.to_string(), c, &mut vars)?;
+        for l in shown(data, p.extra, &vars).map_err(at)? {
+            let label = line_label(data, l, &mut vars).map_err(at)?;
+            line(&mut s, label, &l.cell, &mut vars)?;
         }
         s += &fill(p.block_tail, &vars, true).map_err(at)?;
         if p.blocks.is_some() {
@@ -1069,7 +1344,10 @@ pub(crate) fn chart(data: &Data, c: &Chart) -> Result<String, String> {
     let rows = parse_csv(text, c.csv.path)?;
     let drawn: Vec<_> = rows
         .iter()
-        .filter(|r| r.rows > 0 && (c.draw.iter().any(|s| s.imp == r.imp) || r.imp == "floor_probe"))
+        .filter(|r| {
+            r.rows > 0
+                && (c.draw.iter().any(|s| s.imp == r.imp) || (c.probes && r.imp == "floor_probe"))
+        })
         .collect();
     Ok(svg::Figure {
         panel_w: c.panel_w,
@@ -1077,7 +1355,7 @@ pub(crate) fn chart(data: &Data, c: &Chart) -> Result<String, String> {
         left: c.left,
         title: c.title,
         notes: c.notes,
-        panel_title: svg::describe_shape,
+        panel_title: c.panel_title,
         x_label: c.x_label,
         series: c
             .draw

@@ -180,6 +180,10 @@ fn formats() {
     assert_eq!(format(&n(0.0), Fmt::ThousandsBold).unwrap(), "0");
     assert_eq!(format(&n(1200.0), Fmt::ThousandsBold).unwrap(), "**1,200**");
     assert_eq!(format(&n(2.0), Fmt::Plain).unwrap(), "2");
+    assert_eq!(format(&n(6.25), Fmt::Short).unwrap(), "6.2");
+    assert_eq!(format(&n(93.75), Fmt::Short).unwrap(), "94");
+    assert_eq!(format(&n(2.536e-4), Fmt::Sci(1)).unwrap(), "2.5e-4");
+    assert_eq!(format(&n(1207.96), Fmt::Thousands).unwrap(), "1,208");
     assert_eq!(
         format(&Out::Num(3.5, "3.500".into()), Fmt::Raw).unwrap(),
         "3.500"
@@ -209,6 +213,7 @@ const TABLE: Pivot = Pivot {
         ..SHAPES
     }),
     block_head: "**{shape}**\n\n",
+    block_slots: &[],
     block_tail: "\n",
     corner: "",
     rows: Loop {
@@ -243,7 +248,8 @@ const TABLE: Pivot = Pivot {
             ),
         ],
     },
-    extra: &[(
+    lead: &[],
+    extra: &[Line::new(
         "sum",
         Cell {
             text: "{s}",
@@ -325,6 +331,10 @@ fn a_group_leaves_out_what_a_missing_csv_makes() {
             false => Ok(()),
         }
     }
+    /// A file no spec describes: the CSV's text, reversed.
+    fn drawn(d: &Data) -> Result<Option<String>, String> {
+        Ok(Some(d.text(&A)?.chars().rev().collect()))
+    }
     const G: Group = Group {
         name: "t",
         spec: "spec.rs",
@@ -340,16 +350,16 @@ fn a_group_leaves_out_what_a_missing_csv_makes() {
         reads: &[],
         parts: &[
             Part {
-                needs: None,
-                files: &[],
+                needs: &[],
+                files: &[Make::Drawn("a.txt", drawn)],
                 facts: &[fact!("a", Value::sum(&A, "", "v"), Fmt::Int)],
             },
             Part {
-                needs: Some(Source {
+                needs: &[Source {
                     csv: &B,
                     absent: Absent::Quiet,
                     check: None,
-                }),
+                }],
                 files: &[],
                 facts: &[fact!("b", Value::sum(&B, "", "v"), Fmt::Int)],
             },
@@ -368,22 +378,232 @@ fn a_group_leaves_out_what_a_missing_csv_makes() {
     // The first CSV alone: its facts; the second's part left out.
     std::fs::write(dir.join("a.csv"), "v\n1\n2\n").unwrap();
     let files = generate(&dir, &G).unwrap();
-    assert_eq!(files.len(), 1);
+    assert_eq!(files.len(), 2);
+    assert_eq!(files[0].content, "\n2\n1\nv");
     assert!(
-        files[0].content.contains("ANCHOR: a\n3\n"),
+        files[1].content.contains("ANCHOR: a\n3\n"),
         "{}",
-        files[0].content
+        files[1].content
     );
-    assert!(!files[0].content.contains("ANCHOR: b"));
+    assert!(!files[1].content.contains("ANCHOR: b"));
     std::fs::write(dir.join("b.csv"), "v\n5\n").unwrap();
     let files = generate(&dir, &G).unwrap();
     assert!(
-        files[0].content.contains("ANCHOR: b\n5\n"),
+        files[1].content.contains("ANCHOR: b\n5\n"),
         "{}",
-        files[0].content
+        files[1].content
     );
     // The check runs before the CSV is read.
     std::fs::write(dir.join("a.csv"), "v\n9\n").unwrap();
     assert_eq!(generate(&dir, &G).unwrap_err(), "a.csv: a nine");
+    // A CSV always committed: its absence is an error, not a group left out.
+    const ALWAYS: Group = Group {
+        first: Source {
+            csv: &B,
+            absent: Absent::Never,
+            check: None,
+        },
+        parts: &[],
+        ..G
+    };
+    std::fs::remove_file(dir.join("b.csv")).unwrap();
+    let e = generate(&dir, &ALWAYS).unwrap_err();
+    assert!(e.starts_with("cannot read b.csv"), "{e}");
     std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn extra_lines_slots_with_a_default_scales_and_alternatives() {
+    const ANY: Value = Value::Col {
+        csv: &T,
+        rows: "shape={shape} impl={imp} rows={n}",
+        col: "us",
+    };
+    const T2: Pivot = Pivot {
+        line: 1,
+        blocks: Some(SHAPES),
+        // A block head with a value: the shape's `y` note where it has one.
+        block_head: "{shape}{note}\n",
+        block_slots: &[Slot::optional(
+            "note",
+            Value::Col {
+                csv: &T,
+                rows: "shape={shape} impl=y",
+                col: "note",
+            },
+            Fmt::Raw,
+            " ({})",
+            "",
+        )],
+        rows: Loop::list("imp", &["x"]),
+        cols: ROWS.named(Name::Plural("row")),
+        lead: &[Line::new(
+            "first",
+            Cell {
+                text: "{n}",
+                slots: &[],
+            },
+        )],
+        cell: Cell {
+            text: "{v}",
+            slots: &[Slot::new("v", Value::Times(100.0, &X), Fmt::Fixed(0))],
+        },
+        extra: &[
+            // Only where the shape has a `y` row; `–` where `y` is missing at a row count.
+            Line::new(
+                "y",
+                Cell {
+                    text: "{x} · {y}",
+                    slots: &[
+                        Slot::or("x", X, Fmt::Raw, "–"),
+                        Slot::or("y", Y, Fmt::Raw, "–"),
+                    ],
+                },
+            )
+            .only_if(&T, "shape={shape} impl=y"),
+            // A label of values: the loop's values, joined; a cell likewise, `–` where missing.
+            Line::new(
+                "{imps}",
+                Cell {
+                    text: "{j}",
+                    slots: &[Slot::new(
+                        "j",
+                        Value::Join {
+                            each: &Loop::list("imp", &["x", "y"]),
+                            value: &ANY,
+                            fmt: Fmt::Raw,
+                            sep: " · ",
+                            or: "–",
+                        },
+                        Fmt::Raw,
+                    )],
+                },
+            )
+            .labelled(&[Slot::new(
+                "imps",
+                Value::Join {
+                    each: &Loop::list("imp", &["x", "y"]),
+                    value: &Value::Var("imp"),
+                    fmt: Fmt::Raw,
+                    sep: "+",
+                    or: "",
+                },
+                Fmt::Raw,
+            )]),
+            Line::new(
+                "k",
+                Cell {
+                    text: "{k}",
+                    slots: &[Slot::new("k", Value::Per(&X, 1e3), Fmt::Fixed(4))],
+                },
+            ),
+        ],
+        ..Pivot::PLAIN
+    };
+    let t = pivot(&data(), "spec.rs", &T2).unwrap();
+    assert_eq!(
+        t,
+        "glm (-)\n| | 1 row | 9 rows | 10 rows |\n|---|---:|---:|---:|\n| first | 1 row | 9 rows | 10 rows |\n\
+         | x | 250 | 700 | 123450 |\n\
+         | y | 2.5 · 5.0 | 7.0 · – | 1234.5 · – |\n| x+y | 2.5 · 5.0 | 7.0 · – | 1234.5 · – |\n\
+         | k | 0.0025 | 0.0070 | 1.2345 |\n\
+         qwen\n| | 1 row |\n|---|---:|\n| first | 1 row |\n| x | 300 |\n| x+y | 3.0 · – |\n\
+         | k | 0.0030 |\n"
+    );
+    // `=` with alternatives: either value matches.
+    #[rustfmt::skip]
+    const ITEMS: &[Item] = &[
+        fact!("xy", Value::Count { csv: &T, rows: "impl=x|y rows=1" }, Fmt::Int),
+        fact!("x", Value::Count { csv: &T, rows: "impl=x|z rows=1" }, Fmt::Int),
+        each!(Loop::list("imp", &["y"]), [each!(SHAPES, [each!(Loop::list("n", &["1"]), [
+            fact!(? "{shape}_{imp}", ANY, Fmt::Us),
+        ])])]),
+    ];
+    let f = run_facts(ITEMS).unwrap();
+    assert_eq!(f.get("xy"), Some("3"));
+    assert_eq!(f.get("x"), Some("2"));
+    assert_eq!(f.get("glm_y"), Some("5.00"));
+    assert_eq!(f.get("qwen_y"), None);
+}
+
+/// A named value reading a second CSV through [`Ctx::with`]: only its own CSV is its source.
+#[test]
+fn facts_that_stand_or_fall_together() {
+    #[rustfmt::skip]
+    const ITEMS: &[Item] = &[each!(SHAPES, [
+        if_rows!(&T, ["shape={shape} impl=x", "shape={shape} impl=y"], [
+            fact!("{shape}_both", Value::Count { csv: &T, rows: "shape={shape}" }, Fmt::Int),
+        ]),
+    ])];
+    let f = run_facts(ITEMS).unwrap();
+    // glm has x and y; qwen has x alone.
+    assert_eq!(f.get("glm_both"), Some("4"));
+    assert_eq!(f.get("qwen_both"), None);
+}
+
+#[test]
+fn a_ranked_loop_keeps_and_orders_by_rank() {
+    // `y` first, then `x`; any other value left out.
+    fn rank(v: &str) -> Option<usize> {
+        match v {
+            "y" => Some(0),
+            "x" => Some(1),
+            _ => None,
+        }
+    }
+    const ITEMS: &[Item] = &[each!(
+        Loop::ranked("imp", &T, "", "impl", rank),
+        [fact!(
+            "{imp}",
+            Value::Count {
+                csv: &T,
+                rows: "impl={imp}"
+            },
+            Fmt::Int
+        )]
+    )];
+    let f = run_facts(ITEMS).unwrap();
+    let text = f.render("t");
+    let order: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("ANCHOR: "))
+        .collect();
+    assert_eq!(order, ["y", "x"]);
+    assert_eq!(f.get("x"), Some("4"));
+}
+
+#[test]
+fn a_named_value_reads_another_csv() {
+    const C: Csv = Csv::at("c.csv");
+    fn scaled(c: &Ctx) -> Result<Option<f64>, String> {
+        let k = c.with(&C)?;
+        let kr = k.rows("")?;
+        let x = c.rows("shape=qwen_b")?;
+        Ok(Some(c.num(x[0], "us")? * k.num(kr[0], "k")?))
+    }
+    let mut d = data();
+    d.add(&C, "k\n4\n").unwrap();
+    const ITEMS: &[Item] = &[fact!("s", Value::named(&T, scaled), Fmt::Plain)];
+    let mut f = Facts::default();
+    facts(&d, "spec.rs", ITEMS, &mut f).unwrap();
+    assert_eq!(f.get("s"), Some("12"));
+    assert!(!f.render("t").contains("c.csv"));
+    // A text value: written as it is; `None` a missing value, which an optional fact leaves out.
+    fn listed(c: &Ctx) -> Result<Option<String>, String> {
+        let rows = c.rows("impl=x")?;
+        Ok((rows.len() > 1).then(|| format!("{} rows", rows.len())))
+    }
+    fn none(_: &Ctx) -> Result<Option<String>, String> {
+        Ok(None)
+    }
+    const TEXTS: &[Item] = &[
+        fact!("l", Value::NamedText { csv: &T, f: listed }, Fmt::Raw),
+        fact!(? "n", Value::NamedText { csv: &T, f: none }, Fmt::Raw),
+    ];
+    let mut f = run_facts(TEXTS).unwrap();
+    assert_eq!(f.get("l"), Some("4 rows"));
+    assert_eq!(f.get("n"), None);
+    // Not read: an error naming the CSV.
+    let e = facts(&data(), "spec.rs", ITEMS, &mut f).unwrap_err();
+    assert!(e.contains("c.csv: not read"), "{e}");
 }
