@@ -331,7 +331,7 @@ def tune(args, meta, tensors, device, flush):
     os.makedirs(args.out_dir, exist_ok=True)
     rows, winners = [], {}
     name = torch.cuda.get_device_name(0).replace(" ", "_")
-    for T in tokens:
+    for T in sorted(tokens, reverse=True):  # the longest sweep first
         ids = to_torch(*tensors[f"topk_ids.{shape}.{T}"], device).long()
         wts = to_torch(*tensors[f"topk_weights.{shape}.{T}"], device)
         x = layer.hidden(T)
@@ -361,14 +361,15 @@ def tune(args, meta, tensors, device, flush):
             sys.exit(f"tune {shape} {T}: no configuration ran and was right")
         winners[str(T)] = best[1]
         print(f"tune {shape} {T:5}: winner {best[1]} at {best[0]:.2f} us cold", flush=True)
-    with open(os.path.join(args.out_dir, f"tune_{shape}.csv"), "w", newline="") as f:
-        wr = csv.DictWriter(f, fieldnames=list(rows[0]))
-        wr.writeheader()
-        wr.writerows(rows)
-    path = os.path.join(args.out_dir, os.path.basename(config_path(E, I)))
-    with open(path, "w") as f:
-        json.dump(winners, f, indent=4)
-        f.write("\n")
+        # Written after every T: a sweep cut short keeps what it measured.
+        with open(os.path.join(args.out_dir, f"tune_{shape}.csv"), "w", newline="") as f:
+            wr = csv.DictWriter(f, fieldnames=list(rows[0]))
+            wr.writeheader()
+            wr.writerows(rows)
+        path = os.path.join(args.out_dir, os.path.basename(config_path(E, I)))
+        with open(path, "w") as f:
+            json.dump(dict(sorted(winners.items(), key=lambda kv: int(kv[0]))), f, indent=4)
+            f.write("\n")
     print(f"tune {shape}: {len(rows)} timings; winners written to {path}", flush=True)
 
 
