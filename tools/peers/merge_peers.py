@@ -5,9 +5,11 @@ its own log, then merges them here. Standard library only.
 
     python3 tools/peers/merge_peers.py --samples OUT.csv --outputs OUT.safetensors \\
         A.csv A.safetensors [B.csv B.safetensors ...]
+    python3 tools/peers/merge_peers.py --samples OUT.csv A.csv [B.csv ...]
+                                  samples only (chapter 5's peers write no outputs)
 
-Each (samples, outputs) pair is taken only when both files exist and are not empty (a peer that
-failed before writing leaves the others' rows). Samples files must share their header; output
+Each (samples, outputs) pair (each samples file, without --outputs) is taken only when its files
+exist and are not empty (a peer that failed before writing leaves the others' rows). Samples files must share their header; output
 files must not repeat a tensor name. Exits 1 when no pair was usable.
 """
 
@@ -69,24 +71,27 @@ def merge_samples(paths, out):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--samples", required=True, help="the merged samples file")
-    ap.add_argument("--outputs", required=True, help="the merged outputs file")
-    ap.add_argument("pairs", nargs="+", help="SAMPLES OUTPUTS, one pair per peer")
+    ap.add_argument("--outputs", help="the merged outputs file (then the inputs are pairs)")
+    ap.add_argument("inputs", nargs="+", help="SAMPLES OUTPUTS pairs, or SAMPLES files alone")
     args = ap.parse_args()
-    if len(args.pairs) % 2:
-        sys.exit("merge_peers: give the inputs as SAMPLES OUTPUTS pairs")
-    pairs = list(zip(args.pairs[::2], args.pairs[1::2]))
-    usable = [(s, o) for s, o in pairs
-              if os.path.isfile(s) and os.path.getsize(s) and os.path.isfile(o)
-              and os.path.getsize(o)]
+    if args.outputs and len(args.inputs) % 2:
+        sys.exit("merge_peers: with --outputs, give the inputs as SAMPLES OUTPUTS pairs")
+    pairs = (list(zip(args.inputs[::2], args.inputs[1::2])) if args.outputs
+             else [(s, None) for s in args.inputs])
+    there = lambda f: f is None or (os.path.isfile(f) and os.path.getsize(f) > 0)  # noqa: E731
+    usable = [(s, o) for s, o in pairs if there(s) and there(o)]
     for s, o in pairs:
         if (s, o) not in usable:
-            print(f"merge_peers: {s} / {o} missing or empty: left out", flush=True)
+            print(f"merge_peers: {s}{' / ' + o if o else ''} missing or empty: left out",
+                  flush=True)
     if not usable:
-        sys.exit("merge_peers: no peer wrote both its samples and its outputs")
+        sys.exit("merge_peers: no peer wrote its files")
     n = merge_samples([s for s, _ in usable], args.samples)
-    m = merge_outputs([o for _, o in usable], args.outputs)
-    print(f"merge_peers: {n} measurements from {len(usable)} peers into {args.samples}, "
-          f"{m} outputs into {args.outputs}", flush=True)
+    said = f"merge_peers: {n} measurements from {len(usable)} peers into {args.samples}"
+    if args.outputs:
+        m = merge_outputs([o for _, o in usable], args.outputs)
+        said += f", {m} outputs into {args.outputs}"
+    print(said, flush=True)
 
 
 if __name__ == "__main__":
