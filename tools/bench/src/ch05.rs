@@ -654,6 +654,39 @@ mod tests {
     }
 
     #[test]
+    fn the_engines_peer_measures_at_the_benchs_rows() {
+        // tools/peers/engines_router.py keeps its own copy of ROWS: the same list.
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../peers/engines_router.py");
+        let py = std::fs::read_to_string(path).unwrap();
+        let line = py.lines().find(|l| l.starts_with("ROWS = [")).unwrap();
+        let theirs: Vec<usize> = line["ROWS = [".len()..line.len() - 1]
+            .split(", ")
+            .map(|t| t.parse().unwrap())
+            .collect();
+        assert_eq!(theirs, ROWS);
+        // Every one of its rows finds its case, the powers of two from 128 to 4096 among them.
+        let cases = cases(&ROWS);
+        let ceilings = Ceilings {
+            launch_us: 2.0,
+            copy_gbs: 4000.0,
+            bf16_tflops: 600.0,
+        };
+        let head = "chapter,shape,impl,rows,launches,device,cold_us,warm_us\n";
+        let line =
+            |t: usize| format!("ch05,qwen3_h2048_e128_k8,engines_router,{t},2,H200,9 11 10,8\n");
+        let text: String = std::iter::once(head.to_string())
+            .chain(ROWS.iter().map(|&t| line(t)))
+            .collect();
+        let rows = peer_rows(&text, "e.csv", &cases, &ceilings).unwrap();
+        assert_eq!(rows.len(), ROWS.len());
+        assert!([128, 256, 512, 1024, 2048, 4096]
+            .iter()
+            .all(|t| ROWS.contains(t)));
+        // A row count the bench does not measure has no case: refused.
+        assert!(peer_rows(&(head.to_string() + &line(100)), "e.csv", &cases, &ceilings).is_err());
+    }
+
+    #[test]
     fn targets_read_the_rows() {
         let row = |imp: &str, t: u64, cold: f64, bytes: f64| BenchRow {
             samples: 3,
