@@ -11,8 +11,9 @@ file), so its output can be compared with ours.
         --check-only --device cpu          the same kernels under TRITON_INTERPRET=1, nothing timed
     python3 tools/peers/engines_moe.py --self-check --device cpu
                                            small synthetic shapes against plain torch (no file)
-    python3 tools/peers/engines_moe.py --tune --routing R.safetensors --shape glm_h4096_i1024_e288_k8 \\
-        --out-dir DIR                      the configuration sweep (see "Tuning" below)
+    python3 tools/peers/engines_moe.py --tune --routing R.safetensors \\
+        --shape glm_h4096_i1024_e288_k8 --out-dir DIR
+                                           the configuration sweep (see "Tuning" below)
 
 The design (one implementation, impl `engines_triton`; four kernels in the timed call):
 
@@ -45,15 +46,17 @@ sweep.
 Tuning (--tune): the candidates of vLLM's benchmarks/kernels/benchmark_moe.py
 (`get_configs_compute_bound`: num_stages 2-5, BLOCK_SIZE_M 16-256, BLOCK_SIZE_K 64-256,
 BLOCK_SIZE_N 32-256, num_warps 4/8, GROUP_SIZE_M 1/16/32/64: 1,920), pruned (`candidates`):
-BLOCK_SIZE_M the next power of two above the pairs per active expert at that T, doubled (a
-larger tile is mostly padding), and the one below it (two below from 512 tokens), at least 16; BLOCK_SIZE_N 64-256 and BLOCK_SIZE_K 64-128 (32-wide columns and 256-deep steps never
-appear in vLLM's published H200 tables); num_stages 3-4 (2 and 5 appear there too, rarely);
-GROUP_SIZE_M 1 and 16 (the only values in those tables), 16 only where there is more than one
-tile per expert group; 8 warps only for tiles of at least 64 × 128; shared memory of the stages
-at most 200 KiB. Each candidate runs the bench's own routing at each T and is timed as below
-(fewer samples), and checked against the fp32 reference; the winner by cold median. Writes the
-sweep CSV and the winners' JSON into --out-dir. The kernels are compiled in parallel first
-(worker processes fill Triton's cache).
+BLOCK_SIZE_M twice the next power of two of the pairs per active expert at that T (a larger tile
+is mostly padding) and the one below it (two below from 512 tokens), at least 16; BLOCK_SIZE_N
+64-256 and BLOCK_SIZE_K 64-128 (32-wide columns and 256-deep steps are rare in vLLM's published
+H200 tables); num_stages 3-4 (2 and 5 appear there too, less often); GROUP_SIZE_M 1 and 16 (the
+only values in those tables), 16 only where there are more than 16 tiles; 8 warps only for
+tiles of at least 64 × 128; the stages' shared memory at most 200 KiB. At the GLM-like shape
+that leaves 10, 20, 20, 44 and 88 candidates at 1, 8, 64, 512 and 4,096 tokens (132 distinct).
+Each candidate runs the bench's own routing at each T, is checked against the fp32 reference
+and timed as below (fewer samples: --tune-samples cold, 3 warm); the winner is the lowest cold
+median. Writes the sweep CSV and the winners' JSON into --out-dir. The kernels are compiled in
+parallel first (worker processes fill Triton's cache).
 
 Checks: the output against chapter 2's fp32 reference (ch02_moe_loop.reference_fp32, the
 peers' tolerance), written as `out.engines_triton.S.T` bf16 [T, H] to --outputs for the bench
@@ -152,7 +155,8 @@ if triton is not None:
         ks = tl.arange(0, BLOCK_SIZE_K)
         rows = (pairs // TOP_K).to(tl.int64)  # the gathered A rows
         a_ptrs = a_ptr + rows[:, None] * stride_am + ks[None, :]
-        b_ptrs = b_ptr + expert * stride_be + cols_in.to(tl.int64)[None, :] * stride_bn + ks[:, None]
+        b_ptrs = (b_ptr + expert * stride_be + cols_in.to(tl.int64)[None, :] * stride_bn
+                  + ks[:, None])
         acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
         for kb in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
             left = K - kb * BLOCK_SIZE_K
@@ -237,11 +241,11 @@ class EnginesMoE:
     def __call__(self, x):
         cfg, P = self.cfg, self.P
         launch_gemm(x, self.w13, self.h, self.wts, self.align, P, self.k, False, cfg)
-        silu_and_mul_kernel[(P, triton.cdiv(self.I, 1024))](self.h, self.a, self.I, BLOCK=1024,
-                                                              WIDEN=INTERPRET)
+        silu_and_mul_kernel[(P, triton.cdiv(self.I, 1024))](
+            self.h, self.a, self.I, BLOCK=1024, WIDEN=INTERPRET)
         launch_gemm(self.a, self.w2, self.y, self.wts, self.align, P, 1, True, cfg)
-        moe_sum_kernel[(self.T, triton.cdiv(self.H, 1024))](self.y, self.out, self.H,
-                                                            TOP_K=self.k, BLOCK=1024, WIDEN=INTERPRET)
+        moe_sum_kernel[(self.T, triton.cdiv(self.H, 1024))](
+            self.y, self.out, self.H, TOP_K=self.k, BLOCK=1024, WIDEN=INTERPRET)
         return self.out
 
 

@@ -35,9 +35,11 @@ Checks (before timing; a wrong row count is printed FAILED, not timed, and the s
 the ids against an fp64 oracle on the same bf16 inputs (exact dot products, the scores and keys
 in fp64): on every row whose k-th and (k+1)-th keys are further apart than an fp32 GEMM could
 move them (2^-20 of the sum of the products' magnitudes, times the key's slope: a clear cut,
-where fp32 rounding cannot change the choice), the k ids must be the oracle's as a set, and at least half of the rows must be such rows, as the bench asks of ours; the weights
-within 1e-4 of the oracle's on those rows. The bench checks our pair's ids against the same
-oracle on the same inputs and the same rule, so on clear-cut rows the two give the same ids.
+where fp32 rounding cannot change the choice), the k ids must be the oracle's as a set, and at
+least half of the rows must be such rows, as the bench asks of ours; the weights within 1e-4 of
+the oracle's on those rows. The bench checks our pair's ids on the same inputs against chapter
+1's f64 oracle (on the logits our GEMM computed, every row with a clear cut there): on the rows
+clear-cut for both, both are the oracle's ids, so the same ids.
 
 Method: router5.py's `measure` (a CUDA graph of the two launches; cold: a flush of four times
 the L2 before each replay; warm: a graph of N copies). The samples as router5.py writes them

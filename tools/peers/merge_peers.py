@@ -9,8 +9,9 @@ its own log, then merges them here. Standard library only.
                                   samples only (chapter 5's peers write no outputs)
 
 Each (samples, outputs) pair (each samples file, without --outputs) is taken only when its files
-exist and are not empty (a peer that failed before writing leaves the others' rows). Samples files must share their header; output
-files must not repeat a tensor name. Exits 1 when no pair was usable.
+exist and are not empty (a peer that failed before writing leaves the others' rows). Samples
+files must share their header; output files must not repeat a tensor name. Exits 1 when no
+peer's files were usable.
 """
 
 import argparse
