@@ -1,7 +1,7 @@
 //! Chapter 5's cases: the fused router pair along the row axis, at chapter 1's two shapes (the
 //! router article's GLM-like router, hidden 4096, 288 experts, k = 8, sigmoid + bias; and
 //! Qwen3-30B-A3B's, hidden 2048, 128 experts, k = 8, softmax), at 1, 2, 4, 6, 8, 12, 16, 32, 64,
-//! 96 and 8192 rows. One table of implementations ([`impls`]), each measured the same way:
+//! 96, 128 to 4096 by powers of two, and 8192 rows. One table of implementations ([`impls`]), each measured the same way:
 //!
 //! | impl | what one call is | bytes of its floor |
 //! |---|---|---|
@@ -14,6 +14,7 @@
 //! | `blas_fused` | cuBLAS's bf16 → fp32 GEMM + the fused kernel | the router's |
 //! | `chain` | chapter 1's chain of plain kernels, fp32 in | the router's |
 //! | `torch_5line` | the five PyTorch lines (`tools/peers/router5.py --chapter ch05`), fp32 | the router's (merged from the peer's samples) |
+//! | `engines_router` | the engines' pair: cuBLAS's bf16 → fp32 GEMM (torch) + SGLang's Triton router design (`tools/peers/engines_router.py`), its ids checked against the same oracle as ours | the router's (merged from the peer's samples) |
 //!
 //! Beside each, the floor probe: one launch reading the case's input bytes cold, which for the
 //! router is chapter 1's floor (one launch + one cold read of the gate weight, with the hidden
@@ -24,6 +25,8 @@
 //! logits.
 //!
 //!     bench ch05 [--peers S.csv] [--out-dir bench/results/h200] [--quick]
+//!                                         (S.csv: the peers' samples, router5.py's and
+//!                                         engines_router.py's merged by merge_peers.py)
 //!     bench ch05 --quick                  without a GPU: a smoke test on the emulator at 1, 6
 //!                                         and 17 rows, writing nothing
 
@@ -52,8 +55,12 @@ use std::time::Instant;
 
 /// One decode token, 2 and 4, one request verifying 6 speculative tokens, 8 and 12 (around where
 /// the tiny GEMM changes form: 6 and 8 either side of the pair's switch), the engines' tiny GEMM's
-/// limit (16), past it (32, 64), 16 such requests (96), a prefill chunk.
-pub const ROWS: [usize; 11] = [1, 2, 4, 6, 8, 12, 16, 32, 64, 96, 8192];
+/// limit (16), past it (32, 64), 16 such requests (96), the powers of two from 128 to 4096 (where
+/// the switch from the tiny GEMM to cuBLAS is chosen by measurement), a prefill chunk. The peers
+/// measure at these too (`tools/peers/engines_router.py`'s ROWS is this list).
+pub const ROWS: [usize; 17] = [
+    1, 2, 4, 6, 8, 12, 16, 32, 64, 96, 128, 256, 512, 1024, 2048, 4096, 8192,
+];
 /// The emulator's smoke test: one row, six, and one past a 16-row block.
 const EMU_ROWS: [usize; 3] = [1, 6, 17];
 /// The PyTorch peer's implementation: in the book's table, not measured here (its rows are merged
@@ -644,6 +651,39 @@ mod tests {
         assert_eq!(rows[0].floor_us, ceilings.floor_us(pair.bytes, pair.flops));
         assert_eq!(rows[0].bytes, pair.bytes);
         assert_eq!(rows[0].cold_median_us, 20.0);
+    }
+
+    #[test]
+    fn the_engines_peer_measures_at_the_benchs_rows() {
+        // tools/peers/engines_router.py keeps its own copy of ROWS: the same list.
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../peers/engines_router.py");
+        let py = std::fs::read_to_string(path).unwrap();
+        let line = py.lines().find(|l| l.starts_with("ROWS = [")).unwrap();
+        let theirs: Vec<usize> = line["ROWS = [".len()..line.len() - 1]
+            .split(", ")
+            .map(|t| t.parse().unwrap())
+            .collect();
+        assert_eq!(theirs, ROWS);
+        // Every one of its rows finds its case, the powers of two from 128 to 4096 among them.
+        let cases = cases(&ROWS);
+        let ceilings = Ceilings {
+            launch_us: 2.0,
+            copy_gbs: 4000.0,
+            bf16_tflops: 600.0,
+        };
+        let head = "chapter,shape,impl,rows,launches,device,cold_us,warm_us\n";
+        let line =
+            |t: usize| format!("ch05,qwen3_h2048_e128_k8,engines_router,{t},2,H200,9 11 10,8\n");
+        let text: String = std::iter::once(head.to_string())
+            .chain(ROWS.iter().map(|&t| line(t)))
+            .collect();
+        let rows = peer_rows(&text, "e.csv", &cases, &ceilings).unwrap();
+        assert_eq!(rows.len(), ROWS.len());
+        assert!([128, 256, 512, 1024, 2048, 4096]
+            .iter()
+            .all(|t| ROWS.contains(t)));
+        // A row count the bench does not measure has no case: refused.
+        assert!(peer_rows(&(head.to_string() + &line(100)), "e.csv", &cases, &ceilings).is_err());
     }
 
     #[test]
