@@ -196,6 +196,18 @@ impl Device {
             .is_some_and(|g| crate::cuda::target_arch(g.arch) == "sm_90a")
     }
 
+    /// Whether this device is a GPU that runs `cp.async` (compute capability 8.0 or later:
+    /// chapter 4's versions 2 and 3 stage K through it). `None` on the emulator, which runs
+    /// every portable version (the rules that read this choose for a GPU).
+    pub fn gpu_has_cp_async(&self) -> Option<bool> {
+        self.gpu().map(|g| {
+            g.arch
+                .trim_start_matches("sm_")
+                .parse::<u32>()
+                .is_ok_and(|cc| cc >= 80)
+        })
+    }
+
     /// The tensor map of a row-major bf16 matrix `[rows, cols]` in `buf` (from element 0), for
     /// the tensor memory accelerator's copies of `box_rows` × `box_cols` boxes in the 128-byte
     /// swizzle: 128 bytes for a kernel to read from device memory. CUDA only (the emulator runs

@@ -506,6 +506,24 @@ impl fmt::Display for TileConfig {
     }
 }
 
+// ANCHOR: portable_tile
+/// The tile a GPU without sm_90a gets where the measured table has no portable row: the fastest
+/// portable configuration of the committed tuning run at 512 and 4096 tokens of both shapes,
+/// `w2x2_k64_n4_s3` (version 3: four warps as 2 × 2, K staged 64 at a time in three `cp.async`
+/// stages; compute capability 8.0 and later), when both GEMMs' K are at least 128 and the GPU
+/// runs `cp.async`; else [`default_tile`] (version 1, any GPU since Volta). On the H200 the
+/// bench times it forced (`fused_portable`): what a reader with an A100 or an RTX 40 runs.
+/// The emulator keeps [`default_tile`]: every version gives the same bits, and version 1 is the
+/// one to step through.
+pub fn portable_tile(hidden: usize, intermediate: usize, cp_async: bool) -> TileConfig {
+    if cp_async && hidden.min(intermediate) >= 128 {
+        tile_named("w2x2_k64_n4_s3")
+    } else {
+        default_tile(hidden, intermediate)
+    }
+}
+// ANCHOR_END: portable_tile
+
 /// The kernel file's default configuration, as its constants say.
 pub fn default_matches_the_kernel_constants() -> bool {
     let d = TileConfig::DEFAULT;
@@ -873,6 +891,19 @@ pub fn use_tuned_table(table: TunedTable) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gpu_without_sm90a_gets_a_portable_cp_async_tile() {
+        for (h, i) in [(2048, 768), (4096, 1024), (128, 128)] {
+            let t = portable_tile(h, i, true);
+            assert!(!t.is_hopper(), "{t} needs sm_90a");
+            assert_eq!(t.name(), "w2x2_k64_n4_s3");
+            // Without cp.async (before compute capability 8.0), version 1.
+            assert_eq!(portable_tile(h, i, false), default_tile(h, i));
+        }
+        // Small layers keep the rule's tile whatever the GPU.
+        assert_eq!(portable_tile(64, 32, true), default_tile(64, 32));
+    }
 
     #[test]
     fn the_default_is_the_kernels_plain_entry_points() {

@@ -55,8 +55,8 @@
 //! typed error ([`MoeError::Config`] naming `dtype`); chapter 2's layers are the f32 path.
 
 use crate::choose::{
-    choose_path, default_fusion, default_tile, tuned_table, DecodeGeometry, Fusion, Path,
-    TileConfig,
+    choose_path, default_fusion, default_tile, portable_tile, tuned_table, DecodeGeometry, Fusion,
+    Path, TileConfig,
 };
 use crate::fill::{fill_device, router_gate, tensor_scale, tensor_seed, Tensor};
 use ch01_router::chain::{

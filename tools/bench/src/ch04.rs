@@ -227,6 +227,19 @@ pub const VARIANTS: &[Variant] = &[
         },
     },
     Variant {
+        imp: "fused_portable",
+        about: "the tiled path at every T on the tile a GPU without sm_90a gets \
+                (choose::portable_tile: version 3, cp.async, w2x2_k64_n4_s3), forced on this GPU",
+        max_tokens: None,
+        needs_sm90a: false,
+        make: |l| {
+            let (h, i) = (l.config().hidden, l.config().intermediate);
+            l.with_path(FusedPath::Tiled)
+                .with_tile(ch04_fused_moe::choose::portable_tile(h, i, true))
+                .expect("a portable configuration runs on every GPU")
+        },
+    },
+    Variant {
         imp: "fused_tiled_unfused",
         about: "the tiled path, unfused: gate|up written, a SwiGLU kernel",
         max_tokens: None,
@@ -284,6 +297,7 @@ pub const SAME_BITS: &[(&str, &str)] = &[
     ("fused_decode_grouped", "fused_decode"),
     ("fused_tiled_v1", "fused_tiled"),
     ("fused_tiled_v4", "fused_tiled"),
+    ("fused_portable", "fused_tiled"),
 ];
 
 /// The largest T the decode variants are measured at.

@@ -32,7 +32,8 @@ impl FusedDevice {
     /// What runs a batch of `rows` tokens: each of the caller's overrides, else the measured
     /// table's bucket for this shape ([`tuned_table`]: path, fusion, tile, BLOCK_M where it names
     /// one, decode geometry), else the rules ([`choose_path`], [`default_fusion`], chapter 3's
-    /// BLOCK_M, [`default_tile`], [`DecodeGeometry::DEFAULT`]).
+    /// BLOCK_M, [`portable_tile`] on a GPU and [`default_tile`] on the emulator,
+    /// [`DecodeGeometry::DEFAULT`]).
     pub fn plan_for(&self, rows: usize) -> Result<BatchPlan, MoeError> {
         let c = &self.config;
         let (k, h, i, e) = (c.router.k, c.hidden, c.intermediate, c.experts);
@@ -64,10 +65,12 @@ impl FusedDevice {
             Path::Tiled => {
                 // A measured row naming a version 4 to 11 configuration counts only where it can run.
                 let tuned_tile = tuned_for(Path::Tiled).filter(|t| self.hopper_ok(t.tile).is_ok());
-                let tile = self
-                    .tile
-                    .or(tuned_tile.map(|t| t.tile))
-                    .unwrap_or_else(|| default_tile(h, i));
+                let tile = self.tile.or(tuned_tile.map(|t| t.tile)).unwrap_or_else(|| {
+                    match self.device.gpu_has_cp_async() {
+                        Some(cp_async) => portable_tile(h, i, cp_async),
+                        None => default_tile(h, i),
+                    }
+                });
                 let block_m = match tile.required_block_m() {
                     Some(need) => {
                         if let Some(asked) = self.block_m.filter(|&b| b != need) {
