@@ -73,6 +73,15 @@ impl LayerWorkspace {
     pub fn plan(&self) -> BatchPlan {
         self.experts.plan()
     }
+    /// The routing's buffers on the device: ids `[T, k]` i32 and weights `[T, k]` f32, which
+    /// the router writes and the experts read.
+    pub fn routing_buffers(&self) -> (&DeviceBuffer<i32>, &DeviceBuffer<f32>) {
+        (&self.ids, &self.weights)
+    }
+    /// Chapter 4's workspace for this batch.
+    pub fn experts_workspace(&self) -> &FusedWorkspace {
+        &self.experts
+    }
     /// The routing of the last call, downloaded (ids `[T, k]`, weights `[T, k]`).
     pub fn routing(&self, k: usize) -> Result<Routing, MoeError> {
         if self.rows == 0 {
@@ -170,6 +179,11 @@ impl AssembledLayer {
     /// Chapter 4's experts.
     pub fn experts_layer(&self) -> &FusedDevice {
         &self.experts
+    }
+
+    /// The router's gate `[E, H]` bf16 and selection bias `[E]` f32 on the device.
+    pub fn gate(&self) -> (&DeviceBuffer<bf16>, Option<&DeviceBuffer<f32>>) {
+        (&self.gate, self.bias.as_ref())
     }
 
     /// The logits GEMM for a batch of `rows` tokens: the caller's, else [`logits_for`].

@@ -20,6 +20,8 @@
 //! literal loop and its Hugging Face fixtures check it.
 
 pub mod example;
+#[cfg_attr(feature = "answers", path = "../answers/exercises.rs")]
+pub mod exercises;
 pub mod layer;
 pub mod switch;
 

@@ -10,8 +10,11 @@
 //! their logits (chapter 1's `OWN_LOGITS` near ties).
 
 use ch01_router::chain::DeviceRouterError;
+use ch01_router::compare::Tolerance as RouterTolerance;
+use ch01_router::LiteralRouter;
 use ch02_grouped::compare::{check_output, Tolerance};
 use ch02_grouped::conformance::{check_layer, oracle};
+use ch02_grouped::literal::literal_logits;
 use ch02_grouped::regimes::{regime, MoeRegime, REGIMES};
 use ch02_grouped::{Dtype, MoeConfig, MoeError, MoeLayer};
 use ch04_fused_moe::regimes::{fused_regime, FUSED_REGIMES};
@@ -118,8 +121,10 @@ fn bf16_input_gives_the_f32_input_bits(dev: &'static Device) {
     }
 }
 
-/// The two logits GEMMs give the same routing wherever the oracle's cut is clear, and outputs
-/// within chapter 2's tolerance between two bf16 layers (same roundings, other sum orders).
+/// The two logits GEMMs pick the same experts wherever the oracle's gap at the cut is wider than
+/// f32 logits can blur (chapter 1's `OWN_LOGITS`: cuBLAS on the GPU sums in its own order), and
+/// on the rows that agree the outputs are within chapter 2's tolerance between two bf16 layers
+/// (same roundings, other sum orders).
 fn tiny_gemm_and_cublas_agree(dev: &'static Device) {
     for name in [
         "decode_1tok",
@@ -128,21 +133,58 @@ fn tiny_gemm_and_cublas_agree(dev: &'static Device) {
         "mini_sglang",
     ] {
         let r = bf16_exact(regime(name).or_else(|| fused_regime(name)).unwrap());
-        let tiny = AssembledLayer::new(dev, &r.weights)
-            .unwrap()
-            .with_logits(LogitsFrom::TinyGemm)
-            .forward(&r.hidden)
-            .unwrap();
-        let blas = AssembledLayer::new(dev, &r.weights)
-            .unwrap()
-            .with_logits(LogitsFrom::Blas)
-            .forward(&r.hidden)
-            .unwrap();
-        assert_eq!(tiny.routing.ids, blas.routing.ids, "{name}: ids");
+        let w = &r.weights;
+        let (h, e) = (w.config.hidden, w.config.experts);
+        let run = |from| {
+            AssembledLayer::new(dev, w)
+                .unwrap()
+                .with_logits(from)
+                .forward(&r.hidden)
+                .unwrap()
+        };
+        let (tiny, blas) = (run(LogitsFrom::TinyGemm), run(LogitsFrom::Blas));
+        let details = LiteralRouter {
+            config: w.config.router.clone(),
+        }
+        .route_rows(
+            &literal_logits(w, &r.hidden, r.rows),
+            r.rows,
+            e,
+            w.bias.as_deref(),
+        )
+        .unwrap();
+        let set = |ids: &[u32]| {
+            let mut v = ids.to_vec();
+            v.sort_unstable();
+            v
+        };
+        let mut same = Vec::new();
+        for (t, d) in details.iter().enumerate() {
+            if set(tiny.routing.row_ids(t)) == set(blas.routing.row_ids(t)) {
+                same.push(t);
+            } else {
+                let gap = d.cut.as_ref().map_or(f64::INFINITY, |c| c.gap);
+                assert!(
+                    gap <= RouterTolerance::OWN_LOGITS.gap,
+                    "{name}: row {t}, gap {gap}"
+                );
+            }
+        }
+        assert!(
+            same.len() * 10 >= r.rows * 9,
+            "{name}: {} of {} rows agree",
+            same.len(),
+            r.rows
+        );
+        let pick = |v: &[f32]| -> Vec<f32> {
+            same.iter()
+                .flat_map(|&t| v[t * h..(t + 1) * h].iter().copied())
+                .collect()
+        };
         check_output(
             &format!("{name}: tiny GEMM vs cuBLAS logits"),
-            &blas.out,
-            &tiny.out,
+            &pick(&blas.out),
+            &pick(&tiny.out),
             Tolerance::BF16_VS_BF16,
         )
         .unwrap_or_else(|e| panic!("{e}"));

@@ -1,5 +1,6 @@
 //! Chapter 6's generated files: the page's example output and tree of files
-//! ([`super::example_and_tree`]), and the facts of the switch point between the tiny GEMM and
+//! ([`super::example_and_tree`]), the launch table read off the example's snapshot
+//! ([`launch_table`]), and the facts of the switch point between the tiny GEMM and
 //! cuBLAS, read off chapter 5's measurements (`bench/results/h200/ch05.csv`, `pair` against
 //! `blas_fused`): for each measured shape, the crossover (the largest measured row count at which
 //! the pair's cold median is at most cuBLAS + the fused router's; the rule of
@@ -86,9 +87,58 @@ fn facts(root: &Path) -> Result<Generated, String> {
     })
 }
 
+const SNAPSHOT: &str = "tests/snapshots/ch06_example__ch06_example.snap";
+const LAUNCHES: &str = "book/src/figures/ch06-launches.md";
+
+/// The launch table, from the example's snapshot (what the layer launched, recorded as it was
+/// queued, and checked by `tests/ch06_example.rs`): one row per layer and batch size, with the
+/// logits GEMM, chapter 4's plan, the launch count and the kernels.
+pub fn launch_table(snapshot: &str) -> Result<String, String> {
+    let mut out = String::from(
+        "| layer | tokens | logits | chapter 4's plan | launches | kernels, in order |\n|---|---|---|---|---|---|\n",
+    );
+    let (mut layer, mut rows) = (String::new(), 0);
+    let mut lines = snapshot.lines();
+    while let Some(line) = lines.next() {
+        if let Some(name) = line.strip_prefix("== ") {
+            layer = name.split(" (").next().unwrap_or(name).to_string();
+            continue;
+        }
+        let Some(batch) = line.strip_prefix("T = ") else {
+            continue;
+        };
+        let bad = || format!("{SNAPSHOT}: cannot read `{line}`");
+        let (t, rest) = batch.split_once(": ").ok_or_else(bad)?;
+        let (logits, plan) = rest.split_once(" logits; ").ok_or_else(bad)?;
+        let next = lines.next().unwrap_or("");
+        let (n, kernels) = next
+            .trim_start()
+            .split_once(" launches: ")
+            .ok_or_else(|| format!("{SNAPSHOT}: no launch line after `{line}`"))?;
+        let kernels: Vec<String> = kernels.split(" · ").map(|k| format!("`{k}`")).collect();
+        out += &format!(
+            "| {layer} | {t} | {logits} | {plan} | {n} | {} |\n",
+            kernels.join(", ")
+        );
+        rows += 1;
+    }
+    if rows == 0 {
+        return Err(format!("{SNAPSHOT}: no batch lines (`T = …`)"));
+    }
+    Ok(out)
+}
+
 /// Every generated file of chapter 6's page.
 pub fn generate(root: &Path) -> Result<Vec<Generated>, String> {
-    let mut v = vec![facts(root)?];
+    let snap = crate::snap::strip_header(&read(root, SNAPSHOT)?)
+        .map_err(|e| format!("{SNAPSHOT}: {e}"))?;
+    let mut v = vec![
+        facts(root)?,
+        Generated {
+            path: LAUNCHES.into(),
+            content: launch_table(&snap)?,
+        },
+    ];
     v.extend(super::example_and_tree(root, 6)?);
     Ok(v)
 }
@@ -100,9 +150,23 @@ mod tests {
     fn row(shape: &str, imp: &str, rows: u64, cold: f64) -> BenchRow {
         let line = format!(
             "chapter,shape,impl,rows,launches,cold_median_us,cold_p10_us,cold_p90_us,warm_median_us,warm_p10_us,warm_p90_us,floor_us,bytes,flops,cold_gbs,cold_tflops,samples,device\n\
-             ch05,{shape},{imp},{rows},2,{cold},0,0,0,0,0,0,0,0,0,0,1,X\n"
+             ch05,{shape},{imp},{rows},2,{cold},{cold},{cold},{cold},{cold},{cold},1,1,1,1,1,1,X\n"
         );
         parse_csv(&line, "t").unwrap().remove(0)
+    }
+
+    #[test]
+    fn the_launch_table_reads_the_example() {
+        let snap = "intro\n\n== Qwen3's router (softmax), at H 8\nT = 1: tiny GEMM logits; decode path, geometry w4_c1\n  2 launches: a · b\n  against ...\n";
+        let t = launch_table(snap).unwrap();
+        assert!(
+            t.ends_with(
+                "| Qwen3's router | 1 | tiny GEMM | decode path, geometry w4_c1 | 2 | `a`, `b` |\n"
+            ),
+            "{t}"
+        );
+        assert!(launch_table("nothing").is_err());
+        assert!(launch_table("T = 1: x logits; y\n").is_err());
     }
 
     #[test]
