@@ -5,6 +5,8 @@
 
 #[path = "../examples/ch02/cli.rs"]
 mod cli;
+#[path = "support/example_bin.rs"]
+mod example_bin;
 #[path = "support/poison.rs"]
 mod poison;
 
@@ -197,11 +199,75 @@ fn runs_a_hugging_face_checkpoint_from_the_command_line() {
     ])
     .unwrap_or_else(|e| panic!("{e}"));
     assert!(
-        text.contains(
-            "32 outputs are NaN or infinite: the input or the weights hold non-finite values"
-        ),
+        text.contains("32 outputs are NaN or infinite: the input holds 1 non-finite value"),
         "{text}"
     );
+    // Finite hidden states too large for the layer's arithmetic: the run says it overflowed (it
+    // once blamed non-finite values in the input or the weights, which held none).
+    let huge = dir.join("huge.safetensors");
+    let t = candle_core::Tensor::from_vec(vec![3e38f32; 2 * 32], (2, 32), &cpu).unwrap();
+    candle_core::safetensors::save(&[("hidden".to_string(), t)].into_iter().collect(), &huge)
+        .unwrap();
+    for dtype in ["bf16", "f32"] {
+        let argv = [
+            "ch02",
+            "--checkpoint",
+            ckpt.to_str().unwrap(),
+            "--input",
+            huge.to_str().unwrap(),
+            "--dtype",
+            dtype,
+            "--no-check",
+        ];
+        let text = try_run(&argv).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            text.contains(
+                "64 outputs are NaN or infinite: the input and the weights are finite, so the \
+                 layer's arithmetic overflowed (the largest |hidden| is 3e38)"
+            ),
+            "{dtype}: {text}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `--output` naming the `--input` file, or a file of the checkpoint's folder, is refused before
+/// any work, as a user sees it (it once overwrote the hidden states with the output, exit 0).
+#[test]
+fn an_output_that_would_overwrite_what_the_run_reads_is_refused() {
+    let dir = std::env::temp_dir().join(format!("ch02-example-same-{}", std::process::id()));
+    let ckpt = dir.join("ckpt");
+    std::fs::create_dir_all(&ckpt).unwrap();
+    let fx = hf_fixture("qwen3_moe");
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(fx.join("per_expert").join(f), ckpt.join(f)).unwrap();
+    }
+    let input = dir.join("in.safetensors");
+    std::fs::copy(fx.join("inputs.safetensors"), &input).unwrap();
+    let read = [
+        input.clone(),
+        ckpt.join("model.safetensors"),
+        ckpt.join("config.json"),
+    ];
+    let before: Vec<Vec<u8>> = read.iter().map(|p| std::fs::read(p).unwrap()).collect();
+    for out in &read {
+        let ran = example_bin::run_example(
+            "ch02",
+            &[
+                "--checkpoint",
+                ckpt.to_str().unwrap(),
+                "--input",
+                input.to_str().unwrap(),
+                "--output",
+                out.to_str().unwrap(),
+            ],
+            &[],
+        );
+        ran.assert_refused(&["is the file the run reads", "overwrite"]);
+        assert_eq!(ran.code, Some(1), "{ran:#?}");
+    }
+    let after: Vec<Vec<u8>> = read.iter().map(|p| std::fs::read(p).unwrap()).collect();
+    assert!(before == after, "a file the run reads was written");
     std::fs::remove_dir_all(&dir).ok();
 }
 
