@@ -298,6 +298,28 @@ fn a_checkpoint_with_a_nan_weight_is_refused() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// A config.json whose sizes disagree with the weights: the error says where the expected shape
+/// comes from (it once said only "expected [4, 32]", with no word of the config).
+#[test]
+fn a_config_that_disagrees_with_the_weights_says_so() {
+    let dir = std::env::temp_dir().join(format!("ch02-example-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = hf_fixture("qwen3_moe").join("per_expert");
+    std::fs::copy(src.join("model.safetensors"), dir.join("model.safetensors")).unwrap();
+    let config = std::fs::read_to_string(src.join("config.json")).unwrap();
+    let four = config.replace("\"num_local_experts\": 8", "\"num_local_experts\": 4");
+    assert_ne!(config, four);
+    std::fs::write(dir.join("config.json"), four).unwrap();
+    let err = try_run(&["ch02", "--checkpoint", dir.to_str().unwrap()]).unwrap_err();
+    assert_eq!(
+        err,
+        "tensor `model.layers.1.mlp.gate.weight` has shape [8, 32], expected [4, 32] from \
+         config.json's sizes (hidden_size, the expert count, the intermediate sizes): the config \
+         and the weights disagree"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 fn sci(v: &[f64]) -> String {
     v.iter()
         .map(|x| format!("{x:.2e}"))
