@@ -6,7 +6,7 @@
 //! (tests/primer_example.rs) masks the numbers.
 
 #[path = "shared/mod.rs"]
-mod shared;
+pub mod shared; // pub: tests/primer_example.rs calls its `device_error`
 
 use moe_kernels::families::{primer as geo, PRIMER};
 use moe_kernels::measure::{Harness, Measurement, Plan, Stats};
@@ -17,7 +17,17 @@ use std::time::Instant;
 
 type Error = Box<dyn std::error::Error>;
 
+/// The GPU primer: one short run of a tiny kernel per section of the book's page "A GPU in one
+/// page" (threads, warps and lanes; blocks and SMs; occupancy; shared memory and banks; caches;
+/// coalescing; launches, graphs and dependent launch), on the GPU when there is one, else on the
+/// CPU emulator. It takes no options.
+#[derive(clap::Parser, Debug)]
+#[command(name = "primer", about)]
+pub struct Args {}
+
 fn main() -> ExitCode {
+    use clap::Parser;
+    let _ = Args::parse(); // --help, or a usage error (any argument) with status 2
     shared::main_with(run)
 }
 
@@ -238,7 +248,10 @@ struct CopyRun<'h> {
 
 impl<'h> CopyRun<'h> {
     fn new(device: &'h Device, h: Option<&'h Harness>, n: usize) -> Self {
-        assert!(n % 32 == 0, "the strided copy takes a multiple of 32");
+        // `%` rather than `is_multiple_of`, which needs Rust 1.87 (the workspace's MSRV is 1.85).
+        #[allow(clippy::manual_is_multiple_of)]
+        let whole_warps = n % 32 == 0;
+        assert!(whole_warps, "the strided copy takes a multiple of 32");
         CopyRun { device, h, n }
     }
 
@@ -249,7 +262,7 @@ impl<'h> CopyRun<'h> {
 
     /// The size of one of the two buffers, `64 MiB`.
     fn size(&self) -> String {
-        format!("{} MiB", self.n * 4 >> 20)
+        format!("{} MiB", (self.n * 4) >> 20)
     }
 
     /// Copies 2,048 floats with `kernel` (2 blocks of 64 threads, so the grid-stride loop runs

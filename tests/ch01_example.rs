@@ -4,6 +4,8 @@
 
 #[path = "../examples/ch01/cli.rs"]
 mod cli;
+#[path = "support/example_bin.rs"]
+mod example_bin;
 
 use ch01_router::example::run;
 use ch01_router::literal::LiteralRouter;
@@ -180,10 +182,13 @@ fn routes_a_readers_file_and_writes_the_result() {
     let inp = input.to_str().unwrap();
     let err = try_run(&["ch01", "--input", inp, "--k", "0"]).unwrap_err();
     assert!(err.contains("k = 0"), "{err}");
-    for bad in ["nan", "inf", "-1", "0"] {
+    // The message names the option (it once said only "the routed scaling factor"), and `-inf`
+    // is read as a value (it was once taken for an option `-i`).
+    for bad in ["nan", "inf", "-inf", "-1", "0", "-0"] {
         let err = try_run(&["ch01", "--input", inp, "--scale", bad]).unwrap_err();
         assert!(
-            err.starts_with("the routed scaling factor must be a finite number above 0"),
+            err.contains(&format!("invalid value '{bad}' for '--scale <SCALE>'"))
+                && err.contains("the routed scaling factor must be a finite number above 0"),
             "--scale {bad}: {err}"
         );
     }
@@ -302,5 +307,58 @@ fn a_file_that_is_not_safetensors_says_so() {
             "{opt} {v}: {err}"
         );
     }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `--output` naming the `--input` file is refused before any work, as a user sees it (it once
+/// overwrote the logits with the routing, exit 0); through a `./` or a symbolic link too.
+#[test]
+fn an_output_that_is_the_input_is_refused() {
+    let dir = std::env::temp_dir().join(format!("ch01-example-same-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = dir.join("in.safetensors");
+    moe_kernels::safetensors::SafetensorsWriter::new()
+        .f32(
+            "logits",
+            &[2, 4],
+            &[0.5, 1.0, -1.0, 2.0, 0.0, 0.25, 3.0, -2.0],
+        )
+        .write(&input)
+        .unwrap();
+    let before = std::fs::read(&input).unwrap();
+    let link = dir.join("link.safetensors");
+    std::os::unix::fs::symlink(&input, &link).unwrap();
+    let dotted = dir.join(".").join("in.safetensors");
+    let inp = input.to_str().unwrap();
+    for out in [inp, dotted.to_str().unwrap(), link.to_str().unwrap()] {
+        let ran =
+            example_bin::run_example("ch01", &["--input", inp, "--output", out, "--k", "2"], &[]);
+        ran.assert_refused(&[
+            &format!("--output {out}: is the file the run reads"),
+            "overwrite",
+        ]);
+        assert_eq!(ran.code, Some(1), "{ran:#?}");
+    }
+    assert_eq!(
+        std::fs::read(&input).unwrap(),
+        before,
+        "the input was written"
+    );
+    // Another name is written as before.
+    let other = dir.join("out.safetensors");
+    let ran = example_bin::run_example(
+        "ch01",
+        &[
+            "--input",
+            inp,
+            "--output",
+            other.to_str().unwrap(),
+            "--k",
+            "2",
+        ],
+        &[],
+    );
+    assert_eq!(ran.code, Some(0), "{ran:#?}");
+    assert!(other.is_file());
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -5,6 +5,8 @@
 
 #[path = "../examples/ch02/cli.rs"]
 mod cli;
+#[path = "support/example_bin.rs"]
+mod example_bin;
 #[path = "support/poison.rs"]
 mod poison;
 
@@ -197,11 +199,75 @@ fn runs_a_hugging_face_checkpoint_from_the_command_line() {
     ])
     .unwrap_or_else(|e| panic!("{e}"));
     assert!(
-        text.contains(
-            "32 outputs are NaN or infinite: the input or the weights hold non-finite values"
-        ),
+        text.contains("32 outputs are NaN or infinite: the input holds 1 non-finite value"),
         "{text}"
     );
+    // Finite hidden states too large for the layer's arithmetic: the run says it overflowed (it
+    // once blamed non-finite values in the input or the weights, which held none).
+    let huge = dir.join("huge.safetensors");
+    let t = candle_core::Tensor::from_vec(vec![3e38f32; 2 * 32], (2, 32), &cpu).unwrap();
+    candle_core::safetensors::save(&[("hidden".to_string(), t)].into_iter().collect(), &huge)
+        .unwrap();
+    for dtype in ["bf16", "f32"] {
+        let argv = [
+            "ch02",
+            "--checkpoint",
+            ckpt.to_str().unwrap(),
+            "--input",
+            huge.to_str().unwrap(),
+            "--dtype",
+            dtype,
+            "--no-check",
+        ];
+        let text = try_run(&argv).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            text.contains(
+                "64 outputs are NaN or infinite: the input and the weights are finite, so the \
+                 layer's arithmetic overflowed (the largest |hidden| is 3e38)"
+            ),
+            "{dtype}: {text}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `--output` naming the `--input` file, or a file of the checkpoint's folder, is refused before
+/// any work, as a user sees it (it once overwrote the hidden states with the output, exit 0).
+#[test]
+fn an_output_that_would_overwrite_what_the_run_reads_is_refused() {
+    let dir = std::env::temp_dir().join(format!("ch02-example-same-{}", std::process::id()));
+    let ckpt = dir.join("ckpt");
+    std::fs::create_dir_all(&ckpt).unwrap();
+    let fx = hf_fixture("qwen3_moe");
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(fx.join("per_expert").join(f), ckpt.join(f)).unwrap();
+    }
+    let input = dir.join("in.safetensors");
+    std::fs::copy(fx.join("inputs.safetensors"), &input).unwrap();
+    let read = [
+        input.clone(),
+        ckpt.join("model.safetensors"),
+        ckpt.join("config.json"),
+    ];
+    let before: Vec<Vec<u8>> = read.iter().map(|p| std::fs::read(p).unwrap()).collect();
+    for out in &read {
+        let ran = example_bin::run_example(
+            "ch02",
+            &[
+                "--checkpoint",
+                ckpt.to_str().unwrap(),
+                "--input",
+                input.to_str().unwrap(),
+                "--output",
+                out.to_str().unwrap(),
+            ],
+            &[],
+        );
+        ran.assert_refused(&["is the file the run reads", "overwrite"]);
+        assert_eq!(ran.code, Some(1), "{ran:#?}");
+    }
+    let after: Vec<Vec<u8>> = read.iter().map(|p| std::fs::read(p).unwrap()).collect();
+    assert!(before == after, "a file the run reads was written");
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -229,6 +295,28 @@ fn a_checkpoint_with_a_nan_weight_is_refused() {
         let err = try_run(&["ch02", "--checkpoint", ckpt.to_str().unwrap()]).unwrap_err();
         assert!(err.starts_with(want), "{err}");
     }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A config.json whose sizes disagree with the weights: the error says where the expected shape
+/// comes from (it once said only "expected [4, 32]", with no word of the config).
+#[test]
+fn a_config_that_disagrees_with_the_weights_says_so() {
+    let dir = std::env::temp_dir().join(format!("ch02-example-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = hf_fixture("qwen3_moe").join("per_expert");
+    std::fs::copy(src.join("model.safetensors"), dir.join("model.safetensors")).unwrap();
+    let config = std::fs::read_to_string(src.join("config.json")).unwrap();
+    let four = config.replace("\"num_local_experts\": 8", "\"num_local_experts\": 4");
+    assert_ne!(config, four);
+    std::fs::write(dir.join("config.json"), four).unwrap();
+    let err = try_run(&["ch02", "--checkpoint", dir.to_str().unwrap()]).unwrap_err();
+    assert_eq!(
+        err,
+        "tensor `model.layers.1.mlp.gate.weight` has shape [8, 32], expected [4, 32] from \
+         config.json's sizes (hidden_size, the expert count, the intermediate sizes): the config \
+         and the weights disagree"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 

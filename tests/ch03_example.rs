@@ -289,6 +289,38 @@ fn every_bad_input_is_a_typed_error() {
         err.to_string(),
         "/nonexistent-folder/out.safetensors: its folder does not exist"
     );
+    // A file with both `topk_ids` and `ids` is ambiguous (it once aligned `topk_ids` and said
+    // nothing of `ids`).
+    save(
+        &path,
+        "topk_ids",
+        candle_core::Tensor::new(&[[1i32, 2], [3, 4]], &cpu).unwrap(),
+    );
+    let mut both = candle_core::safetensors::load(&path, &cpu).unwrap();
+    both.insert(
+        "ids".into(),
+        candle_core::Tensor::new(&[[0i32, 0], [0, 0]], &cpu).unwrap(),
+    );
+    candle_core::safetensors::save(&both, &path).unwrap();
+    assert_eq!(
+        run_with("8", &[]).to_string(),
+        format!(
+            "{}: holds both `topk_ids` and `ids`: keep the one to align (it reads either)",
+            path.display()
+        )
+    );
+    // --output naming the --input file is refused before any work (it once overwrote the ids
+    // with the three buffers, exit 0).
+    let before = std::fs::read(&path).unwrap();
+    save_ids(&path, "topk_ids", &[1, 2, 3, 4], &[2, 2]);
+    let before_ids = std::fs::read(&path).unwrap();
+    assert_ne!(before, before_ids);
+    let err = run_with("8", &["--output", s(&path)]).to_string();
+    assert!(
+        err.contains("is the file the run reads") && err.contains("overwrite"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), before_ids);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -307,8 +339,22 @@ fn options_without_input_are_refused() {
             "{argv:?}: {err}"
         );
     }
-    let err = Args::try_parse_from(["ch03", "--input", "x", "--experts", "-3"]).unwrap_err();
-    assert_eq!(err.kind(), clap::error::ErrorKind::UnknownArgument, "{err}");
+    // A negative count or tile is a bad value of its option, named as such (clap once took `-3`
+    // for an unknown option `-3`, and `-16` for `-1`).
+    for (option, value) in [("--experts", "-3"), ("--block-m", "-16")] {
+        let mut argv = vec!["ch03", "--input", "x", "--experts", "8"];
+        if option == "--experts" {
+            argv.truncate(3);
+        }
+        argv.extend([option, value]);
+        let err = Args::try_parse_from(&argv).unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation, "{err}");
+        assert!(
+            err.to_string()
+                .contains(&format!("invalid value '{value}' for '{option} <")),
+            "{err}"
+        );
+    }
     assert!(Args::try_parse_from(["ch03"])
         .unwrap()
         .input_options()

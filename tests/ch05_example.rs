@@ -416,7 +416,19 @@ fn bad_inputs_are_typed_errors() {
     let e = err(&["ch05", "--input", &good, "--k", "-2"]);
     assert!(e.contains("invalid value '-2' for '--k <K>'"), "{e}");
     let e = err(&["ch05", "--input", &good, "--scale", "-1"]);
-    assert!(e.starts_with("the routed scaling factor must be"), "{e}");
+    assert!(
+        e.contains("invalid value '-1' for '--scale <SCALE>': the routed scaling factor must be"),
+        "{e}"
+    );
+    // --output naming the --input file is refused before any work (it once overwrote the hidden
+    // states and the gate with the routing, exit 0).
+    let before = std::fs::read(&good).unwrap();
+    let e = err(&["ch05", "--input", &good, "--output", &good]);
+    assert!(
+        e.contains("is the file the run reads") && e.contains("overwrite"),
+        "{e}"
+    );
+    assert_eq!(std::fs::read(&good).unwrap(), before);
     // An output path that cannot be written is refused before anything runs.
     let e = err(&["ch05", "--input", &good, "--output", dir.to_str().unwrap()]);
     assert!(e.contains("is a folder"), "{e}");

@@ -6,8 +6,12 @@
 #[allow(dead_code)] // its `main`: the test calls `run`
 mod primer;
 
+#[path = "support/example_bin.rs"]
+mod example_bin;
+
+use example_bin::run_example;
 use moe_kernels::testing::device;
-use moe_kernels::BackendKind;
+use moe_kernels::{BackendKind, Device, KernelError};
 use moe_tools::snap::mask_measured;
 
 fn run_to_string() -> String {
@@ -72,4 +76,58 @@ fn example_stdout() {
         "book/src/figures/gpu-primer-example.txt differs from the example's output: copy the \
          snapshot's body (tests/snapshots/primer_example__primer_example.snap) into it"
     );
+}
+
+/// The primer takes no options: any argument is a usage error with status 2 (it once ignored
+/// its arguments, ran every section and exited 0 on `--bogus`), and `--help` says what it is
+/// instead of running.
+#[test]
+fn the_primer_refuses_arguments_and_has_a_help() {
+    for args in [
+        &["--bogus"][..],
+        &["stray"],
+        &["-x"],
+        &["--input", "x.safetensors"],
+    ] {
+        let ran = run_example("primer", args, &[]);
+        ran.assert_refused(&[&format!("unexpected argument '{}'", args[0])]);
+        assert_eq!(ran.code, Some(2), "{ran:#?}");
+        assert!(ran.stdout.is_empty(), "{ran:#?}");
+    }
+    for help in ["--help", "-h"] {
+        let ran = run_example("primer", &[help], &[]);
+        assert_eq!(ran.code, Some(0), "{ran:#?}");
+        assert!(ran.stdout.contains("Usage: primer"), "{ran:#?}");
+        assert!(!ran.stdout.contains("== Threads"), "it ran: {ran:#?}");
+    }
+}
+
+/// `MOE_BACKEND=cuda` where the GPU cannot run: the error says that the variable asked for the GPU
+/// and how to run on the emulator instead (it once named only the missing driver).
+#[test]
+fn a_forced_gpu_that_cannot_run_says_what_to_change() {
+    let e = KernelError::NoGpu {
+        why: "no CUDA driver library (libcuda.so.1) was found".into(),
+    };
+    let msg = primer::shared::device_error(&e, Some("cuda"));
+    assert!(msg.starts_with(&e.to_string()), "{msg}");
+    assert!(
+        msg.contains("MOE_BACKEND=cuda asks for the GPU") && msg.contains("MOE_BACKEND=emu"),
+        "{msg}"
+    );
+    assert_eq!(primer::shared::device_error(&e, None), e.to_string());
+    let other = KernelError::UnknownBackend("gpu".into());
+    assert_eq!(
+        primer::shared::device_error(&other, Some("gpu")),
+        other.to_string()
+    );
+    // As a user sees it, on a machine without a GPU (with one, MOE_BACKEND=cuda just runs).
+    if Device::cuda().is_err() {
+        for example in ["primer", "ch01"] {
+            run_example(example, &[], &[("MOE_BACKEND", "cuda")]).assert_refused(&[
+                "the CUDA backend cannot run here",
+                "MOE_BACKEND=cuda asks for the GPU",
+            ]);
+        }
+    }
 }

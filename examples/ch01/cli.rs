@@ -62,7 +62,7 @@ pub struct Args {
         value_parser = parse_scale,
         requires = "input",
         help_heading = INPUT_OPTIONS,
-        allow_negative_numbers = true
+        allow_hyphen_values = true
     )]
     pub scale: f32,
     /// Round the bias to bf16 before routing, and count the rows that then select a different
@@ -88,8 +88,9 @@ pub enum ScoringArg {
     SqrtSoftplus,
 }
 
-/// An f32, and a number too large for one said to be so (f32 parsing turns it into infinity,
-/// which the router's check would then report as `inf`).
+/// A finite f32 above 0, so that clap's message names `--scale` (the router's own check says
+/// the same without naming the option); a number too large for an f32 is said to be so (f32
+/// parsing turns it into infinity). Hyphen values are taken (`-inf`, `-1`), to be refused here.
 fn parse_scale(s: &str) -> Result<f32, String> {
     let v: f32 = s
         .trim()
@@ -97,6 +98,11 @@ fn parse_scale(s: &str) -> Result<f32, String> {
         .map_err(|_| format!("{s:?} is not a number"))?;
     if v.is_infinite() && s.trim().parse::<f64>().is_ok_and(f64::is_finite) {
         return Err(format!("{s} is past the largest f32 ({:e})", f32::MAX));
+    }
+    if !(v.is_finite() && v > 0.0) {
+        return Err(format!(
+            "the routed scaling factor must be a finite number above 0, got {v}"
+        ));
     }
     Ok(v)
 }

@@ -21,11 +21,23 @@ pub struct Args {
     #[arg(long, value_name = "FILE.safetensors", requires = "experts")]
     pub input: Option<PathBuf>,
     /// E, the layer's expert count: every id must lie in 0..E (required with --input).
-    #[arg(long, value_name = "E", requires = "input", help_heading = INPUT_OPTIONS)]
+    #[arg(
+        long,
+        value_name = "E",
+        requires = "input",
+        help_heading = INPUT_OPTIONS,
+        allow_negative_numbers = true
+    )]
     pub experts: Option<usize>,
     /// The tile: a power of two from 1 to 1024 (default: the chapter's rule, by pairs per
     /// expert).
-    #[arg(long, value_name = "N", requires = "input", help_heading = INPUT_OPTIONS)]
+    #[arg(
+        long,
+        value_name = "N",
+        requires = "input",
+        help_heading = INPUT_OPTIONS,
+        allow_negative_numbers = true
+    )]
     pub block_m: Option<usize>,
     /// Write `sorted_ids`, `expert_ids` and `num_tokens_post_padded` [1] (all i32) here.
     #[arg(

@@ -2,7 +2,7 @@
 //! which on stderr), run, and turn an error into `error: …` on stderr and a non-zero exit.
 //! Included by `examples/chNN/main.rs` with `#[path = "../shared/mod.rs"] mod shared;`.
 
-use moe_kernels::Device;
+use moe_kernels::{Device, KernelError};
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -18,7 +18,10 @@ pub fn main_with<E: std::fmt::Display>(
     let device = match Device::auto() {
         Ok(d) => d,
         Err(e) => {
-            say_error(&e);
+            say_error(&device_error(
+                &e,
+                std::env::var("MOE_BACKEND").ok().as_deref(),
+            ));
             return ExitCode::FAILURE;
         }
     };
@@ -29,5 +32,17 @@ pub fn main_with<E: std::fmt::Display>(
             say_error(&e);
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The error of a device that cannot be had, saying what to change: when `MOE_BACKEND` forced
+/// the GPU, that the variable did it and how to run on the emulator instead.
+pub fn device_error(e: &KernelError, moe_backend: Option<&str>) -> String {
+    match (e, moe_backend) {
+        (KernelError::NoGpu { .. }, Some(v)) if v.trim().eq_ignore_ascii_case("cuda") => format!(
+            "{e} (MOE_BACKEND={v} asks for the GPU: unset it to use the GPU when there is one \
+             and the CPU emulator otherwise, or set MOE_BACKEND=emu)"
+        ),
+        _ => e.to_string(),
     }
 }

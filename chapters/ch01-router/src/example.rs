@@ -284,6 +284,11 @@ fn route_file(
     out: Out,
     notes: Out,
 ) -> Result<(), String> {
+    if let Some(o) = &args.output {
+        if let Some(why) = io::output_problem(o, &[path]) {
+            return Err(format!("--output {}: {why}", o.display()));
+        }
+    }
     let (logits, bias_fp32) = io::read_router_input(path).map_err(|e| e.to_string())?;
     args.check_bias_bf16(path, bias_fp32.is_some())?;
     let bias = match (&bias_fp32, args.bias_bf16) {

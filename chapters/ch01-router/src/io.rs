@@ -110,6 +110,26 @@ pub fn check_safetensors(bytes: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
+/// Why `output` cannot be written by a run that reads `inputs`, checked before any work: its
+/// folder is missing, it is a folder, or it is one of the files the run reads (writing it would
+/// overwrite the reader's input: a symbolic link or `./` in either path is seen through).
+pub fn output_problem(output: &Path, inputs: &[&Path]) -> Option<String> {
+    if let Some(why) = moe_kernels::safetensors::output_path_problem(output) {
+        return Some(why.to_string());
+    }
+    let out = std::fs::canonicalize(output).ok()?; // not there yet: not an input either
+    inputs
+        .iter()
+        .find(|i| std::fs::canonicalize(i).is_ok_and(|i| i == out))
+        .map(|i| {
+            format!(
+                "is the file the run reads ({}): writing it would overwrite it; choose another \
+                 name",
+                i.display()
+            )
+        })
+}
+
 /// Writes a routing as `ids` (`[T, k]` i32, the type PyTorch indexes with) and `weights`
 /// (`[T, k]` f32).
 pub fn write_routing(path: &Path, routing: &Routing) -> Result<(), RouterError> {

@@ -462,7 +462,7 @@ pub fn run_checkpoint_with<L: MoeLayer>(
         |line: &str| writeln!(out, "{line}").map_err(|e| ExampleError::Stdout(e.to_string()));
     // The files the run reads and writes, before the (possibly long) load.
     if let Some(path) = &opts.output {
-        io::check_output_path(path)?;
+        io::check_output_path(path, opts.input.as_deref(), &opts.dir)?;
     }
     if let Some(path) = &opts.input {
         if !path.is_file() {
@@ -520,11 +520,8 @@ pub fn run_checkpoint_with<L: MoeLayer>(
     } else {
         say(&ran(&layer, rows, &launched)?)?;
     }
-    let non_finite = fwd.out.iter().filter(|v| !v.is_finite()).count();
-    if non_finite > 0 {
-        say(&format!(
-            "{non_finite} outputs are NaN or infinite: the input or the weights hold non-finite values"
-        ))?;
+    if let Some(note) = non_finite_outputs(&fwd.out, &hidden) {
+        say(&note)?;
     }
     for t in 0..rows.min(4) {
         let ids: Vec<String> = fwd
@@ -575,4 +572,26 @@ pub fn run_checkpoint_with<L: MoeLayer>(
         })?;
     }
     Ok(())
+}
+
+/// What a checkpoint run says when outputs are NaN or infinite, and why: the weights were
+/// checked finite at load, so either the input holds non-finite values, or it is finite and the
+/// layer's arithmetic overflowed (hidden states near f32's largest value); `None` when every
+/// output is finite.
+pub fn non_finite_outputs(out: &[f32], hidden: &[f32]) -> Option<String> {
+    let bad = out.iter().filter(|v| !v.is_finite()).count();
+    if bad == 0 {
+        return None;
+    }
+    let bad_in = hidden.iter().filter(|v| !v.is_finite()).count();
+    Some(if bad_in > 0 {
+        let values = if bad_in == 1 { "value" } else { "values" };
+        format!("{bad} outputs are NaN or infinite: the input holds {bad_in} non-finite {values}")
+    } else {
+        let largest = hidden.iter().fold(0f32, |m, v| m.max(v.abs()));
+        format!(
+            "{bad} outputs are NaN or infinite: the input and the weights are finite, so the \
+             layer's arithmetic overflowed (the largest |hidden| is {largest:e})"
+        )
+    })
 }

@@ -3,8 +3,9 @@
 
 use crate::checkpoint::files::{map, raw};
 use crate::checkpoint::CheckpointError;
-use moe_kernels::safetensors::{output_path_problem, SafetensorsWriter};
-use std::path::Path;
+use ch01_router::io::output_problem;
+use moe_kernels::safetensors::SafetensorsWriter;
+use std::path::{Path, PathBuf};
 
 /// Reads the tensor `hidden` [T, H] (F32, BF16 or F16; converted to f32 exactly) from a
 /// safetensors file: `(values, T, H)`.
@@ -45,13 +46,24 @@ pub fn write_out(
         })
 }
 
-/// Checks, before any work, that `path` can be written: its folder exists and it is not a folder.
-pub fn check_output_path(path: &Path) -> Result<(), CheckpointError> {
-    match output_path_problem(path) {
+/// Checks, before any work, that `path` can be written: its folder exists, it is not a folder,
+/// and it is neither the `input` file nor a file of the `checkpoint` folder (which it would
+/// overwrite).
+pub fn check_output_path(
+    path: &Path,
+    input: Option<&Path>,
+    checkpoint: &Path,
+) -> Result<(), CheckpointError> {
+    let mut reads: Vec<PathBuf> = input.into_iter().map(Path::to_path_buf).collect();
+    if let Ok(entries) = std::fs::read_dir(checkpoint) {
+        reads.extend(entries.filter_map(|e| e.ok()).map(|e| e.path()));
+    }
+    let reads: Vec<&Path> = reads.iter().map(PathBuf::as_path).collect();
+    match output_problem(path, &reads) {
         None => Ok(()),
         Some(why) => Err(CheckpointError::Io {
             path: path.to_path_buf(),
-            why: why.to_string(),
+            why,
         }),
     }
 }

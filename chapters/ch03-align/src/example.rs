@@ -15,7 +15,8 @@ use crate::literal::align_literal;
 use crate::reference::align_reference;
 use crate::regimes::{regime, REGIMES};
 use crate::text::draw;
-use moe_kernels::safetensors::{output_path_problem, SafetensorsWriter};
+use ch01_router::io::output_problem;
+use moe_kernels::safetensors::SafetensorsWriter;
 use moe_kernels::{record_launches, Device};
 use std::fmt;
 use std::io::Write;
@@ -310,7 +311,7 @@ fn tour(device: &'static Device, out: Out) -> Result<(), ExampleError> {
 fn run_input(opts: &InputOptions, device: &'static Device, out: Out) -> Result<(), ExampleError> {
     // The output's folder before any work, so a typo costs nothing.
     if let Some(path) = &opts.output {
-        check_output_path(path)?;
+        check_output_path(path, &opts.input)?;
     }
     let (name, ids, tokens, k) = read_topk_ids(&opts.input)?;
     let e = opts.experts;
@@ -393,6 +394,13 @@ pub fn read_topk_ids(path: &Path) -> Result<(String, Vec<i64>, usize, usize), Ex
             found,
         });
     };
+    if names.iter().any(|n| n == "topk_ids") && names.iter().any(|n| n == "ids") {
+        return Err(ExampleError::Io {
+            path: path.to_path_buf(),
+            why: "holds both `topk_ids` and `ids`: keep the one to align (it reads either)"
+                .to_string(),
+        });
+    }
     let view = st.get(name).map_err(|e| not_st(e.to_string()))?;
     let dtype = format!("{:?}", view.dtype());
     if dtype != "I32" {
@@ -432,13 +440,14 @@ pub fn write_outputs(path: &Path, a: &Aligned) -> Result<(), ExampleError> {
         })
 }
 
-/// Checks, before any work, that `path` can be written: its folder exists and it is not a folder.
-pub fn check_output_path(path: &Path) -> Result<(), ExampleError> {
-    match output_path_problem(path) {
+/// Checks, before any work, that `path` can be written: its folder exists, it is not a folder,
+/// and it is not the `input` file (which it would overwrite).
+pub fn check_output_path(path: &Path, input: &Path) -> Result<(), ExampleError> {
+    match output_problem(path, &[input]) {
         None => Ok(()),
         Some(why) => Err(ExampleError::Io {
             path: path.to_path_buf(),
-            why: why.to_string(),
+            why,
         }),
     }
 }

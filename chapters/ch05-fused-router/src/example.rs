@@ -15,12 +15,12 @@ use ch01_router::chain::{route_on_device, DeviceRouter, FiveLineChain, GateDtype
 use ch01_router::compare::{check_routing, Tolerance};
 use ch01_router::conformance::{as_dtype, check_every_regime, scoring_label};
 use ch01_router::example::{non_finite_note, FileOptions};
+use ch01_router::io::output_problem;
 use ch01_router::literal::LiteralRouter;
 use ch01_router::reference::ReferenceRouter;
 use ch01_router::regimes::{regime, RegimeInput};
 use ch01_router::routing::{Router, Routing};
 use ch01_router::toy;
-use moe_kernels::safetensors::output_path_problem;
 use moe_kernels::{record_launches, Device};
 use std::io::Write;
 use std::path::Path;
@@ -276,7 +276,7 @@ fn route_file(
     notes: Out,
 ) -> Result<(), String> {
     if let Some(o) = &args.output {
-        if let Some(why) = output_path_problem(o) {
+        if let Some(why) = output_problem(o, &[path]) {
             return Err(format!("--output {}: {why}", o.display()));
         }
     }

@@ -221,7 +221,12 @@ impl fmt::Display for CheckpointError {
                 tensor,
                 expected,
                 found,
-            } => write!(f, "tensor `{tensor}` has shape {found:?}, expected {expected:?}"),
+            } => write!(
+                f,
+                "tensor `{tensor}` has shape {found:?}, expected {expected:?} from config.json's \
+                 sizes (hidden_size, the expert count, the intermediate sizes): the config and \
+                 the weights disagree"
+            ),
             Rank {
                 tensor,
                 expected,
