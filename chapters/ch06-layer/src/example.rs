@@ -222,7 +222,7 @@ fn run_checkpoint(
 ) -> Result<(), ExampleError> {
     // The files the run reads and writes, before the (possibly long) load.
     if let Some(path) = &opts.output {
-        io::check_output_path(path)?;
+        io::check_output_path(path, opts.input.as_deref(), &opts.dir)?;
     }
     if let Some(path) = &opts.input {
         if !path.is_file() {
