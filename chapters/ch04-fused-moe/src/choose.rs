@@ -514,7 +514,9 @@ impl fmt::Display for TileConfig {
 /// runs `cp.async`; else [`default_tile`] (version 1, any GPU since Volta). On the H200 the
 /// bench times it forced (`fused_portable`): what a reader with an A100 or an RTX 40 runs.
 /// The emulator keeps [`default_tile`]: every version gives the same bits, and version 1 is the
-/// one to step through.
+/// one to step through. So does an sm_90a GPU for a shape the measured table does not hold, so
+/// that the examples print the same plan on the H200 as on the emulator (the table holds the
+/// book's shapes; `bench ch04-tune` measures a reader's own).
 pub fn portable_tile(hidden: usize, intermediate: usize, cp_async: bool) -> TileConfig {
     if cp_async && hidden.min(intermediate) >= 128 {
         tile_named("w2x2_k64_n4_s3")

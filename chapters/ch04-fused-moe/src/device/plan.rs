@@ -32,7 +32,7 @@ impl FusedDevice {
     /// What runs a batch of `rows` tokens: each of the caller's overrides, else the measured
     /// table's bucket for this shape ([`tuned_table`]: path, fusion, tile, BLOCK_M where it names
     /// one, decode geometry), else the rules ([`choose_path`], [`default_fusion`], chapter 3's
-    /// BLOCK_M, [`portable_tile`] on a GPU and [`default_tile`] on the emulator,
+    /// BLOCK_M, [`portable_tile`] on a GPU without sm_90a, else [`default_tile`],
     /// [`DecodeGeometry::DEFAULT`]).
     pub fn plan_for(&self, rows: usize) -> Result<BatchPlan, MoeError> {
         let c = &self.config;
@@ -67,8 +67,8 @@ impl FusedDevice {
                 let tuned_tile = tuned_for(Path::Tiled).filter(|t| self.hopper_ok(t.tile).is_ok());
                 let tile = self.tile.or(tuned_tile.map(|t| t.tile)).unwrap_or_else(|| {
                     match self.device.gpu_has_cp_async() {
-                        Some(cp_async) => portable_tile(h, i, cp_async),
-                        None => default_tile(h, i),
+                        Some(cp_async) if !self.device.has_sm90a() => portable_tile(h, i, cp_async),
+                        _ => default_tile(h, i),
                     }
                 });
                 let block_m = match tile.required_block_m() {
