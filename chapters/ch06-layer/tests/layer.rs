@@ -95,6 +95,9 @@ fn assembled_layer_matches_the_literal_loop(dev: &'static Device) {
 }
 // ANCHOR_END: every_regime
 
+/// A change of chapter 4's layer (a fusion, a decode geometry).
+type Variant = fn(FusedDevice) -> FusedDevice;
+
 /// Chapter 4's experts from bf16 input give the bits they give from f32 input, on every path:
 /// the tiled and grouped decode paths read the bf16 input where they read `fused_to_bf16`'s
 /// output, and the decode path's `_bf16` entry points load the values its f32 ones round to.
@@ -119,7 +122,7 @@ fn bf16_input_gives_the_f32_input_bits(dev: &'static Device) {
         }
         // The decode path's other `_bf16` entry points: unfused (gate|up), and the weights
         // streamed (`_na`), each against its f32 twin.
-        let variants: [(&str, fn(FusedDevice) -> FusedDevice); 2] = [
+        let variants: [(&str, Variant); 2] = [
             ("unfused", |e| e.with_fusion(Fusion::Unfused)),
             ("streamed", move |e| {
                 e.with_decode_geometry(DecodeGeometry {
