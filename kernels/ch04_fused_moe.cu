@@ -11,7 +11,9 @@
 //     out[t]   = Σ_j y[t·k + j]  (+ the shared expert)                  [T, H]     the sum over k
 //
 // In:  x [T, H] (f32; the tiled path rounds it to bf16 once with fused_to_bf16, the decode path
-//      rounds each value as it loads it: the same bf16 values);
+//      rounds each value as it loads it: the same bf16 values; or bf16 already, as chapter 6's
+//      layer hands it: the laid-out paths read it as it is, the decode path through GEMM 1's
+//      `_bf16` entry points, with the same bits);
 //      w13 [E, 2I, H] bf16, each expert's I gate rows then its I up rows; w2 [E, H, I] bf16;
 //      the tiled path: sorted_ids [capacity], expert_ids [max_tiles], num_post [1]: chapter 3's
 //      layout, pair ids sorted by expert, each expert's run padded with the placeholder P = T·k

@@ -51,6 +51,10 @@
 //! gets is the layer's [`BatchPlan`] ([`FusedDevice::plan_for`]); the `with_*` methods override
 //! each, for the tests and the bench.
 //!
+//! The hidden states may come in f32 or already in bf16 ([`FusedDevice::enqueue_experts_from`],
+//! [`Hidden`]): from bf16 the tiled and grouped decode paths skip `fused_to_bf16`, and the decode
+//! path runs GEMM 1's `_bf16` entry points; the same bits either way.
+//!
 //! Only bf16: the kernels multiply on bf16 tensor cores. A layer built for [`Dtype::F32`] is a
 //! typed error ([`MoeError::Config`] naming `dtype`); chapter 2's layers are the f32 path.
 

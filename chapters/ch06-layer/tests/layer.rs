@@ -18,7 +18,7 @@ use ch02_grouped::literal::literal_logits;
 use ch02_grouped::regimes::{regime, MoeRegime, REGIMES};
 use ch02_grouped::{Dtype, MoeConfig, MoeError, MoeLayer};
 use ch04_fused_moe::regimes::{fused_regime, FUSED_REGIMES};
-use ch04_fused_moe::{FusedDevice, Path};
+use ch04_fused_moe::{DecodeGeometry, FusedDevice, Fusion, Path};
 use ch05_fused_router::LogitsFrom;
 use ch06_layer::AssembledLayer;
 use half::bf16;
@@ -95,6 +95,9 @@ fn assembled_layer_matches_the_literal_loop(dev: &'static Device) {
 }
 // ANCHOR_END: every_regime
 
+/// A change of chapter 4's layer (a fusion, a decode geometry).
+type Variant = fn(FusedDevice) -> FusedDevice;
+
 /// Chapter 4's experts from bf16 input give the bits they give from f32 input, on every path:
 /// the tiled and grouped decode paths read the bf16 input where they read `fused_to_bf16`'s
 /// output, and the decode path's `_bf16` entry points load the values its f32 ones round to.
@@ -116,6 +119,35 @@ fn bf16_input_gives_the_f32_input_bits(dev: &'static Device) {
                 .unwrap();
             let got = b.experts(&r.hidden, &o.routing).unwrap();
             assert_same_bits(&format!("{} ({path} path)", r.name), &got, &want);
+        }
+        // The decode path's other `_bf16` entry points: unfused (gate|up), and the weights
+        // streamed (`_na`), each against its f32 twin.
+        let variants: [(&str, Variant); 2] = [
+            ("unfused", |e| e.with_fusion(Fusion::Unfused)),
+            ("streamed", move |e| {
+                e.with_decode_geometry(DecodeGeometry {
+                    stream: true,
+                    ..DecodeGeometry::DEFAULT
+                })
+                .unwrap()
+            }),
+        ];
+        for (what, f) in variants {
+            let a = f(f32_in.clone().with_path(Path::Decode));
+            let want = a.experts(&r.hidden, &o.routing).unwrap();
+            let b = AssembledLayer::new(dev, &r.weights)
+                .unwrap()
+                .map_experts(|e| Ok(f(e.with_path(Path::Decode))))
+                .unwrap();
+            let ws = b.workspace(r.rows).unwrap();
+            let names = b
+                .experts_layer()
+                .kernel_names_from(ws.experts_workspace(), Dtype::Bf16);
+            if r.rows > 0 {
+                assert!(names[0].ends_with("_bf16"), "{names:?}");
+            }
+            let got = b.experts(&r.hidden, &o.routing).unwrap();
+            assert_same_bits(&format!("{} (decode path, {what})", r.name), &got, &want);
         }
         drop(bf16_in);
     }

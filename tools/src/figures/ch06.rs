@@ -95,13 +95,15 @@ const LAUNCHES: &str = "book/src/figures/ch06-launches.md";
 /// logits GEMM, chapter 4's plan, the launch count and the kernels.
 pub fn launch_table(snapshot: &str) -> Result<String, String> {
     let mut out = String::from(
-        "| layer | tokens | logits | chapter 4's plan | launches | kernels, in order |\n|---|---|---|---|---|---|\n",
+        "| router | tokens | logits | chapter 4's plan | launches | kernels, in order |\n|---|---|---|---|---|---|\n",
     );
     let (mut layer, mut rows) = (String::new(), 0);
     let mut lines = snapshot.lines();
     while let Some(line) = lines.next() {
         if let Some(name) = line.strip_prefix("== ") {
-            layer = name.split(" (").next().unwrap_or(name).to_string();
+            // `Qwen3-30B-A3B's router (softmax, …) at …` → `Qwen3-30B-A3B`
+            let name = name.split(" (").next().unwrap_or(name);
+            layer = name.trim_end_matches("'s router").to_string();
             continue;
         }
         let Some(batch) = line.strip_prefix("T = ") else {
@@ -110,6 +112,12 @@ pub fn launch_table(snapshot: &str) -> Result<String, String> {
         let bad = || format!("{SNAPSHOT}: cannot read `{line}`");
         let (t, rest) = batch.split_once(": ").ok_or_else(bad)?;
         let (logits, plan) = rest.split_once(" logits; ").ok_or_else(bad)?;
+        // `decode path, fusion swiglu_sumk, geometry w4_c1` → `decode · swiglu_sumk · w4_c1`
+        let plan = plan
+            .replace(" path, fusion ", " · ")
+            .replace(", geometry ", " · ")
+            .replace(", tiles ", " · ")
+            .replace(", BLOCK_M ", " · BLOCK_M ");
         let next = lines.next().unwrap_or("");
         let (n, kernels) = next
             .trim_start()
@@ -157,12 +165,10 @@ mod tests {
 
     #[test]
     fn the_launch_table_reads_the_example() {
-        let snap = "intro\n\n== Qwen3's router (softmax), at H 8\nT = 1: tiny GEMM logits; decode path, geometry w4_c1\n  2 launches: a · b\n  against ...\n";
+        let snap = "intro\n\n== Qwen3's router (softmax), at H 8\nT = 1: tiny GEMM logits; decode path, fusion f, geometry w4_c1\n  2 launches: a · b\n  against ...\n";
         let t = launch_table(snap).unwrap();
         assert!(
-            t.ends_with(
-                "| Qwen3's router | 1 | tiny GEMM | decode path, geometry w4_c1 | 2 | `a`, `b` |\n"
-            ),
+            t.ends_with("| Qwen3 | 1 | tiny GEMM | decode · f · w4_c1 | 2 | `a`, `b` |\n"),
             "{t}"
         );
         assert!(launch_table("nothing").is_err());
