@@ -26,15 +26,16 @@ pub struct SwitchPoint {
 
 /// The measured shapes' switch points (`bench/results/h200/ch05.csv`, `pair` against
 /// `blas_fused`, cold medians; [`crossovers`] reads them): Qwen3-30B-A3B's gate (H 2048, E 128)
-/// keeps the tiny GEMM ahead at every measured count up to 96; the GLM-like gate (H 4096, E 288,
-/// over four times the bytes) is last ahead at 64 and behind at 96. Past the last measured win the
-/// next measured count is a loss, so the switch sits at the last win.
+/// keeps the tiny GEMM ahead at every measured count up to 128 and falls behind at 256; the
+/// GLM-like gate (H 4096, E 288, over four times the bytes) is last ahead at 64 and behind at 96.
+/// Past the last measured win the next measured count is a loss, so the switch sits at the last
+/// win.
 pub const SWITCH_POINTS: [SwitchPoint; 2] = [
     SwitchPoint {
         shape: "qwen3_h2048_e128_k8",
         hidden: 2048,
         experts: 128,
-        rows: 96,
+        rows: 128,
     },
     SwitchPoint {
         shape: "glm_h4096_e288_k8",
