@@ -543,6 +543,28 @@ __device__ __forceinline__ void wg_store_rows(const float (&acc)[C::ACC], const 
 }
 // ANCHOR_END: wg_epilogues
 
+// ANCHOR: wg_item
+// The block's tile and column block on versions 4 to 9. On a grid of two dimensions (tiles ×
+// column blocks) they are blockIdx.x and blockIdx.y: the blocks that run together hold many
+// tiles of one column block, and each tile's rows of A are read again for every column block,
+// far apart in time. On a grid of one dimension (the host's grouped order; versions 4 to 8) the
+// blocks go through the tiles WG_GROUP_M at a time, every column block of those before the next
+// ones (the engines' GROUP_SIZE_M): the rows of A of a group stay in L2 while all its column
+// blocks read them. `ncb` is the GEMM's column blocks. Any grid gives the same bits.
+__device__ __forceinline__ void wg_item(int ncb, int& tile, int& cb) {
+    if (gridDim.y > 1 || ncb == 1) {
+        tile = (int)blockIdx.x;
+        cb = (int)blockIdx.y;
+        return;
+    }
+    const int tiles = (int)gridDim.x / ncb, pid = (int)blockIdx.x, per = WG_GROUP_M * ncb;
+    const int first = (pid / per) * WG_GROUP_M;
+    const int size = min(tiles - first, WG_GROUP_M);
+    tile = first + (pid % per) % size;
+    cb = (pid % per) / size;
+}
+// ANCHOR_END: wg_item
+
 // ANCHOR: wg_gemm1
 // GEMM 1 + SwiGLU on versions 4 to 9: fused_gemm1_swiglu_impl's contract, BLOCK_M = C::BM.
 template <class C>
@@ -556,7 +578,9 @@ __device__ __forceinline__ void wg_gemm1_swiglu_impl(const __nv_bfloat16* __rest
     __shared__ int s_pair[FUSED_MAX_BLOCK_M], s_arow[FUSED_MAX_BLOCK_M], s_brow[C::BROWS];
     __shared__ int s_live[FUSED_MAX_SUBTILES];
     if (block_m != C::BM) __trap();  // the host pads to C::BM; anything else is a launch bug
-    const int tile = blockIdx.x, n0 = blockIdx.y * C::BN1;
+    int tile, cb;
+    wg_item((I + C::BN1 - 1) / C::BN1, tile, cb);
+    const int n0 = cb * C::BN1;
     if ((long long)tile * block_m >= (long long)*num_post) return;
     const int e = expert_ids[tile];
     if (e < 0 || e >= E) return;
@@ -587,7 +611,9 @@ __device__ __forceinline__ void wg_gemm_impl(const __nv_bfloat16* __restrict__ A
     __shared__ int s_pair[FUSED_MAX_BLOCK_M], s_arow[FUSED_MAX_BLOCK_M], s_brow[C::BROWS];
     __shared__ int s_live[FUSED_MAX_SUBTILES];
     if (block_m != C::BM) __trap();
-    const int tile = blockIdx.x, n0 = blockIdx.y * C::BN;
+    int tile, cb;
+    wg_item((N + C::BN - 1) / C::BN, tile, cb);
+    const int n0 = cb * C::BN;
     if ((long long)tile * block_m >= (long long)*num_post) return;
     const int e = expert_ids[tile];
     if (e < 0 || e >= E) return;

@@ -435,13 +435,24 @@ impl TileConfig {
     /// `sms` multiprocessors: one block per tile and column block ([`Self::grid_tiles`] along
     /// the tiles); version 10, persistent, as many blocks as fit on the multiprocessors at once
     /// ([`Self::blocks_per_sm`]; no more than there are items), in one dimension.
-    pub fn grid(&self, tiles: usize, col_blocks: usize, sms: usize) -> (u32, u32) {
+    ///
+    /// `grouped` (versions 4 to 8 only; [`Self::groups`]): one dimension of tiles × column
+    /// blocks, which the kernels take WG_GROUP_M tiles at a time (`wg_item` in
+    /// `kernels/ch04/hopper.cuh`): the engines' GROUP_SIZE_M order. The same bits.
+    pub fn grid(&self, tiles: usize, col_blocks: usize, sms: usize, grouped: bool) -> (u32, u32) {
         if self.ps() {
             let resident = sms * self.blocks_per_sm();
             ((tiles * col_blocks).min(resident).max(1) as u32, 1)
+        } else if grouped && self.groups() {
+            ((tiles * col_blocks).max(1) as u32, 1)
         } else {
             (self.grid_tiles(tiles) as u32, col_blocks as u32)
         }
+    }
+    /// Whether the grouped order of [`Self::grid`] applies: versions 4 to 8 (version 9 pairs
+    /// neighbouring tiles in clusters; versions 10 and 11 order their own items).
+    pub fn groups(&self) -> bool {
+        self.is_hopper() && !self.mc() && !self.ps()
     }
     /// Versions 4 to 11: how many blocks of this configuration an H200's multiprocessor holds at
     /// once, as its shared memory allows: 228 KB, of which each block takes its buffers, 1 KB
@@ -1001,7 +1012,11 @@ mod tests {
                 (false, true) => [(8, 3), (8, 3)],
                 (false, false) => [(7, 3), (7, 3)],
             };
-            assert_eq!([c.grid(7, 3, 132), c.grid(7, 3, 10)], want);
+            assert_eq!([c.grid(7, 3, 132, false), c.grid(7, 3, 10, false)], want);
+            // The grouped order: one dimension for versions 4 to 8, the others unchanged.
+            let grouped = if c.groups() { (21, 1) } else { want[0] };
+            assert_eq!(c.grid(7, 3, 132, true), grouped, "{c}");
+            assert_eq!(c.groups(), (4..=8).contains(&(c.version as u8)), "{c}");
         }
         let g = TileConfig::parse("g2_k64_n16_s4").unwrap();
         assert_eq!(g.kernel("fused_gemm2"), "fused_gemm2_g2_k64_n16_s4");

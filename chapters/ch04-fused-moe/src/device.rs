@@ -212,6 +212,8 @@ pub struct FusedDevice {
     decode: Option<DecodeGeometry>,
     /// Whether the measured table may override the rules.
     tuned: bool,
+    /// Versions 4 to 8 in the grouped order ([`TileConfig::grid`]).
+    grouped: bool,
 }
 
 impl Clone for FusedDevice {
@@ -229,6 +231,7 @@ impl Clone for FusedDevice {
             tile: self.tile,
             decode: self.decode,
             tuned: self.tuned,
+            grouped: self.grouped,
         }
     }
 }
@@ -451,6 +454,7 @@ impl FusedDevice {
             tile: None,
             decode: None,
             tuned: true,
+            grouped: false,
         })
     }
 
@@ -548,6 +552,14 @@ impl FusedDevice {
         }
         self.decode = Some(geometry);
         Ok(self)
+    }
+
+    /// The same layer with versions 4 to 8 launched in the grouped order (the engines'
+    /// GROUP_SIZE_M: [`TileConfig::grid`]), or not: the same bits; `bench ch04` times it as
+    /// `fused_grouped`.
+    pub fn with_grouped_order(mut self, grouped: bool) -> Self {
+        self.grouped = grouped;
+        self
     }
 
     /// The same layer without the measured table: the rules alone decide.

@@ -1,14 +1,16 @@
 //! Chapter 4's tiled path on Hopper (versions 4 to 11, sm_90a only) against the portable path:
 //! every configuration of theirs gives versions 1 to 3's bits on every regime it takes, and
 //! version 8's on layouts made by hand for clusters (version 9) and persistent blocks (10 and
-//! 11); every other device refuses them with a typed error. On the emulator only the refusals
-//! run; the GPU with `--include-ignored` on an H100 or H200.
+//! 11), and in the grouped order (versions 4 to 8); every other device refuses them with a typed
+//! error. On the emulator only the refusals run; the GPU with `--include-ignored` on an H100 or
+//! H200.
 
 use ch01_router::{RouterConfig, Routing};
 use ch02_grouped::conformance::oracle;
 use ch02_grouped::regimes::{regime, MoeRegime, REGIMES};
 use ch02_grouped::{Dtype, MoeConfig, MoeError, MoeLayer, MoeWeights};
 use ch04_fused_moe::choose::HOPPER_CONFIGS;
+use ch04_fused_moe::geometry::WG_GROUP_M;
 use ch04_fused_moe::regimes::{fused_regime, FUSED_REGIMES};
 use ch04_fused_moe::{FusedDevice, Fusion, Path, TileConfig};
 use moe_kernels::testing::assert_same_bits;
@@ -281,8 +283,40 @@ fn persistent_blocks_give_version_8s_bits(dev: &'static Device) {
 }
 // ANCHOR_END: persistent_bits
 
+// ANCHOR: grouped_bits
+/// Versions 4 to 8 in the grouped order (a grid of one dimension, WG_GROUP_M tiles at a time,
+/// every column block of them): the same bits as on the grid of two dimensions, with either
+/// fusion, on a routing of more tiles than one group and a last group of a few (and of a single
+/// tile at BLOCK_M 128), and GEMM 2's output an odd number of column blocks past one.
+fn grouped_order_gives_the_same_bits(dev: &'static Device) {
+    let counts = [3000usize, 2500, 1, 64, 65, 4000, 129, 2001];
+    let (base, routing, hidden_states, tiles) =
+        hand_made_layer(dev, &counts, (93, 9070), TileConfig::groups);
+    for tile in tiles {
+        let bm = tile.required_block_m().unwrap();
+        let n: usize = counts.iter().map(|c| c.div_ceil(bm)).sum();
+        assert!(n > WG_GROUP_M, "{tile}: {n} tiles, one group");
+        for fusion in [Fusion::SwiGlu, Fusion::Unfused] {
+            let run = |grouped: bool| {
+                base.clone()
+                    .with_tile(tile)
+                    .unwrap()
+                    .with_fusion(fusion)
+                    .with_grouped_order(grouped)
+                    .experts(&hidden_states, &routing)
+                    .unwrap()
+            };
+            let what = format!("{tile}, {fusion}, {n} tiles in groups of {WG_GROUP_M}");
+            assert_same_bits(&format!("{what}: grouped vs not"), &run(true), &run(false));
+            println!("{what}: the same bits in either order");
+        }
+    }
+}
+// ANCHOR_END: grouped_bits
+
 moe_kernels::backend_tests!(
     hopper_tiles_give_the_portable_bits,
     clusters_give_version_8s_bits,
     persistent_blocks_give_version_8s_bits,
+    grouped_order_gives_the_same_bits,
 );

@@ -227,6 +227,14 @@ pub const VARIANTS: &[Variant] = &[
         },
     },
     Variant {
+        imp: "fused_grouped",
+        about: "chapter 4's layer with versions 4 to 8 launched in the grouped order (tiles \
+                WG_GROUP_M at a time, every column block of them: the engines' GROUP_SIZE_M)",
+        max_tokens: None,
+        needs_sm90a: true,
+        make: |l| l.with_grouped_order(true),
+    },
+    Variant {
         imp: "fused_portable",
         about: "the tiled path at every T on the tile a GPU without sm_90a gets \
                 (choose::portable_tile: version 3, cp.async, w2x2_k64_n4_s3), forced on this GPU",
@@ -298,6 +306,7 @@ pub const SAME_BITS: &[(&str, &str)] = &[
     ("fused_tiled_v1", "fused_tiled"),
     ("fused_tiled_v4", "fused_tiled"),
     ("fused_portable", "fused_tiled"),
+    ("fused_grouped", "fused"),
 ];
 
 /// The largest T the decode variants are measured at.

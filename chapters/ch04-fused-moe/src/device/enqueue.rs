@@ -80,7 +80,8 @@ impl FusedDevice {
         };
         let mut cfg = LaunchConfig::blocks(1, tile.threads() as u32)
             .with_shared(tile.shared_bytes(block_m) as u32);
-        (cfg.grid.0, cfg.grid.1) = tile.grid(tiles, col_blocks, self.multiprocessors());
+        (cfg.grid.0, cfg.grid.1) =
+            tile.grid(tiles, col_blocks, self.multiprocessors(), self.grouped);
         let (sorted, expert_ids, num_post) = layout;
         self.module.launch(
             &name,
@@ -123,7 +124,12 @@ impl FusedDevice {
         let h = self.config.hidden;
         let mut cfg = LaunchConfig::blocks(1, tile.threads() as u32)
             .with_shared(tile.shared_bytes(block_m) as u32);
-        (cfg.grid.0, cfg.grid.1) = tile.grid(tiles, h.div_ceil(tile.bn()), self.multiprocessors());
+        (cfg.grid.0, cfg.grid.1) = tile.grid(
+            tiles,
+            h.div_ceil(tile.bn()),
+            self.multiprocessors(),
+            self.grouped,
+        );
         let (sorted, expert_ids, num_post) = layout;
         self.module.launch(
             &tile.kernel("fused_gemm2"),
