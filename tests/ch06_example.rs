@@ -203,6 +203,25 @@ fn every_bad_input_is_a_typed_error() {
             ..
         }
     ));
+    // More tokens than the host buffers take (or than a usize holds once times H): refused
+    // before anything is allocated.
+    for tokens in ["18446744073709551615", "100000000000"] {
+        let e = with(&["--tokens", tokens]);
+        assert!(
+            matches!(&e, ExampleError::Check(m) if m.contains("too many tokens")),
+            "--tokens {tokens}: {e}"
+        );
+    }
+    // A negative count is clap's invalid value, naming the option.
+    for (opt, v) in [("--tokens", "-3"), ("--layer", "-1")] {
+        let err = Args::try_parse_from(["ch06", "--checkpoint", "d", opt, v]).unwrap_err();
+        assert_eq!(
+            err.kind(),
+            clap::error::ErrorKind::ValueValidation,
+            "{opt} {v}"
+        );
+        assert!(err.to_string().contains(opt), "{opt} {v}: {err}");
+    }
     // A dense layer, a layer past the last: the MoE layers are named.
     for layer in ["0", "7"] {
         let err = with(&["--layer", layer]);

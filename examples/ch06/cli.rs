@@ -27,7 +27,7 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     pub checkpoint: Option<PathBuf>,
     /// How many patterned tokens to run (without --input).
-    #[arg(long, value_name = "T", default_value_t = 4, requires = "checkpoint", conflicts_with = "input", help_heading = CHECKPOINT_OPTIONS)]
+    #[arg(long, value_name = "T", default_value_t = 4, requires = "checkpoint", conflicts_with = "input", help_heading = CHECKPOINT_OPTIONS, allow_negative_numbers = true)]
     pub tokens: usize,
     /// `hidden` [T, H] (f32, bf16 or f16) in a safetensors file, rounded to bf16.
     #[arg(long, value_name = "FILE.safetensors", requires = "checkpoint", help_heading = CHECKPOINT_OPTIONS)]
@@ -36,7 +36,7 @@ pub struct Args {
     #[arg(long, value_name = "FILE.safetensors", requires = "checkpoint", help_heading = CHECKPOINT_OPTIONS)]
     pub output: Option<PathBuf>,
     /// The model's layer index N, as in `model.layers.N.` (default: the first MoE layer).
-    #[arg(long, value_name = "N", requires = "checkpoint", help_heading = CHECKPOINT_OPTIONS)]
+    #[arg(long, value_name = "N", requires = "checkpoint", help_heading = CHECKPOINT_OPTIONS, allow_negative_numbers = true)]
     pub layer: Option<usize>,
     /// The router's logits GEMM at every batch size, instead of the switch point's choice.
     #[arg(long, value_enum, requires = "checkpoint", help_heading = CHECKPOINT_OPTIONS)]

@@ -35,8 +35,8 @@ pub enum Path {
     /// `decode_gemm2_sum` after a grouped GEMM 1 (w2 read once per pair again, one launch and
     /// the `[T·k, H]` buffer fewer). [`choose_path`] never picks it (it costs three launches
     /// more than [`Path::Decode`], and pays only once experts are chosen by several pairs); a
-    /// measured table that names it does (the committed H200 table, at 64 tokens of both
-    /// shapes), and [`crate::FusedDevice::with_path`] forces it.
+    /// measured table that names it does (the committed H200 table names the tiled path at 64
+    /// tokens and the decode path below), and [`crate::FusedDevice::with_path`] forces it.
     DecodeGrouped,
 }
 

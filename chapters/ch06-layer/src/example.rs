@@ -215,6 +215,10 @@ fn tour(device: &'static Device, out: Out) -> Result<(), ExampleError> {
 }
 // ANCHOR_END: tour
 
+/// The most hidden-state values (`--tokens` × H) a `--checkpoint` run makes: 2^28 f32, 1 GiB on
+/// the host for each of the input, the output and the check's copies.
+pub const MAX_HIDDEN_VALUES: usize = 1 << 28;
+
 fn run_checkpoint(
     opts: &CheckpointRun,
     device: &'static Device,
@@ -272,10 +276,28 @@ fn run_checkpoint(
             }
             (round(&hidden), rows)
         }
-        None => (
-            round(&patterned(opts.tokens * c.hidden, 23, 1.0)),
-            opts.tokens,
-        ),
+        None => {
+            // The patterned tokens, their output and the check's copies live on the host: refuse
+            // a batch whose values would not fit, rather than fail to allocate it.
+            let values = opts
+                .tokens
+                .checked_mul(c.hidden)
+                .filter(|&v| v <= MAX_HIDDEN_VALUES);
+            if values.is_none() {
+                return Err(ExampleError::Check(format!(
+                    "--tokens {}: too many tokens of hidden size {} for this example (at most {} \
+                     for this layer: {} values of the hidden states)",
+                    opts.tokens,
+                    c.hidden,
+                    MAX_HIDDEN_VALUES / c.hidden.max(1),
+                    MAX_HIDDEN_VALUES
+                )));
+            }
+            (
+                round(&patterned(opts.tokens * c.hidden, 23, 1.0)),
+                opts.tokens,
+            )
+        }
     };
     let mut layer = AssembledLayer::new(device, &weights)?;
     if let Some(from) = opts.logits {

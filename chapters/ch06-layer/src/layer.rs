@@ -5,7 +5,7 @@
 //! |---|---|---|
 //! | logits `[T, E]` f32 = x · gateᵀ | chapter 5's tiny GEMM up to [`switch_rows`], cuBLAS above | 1 (cuBLAS: its own) |
 //! | ids, weights `[T, k]` | chapter 5's fused router | 1 |
-//! | the experts, the shared expert, the sum over k | chapter 4's [`FusedDevice::enqueue_experts_from`] on chapter 4's plan for T | 2 at decode sizes; 5 to 8 tiled (chapter 3's align among them) |
+//! | the experts, the shared expert, the sum over k | chapter 4's [`FusedDevice::enqueue_experts_from`] on chapter 4's plan for T | 2 or 3 at decode sizes; 4 to 8 tiled (chapter 3's align among them) |
 //!
 //! Both the router and the experts read the one bf16 copy of the input: no conversion launch.
 //! Everything a call needs is allocated by [`AssembledLayer::workspace`] for a batch size, so
