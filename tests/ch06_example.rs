@@ -203,6 +203,21 @@ fn every_bad_input_is_a_typed_error() {
             ..
         }
     ));
+    // A NaN hidden state: the run says which outputs it made non-finite, and checks the others
+    // (the output is still written).
+    let nan = dir.join("nan.safetensors");
+    let mut values = vec![0.25f32; 3 * 32];
+    values[40] = f32::NAN;
+    moe_kernels::safetensors::SafetensorsWriter::new()
+        .f32("hidden", &[3, 32], &values)
+        .write(&nan)
+        .unwrap();
+    let text = try_run(&["ch06", "--checkpoint", s(&ckpt), "--input", s(&nan)]).unwrap();
+    assert!(
+        text.contains("outputs are NaN or infinite: the input holds 1 non-finite value"),
+        "{text}"
+    );
+    assert!(text.contains("over the 2 finite rows"), "{text}");
     // More tokens than the host buffers take (or than a usize holds once times H): refused
     // before anything is allocated.
     for tokens in ["18446744073709551615", "100000000000"] {
