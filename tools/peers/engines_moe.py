@@ -73,7 +73,11 @@ import os
 import sys
 import time
 
-import torch
+try:
+    import torch
+except ImportError:
+    sys.exit("engines_moe: needs PyTorch (pip install torch) and Triton: the peer is a Triton "
+             "kernel launched on torch tensors")
 
 try:
     import triton

@@ -51,7 +51,10 @@ import argparse
 import os
 import sys
 
-import torch
+try:
+    import torch
+except ImportError:
+    sys.exit("engines_router: needs PyTorch (pip install torch) and Triton")
 
 try:
     import triton

@@ -175,6 +175,13 @@ fn tour(device: &'static Device, out: Out) -> Result<(), ExampleError> {
         say!(out, "");
         say!(out, "== {name}");
         let layer = AssembledLayer::new(device, &weights)?;
+        say!(
+            out,
+            "gate H {}, E {}: the tiny GEMM up to {} rows, cuBLAS above",
+            c.hidden,
+            c.experts,
+            layer.switch_rows()
+        );
         let literal = LiteralLayer::new(&weights, Dtype::Bf16)?;
         for (i, &rows) in TOUR_TOKENS.iter().enumerate() {
             let hidden = round(&patterned(rows * c.hidden, 70 + i as u64, 1.0));
