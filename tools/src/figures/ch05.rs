@@ -66,9 +66,30 @@ pub const IMPLS: [&str; 13] = [
     "chain",
     "torch_5line",
 ];
+/// The lines of the book's table and facts: [`IMPLS`] (what `bench ch05` measures, and the
+/// PyTorch peer), and the engines' pair (`engines_router`: cuBLAS's bf16 → fp32 gate GEMM and
+/// SGLang's Triton router design, `tools/peers/engines_router.py`, merged from its own samples),
+/// listed after cuBLAS + the fused router, the design it is set against.
+pub const TABLE_IMPLS: [&str; 14] = [
+    "pair",
+    "pair_fma",
+    "pair_tc",
+    "blas_fused",
+    "engines_router",
+    "tiny_gemm",
+    "tiny_gemm_fma",
+    "tiny_gemm_tc",
+    "fused_router",
+    "fused_router_warp",
+    "fused_router_block",
+    "fused_router_screen",
+    "chain",
+    "torch_5line",
+];
 /// The facts' short names of the implementations (`{s}_{n}_tiny_cold`).
 const SHORT: &[(&str, &str)] = &[
     ("blas_fused", "blas"),
+    ("engines_router", "engines"),
     ("tiny_gemm", "tiny"),
     ("tiny_gemm_fma", "tiny_fma"),
     ("tiny_gemm_tc", "tiny_tc"),
@@ -94,6 +115,7 @@ const TARGETS: &str = "tools/src/figures/ch05.rs (the targets bench ch05 checks)
 const ROUTERS: &[Style] = &[
     Style::new("pair", "#0072b2", Marker::Circle, "pair: the tiny GEMM + the fused router, 2 launches"),
     Style::new("blas_fused", "#009e73", Marker::Triangle, "blas_fused: cuBLAS's fp32 logits + the fused router"),
+    Style::new("engines_router", "#e69f00", Marker::Square, "engines_router: cuBLAS's fp32 logits + the engines' Triton router"),
     Style::new("chain", "#cc79a7", Marker::Diamond, "chain: chapter 1's plain kernels, fp32"),
     Style::new("torch_5line", "#d55e00", Marker::Square, "torch_5line: the PyTorch five lines, fp32"),
 ];
@@ -144,7 +166,7 @@ const FUSED_OVER_LOGITS: Value = Value::Ratio(&FUSED_COLD, &LOGITS_PROBE);
 /// The launch counts of `{imp}` at a shape: `2`, or `8–9`.
 const LAUNCHES: Value = Value::distinct(&CH05, "shape={shape} impl={imp}", "launches");
 /// The implementations, each named as the facts name it (the launches' names keep `imp`'s).
-const IMPS: Loop = Loop::list("imp", &IMPLS).named(Name::Map(SHORT));
+const IMPS: Loop = Loop::list("imp", &TABLE_IMPLS).named(Name::Map(SHORT));
 
 /// The numbers the page quotes. Per shape `s` (`glm`, `qwen3`) and row count `n`:
 /// `{s}_{n}_{imp}_cold` / `_warm` (imp: [`SHORT`]), `{s}_{n}_probe` (the router's floor probe),
@@ -256,7 +278,7 @@ const ROUTER_TABLE: Pivot = Pivot {
     blocks: Some(SHAPES.named(Name::Fn(describe_shape))),
     block_head: "**{shape}**: µs per call, cold / warm (× = cold time over the pair's)\n\n",
     block_tail: "\n",
-    rows: Loop::list("imp", &IMPLS),
+    rows: Loop::list("imp", &TABLE_IMPLS),
     row_if: Some((&CH05, "shape={shape} impl={imp}")),
     cols: COUNTS.named(Name::Plural("row")),
     label: Cell {
@@ -657,6 +679,38 @@ mod tests {
             assert!(svg.contains(&format!("data-impl=\"{imp}\"")), "{imp}");
         }
         assert!(!svg.contains("data-impl=\"tiny_gemm\""));
+    }
+
+    #[test]
+    fn the_engines_pair_is_a_line_of_the_table_the_figure_and_the_facts() {
+        // Every measured line of the bench is a line of the table, in its order, and the
+        // engines' pair comes right after cuBLAS + the fused router.
+        let measured: Vec<&str> = TABLE_IMPLS
+            .iter()
+            .copied()
+            .filter(|i| *i != "engines_router")
+            .collect();
+        assert_eq!(measured, IMPLS);
+        let at = |i: &str| TABLE_IMPLS.iter().position(|x| *x == i).unwrap();
+        assert_eq!(at("engines_router"), at("blas_fused") + 1);
+        let engines = format!(
+            "ch05,{GLM},engines_router,1,2,6.0,6.0,6.0,3.0,3.0,3.0,3.0,2.4e6,0,0,0,200,H200"
+        );
+        let d = data(&[engines]);
+        let t = spec::pivot(&d, HERE, &ROUTER_TABLE).unwrap();
+        assert!(
+            t.contains("| engines_router (2 launches) | 6.00 / 3.00 (1.50×) |  |"),
+            "{t}"
+        );
+        assert!(spec::chart(&d, &FIGURE)
+            .unwrap()
+            .contains("data-impl=\"engines_router\""));
+        assert_eq!(gpu_facts(&d).get("glm_1_engines_cold"), Some("6.00"));
+        // Without its rows, no line and no fact.
+        assert!(!spec::pivot(&data(&[]), HERE, &ROUTER_TABLE)
+            .unwrap()
+            .contains("engines_router"));
+        assert_eq!(gpu_facts(&data(&[])).get("glm_1_engines_cold"), None);
     }
 
     #[test]

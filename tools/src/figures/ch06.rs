@@ -5,8 +5,10 @@
 //! `blas_fused`): for each measured shape, the crossover (the largest measured row count at which
 //! the pair's cold median is at most cuBLAS + the fused router's; the rule of
 //! `chapters/ch06-layer/src/switch.rs`, whose test holds its constants to this same CSV), the two
-//! times there, and the two times at the next measured count. The measured side-by-side tables
-//! of the layer come with `tools/bench ch06`.
+//! times there, and the two times at the next measured count. The measured section's tables and
+//! facts (the layer beside the engines' designs, each part beside its floor) are [`measured`]'s.
+
+mod measured;
 
 use super::facts::Facts;
 use super::{find, read, short, token_counts, Generated};
@@ -54,8 +56,9 @@ fn shapes(rows: &[BenchRow]) -> Vec<String> {
 
 /// The facts file: per shape (`qwen3`, `glm`) `{s}_switch_rows`, `{s}_switch_pair_cold`,
 /// `{s}_switch_blas_cold`, and where a count was measured past the switch `{s}_next_rows`,
-/// `{s}_next_pair_cold`, `{s}_next_blas_cold`.
-fn facts(root: &Path) -> Result<Generated, String> {
+/// `{s}_next_pair_cold`, `{s}_next_blas_cold`; then the measured section's facts and files
+/// ([`measured`]).
+fn facts(root: &Path) -> Result<Vec<Generated>, String> {
     let rows = parse_csv(&read(root, CH05)?, CH05)?;
     let mut f = Facts::default();
     for shape in shapes(&rows) {
@@ -81,10 +84,15 @@ fn facts(root: &Path) -> Result<Generated, String> {
             f.add(format!("{s}_next_blas_cold"), cold(n, "blas_fused")?, CH05);
         }
     }
-    Ok(Generated {
-        path: FACTS.into(),
-        content: f.render("Chapter 6's numbers"),
-    })
+    let mut out = measured::generate(root, &mut f)?.unwrap_or_default();
+    out.insert(
+        0,
+        Generated {
+            path: FACTS.into(),
+            content: f.render("Chapter 6's numbers"),
+        },
+    );
+    Ok(out)
 }
 
 const SNAPSHOT: &str = "tests/snapshots/ch06_example__ch06_example.snap";
@@ -140,13 +148,11 @@ pub fn launch_table(snapshot: &str) -> Result<String, String> {
 pub fn generate(root: &Path) -> Result<Vec<Generated>, String> {
     let snap = crate::snap::strip_header(&read(root, SNAPSHOT)?)
         .map_err(|e| format!("{SNAPSHOT}: {e}"))?;
-    let mut v = vec![
-        facts(root)?,
-        Generated {
-            path: LAUNCHES.into(),
-            content: launch_table(&snap)?,
-        },
-    ];
+    let mut v = facts(root)?;
+    v.push(Generated {
+        path: LAUNCHES.into(),
+        content: launch_table(&snap)?,
+    });
     v.extend(super::example_and_tree(root, 6)?);
     Ok(v)
 }

@@ -168,6 +168,25 @@ fn esc(t: &str) -> String {
         .replace('"', "&quot;")
 }
 
+/// The width of a digit of a tick label, and the least gap between two labels, in pixels.
+const TICK_DIGIT_W: f64 = 7.5;
+const TICK_GAP: f64 = 8.0;
+
+/// Which ticks of an axis get a label: from the right, each whose label (`TICK_DIGIT_W` per
+/// digit, centred at its x) ends at least `TICK_GAP` left of the last one labelled.
+fn labelled_ticks(ticks: &[(f64, u64)]) -> Vec<bool> {
+    let mut labelled = vec![false; ticks.len()];
+    let mut left = f64::INFINITY;
+    for (i, &(xx, r)) in ticks.iter().enumerate().rev() {
+        let half = TICK_DIGIT_W * r.to_string().len() as f64 / 2.0;
+        if xx + half <= left - TICK_GAP {
+            labelled[i] = true;
+            left = xx - half;
+        }
+    }
+    labelled
+}
+
 /// A tick label: `0.5`, `2`, `20`, `1000`.
 fn tick_label(v: f64) -> String {
     if v >= 1.0 {
@@ -411,18 +430,25 @@ impl Figure<'_> {
                 tick_label(t)
             );
         }
-        for &r in &xs {
+        // A grid line at every measured count; its label only where it does not run into the
+        // next one labelled, from the right (counts crowd at the top of a log axis: 64, 96, 128;
+        // the largest keeps its label).
+        let labelled =
+            labelled_ticks(&xs.iter().map(|&r| (x.map(r as f64), r)).collect::<Vec<_>>());
+        for (&r, &label) in xs.iter().zip(&labelled) {
             let xx = x.map(r as f64);
             let _ = writeln!(
                 s,
                 r#"<line x1="{xx:.1}" y1="{py}" x2="{xx:.1}" y2="{:.1}" stroke="{GRID}"/>"#,
                 py + ph
             );
-            let _ = writeln!(
-                s,
-                r#"<text x="{xx:.1}" y="{:.1}" text-anchor="middle" fill="{MUTED}">{r}</text>"#,
-                py + ph + 18.0
-            );
+            if label {
+                let _ = writeln!(
+                    s,
+                    r#"<text x="{xx:.1}" y="{:.1}" text-anchor="middle" fill="{MUTED}">{r}</text>"#,
+                    py + ph + 18.0
+                );
+            }
         }
         let _ = writeln!(
             s,
@@ -553,6 +579,20 @@ mod tests {
             "Qwen3: hidden 2048, 128 experts, k = 8, softmax"
         );
         assert_eq!(describe_shape("toy"), "toy");
+    }
+
+    #[test]
+    fn crowded_tick_labels_give_way_to_the_right() {
+        // 64, 96 and 128 a few pixels apart: 128 keeps its label, 96 loses it, 64 is far enough.
+        let ticks = [
+            (10.0, 1),
+            (90.0, 64),
+            (110.0, 96),
+            (122.0, 128),
+            (300.0, 8192),
+        ];
+        assert_eq!(labelled_ticks(&ticks), [true, true, false, true, true]);
+        assert!(labelled_ticks(&[]).is_empty());
     }
 
     #[test]

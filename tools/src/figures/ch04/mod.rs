@@ -61,8 +61,13 @@ const OURS: &str = "fused";
 const GROUPED: &str = "ch02_grouped";
 const TORCH_GMM: &str = "torch_grouped_mm";
 const TORCH_LOOP: &str = "torch_loop";
+/// The engines' fused MoE kernel, written in Triton (`tools/peers/engines_moe.py`), its align given
+/// free.
+const ENGINES: &str = "engines_triton";
+/// Ours forced onto the tile a GPU without sm_90a gets (`choose::portable_tile`).
+const PORTABLE: &str = "fused_portable";
 /// The implementations compared with ours, in the order they are listed.
-const OTHERS: [&str; 3] = [GROUPED, TORCH_GMM, TORCH_LOOP];
+const OTHERS: [&str; 4] = [ENGINES, GROUPED, TORCH_GMM, TORCH_LOOP];
 
 /// The group's files, generated from the repository at `root`: the tuning run's, the
 /// compiler's report, then the GPU run's (`GROUP`).
@@ -117,6 +122,8 @@ fn suffix(imp: &str) -> String {
 #[rustfmt::skip]
 const DRAWN: &[Style] = &[
     Style::new(OURS, "#0072b2", Marker::Circle, "ours: path, fusion and tiles by the rules and the tuned table"),
+    Style::new(PORTABLE, "#56b4e9", Marker::Diamond, "ours on the portable tile (w2x2_k64_n4_s3: a GPU without sm_90a)"),
+    Style::new(ENGINES, "#009e73", Marker::Diamond, "the engines' Triton fused MoE (tuned configurations; align not timed)"),
     Style::new(GROUPED, "#e69f00", Marker::Triangle, "chapter 2: one cuBLAS GEMM per active expert and projection"),
     Style::new(TORCH_GMM, "#d55e00", Marker::Square, "PyTorch: sort + torch._grouped_mm ×2"),
     Style::new(TORCH_LOOP, "#000000", Marker::Square, "PyTorch: per-expert loop (Hugging Face eager)"),
@@ -130,7 +137,7 @@ const FIGURE: Chart = Chart {
     left: 62.0,
     title: "The MoE experts for a routing given, bf16: µs per call against tokens",
     notes: &[
-        "The same routings, weights and hidden states for all; the router is not timed; both axes logarithmic.",
+        "The same routings, weights and hidden states for all; the router is not timed (nor the engines' align); both axes logarithmic.",
         "Cold: the L2 flushed before each graph replay; marker = median, whisker = p10–p90.",
         "Warm: back-to-back copies in one graph, divided by their number.",
     ],
@@ -408,6 +415,8 @@ const FUSED_TABLE: Pivot = Pivot {
             text: "{t} · {f}",
             slots: &[Slot::new("t", TBS, Fmt::Fixed(2)), Slot::new("f", TFLOPS, Fmt::Fixed(1))],
         }),
+        over_ours!("engines_triton"),
+        over_ours!("fused_portable"),
         over_ours!("ch02_grouped"),
         over_ours!("torch_grouped_mm"),
         over_ours!("torch_loop"),
