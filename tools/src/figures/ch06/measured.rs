@@ -132,13 +132,19 @@ impl Compared {
     }
 }
 
-/// The three parts at one shape and batch size: experts (chapter 4's `fused` over
-/// `engines_triton`), router (chapter 6's `router` over `engines_router`) and the layer
-/// (chapter 6's `layer` over `engines_router` + `engines_triton`).
+/// The three parts at one shape and batch size, each side on the same inputs: experts
+/// (chapter 4's `fused` over `engines_triton`, on chapter 4's routings), router (the layer's
+/// switch's choice in chapter 5's run over `engines_router`, on chapter 5's inputs) and the
+/// layer (those two of ours over those two of theirs). Chapter 6's assembled layer routes its
+/// own hidden states with its family's router, so its experts see another routing than the
+/// peers' (the GLM-like router's bias makes it uneven): it is shown beside its own parts
+/// (`assembled`: chapter 6's `layer` over its `router` + `experts`), not over the peers.
 struct Side {
     experts: Compared,
     router: Compared,
     layer: Compared,
+    /// Chapter 6's `layer`, and its `router` + `experts` measured alone.
+    assembled: (f64, f64),
 }
 
 struct Runs {
@@ -158,15 +164,19 @@ impl Runs {
                 limit: experts_limit,
             },
             router: Compared {
-                ours: cold(&self.ch06, CH06, s, n, "router")?,
+                ours: self.switched_router(s, n)?.0,
                 theirs: their_router,
                 limit: ROUTER_TARGET,
             },
             layer: Compared {
-                ours: cold(&self.ch06, CH06, s, n, "layer")?,
+                ours: self.switched_router(s, n)?.0 + cold(&self.ch04, CH04, s, n, OURS_EXPERTS)?,
                 theirs: their_router + their_experts,
                 limit: layer_limit,
             },
+            assembled: (
+                cold(&self.ch06, CH06, s, n, "layer")?,
+                cold(&self.ch06, CH06, s, n, "router")? + cold(&self.ch06, CH06, s, n, "experts")?,
+            ),
         })
     }
 
@@ -278,7 +288,7 @@ fn targets_table(runs: &Runs, f: &mut Facts) -> Result<String, String> {
             head.join(" | "),
             "---|".repeat(head.len())
         );
-        let mut lines: [Vec<String>; 9] = Default::default();
+        let mut lines: [Vec<String>; 11] = Default::default();
         for (&(n, e), &(_, l)) in EXPERTS_TARGET.iter().zip(LAYER_TARGET.iter()) {
             let side = runs.side(&s, n, e, l)?;
             cases += 1;
@@ -299,17 +309,28 @@ fn targets_table(runs: &Runs, f: &mut Facts) -> Result<String, String> {
                 f.add(format!("{base}_engines_cold"), fmt_us(c.theirs), CH06);
                 f.add(format!("{base}_ratio"), ratio(c.over(), c.limit), CH06);
             }
+            let (whole, parts) = side.assembled;
+            lines[9].push(fmt_us(whole));
+            lines[10].push(format!("{:.2}", whole / parts));
+            f.add(format!("{s}_t{n}_assembled_cold"), fmt_us(whole), CH06);
+            f.add(
+                format!("{s}_t{n}_assembled_over_parts"),
+                format!("{:.2}", whole / parts),
+                CH06,
+            );
         }
         let names = [
             "experts: chapter 4's, align included, µs",
             "experts: the engines' Triton kernel, align free, µs",
             "experts: ours ÷ theirs (target)",
-            "router: chapter 6's, µs",
+            "router: chapter 5's pair as the switch chooses, µs",
             "router: cuBLAS + the engines' router kernel, µs",
             "router: ours ÷ theirs (target)",
-            "layer: chapter 6's, µs",
+            "layer: our router + experts, µs",
             "layer: the engines' router + Triton kernel, µs",
             "layer: ours ÷ theirs (target)",
+            "assembled: chapter 6's one enqueue, on its own routing, µs",
+            "assembled ÷ its router and experts timed alone",
         ];
         for (name, cells) in names.iter().zip(lines.iter()) {
             out += &format!("| {name} | {} |\n", cells.join(" | "));
@@ -576,6 +597,31 @@ fn portable(runs: &Runs, f: &mut Facts) -> Result<(), String> {
     Ok(())
 }
 
+/// Chapter 4's grouped order (`fused_grouped`: versions 4 to 8 on a grid that takes the tiles
+/// WG_GROUP_M at a time, the engines' GROUP_SIZE_M) at 4096 tokens, over `fused` and over the
+/// engines' kernel.
+fn grouped(runs: &Runs, f: &mut Facts) -> Result<(), String> {
+    for s in shapes(&runs.ch06) {
+        let n = 4096;
+        let g = cold(&runs.ch04, CH04, &s, n, "fused_grouped")?;
+        let ours = cold(&runs.ch04, CH04, &s, n, OURS_EXPERTS)?;
+        let theirs = cold(&runs.ch04, CH04, &s, n, ENGINES_EXPERTS)?;
+        f.add(format!("{s}_t{n}_grouped_cold"), fmt_us(g), CH04);
+        f.add(format!("{s}_t{n}_grouped_gain_us"), fmt_us(ours - g), CH04);
+        f.add(
+            format!("{s}_t{n}_grouped_over_fused"),
+            format!("{:.3}", g / ours),
+            CH04,
+        );
+        f.add(
+            format!("{s}_t{n}_grouped_over_engines"),
+            format!("{:.2}", g / theirs),
+            CH04,
+        );
+    }
+    Ok(())
+}
+
 /// The targets as facts, from the constants above.
 fn target_facts(f: &mut Facts) {
     for ((n, e), (_, l)) in EXPERTS_TARGET.iter().zip(LAYER_TARGET.iter()) {
@@ -606,6 +652,7 @@ pub fn generate(root: &Path, f: &mut Facts) -> Result<Option<Vec<Generated>>, St
     decode_step(&runs, f)?;
     prefill_gap(&runs, &steps4, &profile, f)?;
     portable(&runs, f)?;
+    grouped(&runs, f)?;
     Ok(Some(vec![
         Generated {
             path: TARGETS_MD.into(),
