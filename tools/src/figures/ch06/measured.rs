@@ -525,21 +525,25 @@ fn prefill_gap(
         f.add(format!("{s}_t{t}_our_gemms"), fmt_us(g1 + g2), CH04_STEPS);
         f.add(
             format!("{s}_t{t}_our_align"),
-            fmt_us(sum("align")),
+            step_cell(sum("align")),
             CH04_STEPS,
         );
         f.add(
             format!("{s}_t{t}_our_to_bf16"),
-            fmt_us(sum("fused_to_bf16")),
+            step_cell(sum("fused_to_bf16")),
             CH04_STEPS,
         );
         f.add(
             format!("{s}_t{t}_our_combine"),
-            fmt_us(sum("fused_combine")),
+            step_cell(sum("fused_combine")),
             CH04_STEPS,
         );
         let others = sum("align") + sum("fused_to_bf16") + sum("fused_combine");
-        f.add(format!("{s}_t{t}_our_others"), fmt_us(others), CH04_STEPS);
+        f.add(
+            format!("{s}_t{t}_our_others"),
+            step_cell(others),
+            CH04_STEPS,
+        );
         f.add(format!("{s}_t{t}_engines_gemms"), fmt_us(theirs), PROFILE);
         f.add(
             format!("{s}_t{t}_gemms_ratio"),
