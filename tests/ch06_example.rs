@@ -161,8 +161,20 @@ fn runs_a_hugging_face_checkpoint_from_the_command_line() {
     .unwrap();
     assert!(text.contains(": layer 2, DeepSeek-V3"), "{text}");
     assert!(!text.contains("error against"), "{text}");
-    let text = try_run(&["ch06", "--checkpoint", s(&ckpt), "--tokens", "0"]).unwrap();
+    // No tokens: nothing runs, and --output still gets its (empty) tensor.
+    let empty = temp_dir("empty").join("out.safetensors");
+    let text = try_run(&[
+        "ch06",
+        "--checkpoint",
+        s(&ckpt),
+        "--tokens",
+        "0",
+        "--output",
+        s(&empty),
+    ])
+    .unwrap();
     assert!(text.contains("no tokens: nothing to run"), "{text}");
+    assert!(load_f32(&empty, "out").is_empty(), "{text}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -189,6 +201,19 @@ fn every_bad_input_is_a_typed_error() {
     assert!(matches!(e, ExampleError::Checkpoint(_)), "{e}");
     let e = try_run(&["ch06", "--checkpoint", s(&dir.join("nowhere"))]).unwrap_err();
     assert!(matches!(e, ExampleError::Checkpoint(_)), "{e}");
+    // A bad --input is refused before the checkpoint is read (a real model's load is long):
+    // with no checkpoint there at all, the error names the input.
+    let text_file = dir.join("not-safetensors.safetensors");
+    std::fs::write(&text_file, "not a safetensors file").unwrap();
+    let e = try_run(&[
+        "ch06",
+        "--checkpoint",
+        s(&dir.join("nowhere")),
+        "--input",
+        s(&text_file),
+    ])
+    .unwrap_err();
+    assert!(e.to_string().contains("not-safetensors"), "{e}");
     // Hidden states of another width.
     let narrow = dir.join("narrow.safetensors");
     moe_kernels::safetensors::SafetensorsWriter::new()

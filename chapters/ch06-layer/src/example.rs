@@ -235,15 +235,13 @@ fn run_checkpoint(
     if let Some(path) = &opts.output {
         io::check_output_path(path, opts.input.as_deref(), &opts.dir)?;
     }
-    if let Some(path) = &opts.input {
-        if !path.is_file() {
-            return Err(if path.is_dir() {
-                ExampleError::InputIsFolder(path.clone())
-            } else {
-                ExampleError::NoInput(path.clone())
-            });
-        }
-    }
+    // The input read (and refused if it is not a `hidden` [T, H]) before a real model's load.
+    let input = match &opts.input {
+        Some(path) if path.is_dir() => return Err(ExampleError::InputIsFolder(path.clone())),
+        Some(path) if !path.is_file() => return Err(ExampleError::NoInput(path.clone())),
+        Some(path) => Some(io::read_hidden(path)?),
+        None => None,
+    };
     let loaded = checkpoint::load(
         &opts.dir,
         &LoadOptions {
@@ -271,9 +269,8 @@ fn run_checkpoint(
             Some(s) => format!("a shared expert of I {}", s.intermediate),
         }
     );
-    let (hidden, rows) = match &opts.input {
-        Some(path) => {
-            let (hidden, rows, h) = io::read_hidden(path)?;
+    let (hidden, rows) = match (&opts.input, input) {
+        (Some(path), Some((hidden, rows, h))) => {
             if h != c.hidden {
                 return Err(ExampleError::HiddenSize {
                     path: path.clone(),
@@ -283,7 +280,7 @@ fn run_checkpoint(
             }
             (round(&hidden), rows)
         }
-        None => {
+        _ => {
             // The patterned tokens, their output and the check's copies live on the host: refuse
             // a batch whose values would not fit, rather than fail to allocate it.
             let values = opts
@@ -319,6 +316,15 @@ fn run_checkpoint(
     let fwd = fwd?;
     if rows == 0 {
         say!(out, "no tokens: nothing to run");
+        if let Some(path) = &opts.output {
+            io::write_out(path, &fwd.out, 0, c.hidden)?;
+            say!(
+                out,
+                "wrote `out` [0, {}] f32 to {}",
+                c.hidden,
+                path.display()
+            );
+        }
         return Ok(());
     }
     let ws = layer.workspace(rows)?;
