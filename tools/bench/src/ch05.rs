@@ -24,11 +24,13 @@
 //! computed; the pair's ids and weights must also be the fused kernel's bits on the tiny GEMM's
 //! logits.
 //!
-//!     bench ch05 [--peers S.csv] [--out-dir bench/results/h200] [--quick]
-//!                                         (S.csv: the peers' samples, router5.py's and
-//!                                         engines_router.py's merged by merge_peers.py)
-//!     bench ch05 --quick                  without a GPU: a smoke test on the emulator at 1, 6
-//!                                         and 17 rows, writing nothing
+//! ```text
+//! bench ch05 [--peers S.csv] [--out-dir bench/results/h200] [--quick]
+//!                                     (S.csv: the peers' samples, router5.py's and
+//!                                     engines_router.py's merged by merge_peers.py)
+//! bench ch05 --quick                  without a GPU: a smoke test on the emulator at 1, 6
+//!                                     and 17 rows, writing nothing
+//! ```
 
 use crate::cases::{csv, steps_csv, summary, Case, Session, SummaryLayout, Work};
 use crate::ch01::{bias, SHAPES};
