@@ -8,6 +8,8 @@ mod cli;
 #[path = "support/poison.rs"]
 mod poison;
 
+#[path = "support/files.rs"]
+mod files;
 use ch02_grouped::checkpoint::CheckpointError;
 use ch02_grouped::compare::{check_output, Tolerance};
 use ch02_grouped::conformance::hf_fixture;
@@ -16,10 +18,11 @@ use ch04_fused_moe::example::{dtype_refused, run, ExampleError};
 use ch04_fused_moe::FusedDevice;
 use clap::Parser;
 use cli::Args;
+use files::{load_f32, s};
 use moe_kernels::testing::device;
 use moe_tools::snap::{mask_measured, measured};
 use poison::poisoned_fixture;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 fn try_run(argv: &[&str]) -> Result<String, ExampleError> {
     let args = Args::try_parse_from(argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
@@ -116,23 +119,9 @@ fn checkpoint_options_without_a_checkpoint_are_refused() {
     });
 }
 
-/// A fresh folder under the system's temporary folder, for one test.
+/// A fresh folder for one of this file's tests.
 fn temp_dir(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ch04-example-{}-{test}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-fn load_f32(path: &Path, name: &str) -> Vec<f32> {
-    candle_core::safetensors::load(path, &candle_core::Device::Cpu).unwrap()[name]
-        .flatten_all()
-        .unwrap()
-        .to_vec1::<f32>()
-        .unwrap()
+    files::temp_dir("ch04", test)
 }
 
 #[test]

@@ -7,6 +7,8 @@
 #[path = "../examples/ch06/cli.rs"]
 mod cli;
 
+#[path = "support/files.rs"]
+mod files;
 use ch02_grouped::checkpoint::CheckpointError;
 use ch02_grouped::compare::{check_output, Tolerance};
 use ch02_grouped::conformance::hf_fixture;
@@ -14,9 +16,10 @@ use ch06_layer::example::{run, ExampleError, TOUR_TOKENS};
 use ch06_layer::{DEFAULT_SWITCH_ROWS, SWITCH_POINTS};
 use clap::Parser;
 use cli::Args;
+use files::{load_f32, s};
 use moe_kernels::testing::device;
 use moe_tools::snap::{mask_measured, measured};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 fn try_run(argv: &[&str]) -> Result<String, ExampleError> {
     let args = Args::try_parse_from(argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
@@ -83,22 +86,9 @@ fn example_stdout() {
     insta::assert_snapshot!("ch06_example", mask_measured(&text));
 }
 
+/// A fresh folder for one of this file's tests.
 fn temp_dir(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ch06-example-{}-{test}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-fn load_f32(path: &Path, name: &str) -> Vec<f32> {
-    candle_core::safetensors::load(path, &candle_core::Device::Cpu).unwrap()[name]
-        .flatten_all()
-        .unwrap()
-        .to_vec1::<f32>()
-        .unwrap()
+    files::temp_dir("ch06", test)
 }
 
 #[test]

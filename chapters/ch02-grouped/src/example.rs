@@ -549,19 +549,7 @@ pub fn run_checkpoint_with<L: MoeLayer>(
         let dtype = layer.dtype();
         let lit = LiteralLayer::new(w, dtype)?;
         let want = lit.experts(&hidden, &fwd.routing)?;
-        let e = row_error(&want, &fwd.out, c.hidden);
-        // With non-finite outputs the error is taken over the finite rows (the check below
-        // fails if the two sides are non-finite in different places).
-        let over = if e.rows < rows {
-            format!(" over the {} finite rows", e.rows)
-        } else {
-            String::new()
-        };
-        say(&format!(
-            "error against the literal loop on the same routing: ⟨{:.1e}⟩ of the row's norm at the worst row{over} (tolerance {:.1e})",
-            e.worst,
-            row_tolerance(dtype)
-        ))?;
+        say(&literal_error_line(&want, &fwd.out, c.hidden, dtype))?;
         check_rows(what, &want, &fwd.out, c.hidden, dtype).map_err(|m| {
             let written = if opts.output.is_some() {
                 " (the output was written)"
@@ -572,6 +560,25 @@ pub fn run_checkpoint_with<L: MoeLayer>(
         })?;
     }
     Ok(())
+}
+
+/// The line a checkpoint run prints for its output against the literal loop's `want`: the worst
+/// row's error over its norm ([`row_error`]), and with non-finite outputs the finite rows it was
+/// taken over ([`check_rows`] then fails if the two sides are non-finite in different places).
+/// Chapters 4 and 6 print the same line.
+pub fn literal_error_line(want: &[f32], got: &[f32], h: usize, dtype: Dtype) -> String {
+    let e = row_error(want, got, h);
+    let rows = got.len() / h.max(1);
+    let over = if e.rows < rows {
+        format!(" over the {} finite rows", e.rows)
+    } else {
+        String::new()
+    };
+    format!(
+        "error against the literal loop on the same routing: ⟨{:.1e}⟩ of the row's norm at the worst row{over} (tolerance {:.1e})",
+        e.worst,
+        row_tolerance(dtype)
+    )
 }
 
 /// What a checkpoint run says when outputs are NaN or infinite, and why: the weights were

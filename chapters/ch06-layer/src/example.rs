@@ -19,7 +19,7 @@ use ch01_router::{RouterConfig, Routing};
 use ch02_grouped::checkpoint::{self, LoadOptions};
 use ch02_grouped::compare::{check_output, Tolerance};
 pub use ch02_grouped::example::ExampleError;
-use ch02_grouped::example::{check_rows, row_error, row_tolerance};
+use ch02_grouped::example::{check_rows, literal_error_line};
 use ch02_grouped::{io, Dtype, LiteralLayer, MoeConfig, MoeLayer, MoeWeights, SharedExpert};
 use ch04_fused_moe::example::plan_text;
 use ch05_fused_router::LogitsFrom;
@@ -360,19 +360,10 @@ fn run_checkpoint(
     if opts.check {
         let literal = LiteralLayer::new(&weights, Dtype::Bf16)?;
         let want = literal.experts(&hidden, &fwd.routing)?;
-        let e = row_error(&want, &fwd.out, c.hidden);
-        // With non-finite outputs the error is taken over the finite rows (check_rows fails if
-        // the two sides are non-finite in different places), as chapter 2's example says it.
-        let over = if e.rows < rows {
-            format!(" over the {} finite rows", e.rows)
-        } else {
-            String::new()
-        };
         say!(
             out,
-            "error against the literal loop on the same routing: ⟨{:.1e}⟩ of the row's norm at the worst row{over} (tolerance {:.1e})",
-            e.worst,
-            row_tolerance(Dtype::Bf16)
+            "{}",
+            literal_error_line(&want, &fwd.out, c.hidden, Dtype::Bf16)
         );
         check_rows(
             "the assembled layer",

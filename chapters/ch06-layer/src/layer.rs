@@ -17,7 +17,7 @@ use ch01_router::chain::RouterOutputs;
 use ch01_router::chain::{download, DeviceMatrix, DeviceRouter, GateInputs, GateShape};
 use ch01_router::Routing;
 use ch02_grouped::error::expect_len;
-use ch02_grouped::layer::{experts_rows, rows_of, LayerOutput, MoeLayer};
+use ch02_grouped::layer::{rows_of, LayerOutput, MoeLayer};
 use ch02_grouped::{Dtype, MoeConfig, MoeError, MoeWeights};
 use ch04_fused_moe::device::Hidden;
 use ch04_fused_moe::{BatchPlan, FusedDevice, FusedWorkspace};
@@ -304,12 +304,6 @@ impl AssembledLayer {
     }
 }
 
-/// `hidden` `[T, H]` f32 rounded to bf16 on the host and uploaded: the f32 convenience of
-/// [`MoeLayer`] (an engine hands the layer bf16 already).
-fn upload_hidden(dev: &Device, hidden: &[f32]) -> Result<DeviceBuffer<bf16>, MoeError> {
-    upload_bf16(dev, hidden)
-}
-
 impl MoeLayer for AssembledLayer {
     fn name(&self) -> &'static str {
         "assembled"
@@ -321,38 +315,10 @@ impl MoeLayer for AssembledLayer {
         &self.config
     }
 
-    /// Chapter 4's experts on a given routing, from the hidden states rounded to bf16.
+    /// Chapter 4's experts on a given routing: chapter 4's own [`MoeLayer::experts`] (its f32
+    /// input rounded on the device, the same bits as from bf16).
     fn experts(&self, hidden: &[f32], routing: &Routing) -> Result<Vec<f32>, MoeError> {
-        let rows = experts_rows(&self.config, hidden, routing)?;
-        if rows == 0 {
-            return Ok(Vec::new());
-        }
-        let (k, e) = (routing.k, self.config.experts);
-        if let Some((p, &id)) = routing
-            .ids
-            .iter()
-            .enumerate()
-            .find(|(_, &id)| id as usize >= e)
-        {
-            return Err(MoeError::IdOutOfRange {
-                row: p / k,
-                slot: p % k,
-                id,
-                experts: e,
-            });
-        }
-        let dev = self.device;
-        let ws = self.experts.workspace(rows)?;
-        let ids: Vec<i32> = routing.ids.iter().map(|&e| e as i32).collect();
-        let (x, ids, w) = (
-            upload_hidden(dev, hidden)?,
-            dev.upload(&ids)?,
-            dev.upload(&routing.weights)?,
-        );
-        let out = dev.alloc::<f32>(hidden.len())?;
-        self.experts
-            .enqueue_experts_from(&ws, Hidden::Bf16(&x), &ids, &w, &out)?;
-        Ok(out.to_vec()?)
+        self.experts.experts(hidden, routing)
     }
 
     /// The whole layer ([`AssembledLayer::enqueue`]) on `hidden` rounded to bf16; the routing
@@ -360,7 +326,7 @@ impl MoeLayer for AssembledLayer {
     fn forward(&self, hidden: &[f32]) -> Result<LayerOutput, MoeError> {
         let rows = rows_of(&self.config, hidden)?;
         let ws = self.workspace(rows)?;
-        let x = upload_hidden(self.device, hidden)?;
+        let x = upload_bf16(self.device, hidden)?; // the f32 convenience: an engine hands bf16
         let out = self.device.alloc::<f32>(hidden.len())?;
         self.enqueue(&ws, &x, &out)?;
         Ok(LayerOutput {
