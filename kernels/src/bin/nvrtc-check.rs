@@ -10,7 +10,7 @@
 //! spills, shared memory per kernel; tools/gpu/run's `tests` stage runs it on the GPU machine).
 
 use moe_kernels::KernelSource;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -60,77 +60,37 @@ fn main() -> ExitCode {
         }
     }
     files.sort();
-    let mut failed = 0;
-    for path in &files {
-        let family: &'static str = Box::leak(
-            path.file_stem()
-                .unwrap()
-                .to_string_lossy()
-                .into_owned()
-                .into_boxed_str(),
-        );
-        let (text, _) = match moe_kernels_build::inline_includes(path, &[dir.clone()]) {
-            Ok(t) => t,
-            Err(e) => {
-                eprintln!("FAIL {family}: {e}");
-                failed += 1;
-                continue;
-            }
-        };
-        let names = moe_kernels_build::kernel_names(&text);
-        let source = KernelSource {
-            family,
-            cuda_source: Box::leak(text.into_boxed_str()),
-            emu: &[],
-        };
-        if cubin {
-            let start = std::time::Instant::now();
-            match moe_kernels::cuda::compile_cubin(&source, arch) {
-                Ok((image, _)) => println!(
-                    "ok   {}  {}  {} kernels, {} bytes of CUBIN in {:.1} s",
-                    path.strip_prefix(&dir).unwrap_or(path).display(),
-                    moe_kernels::cuda::target_arch(arch),
-                    names.len(),
-                    image.len(),
-                    start.elapsed().as_secs_f64()
-                ),
-                Err(e) => {
-                    eprintln!("FAIL {e}");
-                    failed += 1;
-                }
-            }
-            continue;
+    // Files compile on every core at once (NVRTC programs are independent), the biggest first so
+    // the two largest families do not end up one after the other; lines print in name order.
+    let mut order: Vec<usize> = (0..files.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(std::fs::metadata(&files[i]).map_or(0, |m| m.len())));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<std::sync::Mutex<Option<Checked>>> =
+        files.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(files.len().max(1));
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| loop {
+                let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(&i) = order.get(k) else { break };
+                let r = check_file(&files[i], &dir, arch, cubin, ptx_dir.as_deref());
+                *results[i].lock().unwrap() = Some(r);
+            });
         }
-        match moe_kernels::cuda::compile_ptx(&source, arch) {
-            Ok((ptx, _)) => {
-                if let Some(d) = &ptx_dir {
-                    let out = d.join(format!("{family}.ptx"));
-                    if let Err(e) =
-                        std::fs::create_dir_all(d).and_then(|_| std::fs::write(&out, &ptx))
-                    {
-                        eprintln!("nvrtc-check: cannot write {}: {e}", out.display());
-                        return ExitCode::from(2);
-                    }
-                }
-                let missing: Vec<&String> = names
-                    .iter()
-                    .filter(|n| !ptx.contains(&format!(".entry {n}(")))
-                    .collect();
-                if missing.is_empty() {
-                    println!(
-                        "ok   {}  {arch}  {} kernels, {} bytes of PTX",
-                        path.strip_prefix(&dir).unwrap_or(path).display(),
-                        names.len(),
-                        ptx.len()
-                    );
-                } else {
-                    eprintln!("FAIL {family}: kernels missing from the PTX: {missing:?}");
-                    failed += 1;
-                }
-            }
-            Err(e) => {
-                eprintln!("FAIL {e}");
+    });
+    let mut failed = 0;
+    for r in results {
+        match r.into_inner().unwrap().expect("every file was checked") {
+            Checked::Ok(line) => println!("{line}"),
+            Checked::Failed(msg) => {
+                eprintln!("{msg}");
                 failed += 1;
+            }
+            Checked::Fatal(msg) => {
+                eprintln!("{msg}");
+                return ExitCode::from(2);
             }
         }
     }
@@ -143,5 +103,85 @@ fn main() -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+/// One file's outcome: its line, a failure (counted), or an error that stops the run (exit 2).
+enum Checked {
+    Ok(String),
+    Failed(String),
+    Fatal(String),
+}
+
+/// Compiles one kernel file as the CUDA backend would, and checks that every kernel it declares
+/// is in the PTX (or, with `cubin`, that the CUBIN builds).
+fn check_file(
+    path: &Path,
+    dir: &Path,
+    arch: &'static str,
+    cubin: bool,
+    ptx_dir: Option<&Path>,
+) -> Checked {
+    let family: &'static str = Box::leak(
+        path.file_stem()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned()
+            .into_boxed_str(),
+    );
+    let (text, _) = match moe_kernels_build::inline_includes(path, &[dir.to_path_buf()]) {
+        Ok(t) => t,
+        Err(e) => return Checked::Failed(format!("FAIL {family}: {e}")),
+    };
+    let names = moe_kernels_build::kernel_names(&text);
+    let source = KernelSource {
+        family,
+        cuda_source: Box::leak(text.into_boxed_str()),
+        emu: &[],
+    };
+    let shown = path.strip_prefix(dir).unwrap_or(path).display();
+    let start = std::time::Instant::now();
+    if cubin {
+        return match moe_kernels::cuda::compile_cubin(&source, arch) {
+            Ok((image, _)) => Checked::Ok(format!(
+                "ok   {shown}  {}  {} kernels, {} bytes of CUBIN in {:.1} s",
+                moe_kernels::cuda::target_arch(arch),
+                names.len(),
+                image.len(),
+                start.elapsed().as_secs_f64()
+            )),
+            Err(e) => Checked::Failed(format!("FAIL {e}")),
+        };
+    }
+    match moe_kernels::cuda::compile_ptx(&source, arch) {
+        Ok((ptx, _)) => {
+            if let Some(d) = ptx_dir {
+                let out = d.join(format!("{family}.ptx"));
+                if let Err(e) = std::fs::create_dir_all(d).and_then(|_| std::fs::write(&out, &ptx))
+                {
+                    return Checked::Fatal(format!(
+                        "nvrtc-check: cannot write {}: {e}",
+                        out.display()
+                    ));
+                }
+            }
+            let missing: Vec<&String> = names
+                .iter()
+                .filter(|n| !ptx.contains(&format!(".entry {n}(")))
+                .collect();
+            if missing.is_empty() {
+                Checked::Ok(format!(
+                    "ok   {shown}  {arch}  {} kernels, {} bytes of PTX in {:.1} s",
+                    names.len(),
+                    ptx.len(),
+                    start.elapsed().as_secs_f64()
+                ))
+            } else {
+                Checked::Failed(format!(
+                    "FAIL {family}: kernels missing from the PTX: {missing:?}"
+                ))
+            }
+        }
+        Err(e) => Checked::Failed(format!("FAIL {e}")),
     }
 }
