@@ -334,8 +334,8 @@ __device__ __forceinline__ void ws_producer(const __nv_bfloat16* __restrict__ A,
 }
 
 // Versions 8 to 11: the STAGES "full" barriers (the producer's 128 cp.async arrivals and thread
-// 0's, with the bytes) and "empty" barriers (`releases` arrivals: every consumer thread, or in
-// version 9 every consumer warp, once or twice), made by thread 0 before any thread goes on.
+// 0's, with the bytes) and "empty" barriers (`releases` arrivals: every consumer warp, in
+// version 9 once or twice), made by thread 0 before any thread goes on.
 template <class C>
 __device__ __forceinline__ void ws_barriers_init(unsigned long long* full, unsigned long long* empty,
                                                  unsigned releases) {
@@ -351,11 +351,23 @@ __device__ __forceinline__ void ws_barriers_init(unsigned long long* full, unsig
 #endif
 }
 
+// A consumer warp gives a buffer back: one arrival on its `empty` by lane 0 once every lane of
+// the warp is past its wait (4 · WGS arrivals a buffer, not one a thread: 32 times fewer atomics
+// on shared memory a slice), and in version 9, when the blocks share B, one on the other block's.
+template <class C>
+__device__ __forceinline__ void ws_release(unsigned long long* e, bool share, unsigned rank) {
+#ifdef MOE_WGMMA
+    __syncwarp();
+    if ((threadIdx.x & 31) == 0) {
+        moe_mbar_arrive(e);
+        if (C::MC && share) moe_mbar_arrive_cluster(e, rank ^ 1u);
+    }
+#endif
+}
+
 // A consumer warpgroup (wg < WGS): wait for slice kt, make the producer's cp.async writes
 // visible to wgmma (the proxy fence), multiply, and release slice kt − 1 once its group is done
-// (one group stays in flight, as in version 5).
-// Version 9: one arrival a warp (lane 0, once the warp's wait is behind all its lanes) on this
-// block's `empty` and, when the blocks share B, on the other block's.
+// (one group stays in flight, as in version 5): ws_release, one arrival a warp.
 template <class C>
 __device__ __forceinline__ void ws_consumer(int K, bool live, int wg, unsigned char* smem, unsigned long long* full,
                                             unsigned long long* empty, float (&acc)[C::ACC], bool share = false,
@@ -378,23 +390,12 @@ __device__ __forceinline__ void ws_consumer(int K, bool live, int wg, unsigned c
             moe_wgmma_commit();
             moe_wgmma_wait<1>();
         }
-        if (kt > 0) {
-            unsigned long long* e = &empty[(it - 1u) % C::STAGES];
-            if (C::MC) {
-                __syncwarp();
-                if ((threadIdx.x & 31) == 0) {
-                    moe_mbar_arrive(e);
-                    if (share) moe_mbar_arrive_cluster(e, rank ^ 1u);
-                }
-            } else {
-                moe_mbar_arrive(e);
-            }
-        }
+        if (kt > 0) ws_release<C>(&empty[(it - 1u) % C::STAGES], share, rank);
     }
     moe_wgmma_wait<0>();
     // Version 10: the item's last slice released too (its wgmma done), so the producer refills
     // its buffer for the next item while this warpgroup stores.
-    if (C::PS) moe_mbar_arrive(&empty[(it0 + (unsigned)nk - 1u) % C::STAGES]);
+    if (C::PS) ws_release<C>(&empty[(it0 + (unsigned)nk - 1u) % C::STAGES], false, 0u);
 #endif
 }
 // ANCHOR_END: ws_mainloop
@@ -431,7 +432,7 @@ __device__ __forceinline__ bool wg_tile_product(const __nv_bfloat16* __restrict_
         smem = wg_swizzle_aligned(smem);
         // Version 9: a warp's arrival, or two when the cluster's blocks share B (the other
         // block's warps release this block's buffers too).
-        ws_barriers_init<C>(s_full, s_empty, C::MC ? 4u * C::WGS * (share ? 2u : 1u) : 128u * C::WGS);
+        ws_barriers_init<C>(s_full, s_empty, 4u * C::WGS * (C::MC && share ? 2u : 1u));
         // Version 9: neither block's copies may reach the other before its barriers exist, and
         // neither block may leave while the other can still arrive on its barriers.
         const bool shared_b = C::MC && share;
@@ -745,7 +746,7 @@ __device__ __forceinline__ void ps_run(const __nv_bfloat16* __restrict__ A, cons
             moe_mbar_init(&s_iempty[s], 4u * C::WGS);
         }
     }
-    ws_barriers_init<C>(s_full, s_empty, 128u * C::WGS);  // its fence and barrier cover the ring's
+    ws_barriers_init<C>(s_full, s_empty, 4u * C::WGS);  // its fence and barrier cover the ring's
     const int wg = threadIdx.x / 128;
     unsigned it = 0;      // slices of the block's items before this one
     unsigned drawn = 0;   // version 11: items this thread's side has taken

@@ -454,7 +454,7 @@ impl FusedDevice {
             tile: None,
             decode: None,
             tuned: true,
-            grouped: false,
+            grouped: true,
         })
     }
 
@@ -554,9 +554,9 @@ impl FusedDevice {
         Ok(self)
     }
 
-    /// The same layer with versions 4 to 8 launched in the grouped order (the engines'
-    /// GROUP_SIZE_M: [`TileConfig::grid`]), or not: the same bits; `bench ch04` times it as
-    /// `fused_grouped`.
+    /// Versions 4 to 8 launched in the grouped order (the engines' GROUP_SIZE_M:
+    /// [`TileConfig::grid`]; the default), or on the plain grid of tiles × column blocks: the
+    /// same bits; `bench ch04` times the plain grid as `fused_ungrouped`.
     pub fn with_grouped_order(mut self, grouped: bool) -> Self {
         self.grouped = grouped;
         self

@@ -227,12 +227,13 @@ pub const VARIANTS: &[Variant] = &[
         },
     },
     Variant {
-        imp: "fused_grouped",
-        about: "chapter 4's layer with versions 4 to 8 launched in the grouped order (tiles \
-                WG_GROUP_M at a time, every column block of them: the engines' GROUP_SIZE_M)",
+        imp: "fused_ungrouped",
+        about: "chapter 4's layer with versions 4 to 8 launched on the plain grid of tiles × \
+                column blocks instead of the grouped order (tiles WG_GROUP_M at a time, every \
+                column block of them: the engines' GROUP_SIZE_M), the default",
         max_tokens: None,
         needs_sm90a: true,
-        make: |l| l.with_grouped_order(true),
+        make: |l| l.with_grouped_order(false),
     },
     Variant {
         imp: "fused_portable",
@@ -306,7 +307,7 @@ pub const SAME_BITS: &[(&str, &str)] = &[
     ("fused_tiled_v1", "fused_tiled"),
     ("fused_tiled_v4", "fused_tiled"),
     ("fused_portable", "fused_tiled"),
-    ("fused_grouped", "fused"),
+    ("fused_ungrouped", "fused"),
 ];
 
 /// The largest T the decode variants are measured at.

@@ -9,6 +9,7 @@
 //! facts (the layer beside the engines' designs, each part beside its floor) are `ch06/measured.rs`'s.
 
 mod measured;
+mod ncu;
 
 use super::facts::Facts;
 use super::{find, read, short, token_counts, Generated};
@@ -85,6 +86,7 @@ fn facts(root: &Path) -> Result<Vec<Generated>, String> {
         }
     }
     let mut out = measured::generate(root, &mut f)?.unwrap_or_default();
+    out.extend(ncu::generate(root, &mut f)?);
     out.insert(
         0,
         Generated {
