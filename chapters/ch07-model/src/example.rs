@@ -158,9 +158,21 @@ fn fixtures(device: &'static Device, out: Out) -> Result<(), ExampleError> {
             let model = Model::new(device, weights.clone(), dtype)?;
             say!(out, "{}:", path_text(dtype));
             let mut times = Vec::new();
+            // The first prompt's logits against transformers', at the worst step.
+            let mut logit_error = 0f32;
+            let v = weights.config.vocab;
             for (i, (prompt, want)) in fx.prompts.iter().zip(&fx.tokens).enumerate() {
+                let mut step = 0;
                 let got = model.generate(prompt, FIXTURE_TOKENS, |s: &Step| {
                     times.push(s.took);
+                    if let Some(hf) = fx.logits.get(step * v..(step + 1) * v).filter(|_| i == 0) {
+                        logit_error = s
+                            .logits
+                            .iter()
+                            .zip(hf)
+                            .fold(logit_error, |m, (a, b)| m.max((a - b).abs()));
+                    }
+                    step += 1;
                     Ok::<(), ExampleError>(())
                 })?;
                 let same = got.iter().zip(want).take_while(|(a, b)| a == b).count();
@@ -200,6 +212,12 @@ fn fixtures(device: &'static Device, out: Out) -> Result<(), ExampleError> {
                 .map(|(_, &t)| t)
                 .collect();
             let mean = decode.iter().sum::<Duration>() / decode.len().max(1) as u32;
+            say!(
+                out,
+                "  prompt 1's logits against transformers': ⟨{logit_error:.1e}⟩ apart at the worst \
+                 (the closest greedy choice of the fixture: {:.1e} between the best two)",
+                fx.min_logit_gap
+            );
             say!(out, "  one token: ⟨{}⟩ ms on average", ms(mean));
         }
     }

@@ -3,7 +3,7 @@
 //! transformers' greedy tokens from three prompts.
 
 use crate::error::ModelError;
-use ch02_grouped::checkpoint::files::read_json;
+use ch02_grouped::checkpoint::files::{self, read_json};
 use ch02_grouped::checkpoint::CheckpointError;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -29,6 +29,8 @@ pub struct Greedy {
     pub tokens: Vec<Vec<u32>>,
     /// The smallest gap between the best and the second-best logit over every greedy choice.
     pub min_logit_gap: f64,
+    /// transformers' logits `[N, V]` at each greedy step of the first prompt.
+    pub logits: Vec<f32>,
 }
 
 fn ids(v: &Value, field: &str, path: &Path) -> Result<Vec<Vec<u32>>, ModelError> {
@@ -69,7 +71,11 @@ impl Greedy {
                 why: "`prompts` and `tokens` differ in length".into(),
             }));
         }
+        let logits_path = dir.join("logits.safetensors");
+        let st = files::map(&logits_path)?;
+        let logits = files::raw(&st, "logits.0", &logits_path)?.to_f32();
         Ok(Greedy {
+            logits,
             model: dir.join("model"),
             prompts,
             tokens,

@@ -67,8 +67,10 @@ impl KvCache {
 }
 
 /// What [`Model::generate`] reports for each token as it comes.
-pub struct Step {
+pub struct Step<'a> {
     pub token: u32,
+    /// The logits `[V]` it is the argmax of.
+    pub logits: &'a [f32],
     /// The forward pass that produced it: the prompt's prefill for the first, one position after.
     pub took: Duration,
     /// Its logit's gap to the runner-up (how close this greedy choice was).
@@ -244,6 +246,7 @@ impl Model {
             let token = argmax(&logits);
             each(&Step {
                 token,
+                logits: &logits,
                 took: start.elapsed(),
                 gap: crate::cpu::top2_gap(&logits),
             })?;
