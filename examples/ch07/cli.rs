@@ -26,7 +26,7 @@ pub struct Args {
     #[arg(long, value_name = "DIR", requires = "prompt_ids")]
     pub checkpoint: Option<PathBuf>,
     /// The prompt, as token ids separated by commas.
-    #[arg(long, value_name = "IDS", value_delimiter = ',', requires = "checkpoint", help_heading = CHECKPOINT_OPTIONS)]
+    #[arg(long, value_name = "IDS", value_delimiter = ',', requires = "checkpoint", help_heading = CHECKPOINT_OPTIONS, allow_negative_numbers = true)]
     pub prompt_ids: Vec<u32>,
     /// How many tokens to generate.
     #[arg(long, value_name = "N", default_value_t = 32, requires = "checkpoint", help_heading = CHECKPOINT_OPTIONS, allow_negative_numbers = true)]

@@ -15,6 +15,9 @@ use std::path::PathBuf;
 
 type Tensors = BTreeMap<String, (Vec<usize>, Vec<f32>)>;
 
+/// A config change, and what the refusal's message must say.
+type ConfigCase = (&'static str, fn(&mut Value), &'static str);
+
 /// The fixture `name`'s model, copied into a fresh folder with its tensors and its config changed
 /// by `edit`.
 fn changed(name: &str, case: &str, edit: impl FnOnce(&mut Tensors, &mut Value)) -> PathBuf {
@@ -163,7 +166,7 @@ fn a_tensor_the_config_does_not_read_is_refused() {
 
 #[test]
 fn bad_config_fields_are_named() {
-    let cases: [(&str, fn(&mut Value), &str); 4] = [
+    let cases: [ConfigCase; 4] = [
         (
             "yarn",
             |c| c["rope_parameters"]["rope_type"] = "yarn".into(),
