@@ -83,6 +83,7 @@ impl Model {
     pub fn new(device: &'static Device, w: ModelWeights, dtype: Dtype) -> Result<Self, ModelError> {
         let mut layers = Vec::with_capacity(w.layers.len());
         for l in w.layers {
+            // ANCHOR: moe_choice
             let mlp = match l.mlp {
                 MlpWeights::Dense(d) => Mlp::Dense(d),
                 MlpWeights::Moe(m) => Mlp::Moe(match dtype {
@@ -90,6 +91,7 @@ impl Model {
                     Dtype::F32 => Box::new(GroupedDevice::new(device, &m, Dtype::F32)?),
                 }),
             };
+            // ANCHOR_END: moe_choice
             layers.push(Layer {
                 input_norm: l.input_norm,
                 attention: l.attention,
@@ -136,7 +138,8 @@ impl Model {
     // ANCHOR: forward
     /// Runs `tokens` at the positions after the cache's (all the prompt at once, then one token
     /// per step), appends their keys and values to `cache`, and returns the logits `[V]` of the
-    /// last one.
+    /// last one. After an error the cache may hold some layers' rows of the failed call: start
+    /// a new one.
     pub fn forward(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Vec<f32>, ModelError> {
         let c = &self.config;
         let h = c.hidden;
@@ -154,6 +157,7 @@ impl Model {
             }
             x.extend_from_slice(&self.embed[t as usize * h..(t as usize + 1) * h]);
         }
+        // ANCHOR: layer
         for (l, layer) in self.layers.iter().enumerate() {
             let a = rms_norm(&x, &layer.input_norm, c.rms_eps);
             let a = self.attention(&layer.attention, &a, l, cache);
@@ -165,6 +169,7 @@ impl Model {
             };
             x.iter_mut().zip(&m).for_each(|(x, m)| *x += m);
         }
+        // ANCHOR_END: layer
         cache.len += tokens.len();
         // Only the last position's logits are needed for the next token.
         let last = rms_norm(&x[x.len() - h..], &self.norm, c.rms_eps);
