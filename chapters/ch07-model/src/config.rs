@@ -173,6 +173,15 @@ pub fn parse_model_config(json: &Value) -> Result<ModelConfig, ModelError> {
             factor,
         ));
     }
+    // Qwen3-MoE's sliding-window attention (`use_sliding_window`, off in every released
+    // checkpoint) attends to the last `sliding_window` positions only: not computed here.
+    if !glm && flag(json, "use_sliding_window", false)? {
+        return Err(bad(
+            "use_sliding_window",
+            "false (sliding-window attention is not in this chapter)",
+            true,
+        ));
+    }
     let attention_bias = flag(json, "attention_bias", false)?;
     Ok(ModelConfig {
         vocab: positive(json, "vocab_size")?,

@@ -66,6 +66,33 @@ fn the_fixtures_load_unchanged() {
     }
 }
 
+/// transformers 5.x's own form (`state_dict()`: each MoE layer's experts fused into
+/// `gate_up_proj` [E, 2I, H] and `down_proj` [E, H, I]) loads to the same model as the Hub's
+/// form: chapter 2's packer reads both.
+#[test]
+fn the_fused_form_loads_to_the_same_model() {
+    let hub = load(&fixture_dir("glm4_moe").join("model"), false).unwrap();
+    let dir = changed("glm4_moe", "fused", |t, _| {
+        for l in [1, 2] {
+            let p = format!("model.layers.{l}.mlp.experts.");
+            let take = |t: &mut Tensors, e: usize, proj: &str| {
+                t.remove(&format!("{p}{e}.{proj}.weight")).unwrap()
+            };
+            let (mut gate_up, mut down) = (Vec::new(), Vec::new());
+            for e in 0..8 {
+                gate_up.extend(take(t, e, "gate_proj").1); // [I, H]
+                gate_up.extend(take(t, e, "up_proj").1); // [I, H]
+                down.extend(take(t, e, "down_proj").1); // [H, I]
+            }
+            t.insert(format!("{p}gate_up_proj"), (vec![8, 32, 32], gate_up));
+            t.insert(format!("{p}down_proj"), (vec![8, 32, 16], down));
+        }
+    });
+    let fused = load(&dir, false).unwrap_or_else(|e| panic!("{e}"));
+    assert!(fused == hub, "the fused form loaded to another model");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 // ANCHOR: bad_checkpoints
 #[test]
 fn a_missing_tensor_is_named() {
@@ -166,7 +193,12 @@ fn a_tensor_the_config_does_not_read_is_refused() {
 
 #[test]
 fn bad_config_fields_are_named() {
-    let cases: [ConfigCase; 4] = [
+    let cases: [ConfigCase; 5] = [
+        (
+            "sliding",
+            |c| c["use_sliding_window"] = true.into(),
+            "`use_sliding_window` is true",
+        ),
         (
             "yarn",
             |c| c["rope_parameters"]["rope_type"] = "yarn".into(),
@@ -189,7 +221,12 @@ fn bad_config_fields_are_named() {
         ),
     ];
     for (case, edit, want) in cases {
-        let e = refused("glm4_moe", case, |_, c| edit(c));
+        let family = if case == "sliding" {
+            "qwen3_moe"
+        } else {
+            "glm4_moe"
+        };
+        let e = refused(family, case, |_, c| edit(c));
         assert!(e.to_string().contains(want), "{case}: {e}");
     }
 }
