@@ -5,7 +5,7 @@ use ch02_grouped::checkpoint::{CheckpointError, Family};
 use ch02_grouped::MoeError;
 use std::fmt;
 
-/// Why [`crate::load`], [`crate::Model`] or the example refused.
+/// Why [`crate::load()`], [`crate::Model`] or the example refused.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ModelError {
     /// The checkpoint: a missing file or tensor, a wrong shape, a bad config field, an unknown

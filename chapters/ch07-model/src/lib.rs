@@ -6,7 +6,7 @@
 //! puts the rest around it as plainly as it can be written:
 //!
 //! - [`config`]: `config.json` → the whole model's sizes (chapter 2 reads the MoE part);
-//! - [`load`]: the whole checkpoint through chapter 2's checkpoint code (its files, its tensor
+//! - [`mod@load`]: the whole checkpoint through chapter 2's checkpoint code (its files, its tensor
 //!   reader, its MoE packer), every tensor checked, every refusal typed and naming the tensor;
 //! - [`cpu`]: the non-MoE parts in plain f32 loops on the CPU: linear layers, RMSNorm, the
 //!   rotary embedding, one head's attention, SiLU, argmax;
