@@ -93,6 +93,55 @@ fn the_fused_form_loads_to_the_same_model() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// The Hub's configs (and transformers 4.x) put `rope_theta` and `partial_rotary_factor` at the
+/// top, with `rope_scaling: null`, where transformers 5.x writes `rope_parameters`: the same
+/// model either way.
+#[test]
+fn rope_fields_at_the_top_load_the_same_model() {
+    let five = load(&fixture_dir("glm4_moe").join("model"), false).unwrap();
+    let dir = changed("glm4_moe", "rope-top", |_, c| {
+        let c = c.as_object_mut().unwrap();
+        c.remove("rope_parameters");
+        c.insert("rope_scaling".into(), Value::Null);
+        c.insert("rope_theta".into(), 10000.0.into());
+        c.insert("partial_rotary_factor".into(), 0.5.into());
+    });
+    let hub = load(&dir, false).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        hub == five,
+        "the top-level rope fields loaded to another model"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+    // A different theta is read, not defaulted.
+    let dir = changed("glm4_moe", "rope-theta", |_, c| {
+        c["rope_parameters"]["rope_theta"] = 5e5.into();
+    });
+    assert_eq!(load(&dir, false).unwrap().config.rope_theta, 5e5);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// With `tie_word_embeddings` the LM head is the embedding, and a checkpoint that still has an
+/// `lm_head.weight` is refused (which of the two would be meant is not clear).
+#[test]
+fn tied_embeddings() {
+    let dir = changed("qwen3_moe", "tied", |t, c| {
+        t.remove("lm_head.weight");
+        c["tie_word_embeddings"] = true.into();
+    });
+    let w = load(&dir, false).unwrap_or_else(|e| panic!("{e}"));
+    assert!(w.lm_head == w.embed);
+    std::fs::remove_dir_all(&dir).unwrap();
+    let e = refused("qwen3_moe", "tied-and-head", |_, c| {
+        c["tie_word_embeddings"] = true.into();
+    });
+    assert_eq!(
+        e,
+        ModelError::UnusedTensors {
+            tensors: vec!["lm_head.weight".into()]
+        }
+    );
+}
+
 // ANCHOR: bad_checkpoints
 #[test]
 fn a_missing_tensor_is_named() {
