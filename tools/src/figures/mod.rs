@@ -28,8 +28,8 @@ pub struct Generated {
 }
 
 /// The groups of generated files, by the page that uses them.
-pub const GROUPS: [&str; 8] = [
-    "runtime", "primer", "ch01", "ch02", "ch03", "ch04", "ch05", "ch06",
+pub const GROUPS: [&str; 9] = [
+    "runtime", "primer", "ch01", "ch02", "ch03", "ch04", "ch05", "ch06", "ch07",
 ];
 
 /// A committed file of the repository at `root`, as text.
@@ -94,6 +94,8 @@ pub fn generate(root: &Path, group: &str) -> Result<Vec<Generated>, String> {
             Ok(v)
         }
         "ch06" => ch06::generate(root),
+        // The page's example and tree (the full-size decode step's measurements join them later).
+        "ch07" => example_and_tree(root, 7),
         "runtime" => runtime(root),
         "primer" => primer_example(root),
         other => Err(format!(
