@@ -664,7 +664,13 @@ __device__ __forceinline__ WgCopies<C::A_COPIES> ps_copies(const int* __restrict
 __device__ __forceinline__ bool ps_live(const int* __restrict__ rows, int wg, int P) {
     const int lane = threadIdx.x & 31;
     const int a = rows[64 * wg + lane], b = rows[64 * wg + 32 + lane];
+#ifdef MOE_EMU
+    // Each lane's value differs here, and the emulator's fused_warp_or passes it through (it
+    // counts on every lane passing the same): the OR as a collective of the warp.
+    return __reduce_or_sync(0xffffffffu, (a >= 0 && a < P) || (b >= 0 && b < P) ? 1u : 0u) != 0;
+#else
     return fused_warp_or((a >= 0 && a < P) || (b >= 0 && b < P) ? 1u : 0u) != 0;
+#endif
 }
 
 // Version 11's item counters, one pair per entry point (DY_COUNTERS of them): [0] the next item
@@ -876,3 +882,4 @@ __device__ __forceinline__ void ps_gemm_impl(const __nv_bfloat16* __restrict__ A
 #define HOPPER_ENTRIES_11(NAME, C) \
     PS_ENTRIES(NAME, C, dy_counters[DY_##NAME], dy_counters[DY_##NAME + 1], dy_counters[DY_##NAME + 2])
 // ANCHOR_END: wg_entries
+
