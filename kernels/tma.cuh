@@ -76,10 +76,11 @@ __device__ __forceinline__ void moe_cp_async_mbar_arrive(unsigned long long* bar
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(moe_smem_addr(bar)) : "memory");
 }
 // ANCHOR_END: mbar_more
-// A barrier of `count` threads (whole warps) numbered `id` (1 to 15; 0 is __syncthreads'): version
+// A barrier of COUNT threads (whole warps) numbered ID (1 to 15; 0 is __syncthreads'): version
 // 11's producer warpgroup meets at one.
-__device__ __forceinline__ void moe_named_barrier_sync(unsigned id, unsigned count) {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+template <unsigned ID, unsigned COUNT>
+__device__ __forceinline__ void moe_named_barrier_sync() {
+    asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "n"(COUNT) : "memory");
 }
 // ANCHOR: cluster_api
 // Version 9: two blocks of a cluster (__cluster_dims__(2, 1, 1): blocks 2j and 2j + 1 run at

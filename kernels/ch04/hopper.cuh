@@ -713,7 +713,7 @@ __device__ __forceinline__ int dy_next(unsigned* counter, int items, volatile in
             }
         }
         __syncwarp();
-        moe_named_barrier_sync(1, 128);
+        moe_named_barrier_sync<1, 128>();
         return ring[slot];
     }
     moe_mbar_wait(&ifull[slot], use & 1u);

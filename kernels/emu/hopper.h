@@ -118,10 +118,10 @@ static inline void moe_cp_async_mbar_arrive(unsigned long long* bar, int line = 
     for (size_t& e : q.group_end) e = 0;
     emu_mbar_arrive(bar, 0, line, file);
 }
-// `bar.sync id, count`: a barrier of `count` threads (whole warps) other than __syncthreads' 0.
-static inline void moe_named_barrier_sync(unsigned id, unsigned count, int line = __builtin_LINE(),
-                                          const char* file = __builtin_FILE()) {
-    emu_named_barrier(id, count, line, file);
+// `bar.sync ID, COUNT`: a barrier of COUNT threads (whole warps) other than __syncthreads' 0.
+template <unsigned ID, unsigned COUNT>
+static inline void moe_named_barrier_sync(int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
+    emu_named_barrier(ID, COUNT, line, file);
 }
 // Clusters (version 9) are not emulated: a block is alone in its cluster (rank 0); anything that
 // reaches another block is an error that says so.
