@@ -60,8 +60,9 @@ void emu_named_barrier(unsigned id, unsigned count, int line, const char* file);
 #define __cvta_generic_to_shared(p) emu_cvta_shared((p), __LINE__, __FILE__)
 
 // kernels/wgmma.cuh's names. The descriptor is the GPU's, bit for bit (the same code).
-static inline unsigned long long moe_wgmma_desc(const void* smem, unsigned lead, unsigned stride) {
-    const unsigned addr = (unsigned)__cvta_generic_to_shared(smem);
+static inline unsigned long long moe_wgmma_desc(const void* smem, unsigned lead, unsigned stride,
+                                                int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
+    const unsigned addr = (unsigned)emu_cvta_shared(smem, line, file);
     return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((unsigned long long)((lead >> 4) & 0x3FFF) << 16) |
            ((unsigned long long)((stride >> 4) & 0x3FFF) << 32);
 }
@@ -85,7 +86,9 @@ static inline void moe_wgmma_bf16(float (&d)[N / 2], unsigned long long a, unsig
 }
 
 // kernels/tma.cuh's names.
-static inline unsigned moe_smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+static inline unsigned moe_smem_addr(const void* p, int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
+    return (unsigned)emu_cvta_shared(p, line, file);
+}
 static inline void moe_mbar_init(unsigned long long* bar, unsigned count, int line = __builtin_LINE(),
                                  const char* file = __builtin_FILE()) {
     emu_mbar_init(bar, count, line, file);

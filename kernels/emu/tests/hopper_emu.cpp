@@ -177,7 +177,7 @@ static void test_misuse() {
     expect_error("accumulators written before wgmma.wait_group", tramp_k_err_acc_write, {&pf}, 128, 8192,
                  {"moe_wgmma_bf16 at test_hopper.cu:", "written while it was in flight"});
     expect_error("descriptor of static shared memory", tramp_k_err_static_desc, {&pf}, 128, 0,
-                 {"__cvta_generic_to_shared", "not in the block's dynamic shared memory"});
+                 {"__cvta_generic_to_shared at test_hopper.cu:", "not in the block's dynamic shared memory"});
     expect_error("wgmma in half a warpgroup", tramp_k_err_half_warpgroup, {&pf}, 64, 8192, {"whole warpgroups of 128 threads"});
     expect_error("cluster", tramp_k_err_cluster, {&pi}, 32, 0, {"clusters are not emulated"});
     // Reading the accumulators before the wait is not an error the emulator can see: it reads the
