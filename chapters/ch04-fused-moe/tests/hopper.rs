@@ -27,11 +27,11 @@ fn every_regime() -> impl Iterator<Item = MoeRegime> {
 }
 
 // ANCHOR: hopper_bits
-/// Versions 4 to 11 (Hopper's `wgmma`, sm_90a GPUs only) against versions 1 to 3: on every regime whose
-/// H and I are multiples of 8, every configuration of theirs gives the portable tiled path's bits
+/// Versions 4 to 11 (Hopper's `wgmma`: sm_90a GPUs, and the emulator) against versions 1 to 3: on
+/// every regime whose H and I are multiples of 8, every configuration of theirs gives the portable tiled path's bits
 /// at the same BLOCK_M, fused and unfused (each output the same k-steps of 16 into one fp32
 /// accumulator; this is where that is checked, not assumed), and asking it for another BLOCK_M
-/// is a typed error. Regimes of other widths, and every other device (the emulator), refuse
+/// is a typed error. Regimes of other widths, and every GPU without sm_90a, refuse
 /// every one of those configurations with a typed error.
 fn hopper_tiles_give_the_portable_bits(dev: &'static Device) {
     let mut compared = 0;
@@ -220,7 +220,7 @@ fn same_bits_as_version_8_and_portable(
 /// take one copy of the weight slice between them, and others are not (tiles of two experts, or
 /// a last tile alone); H 512 and I 320 make 8 slices of K in GEMM 1 and 5 in GEMM 2, so every
 /// buffer is refilled, each time after both blocks released it. Version 9 gives version 8's
-/// bits and the portable path's, with either fusion. Every other device refuses it.
+/// bits and the portable path's, with either fusion. A GPU without sm_90a refuses it.
 fn clusters_give_version_8s_bits(dev: &'static Device) {
     let counts = [256usize, 130, 100, 200];
     let (base, routing, hidden_states, v9) = hand_made_layer(dev, &counts, (90, 9050), |c| c.mc());
@@ -258,7 +258,7 @@ fn clusters_give_version_8s_bits(dev: &'static Device) {
 /// refilled across items, at parities counted on from the items before. Versions 10 and 11 give
 /// version 8's bits and the portable path's, with either fusion; version 11, whose blocks take
 /// their items from counters that each launch must leave at zero, gives version 8's bits on
-/// three runs of one layer in a row. Every other device refuses them.
+/// three runs of one layer in a row. A GPU without sm_90a refuses them.
 fn persistent_blocks_give_version_8s_bits(dev: &'static Device) {
     let counts = [3000usize, 2500, 1, 64, 65, 4000, 129, 2001];
     let (base, routing, hidden_states, persistent) =
