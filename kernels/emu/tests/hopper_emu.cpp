@@ -165,6 +165,7 @@ static void test_misuse() {
     float* pf = out.data();
     int* pi = nullptr;
     int more = 1024, fewer = -1024;
+    // ANCHOR: misuse
     expect_error("mbarrier phase that never completes", tramp_k_err_mbar_deadlock, {&pi}, 64, 0,
                  {"deadlock", "threads 0-63 wait for the phase of parity 0", "1 of its 2 arrivals still to come"});
     expect_error("more transaction bytes announced than copied", tramp_k_err_tx, {&pm, &more}, 32, 8192,
@@ -180,6 +181,7 @@ static void test_misuse() {
                  {"__cvta_generic_to_shared at test_hopper.cu:", "not in the block's dynamic shared memory"});
     expect_error("wgmma in half a warpgroup", tramp_k_err_half_warpgroup, {&pf}, 64, 8192, {"whole warpgroups of 128 threads"});
     expect_error("cluster", tramp_k_err_cluster, {&pi}, 32, 0, {"clusters are not emulated"});
+    // ANCHOR_END: misuse
     // Reading the accumulators before the wait is not an error the emulator can see: it reads the
     // poison NaN, and after the wait the product.
     Res r = launch(tramp_k_acc_read_early, {&pf}, 128, 8192);
