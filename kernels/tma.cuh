@@ -18,7 +18,8 @@
 #pragma once
 #include "wgmma.cuh"
 
-#ifdef MOE_WGMMA
+// The emulator's twins of every name below: kernels/emu/hopper.h.
+#if defined(MOE_WGMMA) && !defined(MOE_EMU)
 // ANCHOR: tma_api
 __device__ __forceinline__ unsigned moe_smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 
@@ -75,6 +76,12 @@ __device__ __forceinline__ void moe_cp_async_mbar_arrive(unsigned long long* bar
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(moe_smem_addr(bar)) : "memory");
 }
 // ANCHOR_END: mbar_more
+// A barrier of COUNT threads (whole warps) numbered ID (1 to 15; 0 is __syncthreads'): version
+// 11's producer warpgroup meets at one.
+template <unsigned ID, unsigned COUNT>
+__device__ __forceinline__ void moe_named_barrier_sync() {
+    asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "n"(COUNT) : "memory");
+}
 // ANCHOR: cluster_api
 // Version 9: two blocks of a cluster (__cluster_dims__(2, 1, 1): blocks 2j and 2j + 1 run at
 // the same time on two SMs of one GPC, and each can reach the other's shared memory).
@@ -111,4 +118,4 @@ __device__ __forceinline__ void moe_tma_load_2d_multicast(void* dst, const void*
         : "memory");
 }
 // ANCHOR_END: cluster_api
-#endif  // sm_90a
+#endif  // sm_90a (the emulator: kernels/emu/hopper.h)

@@ -16,12 +16,16 @@
 // D[16w + g + 8][8j + 2q + {0, 1}] in d[4j + {2, 3}]: mma.sync's m16n8 layout, one warp per 16
 // rows, N / 8 fragments side by side.
 //
-// MOE_WGMMA is defined only where these instructions exist: NVRTC compiling for sm_90a. The
-// emulator and every other GPU never see them (the host never picks version 4 there).
+// MOE_WGMMA is defined where these instructions exist: NVRTC compiling for sm_90a, and the
+// emulator, whose twins of every name below and in tma.cuh (kernels/emu/hopper.h, included by
+// its cuda_emu.h) run them on the CPU. Other GPUs never see them (the host never picks version
+// 4 there).
 #pragma once
 #include "common.cuh"
 
-#if !defined(MOE_EMU) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#if defined(MOE_EMU)
+#define MOE_WGMMA 1
+#elif defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define MOE_WGMMA 1
 
 // ANCHOR: wgmma_api
@@ -95,4 +99,4 @@ __device__ __forceinline__ void moe_wgmma_bf16<256>(float (&d)[128], unsigned lo
         : MOE_WG_D64(0), MOE_WG_D64(64)
         : "l"(a), "l"(b), "r"(1));
 }
-#endif  // sm_90a
+#endif  // sm_90a (the emulator: kernels/emu/hopper.h)

@@ -1,7 +1,7 @@
 // ch04/hopper.cuh — the tiled path on Hopper (sm_90a only): versions 4 to 11 of the main loop, on
 // top of portable.cuh's tile (its rows, its epilogue's contract), kernels/wgmma.cuh and
-// kernels/tma.cuh. Included by ch04_fused_moe.cu; compiled only where NVRTC targets sm_90a
-// (MOE_WGMMA), never into the emulator's path.
+// kernels/tma.cuh. Included by ch04_fused_moe.cu; compiled where NVRTC targets sm_90a and on the
+// emulator (MOE_WGMMA: there kernels/emu/hopper.h runs wgmma, TMA and the mbarriers on the CPU).
 //
 //   version 4  (g{WGS}_…)  wgmma: one warpgroup per 64 rows multiplying straight from shared
 //                          memory, the stages in wgmma's flat core-matrix layout (wg_mainloop)
@@ -147,7 +147,7 @@ __device__ __forceinline__ unsigned char* wg_swizzle_aligned(unsigned char* smem
     const unsigned off = (unsigned)__cvta_generic_to_shared(smem);
     return smem + ((WG_SWIZZLE_ALIGN - (off & (WG_SWIZZLE_ALIGN - 1))) & (WG_SWIZZLE_ALIGN - 1));
 #else
-    return smem;  // versions 5 to 11 run on sm_90a only
+    return smem;  // versions 5 to 11 run on sm_90a (and the emulator) only
 #endif
 }
 
@@ -264,7 +264,7 @@ __device__ __forceinline__ void wg_mainloop(const __nv_bfloat16* __restrict__ A,
     // where the paths meet (its advisory C7517).
     moe_wgmma_wait<0>();
 #else
-    __trap();  // versions 4 to 7 exist only on sm_90a; the host never launches it anywhere else
+    __trap();  // versions 4 to 7 exist only on sm_90a (and the emulator); the host never launches it anywhere else
 #endif
 }
 // ANCHOR_END: wg_mainloop
@@ -450,7 +450,7 @@ __device__ __forceinline__ bool wg_tile_product(const __nv_bfloat16* __restrict_
         if (shared_b) moe_cluster_sync();
         return live;
 #else
-        __trap();  // versions 8 and 9 exist only on sm_90a
+        __trap();  // versions 8 and 9 exist only on sm_90a (and the emulator)
 #endif
     }
     const bool live = wg_live(s_live, wg);
@@ -665,7 +665,13 @@ __device__ __forceinline__ WgCopies<C::A_COPIES> ps_copies(const int* __restrict
 __device__ __forceinline__ bool ps_live(const int* __restrict__ rows, int wg, int P) {
     const int lane = threadIdx.x & 31;
     const int a = rows[64 * wg + lane], b = rows[64 * wg + 32 + lane];
+#ifdef MOE_EMU
+    // Each lane's value differs here, and the emulator's fused_warp_or passes it through (it
+    // counts on every lane passing the same): the OR as a collective of the warp.
+    return __reduce_or_sync(0xffffffffu, (a >= 0 && a < P) || (b >= 0 && b < P) ? 1u : 0u) != 0;
+#else
     return fused_warp_or((a >= 0 && a < P) || (b >= 0 && b < P) ? 1u : 0u) != 0;
+#endif
 }
 
 // Version 11's item counters, one pair per entry point (DY_COUNTERS of them): [0] the next item
@@ -708,7 +714,7 @@ __device__ __forceinline__ int dy_next(unsigned* counter, int items, volatile in
             }
         }
         __syncwarp();
-        asm volatile("bar.sync 1, 128;\n" ::: "memory");
+        moe_named_barrier_sync<1, 128>();
         return ring[slot];
     }
     moe_mbar_wait(&ifull[slot], use & 1u);
@@ -773,7 +779,7 @@ __device__ __forceinline__ void ps_run(const __nv_bfloat16* __restrict__ A, cons
     }
     if (wg == C::WGS) moe_cp_async_wait(0);  // nothing of the producer's still landing when it leaves
 #else
-    __trap();  // versions 10 and 11 exist only on sm_90a
+    __trap();  // versions 10 and 11 exist only on sm_90a (and the emulator)
 #endif
 }
 
@@ -877,3 +883,4 @@ __device__ __forceinline__ void ps_gemm_impl(const __nv_bfloat16* __restrict__ A
 #define HOPPER_ENTRIES_11(NAME, C) \
     PS_ENTRIES(NAME, C, dy_counters[DY_##NAME], dy_counters[DY_##NAME + 1], dy_counters[DY_##NAME + 2])
 // ANCHOR_END: wg_entries
+

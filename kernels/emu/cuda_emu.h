@@ -48,8 +48,8 @@
 #define __forceinline__ inline __attribute__((always_inline))
 #define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
-// Clusters (chapter 4's version 9) exist only on sm_90a; the host never launches those kernels
-// here, and their bodies trap off that target.
+// Clusters (chapter 4's version 9) are not emulated: every block is alone in a cluster of one
+// (hopper.h).
 #define __cluster_dims__(...)
 #define __align__(n) __attribute__((aligned(n)))
 #define __builtin_align__(n) __attribute__((aligned(n)))
@@ -119,7 +119,7 @@ extern __thread void* emu_tls_dyn_shared;
 #define gridDim (static_cast<const dim3>(emu_tls_gridDim))
 #define warpSize 32
 
-// Dynamic shared memory: this block's buffer of `dynamic_shared_bytes`, 16-byte aligned, filled
+// Dynamic shared memory: this block's buffer of `dynamic_shared_bytes`, 1024-byte aligned, filled
 // with 0xFF bytes at block start. (The CUDA definition of DYNAMIC_SHARED lives in common.cuh.)
 static inline void* emu_dynamic_shared() { return emu_tls_dyn_shared; }
 #ifndef DYNAMIC_SHARED
@@ -493,5 +493,7 @@ static inline float2 __bfloat1622float2(__nv_bfloat162 h) { return float2{__low2
 
 // Tensor-core fragments (mma.sync m16n8k16 bf16, ldmatrix) as warp collectives.
 #include "mma.h"
+// Hopper: wgmma, mbarriers, TMA, named barriers.
+#include "hopper.h"
 
 #endif  // MOE_CUDA_EMU_H

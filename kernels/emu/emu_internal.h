@@ -46,9 +46,9 @@ struct Ctx {
 };
 
 enum FiberState : uint8_t { ST_RUNNABLE, ST_AT_WARP, ST_AT_BAR, ST_YIELD, ST_DONE };
-// Why a fiber yielded: it polled (an atomic, a fence, __nanosleep), or the preemption timer
-// stopped it.
-enum YieldReason : uint8_t { Y_NONE, Y_ATOMIC, Y_FENCE, Y_SLEEP, Y_PREEMPT };
+// Why a fiber yielded: it polled (an atomic, a fence, __nanosleep), the preemption timer stopped
+// it, or it waits for an mbarrier's phase or at a named barrier (hopper.h).
+enum YieldReason : uint8_t { Y_NONE, Y_ATOMIC, Y_FENCE, Y_SLEEP, Y_PREEMPT, Y_MBAR, Y_NAMED_BAR };
 
 struct Fiber {
     Ctx ctx;
@@ -70,6 +70,38 @@ struct Fiber {
     uint64_t bar_path = 0;  // hash of the call path to the barrier (helper functions included)
     char* stack_lo = nullptr;
     size_t stack_bytes = 0;
+    // Y_MBAR: the mbarrier and the parity it waits for; Y_NAMED_BAR: the barrier's id (line, file:
+    // where it waits).
+    const void* wait_obj = nullptr;
+    unsigned wait_parity = 0;
+};
+
+// One wgmma a thread issued and the runtime has not executed yet (hopper.h).
+struct WgOp {
+    float* d;                 // the thread's accumulators (N / 2)
+    int n;                    // wgmma's N
+    unsigned long long a, b;  // the descriptors
+    unsigned group;           // its commit group, ~0u until committed
+    int line;
+    const char* file;
+    float in[128];  // the accumulators it starts from (filled by the previous wgmma on d when chained)
+};
+// The Hopper state of the block in flight: each thread's wgmma queue and the named barriers.
+struct HopperBlock {
+    struct Thread {
+        std::vector<WgOp> ops;
+        unsigned committed = 0;  // groups committed so far
+    };
+    std::vector<Thread> threads;
+    unsigned nb_arrived[16] = {}, nb_gen[16] = {}, nb_count[16] = {};
+    void reset(unsigned nthreads) {
+        threads.resize(nthreads);
+        for (Thread& t : threads) {
+            t.ops.clear();
+            t.committed = 0;
+        }
+        for (int i = 0; i < 16; ++i) nb_arrived[i] = nb_gen[i] = nb_count[i] = 0;
+    }
 };
 
 struct Warp {
@@ -116,6 +148,8 @@ struct Worker {
     uint3 bidx{0, 0, 0};
     unsigned long long stall_since_ns = 0;     // when the block last made progress, if spinning
     unsigned long long stall_progress = ~0ull;  // `progress` at that time
+    HopperBlock hopper;
+    unsigned hopper_idle_passes = 0;  // passes in a row in which only mbarrier waiters ran, in vain
 };
 
 // The worker OS thread's state, and the fiber it runs (nullptr in the scheduler).
@@ -181,6 +215,8 @@ void worker_signals_end(WorkerSignals& s);
 // ------------------------------------------------------------------------------------------------
 // Completes an mma or ldmatrix collective of the lanes in M (all 32 lanes of the warp).
 void execute_tensor_collective(Worker& w, Warp& W, unsigned M);
+// What a thread that yielded at an mbarrier or a named barrier waits for, in words.
+std::string describe_hopper_wait(const Worker& w, const Fiber& f);
 
 }  // namespace emu_rt
 

@@ -626,6 +626,8 @@ static const char* yield_reason(uint8_t r) {
         case Y_FENCE: return "at a memory fence";
         case Y_SLEEP: return "in __nanosleep";
         case Y_PREEMPT: return "in a loop without atomics or barriers, a volatile load perhaps";
+        case Y_MBAR: return "waiting on an mbarrier";
+        case Y_NAMED_BAR: return "waiting at a named barrier";
     }
     return "?";
 }
@@ -634,8 +636,28 @@ static const char* yield_reason(uint8_t r) {
 // what.
 static void report_deadlock(Worker& w, unsigned long long ms) {
     const Launch& L = *w.L;
-    std::string msg = fmt("deadlock: no thread made progress for %llu ms", ms);
+    std::string msg = ms ? fmt("deadlock: no thread made progress for %llu ms", ms)
+                         : std::string("deadlock: every thread that can still run waits on an mbarrier or a named "
+                                       "barrier that no thread will complete");
     std::vector<std::string> parts;
+    // Threads at an mbarrier or a named barrier (hopper.h): grouped by what they wait for.
+    {
+        std::vector<bool> used(L.nthreads, false);
+        for (unsigned t = 0; t < L.nthreads; ++t) {
+            const Fiber& f = w.fibers[t];
+            if (used[t] || f.state != ST_YIELD || (f.yield_reason != Y_MBAR && f.yield_reason != Y_NAMED_BAR)) continue;
+            std::vector<unsigned> ids;
+            for (unsigned u = t; u < L.nthreads; ++u) {
+                const Fiber& o = w.fibers[u];
+                if (!used[u] && o.state == ST_YIELD && o.yield_reason == f.yield_reason && o.wait_obj == f.wait_obj &&
+                    o.wait_parity == f.wait_parity && o.line == f.line) {
+                    used[u] = true;
+                    ids.push_back(u);
+                }
+            }
+            parts.push_back(thread_list(L, ids) + (ids.size() == 1 ? " waits " : " wait ") + describe_hopper_wait(w, f));
+        }
+    }
     for (int reason = Y_ATOMIC; reason <= Y_PREEMPT; ++reason) {
         std::vector<unsigned> ids;
         for (unsigned t = 0; t < L.nthreads; ++t)
@@ -664,8 +686,11 @@ static void report_deadlock(Worker& w, unsigned long long ms) {
     }
     if (!done.empty()) parts.push_back(thread_list(L, done) + verb(done, " has exited", " have exited"));
     for (size_t i = 0; i < parts.size(); ++i) msg += (i ? "; " : ": ") + parts[i];
-    msg += fmt(". A spin-wait whose flag no thread will set never ends on a GPU either; if this is a long "
-               "computation instead, raise the limit (MOE_EMU_DEADLOCK_SECS, or the device's setting).");
+    if (ms)
+        msg += fmt(". A spin-wait whose flag no thread will set never ends on a GPU either; if this is a long "
+                   "computation instead, raise the limit (MOE_EMU_DEADLOCK_SECS, or the device's setting).");
+    else
+        msg += ". The GPU would hang here.";
     w.failed = true;
     set_report(*w.L, 4, block_prefix(w) + msg);
 }
@@ -677,6 +702,8 @@ static void run_block(Worker& w, unsigned long long b) {
     if (L.dyn_bytes) memset(w.dyn, 0xFF, L.dyn_bytes);
     w.done = 0;
     w.stall_progress = ~0ull;
+    w.hopper.reset(L.nthreads);
+    w.hopper_idle_passes = 0;
     for (unsigned t = 0; t < L.nthreads; ++t) {
         Fiber& f = w.fibers[t];
         f.state = ST_RUNNABLE;
@@ -690,6 +717,7 @@ static void run_block(Worker& w, unsigned long long b) {
     }
     for (;;) {
         unsigned yielded = 0;
+        const unsigned long long pass_progress = w.progress;
         for (unsigned wi = 0; wi < L.nwarps; ++wi) {
             run_warp(w, wi);
             if (w.failed) return;
@@ -701,6 +729,19 @@ static void run_block(Worker& w, unsigned long long b) {
             return;
         }
         if (yielded) {
+            // Threads that wait on an mbarrier or at a named barrier wait for other threads of this
+            // block (a TMA copy lands when it is issued): when two passes in a row moved nothing and
+            // every thread that gave way waits there, nothing ever will.
+            bool only_hopper_waits = w.progress == pass_progress;
+            for (unsigned t = 0; only_hopper_waits && t < L.nthreads; ++t) {
+                const Fiber& f = w.fibers[t];
+                only_hopper_waits = f.state != ST_YIELD || f.yield_reason == Y_MBAR || f.yield_reason == Y_NAMED_BAR;
+            }
+            w.hopper_idle_passes = only_hopper_waits ? w.hopper_idle_passes + 1 : 0;
+            if (w.hopper_idle_passes >= 2) {
+                report_deadlock(w, 0);
+                return;
+            }
             // Some threads spin or were preempted: run them again, unless nothing has moved for
             // the deadlock timeout.
             if (w.progress != w.stall_progress) {
@@ -875,8 +916,10 @@ static void worker_main(Launch* L) {
     }
     void* dyn_mem = nullptr;
     if (L->dyn_bytes) {
-        size_t cap = (L->dyn_bytes + 63) / 64 * 64;
-        dyn_mem = aligned_alloc(64, cap);
+        // On 1024 bytes, as hopper.h's shared window needs (the 128-byte swizzle is a function of
+        // the address bits).
+        size_t cap = (L->dyn_bytes + 1023) / 1024 * 1024;
+        dyn_mem = aligned_alloc(1024, cap);
         w.dyn = static_cast<unsigned char*>(dyn_mem);
     }
     Worker* saved_worker = tls_worker;

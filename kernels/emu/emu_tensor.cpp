@@ -87,3 +87,396 @@ void execute_tensor_collective(Worker& w, Warp& W, unsigned M) {
 }
 
 }  // namespace emu_rt
+
+// ------------------------------------------------------------------------------------------------
+// Hopper (hopper.h): the shared window, mbarriers, TMA, wgmma, named barriers. Every entry point
+// runs on the calling thread's fiber, with preemption off while it changes the block's state.
+// ------------------------------------------------------------------------------------------------
+namespace emu_rt {
+
+static Fiber& hopper_fiber(const char* what) {
+    Fiber* f = tls_fiber;
+    if (!f) {
+        fprintf(stderr, "emu: %s called outside of an emulated kernel launch\n", what);
+        abort();
+    }
+    tls_preemptible = 0;
+    return *f;
+}
+[[noreturn]] static void hopper_fail(Worker& w, Fiber& f, const char* what, int line, const char* file,
+                                     const std::string& why) {
+    fiber_fail(w, f, fmt("%s at %s in thread %u (threadIdx %u,%u,%u): %s.", what, where(file, line).c_str(), f.linear,
+                         f.tid.x, f.tid.y, f.tid.z, why.c_str()));
+}
+
+// The shared window: offsets into the block's dynamic shared memory.
+static unsigned char* window(const Worker& w) { return w.dyn; }
+static size_t window_bytes(const Worker& w) { return w.L->dyn_bytes; }
+static size_t shared_offset(Worker& w, Fiber& f, const void* p, const char* what, int line, const char* file) {
+    const unsigned char* c = static_cast<const unsigned char*>(p);
+    if (!window(w) || c < window(w) || c > window(w) + window_bytes(w))
+        hopper_fail(w, f, what, line, file,
+                    fmt("%p is not in the block's dynamic shared memory (%zu bytes at %p): on the emulator only "
+                        "dynamic shared memory has a shared-window address (pass static __shared__ variables "
+                        "by pointer)",
+                        p, window_bytes(w), (void*)window(w)));
+    return (size_t)(c - window(w));
+}
+
+// An mbarrier's 8 bytes (hopper.h).
+struct Mbar {
+    unsigned expected, pending;
+    int tx;
+    unsigned phase;
+};
+static Mbar mbar_load(const unsigned long long* bar) {
+    const unsigned long long v = *bar;
+    Mbar m;
+    m.expected = (unsigned)(v & 0xFFFFFu);
+    m.pending = (unsigned)((v >> 20) & 0xFFFFFu);
+    m.tx = (int)((v >> 40) & 0x1FFFFFu);
+    if (m.tx & 0x100000) m.tx -= 0x200000;
+    m.phase = (unsigned)(v >> 63);
+    return m;
+}
+static void mbar_store(unsigned long long* bar, const Mbar& m) {
+    *bar = (unsigned long long)m.expected | ((unsigned long long)m.pending << 20) |
+           ((unsigned long long)((unsigned)m.tx & 0x1FFFFFu) << 40) | ((unsigned long long)m.phase << 63);
+}
+static const int kTxLimit = (1 << 20) - 1;  // the transaction count's range, as the GPU's
+
+// Applies an arrival (arrive: 1 or 0) and `tx` bytes announced (positive) or delivered (negative).
+static void mbar_update(Worker& w, Fiber& f, unsigned long long* bar, unsigned arrive, long long tx, const char* what,
+                        int line, const char* file) {
+    Mbar m = mbar_load(bar);
+    if (m.expected == 0)
+        hopper_fail(w, f, what, line, file, "the mbarrier was never initialized (moe_mbar_init)");
+    const long long t = (long long)m.tx + tx;
+    if (t > kTxLimit || t < -kTxLimit)
+        hopper_fail(w, f, what, line, file,
+                    fmt("the mbarrier's transaction count would reach %lld bytes, past the hardware's +-%d", t,
+                        kTxLimit));
+    m.tx = (int)t;
+    if (arrive) {
+        if (m.pending == 0)
+            hopper_fail(w, f, what, line, file,
+                        fmt("one arrival more than the mbarrier's count (%u) in its phase of parity %u (it waits only "
+                            "for %d transaction bytes now)",
+                            m.expected, m.phase, m.tx));
+        --m.pending;
+    }
+    if (m.pending == 0 && m.tx < 0)
+        hopper_fail(w, f, what, line, file,
+                    fmt("the phase of parity %u got all its %u arrivals and %d transaction bytes more than were "
+                        "announced with expect_tx (a transaction-byte count that does not match the bytes copied)",
+                        m.phase, m.expected, -m.tx));
+    if (m.pending == 0 && m.tx == 0) {
+        m.phase ^= 1u;
+        m.pending = m.expected;
+    }
+    mbar_store(bar, m);
+    ++w.progress;
+}
+
+std::string describe_hopper_wait(const Worker& w, const Fiber& f) {
+    if (f.yield_reason == Y_NAMED_BAR) {
+        const unsigned id = f.wait_parity;
+        return fmt("at named barrier %u (bar.sync) at %s, where %u of its %u threads arrived", id,
+                   where(f.file, f.line).c_str(), w.hopper.nb_arrived[id], w.hopper.nb_count[id]);
+    }
+    const Mbar m = mbar_load(static_cast<const unsigned long long*>(f.wait_obj));
+    std::string s = fmt("for the phase of parity %u of the mbarrier at %p (moe_mbar_wait at %s), which has %u of its "
+                        "%u arrivals still to come",
+                        f.wait_parity, f.wait_obj, where(f.file, f.line).c_str(), m.pending, m.expected);
+    if (m.tx > 0)
+        s += fmt(" and %d transaction bytes announced with expect_tx that no copy will deliver", m.tx);
+    else if (m.tx < 0)
+        s += fmt(" and %d bytes delivered beyond those announced", -m.tx);
+    return s;
+}
+
+// ---------------------------------------------------------------------------- wgmma
+// One operand of a wgmma as its descriptor gives it: element (r, k) of a K-major tile.
+struct WgOperand {
+    const unsigned char* smem;
+    size_t bytes;
+    unsigned start, lead, stride, layout;
+    size_t offset(unsigned r, unsigned k) const {
+        if (layout == 0)  // no swizzle: 8 x 16-byte core matrices, `lead` apart along K, `stride` along M/N
+            return start + (r / 8) * stride + (k / 8) * lead + (r % 8) * 16 + (k % 8) * 2;
+        // the 128-byte swizzle: rows of 128 bytes, 8-row groups `stride` apart; address bits 4-6
+        // XORed with bits 7-9
+        const size_t logical = start + (r / 8) * stride + (r % 8) * 128 + k * 2;
+        return logical ^ (((logical >> 7) & 7) << 4);
+    }
+};
+static WgOperand decode_desc(Worker& w, Fiber& f, unsigned long long desc, unsigned rows, const WgOp& op,
+                             const char* which) {
+    WgOperand o;
+    o.smem = window(w);
+    o.bytes = window_bytes(w);
+    o.start = (unsigned)(desc & 0x3FFF) << 4;
+    o.lead = (unsigned)((desc >> 16) & 0x3FFF) << 4;
+    o.stride = (unsigned)((desc >> 32) & 0x3FFF) << 4;
+    o.layout = (unsigned)(desc >> 62);
+    const unsigned base_offset = (unsigned)((desc >> 49) & 7);
+    if (o.layout > 1 || base_offset != 0)
+        hopper_fail(w, f, "moe_wgmma_bf16", op.line, op.file,
+                    fmt("operand %s's descriptor 0x%016llx asks for %s, which the emulator does not model (it models "
+                        "the flat layout and the 128-byte swizzle with base offset 0)",
+                        which, desc, o.layout > 1 ? "the 64- or 32-byte swizzle" : "a base offset"));
+    // Every byte it reads must be in the block's shared memory.
+    const size_t far = std::max(o.offset(rows - 1, 15), std::max(o.offset(rows - 1, 0), o.offset(rows - 8, 15)));
+    if (!o.smem || far + 2 > o.bytes)
+        hopper_fail(w, f, "moe_wgmma_bf16", op.line, op.file,
+                    fmt("operand %s (descriptor 0x%016llx) reaches shared byte %zu, past the block's %zu bytes of "
+                        "dynamic shared memory",
+                        which, desc, far + 1, o.bytes));
+    return o;
+}
+static inline uint16_t ld_bf16(const WgOperand& o, unsigned r, unsigned k) {
+    uint16_t v;
+    std::memcpy(&v, o.smem + o.offset(r, k), 2);
+    return v;
+}
+static bool all_poison(const float* d, int n) {
+    for (int i = 0; i < n; ++i) {
+        unsigned u;
+        std::memcpy(&u, &d[i], 4);
+        if (u != EMU_WGMMA_POISON) return false;
+    }
+    return true;
+}
+static void fill_poison(float* d, int n) {
+    const unsigned u = EMU_WGMMA_POISON;
+    for (int i = 0; i < n; ++i) std::memcpy(&d[i], &u, 4);
+}
+
+// Executes op (the thread's i-th queued wgmma): this thread's N / 2 accumulators, rows 16w + g
+// and 16w + g + 8 of the 64, columns 8j + 2q and 8j + 2q + 1, each a tc_model dot product of 16
+// from op.in. The result goes to the next queued wgmma on the same accumulators, or to them.
+static void execute_wgmma(Worker& w, Fiber& f, HopperBlock::Thread& ht, size_t i) {
+    WgOp& op = ht.ops[i];
+    const WgOperand A = decode_desc(w, f, op.a, 64, op, "A");
+    const WgOperand B = decode_desc(w, f, op.b, (unsigned)op.n, op, "B");
+    const unsigned t = f.linear % 128, w4 = t / 32, g = (t % 32) / 4, q = t % 4;
+    uint16_t arow[2][16];
+    for (unsigned h = 0; h < 2; ++h)
+        for (unsigned k = 0; k < 16; ++k) arow[h][k] = ld_bf16(A, 16 * w4 + g + 8 * h, k);
+    float out[128];
+    for (int j = 0; j < op.n / 8; ++j)
+        for (unsigned c = 0; c < 2; ++c) {
+            uint16_t bcol[16];
+            for (unsigned k = 0; k < 16; ++k) bcol[k] = ld_bf16(B, 8 * j + 2 * q + c, k);
+            for (unsigned h = 0; h < 2; ++h)
+                out[4 * j + 2 * h + c] = tc_model::dot(arow[h], bcol, 16, op.in[4 * j + 2 * h + c], tc_model::H100);
+        }
+    const int acc = op.n / 2;
+    for (size_t j = i + 1; j < ht.ops.size(); ++j)
+        if (ht.ops[j].d == op.d) {
+            std::memcpy(ht.ops[j].in, out, sizeof(float) * acc);
+            return;
+        }
+    if (!all_poison(op.d, acc))
+        hopper_fail(w, f, "moe_wgmma_bf16", op.line, op.file,
+                    "its accumulators were written while it was in flight (between the wgmma and the "
+                    "moe_wgmma_wait that completes it)");
+    std::memcpy(op.d, out, sizeof(float) * acc);
+}
+
+}  // namespace emu_rt
+
+using namespace emu_rt;
+
+size_t emu_cvta_shared(const void* p, int line, const char* file) {
+    Fiber& f = hopper_fiber("__cvta_generic_to_shared");
+    const size_t off = shared_offset(*tls_worker, f, p, "__cvta_generic_to_shared", line, file);
+    tls_preemptible = 1;
+    return off;
+}
+
+void emu_mbar_init(unsigned long long* bar, unsigned count, int line, const char* file) {
+    Fiber& f = hopper_fiber("moe_mbar_init");
+    Worker& w = *tls_worker;
+    if ((uintptr_t)bar & 7) hopper_fail(w, f, "moe_mbar_init", line, file, "the mbarrier is not 8-byte aligned");
+    if (count == 0 || count > 0xFFFFFu)
+        hopper_fail(w, f, "moe_mbar_init", line, file, fmt("count %u: an mbarrier counts 1 to 2^20 - 1 arrivals", count));
+    Mbar m{count, count, 0, 0};
+    mbar_store(bar, m);
+    ++w.progress;
+    tls_preemptible = 1;
+}
+
+void emu_mbar_arrive(unsigned long long* bar, unsigned tx_bytes, int line, const char* file) {
+    Fiber& f = hopper_fiber("moe_mbar_arrive");
+    mbar_update(*tls_worker, f, bar, 1, (long long)tx_bytes, tx_bytes ? "moe_mbar_arrive_expect_tx" : "moe_mbar_arrive",
+                line, file);
+    tls_preemptible = 1;
+}
+
+void emu_mbar_wait(unsigned long long* bar, unsigned parity, int line, const char* file) {
+    Fiber& f = hopper_fiber("moe_mbar_wait");
+    Worker& w = *tls_worker;
+    for (;;) {
+        const Mbar m = mbar_load(bar);
+        if (m.expected == 0) hopper_fail(w, f, "moe_mbar_wait", line, file, "the mbarrier was never initialized");
+        if (m.phase != (parity & 1u)) break;  // the phase of that parity has completed
+        f.wait_obj = bar;
+        f.wait_parity = parity & 1u;
+        f.line = line;
+        f.file = file;
+        yield_fiber(w, f, Y_MBAR);
+    }
+    tls_preemptible = 1;
+}
+
+void emu_tma_load_2d(void* dst, const void* map, int c0, int c1, unsigned long long* bar, int line,
+                     const char* file) {
+    Fiber& f = hopper_fiber("moe_tma_load_2d");
+    Worker& w = *tls_worker;
+    const char* what = "moe_tma_load_2d";
+    emu_tensor_map m;
+    std::memcpy(&m, map, sizeof m);
+    if (m.magic != EMU_TENSOR_MAP_MAGIC)
+        hopper_fail(w, f, what, line, file,
+                    fmt("%p is not a tensor map encoded for the emulator (its first 8 bytes are 0x%016llx; the host "
+                        "writes an emu_tensor_map, kernels/emu/hopper.h)",
+                        map, m.magic));
+    if (m.elem_bytes != 2 || (m.swizzle != 0 && m.swizzle != 128) || m.box_rows == 0 || m.box_cols == 0 ||
+        m.box_rows > 256 || m.box_cols > 256 || (m.swizzle == 128 && m.box_cols * 2 > 128))
+        hopper_fail(w, f, what, line, file,
+                    fmt("the tensor map's element size %llu, box %llu x %llu or swizzle %llu is not one the emulator "
+                        "models (2-byte elements, boxes of at most 256 rows and, swizzled, 128-byte rows)",
+                        m.elem_bytes, m.box_rows, m.box_cols, m.swizzle));
+    const size_t off = shared_offset(w, f, dst, what, line, file);
+    const size_t row_bytes = (size_t)m.box_cols * 2, box_bytes = (size_t)m.box_rows * row_bytes;
+    if (off % 128)
+        hopper_fail(w, f, what, line, file, fmt("the destination (shared byte %zu) is not 128-byte aligned", off));
+    if (off + box_bytes > window_bytes(w))
+        hopper_fail(w, f, what, line, file,
+                    fmt("the box (%zu bytes at shared byte %zu) runs past the block's %zu bytes of dynamic shared "
+                        "memory",
+                        box_bytes, off, window_bytes(w)));
+    unsigned char* smem = window(w);
+    const unsigned char* base = reinterpret_cast<const unsigned char*>((uintptr_t)m.base);
+    for (unsigned long long r = 0; r < m.box_rows; ++r) {
+        const long long gr = (long long)c1 + (long long)r;
+        const bool row_in = gr >= 0 && gr < (long long)m.rows;
+        for (size_t b = 0; b < row_bytes; b += 16) {
+            // 16 bytes (8 elements) at a time: the swizzle moves whole 16-byte chunks.
+            unsigned char chunk[16];
+            const size_t n = std::min<size_t>(16, row_bytes - b);
+            const long long gc = (long long)c0 + (long long)(b / 2);
+            if (row_in && gc >= 0 && gc + (long long)(n / 2) <= (long long)m.cols) {
+                std::memcpy(chunk, base + (size_t)gr * m.row_bytes + (size_t)gc * 2, n);
+            } else {
+                std::memset(chunk, 0, sizeof chunk);
+                for (size_t e = 0; e < n / 2; ++e) {
+                    const long long c = gc + (long long)e;
+                    if (row_in && c >= 0 && c < (long long)m.cols)
+                        std::memcpy(chunk + 2 * e, base + (size_t)gr * m.row_bytes + (size_t)c * 2, 2);
+                }
+            }
+            size_t at = off + (size_t)r * row_bytes + b;
+            if (m.swizzle == 128) at ^= ((at >> 7) & 7) << 4;
+            std::memcpy(smem + at, chunk, n);
+        }
+    }
+    mbar_update(w, f, bar, 0, -(long long)box_bytes, what, line, file);
+    tls_preemptible = 1;
+}
+
+void emu_wgmma_bf16(int n, float* d, unsigned long long a, unsigned long long b, int line, const char* file) {
+    Fiber& f = hopper_fiber("moe_wgmma_bf16");
+    Worker& w = *tls_worker;
+    if ((f.linear / 128 + 1) * 128 > w.L->nthreads)
+        hopper_fail(w, f, "moe_wgmma_bf16", line, file,
+                    fmt("wgmma needs whole warpgroups of 128 threads; the block has %u", w.L->nthreads));
+    HopperBlock::Thread& ht = w.hopper.threads[f.linear];
+    WgOp op;
+    op.d = d;
+    op.n = n;
+    op.a = a;
+    op.b = b;
+    op.group = ~0u;
+    op.line = line;
+    op.file = file;
+    bool chained = false;
+    for (const WgOp& o : ht.ops) chained |= o.d == d;
+    if (chained) {
+        if (!all_poison(d, n / 2))
+            hopper_fail(w, f, "moe_wgmma_bf16", line, file,
+                        "the accumulators of a wgmma still in flight were written before the next wgmma on them "
+                        "(they may be touched only after moe_wgmma_wait completes it)");
+    } else {
+        std::memcpy(op.in, d, sizeof(float) * (size_t)(n / 2));
+        fill_poison(d, n / 2);
+    }
+    ht.ops.push_back(op);
+    tls_preemptible = 1;
+}
+
+void emu_wgmma_commit(int line, const char* file) {
+    Fiber& f = hopper_fiber("moe_wgmma_commit");
+    (void)line, (void)file;
+    HopperBlock::Thread& ht = tls_worker->hopper.threads[f.linear];
+    for (WgOp& o : ht.ops)
+        if (o.group == ~0u) o.group = ht.committed;
+    ++ht.committed;
+    tls_preemptible = 1;
+}
+
+void emu_wgmma_wait(int newest, int line, const char* file) {
+    Fiber& f = hopper_fiber("moe_wgmma_wait");
+    (void)line, (void)file;
+    Worker& w = *tls_worker;
+    HopperBlock::Thread& ht = w.hopper.threads[f.linear];
+    if (ht.committed > (unsigned)newest) {
+        const unsigned limit = ht.committed - (unsigned)newest;  // groups [0, limit) complete
+        size_t done = 0;
+        while (done < ht.ops.size() && ht.ops[done].group != ~0u && ht.ops[done].group < limit) {
+            execute_wgmma(w, f, ht, done);
+            ++done;
+        }
+        ht.ops.erase(ht.ops.begin(), ht.ops.begin() + (long)done);
+    }
+    tls_preemptible = 1;
+}
+
+void emu_named_barrier(unsigned id, unsigned count, int line, const char* file) {
+    Fiber& f = hopper_fiber("moe_named_barrier_sync");
+    Worker& w = *tls_worker;
+    HopperBlock& hb = w.hopper;
+    if (id == 0 || id >= 16)
+        hopper_fail(w, f, "bar.sync", line, file,
+                    fmt("barrier %u: named barriers are 1 to 15 here (0 is __syncthreads)", id));
+    if (count == 0 || count % 32 || count > w.L->nthreads)
+        hopper_fail(w, f, "bar.sync", line, file,
+                    fmt("a count of %u threads: whole warps, at most the block's %u", count, w.L->nthreads));
+    if (hb.nb_arrived[id] == 0)
+        hb.nb_count[id] = count;
+    else if (hb.nb_count[id] != count)
+        hopper_fail(w, f, "bar.sync", line, file,
+                    fmt("a count of %u threads where the threads already there gave %u", count, hb.nb_count[id]));
+    ++w.progress;
+    if (++hb.nb_arrived[id] == count) {
+        hb.nb_arrived[id] = 0;
+        ++hb.nb_gen[id];
+    } else {
+        const unsigned gen = hb.nb_gen[id];
+        while (hb.nb_gen[id] == gen) {
+            f.wait_parity = id;
+            f.line = line;
+            f.file = file;
+            yield_fiber(w, f, Y_NAMED_BAR);
+        }
+    }
+    tls_preemptible = 1;
+}
+
+void emu_cluster_unsupported(const char* what, int line, const char* file) {
+    Fiber& f = hopper_fiber(what);
+    hopper_fail(*tls_worker, f, what, line, file,
+                "clusters are not emulated (a block runs alone, rank 0 of a cluster of one): this kernel reaches "
+                "another block of its cluster");
+}

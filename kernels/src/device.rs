@@ -196,6 +196,13 @@ impl Device {
             .is_some_and(|g| crate::cuda::target_arch(g.arch) == "sm_90a")
     }
 
+    /// Whether this device runs chapter 4's Hopper versions (`wgmma`, TMA, mbarriers): an
+    /// sm_90a GPU ([`Device::has_sm90a`]) or the emulator, whose twins of those instructions
+    /// live in `kernels/emu/hopper.h`.
+    pub fn runs_hopper(&self) -> bool {
+        self.has_sm90a() || self.emu.is_some()
+    }
+
     /// Whether this device is a GPU that runs `cp.async` (compute capability 8.0 or later:
     /// chapter 4's versions 2 and 3 stage K through it). `None` on the emulator, which runs
     /// every portable version (the rules that read this choose for a GPU).
@@ -210,8 +217,9 @@ impl Device {
 
     /// The tensor map of a row-major bf16 matrix `[rows, cols]` in `buf` (from element 0), for
     /// the tensor memory accelerator's copies of `box_rows` × `box_cols` boxes in the 128-byte
-    /// swizzle: 128 bytes for a kernel to read from device memory. CUDA only (the emulator runs
-    /// no kernel that uses one).
+    /// swizzle: 128 bytes for a kernel to read from device memory. On a GPU the driver's
+    /// encoding (cuTensorMapEncodeTiled); on the emulator the `emu_tensor_map` of
+    /// `kernels/emu/hopper.h`, which its TMA reads.
     pub fn tensor_map_bf16<T: DeviceRepr>(
         &self,
         buf: &DeviceBuffer<T>,
@@ -220,7 +228,6 @@ impl Device {
         box_rows: u32,
         box_cols: u32,
     ) -> Result<[u64; 16]> {
-        let gpu = self.gpu().ok_or(KernelError::CudaOnly("a tensor map"))?;
         let need = rows.saturating_mul(cols).saturating_mul(2);
         let have = buf.len() * std::mem::size_of::<T>();
         if need > have {
@@ -230,6 +237,30 @@ impl Device {
                 got: have,
             });
         }
+        let Some(gpu) = self.gpu() else {
+            if box_rows == 0 || box_cols == 0 || box_rows > 256 || box_cols * 2 > 128 {
+                return Err(KernelError::Length {
+                    what: format!("a tensor map's box ({box_rows} x {box_cols} bf16; at most 256 rows of 128 bytes)"),
+                    expected: 128,
+                    got: box_cols as usize * 2,
+                });
+            }
+            // kernels/emu/hopper.h's emu_tensor_map: magic, base, rows, cols, row bytes, box
+            // rows, box columns, element bytes, swizzle.
+            let mut map = [0u64; 16];
+            map[..9].copy_from_slice(&[
+                0x5041_4d52_4f53_4e54, // "TNSORMAP"
+                buf.device_ptr(),
+                rows as u64,
+                cols as u64,
+                cols as u64 * 2,
+                box_rows as u64,
+                box_cols as u64,
+                2,
+                128,
+            ]);
+            return Ok(map);
+        };
         gpu.tensor_map_bf16(
             buf.device_ptr(),
             rows as u64,

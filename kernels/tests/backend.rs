@@ -128,14 +128,17 @@ fn a_kernel_that_does_not_compile_shows_the_nvrtc_log() {
 }
 
 #[test]
-fn tensor_maps_are_cuda_only_and_never_outrun_their_buffer() {
-    // The emulator runs no kernel that reads a tensor map: asking it for one is a typed error.
+fn tensor_maps_never_outrun_their_buffer() {
+    // The emulator's map (kernels/emu/hopper.h's emu_tensor_map): its magic, the buffer's
+    // address, the matrix's rows and columns; a matrix larger than its buffer is refused.
     let emu = Device::emu();
     let w = emu.zeros::<half::bf16>(64 * 64).unwrap();
-    assert_eq!(
-        emu.tensor_map_bf16(&w, 64, 64, 64, 64),
-        Err(KernelError::CudaOnly("a tensor map"))
-    );
+    let map = emu.tensor_map_bf16(&w, 64, 64, 64, 64).unwrap();
+    assert_eq!(map[..4], [0x5041_4d52_4f53_4e54, w.device_ptr(), 64, 64]);
+    assert!(matches!(
+        emu.tensor_map_bf16(&w, 65, 64, 64, 64),
+        Err(KernelError::Length { .. })
+    ));
     // On a GPU (when this process has one): a matrix larger than its buffer is refused before
     // the driver sees it; one that fits gives 128 bytes that are not all zero.
     if let Ok(gpu) = Device::cuda() {

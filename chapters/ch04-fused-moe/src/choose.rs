@@ -140,7 +140,9 @@ impl fmt::Display for Fusion {
 // ANCHOR: tile_config
 /// The versions of the tiled path's main loop, one section of chapter 4 each; each adds one idea
 /// to the one before. Versions 1 to 3 run `mma.sync` on any GPU since Volta (and the emulator);
-/// 4 to 11 run Hopper's `wgmma`, on sm_90a only.
+/// 4 to 11 run Hopper's `wgmma`, on sm_90a GPUs and on the emulator (`kernels/emu/hopper.h`;
+/// version 9 there only where no two blocks of a cluster share a weight slice: it runs no
+/// clusters).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Version {
     /// Stage a slice of K, wait, multiply (one stage).
@@ -186,7 +188,7 @@ impl Version {
     pub const fn number(self) -> u8 {
         self as u8
     }
-    /// Versions 4 to 11: Hopper's `wgmma`, sm_90a only.
+    /// Versions 4 to 11: Hopper's `wgmma`, sm_90a GPUs and the emulator.
     pub const fn is_hopper(self) -> bool {
         self as u8 >= 4
     }
@@ -236,9 +238,9 @@ mod list {
 /// `DEFAULT_TILE` and `PORTABLE_TILE` line of `kernels/ch04/configs.def`.
 pub const TILE_CONFIGS: [TileConfig; list::PORTABLE.len()] = list::PORTABLE;
 
-/// The configurations of versions 4 to 11, for sm_90a GPUs only: every `HOPPER_TILE` line of
-/// `kernels/ch04/configs.def`. [`crate::FusedDevice::plan_for`] refuses them, with a typed
-/// error, on any other device and for layers whose H or I is not a multiple of 8.
+/// The configurations of versions 4 to 11, for sm_90a GPUs and the emulator: every
+/// `HOPPER_TILE` line of `kernels/ch04/configs.def`. [`crate::FusedDevice::plan_for`] refuses
+/// them, with a typed error, on any other GPU and for layers whose H or I is not a multiple of 8.
 pub const HOPPER_CONFIGS: [TileConfig; list::HOPPER.len()] = list::HOPPER;
 // ANCHOR_END: tile_config
 
@@ -409,7 +411,7 @@ impl TileConfig {
             .chain(HOPPER_CONFIGS)
             .find(|c| c.name() == s)
     }
-    /// Versions 4 to 11: Hopper's `wgmma`, sm_90a only.
+    /// Versions 4 to 11: Hopper's `wgmma`, sm_90a GPUs and the emulator.
     pub fn is_hopper(&self) -> bool {
         self.version.is_hopper()
     }

@@ -162,7 +162,7 @@ fn encode_maps(
     c: &MoeConfig,
     experts: &DeviceWeights,
 ) -> Result<Option<DeviceBuffer<u64>>, MoeError> {
-    if !device.has_sm90a() || width_not_16_bytes(c).is_some() {
+    if !device.runs_hopper() || width_not_16_bytes(c).is_some() {
         return Ok(None);
     }
     let (h, i, e) = (c.hidden, c.intermediate, c.experts);
@@ -516,11 +516,11 @@ impl FusedDevice {
         if !tile.is_hopper() {
             return Ok(());
         }
-        if !self.device.has_sm90a() {
+        if !self.device.runs_hopper() {
             return Err(MoeError::Config {
                 field: "tile configuration",
                 expected: format!(
-                    "a version 1-3 configuration on this device ({}): {} uses Hopper's wgmma, sm_90a GPUs only",
+                    "a version 1-3 configuration on this device ({}): {} uses Hopper's wgmma, sm_90a GPUs and the emulator only",
                     self.device.describe(),
                     tile.name()
                 ),

@@ -1,9 +1,11 @@
-//! Chapter 4's tiled path on Hopper (versions 4 to 11, sm_90a only) against the portable path:
-//! every configuration of theirs gives versions 1 to 3's bits on every regime it takes, and
-//! version 8's on layouts made by hand for clusters (version 9) and persistent blocks (10 and
-//! 11), and in the grouped order (versions 4 to 8); every other device refuses them with a typed
-//! error. On the emulator only the refusals run; the GPU with `--include-ignored` on an H100 or
-//! H200.
+//! Chapter 4's tiled path on Hopper (versions 4 to 11: sm_90a GPUs and the emulator) against the
+//! portable path: every configuration of theirs gives versions 1 to 3's bits on every regime it
+//! takes, and version 8's on layouts made by hand for clusters (version 9) and persistent blocks
+//! (10 and 11), and in the grouped order (versions 4 to 8); a GPU without sm_90a refuses them
+//! with a typed error. Those four run on the GPU with `--include-ignored` on an H100 or H200 (on
+//! the emulator they would take hours). The emulator runs every configuration on one small layer
+//! made by hand instead (`every_configuration_gives_version_8s_bits_on_a_small_layer`), and
+//! refuses version 9's shared weight slices with a typed error: it runs no clusters.
 
 use ch01_router::{RouterConfig, Routing};
 use ch02_grouped::conformance::oracle;
@@ -25,11 +27,11 @@ fn every_regime() -> impl Iterator<Item = MoeRegime> {
 }
 
 // ANCHOR: hopper_bits
-/// Versions 4 to 11 (Hopper's `wgmma`, sm_90a GPUs only) against versions 1 to 3: on every regime whose
-/// H and I are multiples of 8, every configuration of theirs gives the portable tiled path's bits
+/// Versions 4 to 11 (Hopper's `wgmma`: sm_90a GPUs, and the emulator) against versions 1 to 3: on
+/// every regime whose H and I are multiples of 8, every configuration of theirs gives the portable tiled path's bits
 /// at the same BLOCK_M, fused and unfused (each output the same k-steps of 16 into one fp32
 /// accumulator; this is where that is checked, not assumed), and asking it for another BLOCK_M
-/// is a typed error. Regimes of other widths, and every other device (the emulator), refuse
+/// is a typed error. Regimes of other widths, and every GPU without sm_90a, refuse
 /// every one of those configurations with a typed error.
 fn hopper_tiles_give_the_portable_bits(dev: &'static Device) {
     let mut compared = 0;
@@ -45,7 +47,7 @@ fn hopper_tiles_give_the_portable_bits(dev: &'static Device) {
         for tile in HOPPER_CONFIGS {
             let what = format!("{}: {tile}", r.name);
             let layer = base.clone().with_tile(tile);
-            if !dev.has_sm90a() || !aligned {
+            if !dev.runs_hopper() || !aligned {
                 let e = layer.err().unwrap_or_else(|| panic!("{what}: not refused"));
                 assert!(
                     matches!(
@@ -91,7 +93,7 @@ fn hopper_tiles_give_the_portable_bits(dev: &'static Device) {
             }
         }
     }
-    if dev.has_sm90a() {
+    if dev.runs_hopper() {
         assert!(compared > 0, "no regime ran versions 4 to 11");
     }
 }
@@ -131,7 +133,17 @@ fn hand_made_layer(
     seeds: (u64, u64),
     version: impl Fn(&TileConfig) -> bool,
 ) -> (FusedDevice, Routing, Vec<f32>, Vec<TileConfig>) {
-    let (hidden, intermediate) = (512, 320);
+    hand_made_layer_of(dev, (512, 320), counts, seeds, version)
+}
+
+/// [`hand_made_layer`] of any H and I.
+fn hand_made_layer_of(
+    dev: &'static Device,
+    (hidden, intermediate): (usize, usize),
+    counts: &[usize],
+    seeds: (u64, u64),
+    version: impl Fn(&TileConfig) -> bool,
+) -> (FusedDevice, Routing, Vec<f32>, Vec<TileConfig>) {
     let config = MoeConfig {
         hidden,
         intermediate,
@@ -147,7 +159,7 @@ fn hand_made_layer(
     assert!(!tiles.is_empty(), "no configuration of the version");
     let routing = routing_of_counts(counts);
     let hidden_states = ch01_router::inputs::patterned(routing.rows * hidden, seeds.1, 1.0);
-    if dev.has_sm90a() {
+    if dev.runs_hopper() {
         return (base, routing, hidden_states, tiles);
     }
     for tile in tiles {
@@ -208,7 +220,7 @@ fn same_bits_as_version_8_and_portable(
 /// take one copy of the weight slice between them, and others are not (tiles of two experts, or
 /// a last tile alone); H 512 and I 320 make 8 slices of K in GEMM 1 and 5 in GEMM 2, so every
 /// buffer is refilled, each time after both blocks released it. Version 9 gives version 8's
-/// bits and the portable path's, with either fusion. Every other device refuses it.
+/// bits and the portable path's, with either fusion. A GPU without sm_90a refuses it.
 fn clusters_give_version_8s_bits(dev: &'static Device) {
     let counts = [256usize, 130, 100, 200];
     let (base, routing, hidden_states, v9) = hand_made_layer(dev, &counts, (90, 9050), |c| c.mc());
@@ -246,7 +258,7 @@ fn clusters_give_version_8s_bits(dev: &'static Device) {
 /// refilled across items, at parities counted on from the items before. Versions 10 and 11 give
 /// version 8's bits and the portable path's, with either fusion; version 11, whose blocks take
 /// their items from counters that each launch must leave at zero, gives version 8's bits on
-/// three runs of one layer in a row. Every other device refuses them.
+/// three runs of one layer in a row. A GPU without sm_90a refuses them.
 fn persistent_blocks_give_version_8s_bits(dev: &'static Device) {
     let counts = [3000usize, 2500, 1, 64, 65, 4000, 129, 2001];
     let (base, routing, hidden_states, persistent) =
@@ -314,9 +326,122 @@ fn grouped_order_gives_the_same_bits(dev: &'static Device) {
 }
 // ANCHOR_END: grouped_bits
 
-moe_kernels::backend_tests!(
-    hopper_tiles_give_the_portable_bits,
-    clusters_give_version_8s_bits,
-    persistent_blocks_give_version_8s_bits,
-    grouped_order_gives_the_same_bits,
-);
+// ANCHOR: emulator_bits
+/// The emulator runs every Hopper configuration on one small layer made by hand: H 288 and I 160
+/// (GEMM 1: 5 slices of K, the last one half past H, so TMA and cp.async fill zeros; GEMM 2: 3,
+/// the last half), 40, 64, 2 and 50 pairs for 4 experts (4 tiles at either BLOCK_M, one expert
+/// each, so version 9's clusters share nothing and run as version 8 does; versions 10 and 11:
+/// one or two blocks, each taking many items, their buffers refilled across them). Version 8
+/// gives the portable path's bits, and every configuration version 8's, with either fusion;
+/// version 11 on three runs of one layer in a row (its counters back at zero after each).
+fn every_configuration_gives_version_8s_bits_on_a_small_layer(dev: &'static Device) {
+    let counts = [40usize, 64, 2, 50];
+    let (base, routing, hidden_states, tiles) =
+        hand_made_layer_of(dev, (288, 160), &counts, (94, 9080), TileConfig::is_hopper);
+    let run = |layer: FusedDevice, fusion: Fusion| {
+        layer
+            .with_fusion(fusion)
+            .experts(&hidden_states, &routing)
+            .unwrap()
+    };
+    for fusion in [Fusion::SwiGlu, Fusion::Unfused] {
+        // Version 8's bits at either BLOCK_M, each checked against the portable path's once.
+        let mut want = Vec::new();
+        for v8 in tiles
+            .iter()
+            .filter(|c| c.version == ch04_fused_moe::Version::V8)
+        {
+            let bm = v8.required_block_m().unwrap();
+            let got = run(base.clone().with_tile(*v8).unwrap(), fusion);
+            let portable = run(base.clone().with_block_m(bm).unwrap(), fusion);
+            assert_same_bits(
+                &format!("{v8}, {fusion}: vs the portable path"),
+                &got,
+                &portable,
+            );
+            want.push((v8.wg, got));
+        }
+        assert_eq!(want.len(), 2, "version 8 of one and of two warpgroups");
+        for tile in &tiles {
+            let (_, v8) = want.iter().find(|(wg, _)| *wg == tile.wg).unwrap();
+            let layer = base.clone().with_tile(*tile).unwrap();
+            // Version 11: three runs of one layer, as its counters must be back at zero.
+            for run_number in 1..=if tile.dy() { 3 } else { 1 } {
+                let got = run(layer.clone(), fusion);
+                let what = format!("{tile}, {fusion}, run {run_number} (small layer)");
+                assert_same_bits(&format!("{what}: vs version 8"), &got, v8);
+            }
+            println!(
+                "{tile}, {fusion} (small layer): the same bits as version 8 and the portable path"
+            );
+        }
+    }
+}
+
+/// Version 9 where two tiles of a cluster are of one expert (64 and 70 pairs: expert 0's two
+/// tiles at BLOCK_M 64, blocks 0 and 1) reaches the other block of its cluster, which the
+/// emulator does not run: a typed error that says so, never wrong bits.
+fn clusters_are_refused_on_the_emulator(dev: &'static Device) {
+    let counts = [100usize, 20, 60, 20];
+    let (base, routing, hidden_states, tiles) =
+        hand_made_layer_of(dev, (128, 64), &counts, (95, 9090), |c| c.mc() && c.wg == 1);
+    for tile in tiles {
+        let e = base
+            .clone()
+            .with_tile(tile)
+            .unwrap()
+            .experts(&hidden_states, &routing)
+            .err()
+            .unwrap_or_else(|| panic!("{tile}: ran"))
+            .to_string();
+        assert!(e.contains("clusters are not emulated"), "{tile}: {e}");
+        println!("{tile}: {e}");
+    }
+}
+// ANCHOR_END: emulator_bits
+
+/// The GPU's tests: every regime, and the layers made by hand for clusters, persistent blocks and
+/// the grouped order (on an sm_90a GPU they run; on another they check the refusals).
+mod cuda {
+    #[test]
+    #[ignore = "needs a GPU"]
+    fn hopper_tiles_give_the_portable_bits() {
+        super::hopper_tiles_give_the_portable_bits(moe_kernels::testing::cuda())
+    }
+    #[test]
+    #[ignore = "needs a GPU"]
+    fn clusters_give_version_8s_bits() {
+        super::clusters_give_version_8s_bits(moe_kernels::testing::cuda())
+    }
+    #[test]
+    #[ignore = "needs a GPU"]
+    fn persistent_blocks_give_version_8s_bits() {
+        super::persistent_blocks_give_version_8s_bits(moe_kernels::testing::cuda())
+    }
+    #[test]
+    #[ignore = "needs a GPU"]
+    fn grouped_order_gives_the_same_bits() {
+        super::grouped_order_gives_the_same_bits(moe_kernels::testing::cuda())
+    }
+    #[test]
+    #[ignore = "needs a GPU"]
+    fn every_configuration_gives_version_8s_bits_on_a_small_layer() {
+        super::every_configuration_gives_version_8s_bits_on_a_small_layer(
+            moe_kernels::testing::cuda(),
+        )
+    }
+}
+
+/// The emulator's: the small layer, and version 9's refusal.
+mod emu {
+    #[test]
+    fn every_configuration_gives_version_8s_bits_on_a_small_layer() {
+        super::every_configuration_gives_version_8s_bits_on_a_small_layer(
+            moe_kernels::testing::emu(),
+        )
+    }
+    #[test]
+    fn clusters_are_refused_on_the_emulator() {
+        super::clusters_are_refused_on_the_emulator(moe_kernels::testing::emu())
+    }
+}

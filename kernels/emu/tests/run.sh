@@ -96,6 +96,10 @@ $CXX $FLAGS -c "$HERE/selftest_emu.cpp" -o "$OUT/selftest_emu.o"
 $CXX -pthread "$OUT/selftest_emu.o" "$OUT/wrapper2.o" $RUNTIME -o "$OUT/selftest_emu"
 run "$OUT/selftest_emu"
 
+# Hopper (hopper.h): wgmma against tc_model, TMA, mbarriers, named barriers, and the misuses.
+$CXX $FLAGS "$HERE/hopper_emu.cpp" $RUNTIME -o "$OUT/hopper_emu"
+run "$OUT/hopper_emu"
+
 # What the context switch must preserve: callee-saved registers, FP control state, stack alignment.
 $CXX $FLAGS "$HERE/ctxswitch_emu.cpp" $RUNTIME -o "$OUT/ctxswitch_emu"
 run "$OUT/ctxswitch_emu"

@@ -1,0 +1,154 @@
+// test_hopper.cu -- CUDA-style kernels for hopper_emu.cpp: Hopper's wgmma, mbarriers, TMA and
+// named barriers through the names kernels/wgmma.cuh and kernels/tma.cuh give them (on the
+// emulator: kernels/emu/hopper.h), and the misuses the emulator reports.
+
+// The operands' shared-memory layouts of chapter 4's kernels (kernels/ch04/hopper.cuh): K-major
+// tiles of KS k-steps of 16. Flat: 8 x 16-byte core matrices, 128 bytes apart along K, 16·K
+// along the rows. Swizzled (K = 64): row r's 128 bytes at 128·r, chunk c at c ^ (r % 8).
+#define HT_KS 4
+#define HT_K (16 * HT_KS)
+__device__ inline unsigned ht_offset(int r, int k, bool swz) {
+    if (swz) return 128u * r + 16u * ((unsigned)(k / 8) ^ (unsigned)(r % 8)) + 2u * (k % 8);
+    return (unsigned)(r / 8) * 16u * HT_K + (unsigned)(k / 8) * 128u + (unsigned)(r % 8) * 16u + 2u * (k % 8);
+}
+
+// D [64][128] = C + A [64][K] . B [128][K]^T by one warpgroup, four wgmma chained in one group.
+__global__ void k_wgmma(const unsigned short* A, const unsigned short* B, const float* C, float* D, int swz) {
+    DYNAMIC_SHARED(unsigned char, smem);
+    unsigned char* sa = smem;
+    unsigned char* sb = smem + 64 * HT_K * 2;
+    const int t = threadIdx.x;
+    for (int i = t; i < 64 * HT_K; i += 128) *(unsigned short*)(sa + ht_offset(i / HT_K, i % HT_K, swz)) = A[i];
+    for (int i = t; i < 128 * HT_K; i += 128) *(unsigned short*)(sb + ht_offset(i / HT_K, i % HT_K, swz)) = B[i];
+    __syncthreads();
+    moe_fence_proxy_async();
+    const unsigned lead = swz ? 16 : 128, stride = swz ? 1024 : 16 * HT_K;
+    const unsigned long long layout = swz ? 1ull << 62 : 0ull;
+    const unsigned long long da = moe_wgmma_desc(sa, lead, stride) | layout;
+    const unsigned long long db = moe_wgmma_desc(sb, lead, stride) | layout;
+    const int w = t / 32, g = (t % 32) / 4, q = t % 4;
+    float acc[64];
+    for (int j = 0; j < 16; ++j)
+        for (int h = 0; h < 2; ++h)
+            for (int e = 0; e < 2; ++e) acc[4 * j + 2 * h + e] = C[(16 * w + g + 8 * h) * 128 + 8 * j + 2 * q + e];
+    moe_wgmma_fence();
+    for (int kk = 0; kk < HT_KS; ++kk) moe_wgmma_bf16<128>(acc, da + (swz ? 2 : 16) * kk, db + (swz ? 2 : 16) * kk);
+    moe_wgmma_commit();
+    moe_wgmma_wait<0>();
+    for (int j = 0; j < 16; ++j)
+        for (int h = 0; h < 2; ++h)
+            for (int e = 0; e < 2; ++e) D[(16 * w + g + 8 * h) * 128 + 8 * j + 2 * q + e] = acc[4 * j + 2 * h + e];
+}
+
+// Two phases of one mbarrier, each a TMA box of `map` at (c0, c1 + 64·phase) into shared memory
+// (the 128-byte swizzle), copied back unswizzled into out [2][box_rows][64] by every thread.
+__global__ void k_tma(const void* map, int c0, int c1, unsigned short* out, int box_rows) {
+    DYNAMIC_SHARED(unsigned char, smem);
+    __shared__ __align__(8) unsigned long long bar;
+    if (threadIdx.x == 0) {
+        moe_mbar_init(&bar, 1);
+        moe_mbar_init_fence();
+    }
+    __syncthreads();
+    for (int phase = 0; phase < 2; ++phase) {
+        if (threadIdx.x == 0) {
+            moe_mbar_arrive_expect_tx(&bar, (unsigned)box_rows * 128u);
+            moe_tma_load_2d(smem, map, c0, c1 + 64 * phase, &bar);
+        }
+        moe_mbar_wait(&bar, (unsigned)phase);
+        for (int i = threadIdx.x; i < box_rows * 64; i += blockDim.x) {
+            const int r = i / 64, c = i % 64;
+            out[phase * box_rows * 64 + i] = *(unsigned short*)(smem + 128 * r + 16 * ((c / 8) ^ (r % 8)) + 2 * (c % 8));
+        }
+        __syncthreads();  // every thread has read the box before the next one lands
+    }
+}
+
+// A producer warp and a consumer warp passing `n` values through one slot guarded by two
+// mbarriers (full: 1 arrival; empty: 32), and both warps meeting at named barrier 1 at the end.
+__global__ void k_pipeline(int* out, int n) {
+    __shared__ __align__(8) unsigned long long full, empty;
+    __shared__ int slot;
+    if (threadIdx.x == 0) {
+        moe_mbar_init(&full, 1);
+        moe_mbar_init(&empty, 32);
+    }
+    __syncthreads();
+    const bool producer = threadIdx.x < 32;
+    for (int i = 0; i < n; ++i) {
+        if (producer) {
+            if (i > 0) moe_mbar_wait(&empty, (unsigned)(i - 1) & 1u);
+            if (threadIdx.x == 0) {
+                slot = 7 * i + 1;
+                moe_mbar_arrive(&full);
+            }
+        } else {
+            moe_mbar_wait(&full, (unsigned)i & 1u);
+            if (threadIdx.x == 32) out[i] = slot;
+            __syncwarp();
+            moe_mbar_arrive(&empty);
+        }
+    }
+    moe_named_barrier_sync<1, 64>();
+    if (threadIdx.x == 0) out[n] = 1;
+}
+
+// Misuses.
+// A phase that never completes: two arrivals expected, one made.
+__global__ void k_err_mbar_deadlock(int*) {
+    __shared__ __align__(8) unsigned long long bar;
+    if (threadIdx.x == 0) moe_mbar_init(&bar, 2);
+    __syncthreads();
+    if (threadIdx.x == 0) moe_mbar_arrive(&bar);
+    moe_mbar_wait(&bar, 0);
+}
+// More bytes announced than the box holds (extra > 0), or fewer (extra < 0).
+__global__ void k_err_tx(const void* map, int extra) {
+    DYNAMIC_SHARED(unsigned char, smem);
+    __shared__ __align__(8) unsigned long long bar;
+    if (threadIdx.x == 0) moe_mbar_init(&bar, 1);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        moe_mbar_arrive_expect_tx(&bar, (unsigned)(64 * 128 + extra));
+        moe_tma_load_2d(smem, map, 0, 0, &bar);
+    }
+    moe_mbar_wait(&bar, 0);
+}
+// A box that runs past the block's dynamic shared memory.
+__global__ void k_err_tma_outside(const void* map) {
+    DYNAMIC_SHARED(unsigned char, smem);
+    __shared__ __align__(8) unsigned long long bar;
+    if (threadIdx.x == 0) {
+        moe_mbar_init(&bar, 1);
+        moe_mbar_arrive_expect_tx(&bar, 64 * 128);
+        moe_tma_load_2d(smem + 1024, map, 0, 0, &bar);
+    }
+}
+// The accumulators written (WRITE) or read (else: the value is stored to out) between a wgmma
+// and its wait.
+template <bool WRITE>
+__device__ void ht_early(float* out) {
+    DYNAMIC_SHARED(unsigned char, smem);
+    for (int i = threadIdx.x; i < 64 * 16 + 128 * 16; i += 128) ((unsigned short*)smem)[i] = 0x3f80;  // 1.0
+    __syncthreads();
+    float acc[64];
+    for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+    moe_wgmma_fence();
+    moe_wgmma_bf16<128>(acc, moe_wgmma_desc(smem, 128, 256), moe_wgmma_desc(smem + 2048, 128, 256));
+    moe_wgmma_commit();
+    if (WRITE) acc[0] = 1.0f;
+    else out[threadIdx.x] = acc[0];
+    moe_wgmma_wait<0>();
+    if (!WRITE) out[128 + threadIdx.x] = acc[0];
+}
+__global__ void k_err_acc_write(float* out) { ht_early<true>(out); }
+__global__ void k_acc_read_early(float* out) { ht_early<false>(out); }
+// A descriptor of static shared memory, which has no shared-window address here.
+__global__ void k_err_static_desc(float* out) {
+    __shared__ __align__(128) unsigned short s[64 * 16];
+    out[0] = (float)moe_wgmma_desc(s, 128, 256);
+}
+// A wgmma in a block of 64 threads (half a warpgroup).
+__global__ void k_err_half_warpgroup(float* out) { ht_early<false>(out); }
+// A kernel that reaches the other block of its cluster.
+__global__ void k_err_cluster(int*) { moe_cluster_sync(); }
