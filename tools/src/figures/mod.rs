@@ -358,6 +358,34 @@ fn runtime(root: &Path) -> Result<Vec<Generated>, String> {
     )?;
     f.add("mma_rne_uniform_differ", thousands(rne as u64), &tc_rel);
 
+    // Warpgroup MMA against the same model, one k-step at a time (tools/gpu/probes/wgmma_tc_probe.cu).
+    let wg_rel = format!("{H200}/wgmma_tc_model.csv");
+    let wg = Table::parse(&read(root, &wg_rel)?, &wg_rel)?;
+    let (mut wg_cases, mut wg_outputs, mut wg_differ, mut wg_rows) = (0u64, 0u64, 0u64, 0);
+    let mut shapes: Vec<String> = Vec::new();
+    for rec in wg.records() {
+        wg_cases += rec("cases")
+            .parse::<u64>()
+            .map_err(|e| format!("{wg_rel}: cases: {e}"))?;
+        wg_outputs += rec("outputs")
+            .parse::<u64>()
+            .map_err(|e| format!("{wg_rel}: outputs: {e}"))?;
+        wg_differ += rec("differ")
+            .parse::<u64>()
+            .map_err(|e| format!("{wg_rel}: differ: {e}"))?;
+        wg_rows += 1;
+        if !shapes.contains(&rec("shape")) {
+            shapes.push(rec("shape"));
+        }
+    }
+    if wg_rows == 0 {
+        return Err(format!("{wg_rel}: no rows"));
+    }
+    f.add("wgmma_tc_cases", thousands(wg_cases), &wg_rel);
+    f.add("wgmma_tc_outputs", thousands(wg_outputs), &wg_rel);
+    f.add("wgmma_tc_differ", thousands(wg_differ), &wg_rel);
+    f.add("wgmma_tc_shapes", shapes.join(" and "), &wg_rel);
+
     let emu_rel = format!("{CPU}/emu_gemm.csv");
     let emu = Table::parse(&read(root, &emu_rel)?, &emu_rel)?;
     for rec in emu.records() {
