@@ -36,6 +36,11 @@ enum Cmd {
         /// generated-file checks still run).
         #[arg(long)]
         no_book: bool,
+        /// Build the foundation's and each chapter's tests alone but do not run them (reported
+        /// as skipped): for CI, which runs `cargo test --workspace` just before, the same test
+        /// binaries (kernels/Cargo.toml gives a chapter built alone the workspace's features).
+        #[arg(long)]
+        no_test_runs: bool,
     },
     /// Run chapter N's exercises on your code: each test says whether your answer passes.
     Exercises {
@@ -53,7 +58,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse(); // exits with 2 on a usage error
     let root = repo_root();
     let result = match cli.cmd {
-        Cmd::Check { chapter, no_book } => check(&root, chapter, no_book),
+        Cmd::Check {
+            chapter,
+            no_book,
+            no_test_runs,
+        } => check(&root, chapter, no_book, no_test_runs),
         Cmd::Exercises { chapter } => run_exercises(&root, chapter),
         Cmd::Tree { chapter } => print_tree(&root, chapter),
     };
@@ -321,23 +330,45 @@ fn root_tests(root: &Path, n: u32) -> Vec<String> {
     v
 }
 
-fn check_tests(root: &Path, ch: &Chapter) -> Outcome {
+/// `cargo test` with `args`, or with `--no-test-runs` only built (`--no-run`).
+fn test_step(root: &Path, args: &[&str], label: &str, runs: bool) -> Outcome {
+    let mut a = args.to_vec();
+    if !runs {
+        a.push("--no-run");
+    }
+    cargo_step(root, &a, label)
+}
+
+/// What a step that built its tests but did not run them reports.
+fn not_run(what: String) -> Outcome {
+    Outcome::Skip(format!(
+        "{what}: built alone, run by cargo test --workspace (--no-test-runs)"
+    ))
+}
+
+fn check_tests(root: &Path, ch: &Chapter, runs: bool) -> Outcome {
     let label = format!("ch{:02}", ch.n);
-    if let o @ Outcome::Fail(..) = cargo_step(root, &["test", "-p", &ch.name], &label) {
+    if let o @ Outcome::Fail(..) = test_step(root, &["test", "-p", &ch.name], &label, runs) {
         return o;
     }
     let stems = root_tests(root, ch.n);
-    if stems.is_empty() {
-        return Outcome::Ok(format!("no tests/ch{:02}_*.rs", ch.n));
-    }
-    let mut args = vec!["test", "-p", "moe-from-scratch"];
-    for s in &stems {
-        args.push("--test");
-        args.push(s);
-    }
-    match cargo_step(root, &args, &label) {
-        Outcome::Ok(_) => Outcome::Ok(format!("{} + {}", ch.name, stems.join(", "))),
-        o => o,
+    let what = if stems.is_empty() {
+        ch.name.clone()
+    } else {
+        let mut args = vec!["test", "-p", "moe-from-scratch"];
+        for s in &stems {
+            args.push("--test");
+            args.push(s);
+        }
+        if let o @ Outcome::Fail(..) = test_step(root, &args, &label, runs) {
+            return o;
+        }
+        format!("{} + {}", ch.name, stems.join(", "))
+    };
+    match (runs, stems.is_empty()) {
+        (false, _) => not_run(what),
+        (true, true) => Outcome::Ok(format!("no tests/ch{:02}_*.rs", ch.n)),
+        (true, false) => Outcome::Ok(what),
     }
 }
 
@@ -779,7 +810,12 @@ fn check_exercises(root: &Path, ch: &Chapter) -> Outcome {
     }
 }
 
-fn check(root: &Path, only: Option<u32>, no_book: bool) -> Result<bool, String> {
+fn check(
+    root: &Path,
+    only: Option<u32>,
+    no_book: bool,
+    no_test_runs: bool,
+) -> Result<bool, String> {
     let start = Instant::now();
     let all = chapters(root)?;
     if let Some(n) = only {
@@ -811,8 +847,16 @@ fn check(root: &Path, only: Option<u32>, no_book: bool) -> Result<bool, String> 
 
     // The foundation: the runtime and its emulator.
     let t = Instant::now();
-    let foundation = cargo_step(root, &["test", "-p", "moe-kernels"], "foundation");
-    let foundation_ok = matches!(foundation, Outcome::Ok(_));
+    let foundation = match test_step(
+        root,
+        &["test", "-p", "moe-kernels"],
+        "foundation",
+        !no_test_runs,
+    ) {
+        Outcome::Ok(_) if no_test_runs => not_run("moe-kernels".into()),
+        o => o,
+    };
+    let foundation_ok = !matches!(foundation, Outcome::Fail(..));
     report.line(
         "foundation",
         vec![("moe-kernels tests", foundation)],
@@ -832,7 +876,7 @@ fn check(root: &Path, only: Option<u32>, no_book: bool) -> Result<bool, String> 
         let deps = check_deps(root, &ws, ch);
         let (tests, example, exercises) = if foundation_ok {
             (
-                check_tests(root, ch),
+                check_tests(root, ch, !no_test_runs),
                 check_example(root, ch),
                 check_exercises(root, ch),
             )
