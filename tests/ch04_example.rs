@@ -14,7 +14,7 @@ use ch02_grouped::checkpoint::CheckpointError;
 use ch02_grouped::compare::{check_output, Tolerance};
 use ch02_grouped::conformance::hf_fixture;
 use ch02_grouped::{Dtype, MoeError};
-use ch04_fused_moe::example::{dtype_refused, run, ExampleError};
+use ch04_fused_moe::example::{dtype_refused, run, run_with_tile, ExampleError};
 use ch04_fused_moe::FusedDevice;
 use clap::Parser;
 use cli::Args;
@@ -110,6 +110,35 @@ fn example_stdout() {
         );
     }
     insta::assert_snapshot!("ch04_example", mask_measured(&text));
+}
+
+/// `--tile NAME` forces the tiled path onto any configuration: a Hopper one (version 8) where the
+/// device runs them (an sm_90a GPU, the emulator) and a portable one (version 3), each giving the
+/// default tile's bits in the tour; a name that is no configuration is clap's error, naming the
+/// configurations.
+#[test]
+fn a_forced_tile_gives_the_default_tiles_bits() {
+    let mut names = vec!["w2x2_k64_n4_s3"];
+    if device().runs_hopper() {
+        names.push("g2_k64_n16_s4_x_tma_ws");
+    }
+    for name in names {
+        let args = Args::try_parse_from(["ch04", "--tile", name]).unwrap();
+        assert_eq!(args.tile.map(|t| t.name()), Some(name.to_string()));
+        let mut out = Vec::new();
+        run_with_tile(None, args.tile, device(), &mut out)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let text = String::from_utf8(out).unwrap();
+        let line = format!("tiled, forced onto tile {name}: the same bits");
+        assert!(text.contains(&line), "{name}: {text}");
+    }
+    let err = Args::try_parse_from(["ch04", "--tile", "g9_nope"]).unwrap_err();
+    assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation, "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("no tile configuration \"g9_nope\"") && msg.contains("g2_k64_n16_s4_x_tma_ws"),
+        "{msg}"
+    );
 }
 
 #[test]

@@ -7,6 +7,7 @@
 pub mod ch02;
 
 use ch02::DtypeArg;
+use ch04_fused_moe::choose::{TileConfig, HOPPER_CONFIGS, TILE_CONFIGS};
 use ch04_fused_moe::example::CheckpointOptions;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::Parser;
@@ -35,6 +36,26 @@ use clap::Parser;
 pub struct Args {
     #[command(flatten)]
     pub options: ch02::Args,
+    /// Force the tiled path onto one tile configuration of kernels/ch04/configs.def (versions
+    /// 1 to 3 anywhere, 4 to 11 on an sm_90a GPU or the emulator): the tour checks its bits
+    /// against the default tile's, a checkpoint runs on it
+    #[arg(long, value_name = "NAME", value_parser = parse_tile)]
+    pub tile: Option<TileConfig>,
+}
+
+/// A tile configuration by name, or clap's error listing every name.
+fn parse_tile(s: &str) -> Result<TileConfig, String> {
+    TileConfig::parse(s).ok_or_else(|| {
+        let names: Vec<String> = TILE_CONFIGS
+            .iter()
+            .chain(HOPPER_CONFIGS.iter())
+            .map(|c| c.name())
+            .collect();
+        format!(
+            "no tile configuration {s:?}; the configurations: {}",
+            names.join(", ")
+        )
+    })
 }
 
 impl Args {

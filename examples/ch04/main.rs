@@ -12,5 +12,7 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let args = cli::Args::parse(); // a usage error exits with status 2 and clap's message
     let opts = args.checkpoint_options();
-    shared::main_with(|device, out| ch04_fused_moe::example::run(opts.as_ref(), device, out))
+    shared::main_with(|device, out| {
+        ch04_fused_moe::example::run_with_tile(opts.as_ref(), args.tile, device, out)
+    })
 }

@@ -489,7 +489,7 @@ impl FusedDevice {
     }
 
     /// The same layer with the tiled path's tiles in `tile` (one of
-    /// [`crate::choose::TILE_CONFIGS`], or on an sm_90a GPU one of
+    /// [`crate::choose::TILE_CONFIGS`], or on an sm_90a GPU or the emulator one of
     /// [`crate::choose::HOPPER_CONFIGS`]) instead of the rule and the table: the same bits
     /// within versions 1 to 3 (versions 4 to 11 too: chapter 4's GPU test checks it).
     pub fn with_tile(mut self, tile: TileConfig) -> Result<Self, MoeError> {
@@ -497,7 +497,7 @@ impl FusedDevice {
             return Err(MoeError::Config {
                 field: "tile configuration",
                 expected: format!(
-                    "one of {} (and, on an sm_90a GPU, {})",
+                    "one of {} (and, on an sm_90a GPU or the emulator, {})",
                     crate::choose::TILE_CONFIGS.map(|c| c.name()).join(", "),
                     crate::choose::HOPPER_CONFIGS.map(|c| c.name()).join(", ")
                 ),
@@ -510,7 +510,7 @@ impl FusedDevice {
     }
 
     /// Whether this layer can run `tile` here: a version 4 to 11 configuration needs an sm_90a GPU
-    /// ([`Device::has_sm90a`]) and 16-byte rows in both GEMMs (H, I and the shared expert's I
+    /// or the emulator ([`Device::runs_hopper`]) and 16-byte rows in both GEMMs (H, I and the shared expert's I
     /// multiples of 8).
     fn hopper_ok(&self, tile: TileConfig) -> Result<(), MoeError> {
         if !tile.is_hopper() {

@@ -11,7 +11,7 @@
 //! cores, cuBLAS and the emulator's reference GEMM sum in different orders); the tests check those
 //! against the tolerances of [`ch02_grouped::compare`].
 
-use crate::choose::{DecodeGeometry, Fusion, Path, TILE_CONFIGS};
+use crate::choose::{DecodeGeometry, Fusion, Path, TileConfig, TILE_CONFIGS};
 use crate::device::{BatchPlan, FusedDevice, BLOCK_MS};
 use ch01_router::inputs::patterned;
 use ch01_router::Routing;
@@ -43,9 +43,21 @@ pub fn run(
     device: &'static Device,
     out: Out,
 ) -> Result<(), ExampleError> {
+    run_with_tile(checkpoint, None, device, out)
+}
+
+/// [`run`] with the tiled path forced onto one tile configuration (`--tile NAME`: versions 1 to 3
+/// anywhere, 4 to 11 on an sm_90a GPU or the emulator): the tour checks that tile's bits against
+/// the default tile's; a checkpoint runs its whole batch on it.
+pub fn run_with_tile(
+    checkpoint: Option<&CheckpointOptions>,
+    tile: Option<TileConfig>,
+    device: &'static Device,
+    out: Out,
+) -> Result<(), ExampleError> {
     match checkpoint {
-        Some(opts) => run_checkpoint(opts, device, out),
-        None => tour(device, out),
+        Some(opts) => run_checkpoint(opts, tile, device, out),
+        None => tour(device, tile, out),
     }
 }
 
@@ -154,7 +166,7 @@ fn experts_launches(
 }
 
 // ANCHOR: tour
-fn tour(device: &'static Device, out: Out) -> Result<(), ExampleError> {
+fn tour(device: &'static Device, forced: Option<TileConfig>, out: Out) -> Result<(), ExampleError> {
     const TOKENS: usize = 6; // chapter 2's tokens, so its snapshot's routing reappears here
     let layers = tour_layers();
     say!(out, "Chapter 4: the fused MoE kernel");
@@ -254,6 +266,11 @@ fn tour(device: &'static Device, out: Out) -> Result<(), ExampleError> {
             "tiled: the same bits again, unfused, at BLOCK_M 16, 32, 64 and 128, and in tiles {}",
             TILE_CONFIGS.map(|t| t.name()).join(", ")
         );
+        if let Some(t) = forced {
+            let l = tiled.clone().with_tile(t)?;
+            same_bits(&format!("tile {t}"), &got_tiled, &l.experts(&hidden, r)?)?;
+            say!(out, "tiled, forced onto tile {t}: the same bits");
+        }
         let geometries = [
             DecodeGeometry::DEFAULT,
             DecodeGeometry {
@@ -338,6 +355,7 @@ fn tour(device: &'static Device, out: Out) -> Result<(), ExampleError> {
 
 fn run_checkpoint(
     opts: &CheckpointOptions,
+    tile: Option<TileConfig>,
     device: &'static Device,
     out: Out,
 ) -> Result<(), ExampleError> {
@@ -350,7 +368,13 @@ fn run_checkpoint(
         opts,
         out,
         "the fused layer",
-        |w| FusedDevice::new(device, w, opts.dtype),
+        |w| {
+            let layer = FusedDevice::new(device, w, opts.dtype)?;
+            match tile {
+                Some(t) => layer.with_path(Path::Tiled).with_tile(t),
+                None => Ok(layer),
+            }
+        },
         |layer, rows, launched| {
             Ok(format!(
                 "{rows} tokens in bf16, {}\nlaunches: {}",
