@@ -661,17 +661,12 @@ __device__ __forceinline__ WgCopies<C::A_COPIES> ps_copies(const int* __restrict
 }
 
 // Whether warpgroup wg's 64 rows of the tile hold a pair: two rows a lane, OR-ed over the warp
-// into a value ptxas knows is the warp's (as wg_live).
+// into a value ptxas knows is the warp's. Each lane's value differs, so this is a real reduction
+// on every backend, not fused_warp_or (which takes one value the whole warp already shares).
 __device__ __forceinline__ bool ps_live(const int* __restrict__ rows, int wg, int P) {
     const int lane = threadIdx.x & 31;
     const int a = rows[64 * wg + lane], b = rows[64 * wg + 32 + lane];
-#ifdef MOE_EMU
-    // Each lane's value differs here, and the emulator's fused_warp_or passes it through (it
-    // counts on every lane passing the same): the OR as a collective of the warp.
-    return __reduce_or_sync(0xffffffffu, (a >= 0 && a < P) || (b >= 0 && b < P) ? 1u : 0u) != 0;
-#else
-    return fused_warp_or((a >= 0 && a < P) || (b >= 0 && b < P) ? 1u : 0u) != 0;
-#endif
+    return __reduce_or_sync(MOE_FULL_MASK, (a >= 0 && a < P) || (b >= 0 && b < P) ? 1u : 0u) != 0;
 }
 
 // Version 11's item counters, one pair per entry point (DY_COUNTERS of them): [0] the next item

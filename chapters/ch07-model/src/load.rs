@@ -23,8 +23,9 @@
 
 use crate::config::{parse_model_config, ModelConfig};
 use crate::error::ModelError;
-use ch02_grouped::checkpoint::files::{read_json, Files};
+use ch02_grouped::checkpoint::files::Files;
 use ch02_grouped::checkpoint::layers::{self, mlp_prefix};
+use ch02_grouped::checkpoint::read_config;
 use ch02_grouped::checkpoint::{pack, CheckpointError};
 use ch02_grouped::MoeWeights;
 use std::cell::RefCell;
@@ -150,28 +151,9 @@ fn attention(r: &Reader, c: &ModelConfig, l: usize) -> Result<AttentionWeights, 
 /// Loads the whole model in `dir` (config.json and safetensors files, one or sharded). With
 /// `progress`, chapter 2's progress bar shows while large MoE layers pack.
 pub fn load(dir: &Path, progress: bool) -> Result<ModelWeights, ModelError> {
-    if !dir.is_dir() {
-        return Err(CheckpointError::Io {
-            path: dir.to_path_buf(),
-            why: if dir.exists() {
-                "is a file, expected the checkpoint's folder (config.json and .safetensors files)"
-            } else {
-                "does not exist"
-            }
-            .to_string(),
-        }
-        .into());
-    }
-    let config_path = dir.join("config.json");
-    if !config_path.exists() {
-        return Err(CheckpointError::MissingFile {
-            path: config_path,
-            what: "the model's config".to_string(),
-        }
-        .into());
-    }
-    // Config first: a bad config costs no tensor read.
-    let c = parse_model_config(&read_json(&config_path)?)?;
+    // Config first (chapter 2's checks of the folder and its config.json): a bad config costs no
+    // tensor read.
+    let c = parse_model_config(&read_config(dir)?)?;
     let files = Files::discover(dir)?;
     let moe = layers::scan(files.names()).moe;
     let r = Reader {

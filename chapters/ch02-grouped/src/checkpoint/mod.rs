@@ -61,6 +61,26 @@ pub struct Loaded {
 // ANCHOR: load
 /// Loads MoE layer `opts.layer` (default: the first) of the checkpoint in `dir`.
 pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Loaded, CheckpointError> {
+    // Config first: a bad config costs no tensor read.
+    let parsed = config::parse_config(&read_config(dir)?)?;
+    let files = files::Files::discover(dir)?;
+    let layer = layers::scan(files.names()).choose(opts.layer)?;
+    let storage = layers::storage(&files, layer)?;
+    let (weights, file_dtype) = pack::pack(&files, &parsed, layer, storage, opts.progress)?;
+    weights.validate()?;
+    Ok(Loaded {
+        weights,
+        layer,
+        family: parsed.family,
+        storage,
+        file_dtype,
+    })
+}
+// ANCHOR_END: load
+
+/// `dir`'s config.json as JSON, once `dir` is known to be a checkpoint's folder that has one: the
+/// first step of [`load`], and of chapter 7's whole-model loader.
+pub fn read_config(dir: &Path) -> Result<serde_json::Value, CheckpointError> {
     if !dir.is_dir() {
         return Err(CheckpointError::Io {
             path: dir.to_path_buf(),
@@ -79,22 +99,8 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<Loaded, CheckpointError> {
             what: "the model's config".to_string(),
         });
     }
-    // Config first: a bad config costs no tensor read.
-    let parsed = config::parse_config(&files::read_json(&config_path)?)?;
-    let files = files::Files::discover(dir)?;
-    let layer = layers::scan(files.names()).choose(opts.layer)?;
-    let storage = layers::storage(&files, layer)?;
-    let (weights, file_dtype) = pack::pack(&files, &parsed, layer, storage, opts.progress)?;
-    weights.validate()?;
-    Ok(Loaded {
-        weights,
-        layer,
-        family: parsed.family,
-        storage,
-        file_dtype,
-    })
+    files::read_json(&config_path)
 }
-// ANCHOR_END: load
 
 /// The MoE layers of the checkpoint in `dir`, ascending (empty when it has none). Reads only the
 /// safetensors headers, or the index.
