@@ -239,7 +239,9 @@ __device__ __forceinline__ void wg_mainloop(const __nv_bfloat16* __restrict__ A,
         // (the barrier); and every warpgroup is past its wait for slice kt − 2's group.
         moe_cp_async_wait(AHEAD - 1);
         if (C::TMA) moe_mbar_wait(&s_full[kt % C::STAGES], (unsigned)(kt / C::STAGES) & 1u);  // B's boxes landed
+#ifndef MOE_X_NO_WG_FENCE
         moe_fence_proxy_async();
+#endif
         __syncthreads();
         const int next = kt + AHEAD;  // into the buffer of slice kt − 2 (W0: kt − 1)
         if (next < nk) issue(next % C::STAGES, next);
@@ -378,7 +380,9 @@ __device__ __forceinline__ void ws_consumer(int K, bool live, int wg, unsigned c
         const unsigned it = it0 + (unsigned)kt;
         const int st = (int)(it % C::STAGES);
         moe_mbar_wait(&full[st], (it / C::STAGES) & 1u);
+#ifndef MOE_X_NO_WS_FENCE
         moe_fence_proxy_async();
+#endif
         if (live) {
             const unsigned char* stage = smem + st * C::STAGE_BYTES;
             const unsigned long long da = moe_wgmma_desc(stage + wg * 64 * C::BK * 2, C::LEAD, C::STRIDE) | C::LAYOUT;
@@ -514,11 +518,11 @@ __device__ __forceinline__ void wg_store_swiglu(const float (&acc)[C::ACC], cons
 }
 
 // The plain GEMM's epilogue on versions 4 to 11: this thread's accumulators into out's rows (bf16,
-// or fp32 times the pair's weight), rows[] as wg_store_swiglu's.
+// or fp32 times the pair's weight, y_bf16: that rounded to bf16), rows[] as wg_store_swiglu's.
 template <class C, bool BF16_OUT>
 __device__ __forceinline__ void wg_store_rows(const float (&acc)[C::ACC], const int* rows, int P,
                                               const float* __restrict__ weight, void* __restrict__ out, int n0,
-                                              int N) {
+                                              int N, bool y_bf16) {
     const int wg = threadIdx.x / 128;
     const int lane = threadIdx.x & 31, w4 = (threadIdx.x >> 5) & 3, g = lane >> 2, q = lane & 3;
     const bool even = (N & 1) == 0;
@@ -534,6 +538,9 @@ __device__ __forceinline__ void wg_store_rows(const float (&acc)[C::ACC], const 
             if (BF16_OUT) {
                 wg_store2(static_cast<__nv_bfloat16*>(out) + (size_t)p * N, col, N, even, __float2bfloat16(v0),
                           __float2bfloat16(v1));
+            } else if (y_bf16) {
+                wg_store2(static_cast<__nv_bfloat16*>(out) + (size_t)p * N, col, N, even,
+                          __float2bfloat16(weight ? wp * v0 : v0), __float2bfloat16(weight ? wp * v1 : v1));
             } else {
                 // weight · v rounded as fused_gemm_impl rounds it (no weight: v itself).
                 wg_store2(static_cast<float*>(out) + (size_t)p * N, col, N, even, weight ? wp * v0 : v0,
@@ -608,7 +615,7 @@ __device__ __forceinline__ void wg_gemm_impl(const __nv_bfloat16* __restrict__ A
                                              const int* __restrict__ sorted_ids, const int* __restrict__ expert_ids,
                                              const int* __restrict__ num_post, const float* __restrict__ weight,
                                              void* __restrict__ out, int P, int k, int N, int K, int E, int block_m,
-                                             const void* w_map = nullptr) {
+                                             bool y_bf16, const void* w_map = nullptr) {
     __shared__ int s_pair[FUSED_MAX_BLOCK_M], s_arow[FUSED_MAX_BLOCK_M], s_brow[C::BROWS];
     __shared__ int s_live[FUSED_MAX_SUBTILES];
     if (block_m != C::BM) __trap();
@@ -628,7 +635,7 @@ __device__ __forceinline__ void wg_gemm_impl(const __nv_bfloat16* __restrict__ A
     if (!wg_tile_product<C>(A, s_arow, w, s_brow, K, s_live, acc, w_map, r0, r0 + C::BN / 2,
                             wg_cluster_shares<C>(tile, e, expert_ids, num_post, block_m)))
         return;
-    wg_store_rows<C, BF16_OUT>(acc, s_pair, P, weight, out, n0, N);
+    wg_store_rows<C, BF16_OUT>(acc, s_pair, P, weight, out, n0, N, y_bf16);
 }
 
 // ANCHOR: ps_loop
@@ -799,13 +806,13 @@ template <class C, bool BF16_OUT>
 __device__ __forceinline__ void ps_gemm_impl(const __nv_bfloat16* __restrict__ A, const int* __restrict__ sorted_ids,
                                              const int* __restrict__ expert_ids, const int* __restrict__ num_post,
                                              const float* __restrict__ weight, void* __restrict__ out, int P, int k,
-                                             int N, int K, int E, int block_m, const void* w_map,
+                                             int N, int K, int E, int block_m, bool y_bf16, const void* w_map,
                                              unsigned* counter = nullptr) {
     if (block_m != C::BM) __trap();
     // Version 7's boxes: rows e·N + n0.. of W viewed as [E·N, K], in two halves of BN / 2.
     ps_run<C>(A, sorted_ids, expert_ids, num_post, P, k, K, E, (N + C::BN - 1) / C::BN, w_map, N, C::BN, C::BN / 2,
               [&](const float(&acc)[C::ACC], const int* rows, int cb) {
-                  wg_store_rows<C, BF16_OUT>(acc, rows, P, weight, out, cb * C::BN, N);
+                  wg_store_rows<C, BF16_OUT>(acc, rows, P, weight, out, cb * C::BN, N, y_bf16);
               }, counter);
 }
 // ANCHOR_END: ps_loop
@@ -817,6 +824,7 @@ __device__ __forceinline__ void ps_gemm_impl(const __nv_bfloat16* __restrict__ A
 // Versions 4 to 6: fused_gemm1_swiglu_NAME, fused_gemm1_gateup_NAME and fused_gemm2_NAME take
 // the default's parameters (portable.cuh's TILE_ENTRIES), BLOCK_M = 64·WGS.
 #define WG_ENTRIES(NAME, C) TILE_ENTRIES(NAME, C, wg_gemm1_swiglu_impl, wg_gemm_impl)
+// fused_gemm2_NAME's y_bf16 (every version): y in bf16 instead of f32 (portable.cuh's fused_gemm2).
 // Versions 7 to 9: one more parameter, the device address of the weight tensor's map
 // (kernels/tma.cuh; the host encodes one per tensor). ATTRS: the launch bounds, and version 9's
 // clusters of two blocks (__cluster_dims__: the grid's x is even, blocks 2j and 2j + 1 one
@@ -834,14 +842,14 @@ __device__ __forceinline__ void ps_gemm_impl(const __nv_bfloat16* __restrict__ A
                                   const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P,   \
                                   int k, int H, int I, int E, int block_m, const void* w13_map) {             \
         wg_gemm_impl<C, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E,   \
-                              block_m, w13_map);                                                              \
+                              block_m, false, w13_map);                                                       \
     }                                                                                                         \
     extern "C" __global__ void ATTRS                                                                          \
         fused_gemm2_##NAME(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,          \
-                           const int* expert_ids, const int* num_post, const float* weight, float* y, int P,  \
-                           int H, int I, int E, int block_m, const void* w2_map) {                            \
+                           const int* expert_ids, const int* num_post, const float* weight, void* y, int P,   \
+                           int H, int I, int E, int block_m, int y_bf16, const void* w2_map) {                \
         wg_gemm_impl<C, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m,  \
-                               w2_map);                                                                       \
+                               y_bf16 != 0, w2_map);                                                          \
     }
 // Versions 10 and 11: version 8's parameters (the weight pointers unused: every slice of B comes
 // through the tensor map), as many blocks as the SMs hold at once (the host's grid, one
@@ -859,14 +867,14 @@ __device__ __forceinline__ void ps_gemm_impl(const __nv_bfloat16* __restrict__ A
                                   const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P,   \
                                   int k, int H, int I, int E, int block_m, const void* w13_map) {             \
         ps_gemm_impl<C, true>(x, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m, \
-                              w13_map, c2);                                                                   \
+                              false, w13_map, c2);                                                            \
     }                                                                                                         \
     extern "C" __global__ void __launch_bounds__(C::THREADS, 1)                                              \
         fused_gemm2_##NAME(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,          \
-                           const int* expert_ids, const int* num_post, const float* weight, float* y, int P,  \
-                           int H, int I, int E, int block_m, const void* w2_map) {                            \
-        ps_gemm_impl<C, false>(act, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m, w2_map, \
-                               c3);                                                                           \
+                           const int* expert_ids, const int* num_post, const float* weight, void* y, int P,   \
+                           int H, int I, int E, int block_m, int y_bf16, const void* w2_map) {                \
+        ps_gemm_impl<C, false>(act, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m,      \
+                               y_bf16 != 0, w2_map, c3);                                                      \
     }
 #define HOPPER_ENTRIES_4(NAME, C) WG_ENTRIES(NAME, C)
 #define HOPPER_ENTRIES_5(NAME, C) WG_ENTRIES(NAME, C)

@@ -71,18 +71,24 @@ extern "C" __global__ void fused_swiglu(const __nv_bfloat16* __restrict__ gateup
 // ANCHOR: combine
 // out[t, c] = Σ_{j < k} y[t·k + j, c], j in order (+ shared[t, c], times sigmoid(shared_gate[t])
 // when the shared expert is gated): one thread per output element, a fixed order, no atomics.
-//   y [T·k, H] f32 (already weighted); shared [T, H] f32 or null; shared_gate [T] f32 (the
-//   logit) or null; out [T, H] f32.
-extern "C" __global__ void fused_combine(const float* y, const float* shared, const float* shared_gate,
+//   y [T·k, H] f32, or bf16 when y_bf16 (already weighted; each value widened exactly to fp32
+//   before it is added); shared [T, H] f32 or null; shared_gate [T] f32 (the logit) or null;
+//   out [T, H] f32.
+extern "C" __global__ void fused_combine(const void* y, int y_bf16, const float* shared, const float* shared_gate,
                                          float* __restrict__ out, int T, int H, int k) {
     // A dependent launch of the down projection (LaunchConfig::dependent): its inputs are that
     // kernel's output, read after the wait through plain pointers (see moe_grid_wait).
     moe_grid_wait();
+    const float* yf = static_cast<const float*>(y);
+    const __nv_bfloat16* yb = static_cast<const __nv_bfloat16*>(y);
     const size_t n = (size_t)T * H;
     for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
         const size_t t = e / H, c = e % H;
         float acc = 0.0f;
-        for (int j = 0; j < k; ++j) acc = acc + y[(t * k + j) * H + c];
+        for (int j = 0; j < k; ++j) {
+            const size_t i = (t * k + j) * H + c;
+            acc = acc + (y_bf16 ? __bfloat162float(yb[i]) : yf[i]);
+        }
         if (shared) {
             float s = shared[e];
             if (shared_gate) s = s * moe_sigmoidf(shared_gate[t]);

@@ -423,14 +423,15 @@ __device__ __forceinline__ void fused_gemm1_swiglu_impl(const __nv_bfloat16* __r
 // its expert e; W [E, N, K] bf16, A [*, K] bf16.
 //   BF16_OUT: out [P, N] bf16, the value rounded (fused_gemm1_gateup: N = 2I, K = H, A = x);
 //   else: out [P, N] f32, times weight[p] in fp32 when weight is not null (fused_gemm2: N = H,
-//   K = I, A = act, k = 1).
+//   K = I, A = act, k = 1); y_bf16: that value rounded to bf16 instead, out [P, N] bf16 (the
+//   engines' rounding of y: half the bytes written here and read by fused_combine).
 // Grid (max_tiles, ceil(N / C::BN)), C::THREADS threads.
 template <class C, bool BF16_OUT>
 __device__ __forceinline__ void fused_gemm_impl(const __nv_bfloat16* __restrict__ A, const __nv_bfloat16* __restrict__ W,
                                                 const int* __restrict__ sorted_ids, const int* __restrict__ expert_ids,
                                                 const int* __restrict__ num_post, const float* __restrict__ weight,
                                                 void* __restrict__ out, int P, int k, int N, int K, int E,
-                                                int block_m) {
+                                                int block_m, bool y_bf16) {
     __shared__ int s_pair[FUSED_MAX_BLOCK_M], s_arow[FUSED_MAX_BLOCK_M], s_brow[C::BROWS];
     __shared__ int s_live[FUSED_MAX_SUBTILES];
     const int tile = blockIdx.x, n0 = blockIdx.y * C::BN;
@@ -465,6 +466,8 @@ __device__ __forceinline__ void fused_gemm_impl(const __nv_bfloat16* __restrict_
                 const float v = acc[j][f][i];
                 if (BF16_OUT)
                     static_cast<__nv_bfloat16*>(out)[(size_t)p * N + col] = __float2bfloat16(v);
+                else if (y_bf16)
+                    static_cast<__nv_bfloat16*>(out)[(size_t)p * N + col] = __float2bfloat16(weight ? weight[p] * v : v);
                 else
                     static_cast<float*>(out)[(size_t)p * N + col] = weight ? weight[p] * v : v;
             }
@@ -477,7 +480,8 @@ __device__ __forceinline__ void fused_gemm_impl(const __nv_bfloat16* __restrict_
 // The entry points of each tile configuration: the default, w4_k32_n1, under the plain names.
 //   fused_gemm1_swiglu (x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m)
 //   fused_gemm1_gateup (x, w13, sorted_ids, expert_ids, num_post, gateup [P, 2I], P, k, H, I, E, block_m)
-//   fused_gemm2 (act, w2, sorted_ids, expert_ids, num_post, weight or null, y [P, H], P, H, I, E, block_m)
+//   fused_gemm2 (act, w2, sorted_ids, expert_ids, num_post, weight or null, y [P, H], P, H, I, E, block_m,
+//                y_bf16: y in bf16, else f32)
 typedef FusedCfg<4, 32, 1> FusedDefault;
 extern "C" __global__ void __launch_bounds__(128)
     fused_gemm1_swiglu(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,
@@ -490,12 +494,14 @@ extern "C" __global__ void __launch_bounds__(128)
                        const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P, int k, int H,
                        int I, int E, int block_m) {
     fused_gemm_impl<FusedDefault, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H,
-                                        E, block_m);
+                                        E, block_m, false);
 }
 extern "C" __global__ void __launch_bounds__(128)
     fused_gemm2(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids, const int* expert_ids,
-                const int* num_post, const float* weight, float* y, int P, int H, int I, int E, int block_m) {
-    fused_gemm_impl<FusedDefault, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m);
+                const int* num_post, const float* weight, void* y, int P, int H, int I, int E, int block_m,
+                int y_bf16) {
+    fused_gemm_impl<FusedDefault, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m,
+                                         y_bf16 != 0);
 }
 // ANCHOR_END: entries
 
@@ -516,12 +522,14 @@ extern "C" __global__ void __launch_bounds__(128)
         fused_gemm1_gateup_##NAME(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,   \
                                   const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P,   \
                                   int k, int H, int I, int E, int block_m) {                                  \
-        GEMM<C, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m); \
+        GEMM<C, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m,  \
+                      false);                                                                                 \
     }                                                                                                         \
     extern "C" __global__ void __launch_bounds__(C::THREADS)                                                 \
         fused_gemm2_##NAME(const __nv_bfloat16* act, const __nv_bfloat16* w2, const int* sorted_ids,          \
-                           const int* expert_ids, const int* num_post, const float* weight, float* y, int P,  \
-                           int H, int I, int E, int block_m) {                                                \
-        GEMM<C, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m);         \
+                           const int* expert_ids, const int* num_post, const float* weight, void* y, int P,   \
+                           int H, int I, int E, int block_m, int y_bf16) {                                    \
+        GEMM<C, false>(act, w2, sorted_ids, expert_ids, num_post, weight, y, P, 1, H, I, E, block_m,          \
+                       y_bf16 != 0);                                                                          \
     }
 #define FUSED_ENTRIES(NAME, C) TILE_ENTRIES(NAME, C, fused_gemm1_swiglu_impl, fused_gemm_impl)

@@ -107,6 +107,8 @@ pub enum KernelError {
     OutOfMemory { bytes: usize, why: String },
     /// Only the CUDA backend can do this (timing with CUDA graphs, for instance).
     CudaOnly(&'static str),
+    /// `MOE_NVRTC_DEFINES` holds something other than macro names (`NAME` or `NAME=VALUE`).
+    BadDefines { value: String, why: String },
 }
 
 impl fmt::Display for Fault {
@@ -175,6 +177,11 @@ impl fmt::Display for KernelError {
                     "kernels/{family}.cu has no extern \"C\" __global__ kernel named {name}"
                 )
             }
+            KernelError::BadDefines { value, why } => write!(
+                f,
+                "MOE_NVRTC_DEFINES={value:?}: {why} (expected space-separated NAME or NAME=VALUE, \
+                 letters, digits and '_')"
+            ),
             KernelError::Arguments {
                 kernel,
                 expected,

@@ -468,3 +468,26 @@ fn child() {
         moe_kernels::cuda::nvrtc_compiles()
     );
 }
+
+/// `MOE_NVRTC_DEFINES`: each macro becomes one `-D` option (part of the cache key like every
+/// option); unset gives none; anything but macro names and plain values is refused by name.
+#[test]
+fn experiment_defines_become_options_or_a_typed_error() {
+    use moe_kernels::cuda::experiment_defines;
+    assert!(experiment_defines(None).unwrap().is_empty());
+    assert!(experiment_defines(Some("  ")).unwrap().is_empty());
+    assert_eq!(
+        experiment_defines(Some("MOE_X_NO_WS_FENCE  DEPTH=3")).unwrap(),
+        ["-DMOE_X_NO_WS_FENCE=1", "-DDEPTH=3"]
+    );
+    for (bad, names) in [
+        ("-O3", "\"-O3\" is not a macro name"),
+        ("3D", "\"3D\" is not a macro name"),
+        ("A=\"x y\"", "the value of A"),
+        ("A=", "the value of A"),
+    ] {
+        let e = experiment_defines(Some(bad)).unwrap_err().to_string();
+        assert!(e.starts_with("MOE_NVRTC_DEFINES="), "{e}");
+        assert!(e.contains(names), "{bad}: {e}");
+    }
+}

@@ -214,6 +214,8 @@ pub struct FusedDevice {
     tuned: bool,
     /// Versions 4 to 8 in the grouped order ([`TileConfig::grid`]).
     grouped: bool,
+    /// The tiled path's `y` in bf16 ([`Self::with_bf16_y`]).
+    bf16_y: bool,
 }
 
 impl Clone for FusedDevice {
@@ -232,6 +234,7 @@ impl Clone for FusedDevice {
             decode: self.decode,
             tuned: self.tuned,
             grouped: self.grouped,
+            bf16_y: self.bf16_y,
         }
     }
 }
@@ -455,6 +458,7 @@ impl FusedDevice {
             decode: None,
             tuned: true,
             grouped: true,
+            bf16_y: false,
         })
     }
 
@@ -561,6 +565,19 @@ impl FusedDevice {
         self.grouped = grouped;
         self
     }
+
+    // ANCHOR: bf16_y
+    /// The tiled path's per-pair output `y = weight · (act · w2ᵀ)` rounded to bf16 before the
+    /// sum over k (`true`), as the engines' kernels store it, or kept in f32 (`false`, the
+    /// default). In bf16, GEMM 2 writes half the bytes and `fused_combine` reads half: at 4,096
+    /// Qwen3 tokens, 134 MB less each way. The sum is still fp32 and in slot order; each term
+    /// carries one more rounding (at most 2⁻⁸ of its size). The decode paths keep f32: their y
+    /// is a few rows, or none at all (`decode_gemm2_sum`).
+    pub fn with_bf16_y(mut self, bf16_y: bool) -> Self {
+        self.bf16_y = bf16_y;
+        self
+    }
+    // ANCHOR_END: bf16_y
 
     /// The same layer without the measured table: the rules alone decide.
     pub fn without_tuned_table(mut self) -> Self {

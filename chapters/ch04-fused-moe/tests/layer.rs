@@ -553,7 +553,7 @@ fn kernels_skip_placeholders_garbage_and_foreign_tiles(dev: &'static Device) {
         .unwrap();
         cfg.grid.1 = h.div_ceil(tile.bn()) as u32;
         let a = args![&act, &w2d, &sd, &ed, &nd, &wd, &y];
-        let sizes = [int(p), int(h), int(i), int(e), int(bm)];
+        let sizes = [int(p), int(h), int(i), int(e), int(bm), int(0)];
         m.launch(
             &tile.kernel("fused_gemm2"),
             cfg,
@@ -1266,7 +1266,92 @@ moe_kernels::backend_tests!(
     weights_filled_on_the_device_match_the_host,
     bad_inputs_are_typed_errors,
     to_bf16_rounds_every_value_on_both_of_its_paths,
+    bf16_y_rounds_each_term_then_sums_them_in_slot_order,
 );
+
+// ANCHOR: bf16_y_bits
+/// [`FusedDevice::with_bf16_y`] on the tiled path: every output is the f32 layer's k terms, each
+/// rounded to bf16, added in slot order in fp32 from zero. The terms come from the f32 layer
+/// itself, on the same routing with every weight but slot j's set to zero: the other slots' y
+/// are then zeros and adding a zero is exact, so that output is slot j's weighted term alone
+/// (the GEMMs' sums do not depend on the weights). The sum is made here, on the host. Regimes
+/// without a shared expert (whose term is f32 in either mode); the default tile on all of them,
+/// and on a device that runs Hopper's instructions versions 8 and 11 on three regimes of many
+/// pairs.
+fn bf16_y_rounds_each_term_then_sums_them_in_slot_order(dev: &'static Device) {
+    let mut tiles = vec![TileConfig::DEFAULT];
+    if dev.runs_hopper() {
+        tiles.extend(
+            ["g2_k64_n16_s4_x_tma_ws", "g1_k64_n8_s4_x_tma_ws_ps_dy"]
+                .map(ch04_fused_moe::tile_named),
+        );
+    }
+    let mut used = Vec::new();
+    for r in every_regime()
+        .filter(|r| r.weights.config.shared.is_none() && r.weights.config.router.k > 1)
+    {
+        let o = oracle(&r, Dtype::Bf16);
+        let k = o.routing.k;
+        for &tile in &tiles {
+            // The emulator runs Hopper's tiles slowly: three regimes of many pairs are enough.
+            const HOPPER_ON: [&str; 3] = [
+                "imbalanced_routing",
+                "block_m_128_multi_block_align",
+                "mini_sglang",
+            ];
+            if tile.is_hopper() && !HOPPER_ON.contains(&r.name) {
+                continue;
+            }
+            // A Hopper tile needs H and I multiples of 8 (a typed refusal otherwise).
+            let Ok(layer) = FusedDevice::new(dev, &r.weights, Dtype::Bf16)
+                .unwrap()
+                .with_path(Path::Tiled)
+                .with_tile(tile)
+            else {
+                assert!(tile.is_hopper(), "{}: {tile} refused", r.name);
+                continue;
+            };
+            let got = layer
+                .clone()
+                .with_bf16_y(true)
+                .experts(&r.hidden, &o.routing)
+                .unwrap();
+            let mut want = vec![0.0f32; got.len()];
+            let mut largest = 0.0f64;
+            for j in 0..k {
+                let mut alone = o.routing.clone();
+                for (i, w) in alone.weights.iter_mut().enumerate() {
+                    if i % k != j {
+                        *w = 0.0;
+                    }
+                }
+                let term = layer.experts(&r.hidden, &alone).unwrap();
+                for (a, t) in want.iter_mut().zip(&term) {
+                    let rounded = bf16::from_f32(*t).to_f32();
+                    largest =
+                        largest.max(((rounded - t) as f64).abs() / (t.abs() as f64).max(1e-30));
+                    *a += rounded;
+                }
+            }
+            assert_same_bits(&format!("{} {tile}: bf16 y", r.name), &got, &want);
+            assert!(
+                largest <= 2f64.powi(-8),
+                "{}: a term moved by {largest:e} of itself",
+                r.name
+            );
+            used.push((r.name, tile));
+        }
+    }
+    assert!(
+        used.len() >= 3,
+        "only {used:?} have k > 1 and no shared expert"
+    );
+    for &tile in &tiles {
+        let names: Vec<_> = used.iter().filter(|u| u.1 == tile).map(|u| u.0).collect();
+        println!("bf16 y, {tile}: the host's sum's bits on {names:?}");
+    }
+}
+// ANCHOR_END: bf16_y_bits
 
 /// `fused_to_bf16`, the tiled path's first kernel, converts eight values a thread where both
 /// buffers are 16-byte aligned and the rest one at a time: on both paths every value is rounded

@@ -93,7 +93,36 @@ pub(crate) fn option_list(arch: &'static str) -> Result<Vec<String>> {
     );
     list.push(format!("--gpu-architecture={arch}"));
     list.extend(opts.options.iter().cloned());
+    list.extend(experiment_defines(std::env::var("MOE_NVRTC_DEFINES").ok().as_deref())?);
     Ok(list)
+}
+
+/// `-D` options from `MOE_NVRTC_DEFINES` (space-separated `NAME` or `NAME=VALUE`): the switches a
+/// speed experiment flips in the kernel source (`#ifdef MOE_X_...`), so that several variants
+/// run in one GPU call, one process each. They are part of the cache key, like every option.
+/// The CUDA backend only: the emulator's kernels are compiled once, when the crate is built.
+/// Unset or empty: none, and the option list is the one every earlier version used.
+pub fn experiment_defines(value: Option<&str>) -> Result<Vec<String>> {
+    let Some(value) = value else {
+        return Ok(Vec::new());
+    };
+    let bad = |why: &str| KernelError::BadDefines {
+        value: value.to_string(),
+        why: why.to_string(),
+    };
+    let word = |w: &str| !w.is_empty() && w.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    let mut out = Vec::new();
+    for d in value.split_whitespace() {
+        let (name, val) = d.split_once('=').unwrap_or((d, "1"));
+        if !word(name) || name.starts_with(|c: char| c.is_ascii_digit()) {
+            return Err(bad(&format!("{name:?} is not a macro name")));
+        }
+        if !word(val) {
+            return Err(bad(&format!("the value of {name} ({val:?}) is not a plain word")));
+        }
+        out.push(format!("-D{name}={val}"));
+    }
+    Ok(out)
 }
 
 /// How many times this process has run NVRTC (PTX and CUBIN alike): what the cache's tests

@@ -236,6 +236,15 @@ pub const VARIANTS: &[Variant] = &[
         make: |l| l.with_grouped_order(false),
     },
     Variant {
+        imp: "fused_bf16y",
+        about: "chapter 4's layer with the tiled path's y (each pair's weighted output) stored in \
+                bf16 before the sum over k, as the engines store it (FusedDevice::with_bf16_y): \
+                half the bytes through GEMM 2's stores and the combine's loads",
+        max_tokens: None,
+        needs_sm90a: false,
+        make: |l| l.with_bf16_y(true),
+    },
+    Variant {
         imp: "fused_portable",
         about: "the tiled path at every T on the tile a GPU without sm_90a gets \
                 (choose::portable_tile: version 3, cp.async, w2x2_k64_n4_s3), forced on this GPU",

@@ -4,6 +4,7 @@
 //! | impl | what is timed | floor's bytes and FLOPs |
 //! |---|---|---|
 //! | `layer` | [`AssembledLayer::enqueue`]: bf16 hidden states in, the layer's output out (with its per-launch steps) | the gate and the weights of the experts its routing touches; the router's and the experts' FLOPs |
+//! | `layer_bf16y` | the same with the experts' y in bf16 (`FusedDevice::with_bf16_y`, the engines' rounding) | the same |
 //! | `router` | chapter 5's pair alone, its logits GEMM chosen as the layer chooses it | the gate and the hidden states read; the gate GEMM's FLOPs |
 //! | `experts` | chapter 4's experts alone, on the routing the layer's router made, from the same bf16 input | the weights of the experts touched; the experts' FLOPs |
 //!
@@ -120,12 +121,23 @@ fn layer_of(
     shape: &Shape,
     cell: &LayerCell,
 ) -> Result<Rc<AssembledLayer>, String> {
+    layer_of_y(dev, shape, cell, false)
+}
+
+/// [`layer_of`], its experts' y in bf16 when `bf16_y` ([`FusedDevice::with_bf16_y`]).
+fn layer_of_y(
+    dev: &'static Device,
+    shape: &Shape,
+    cell: &LayerCell,
+    bf16_y: bool,
+) -> Result<Rc<AssembledLayer>, String> {
     if let Some(l) = cell.get() {
         return Ok(l.clone());
     }
     let b = shape.bias.then(|| bias(shape.experts));
     let l = Rc::new(
         AssembledLayer::patterned_with_bias(dev, &shape.config(), SEED, b.as_deref())
+            .and_then(|l| l.map_experts(|e| Ok(e.with_bf16_y(bf16_y))))
             .map_err(|e| e.to_string())?,
     );
     let _ = cell.set(l.clone());
@@ -264,6 +276,7 @@ fn cases(
     let mut v = Vec::new();
     for shape in shapes {
         let cell: LayerCell = Rc::new(OnceCell::new());
+        let cell_y: LayerCell = Rc::new(OnceCell::new());
         let layer = layer_of(dev, shape, &cell)?;
         for &t in tokens {
             let routing = Rc::new(routing_of(dev, &layer, shape, t)?);
@@ -273,27 +286,9 @@ fn cases(
                 gate_flops(shape, t),
                 expert_flops(shape, t),
             );
-            let c = cell.clone();
-            v.push(Case {
-                chapter: "ch06",
-                shape: shape.name,
-                imp: "layer",
-                rows: t,
-                bytes: gb + touched,
-                read_bytes: gb + touched,
-                flops: gf + ef,
-                steps: true,
-                build: Box::new(move |dev| {
-                    let layer = layer_of(dev, shape, &c)?;
-                    let ws = layer.workspace(t).map_err(|e| e.to_string())?;
-                    Ok(Box::new(LayerWork {
-                        layer,
-                        ws,
-                        hidden: hidden(dev, shape, t)?,
-                        out: dev.alloc(t * shape.hidden).map_err(|e| e.to_string())?,
-                    }) as Box<dyn Work>)
-                }),
-            });
+            let whole = (gb + touched, gf + ef);
+            v.push(layer_case(shape, t, cell.clone(), false, whole));
+            v.push(layer_case(shape, t, cell_y.clone(), true, whole));
             let c = cell.clone();
             v.push(Case {
                 chapter: "ch06",
@@ -369,6 +364,38 @@ fn cases(
         }
     }
     Ok(v)
+}
+
+/// The whole layer (`layer`), or with its experts' y in bf16 (`layer_bf16y`: the engines'
+/// rounding of y, the like-for-like peer of their pipeline); only the first has its steps
+/// timed (the steps' CSV names no variant). `(bytes, flops)`: the floor's.
+fn layer_case(
+    shape: &'static Shape,
+    t: usize,
+    cell: LayerCell,
+    bf16_y: bool,
+    (bytes, flops): (f64, f64),
+) -> Case {
+    Case {
+        chapter: "ch06",
+        shape: shape.name,
+        imp: if bf16_y { "layer_bf16y" } else { "layer" },
+        rows: t,
+        bytes,
+        read_bytes: bytes,
+        flops,
+        steps: !bf16_y,
+        build: Box::new(move |dev| {
+            let layer = layer_of_y(dev, shape, &cell, bf16_y)?;
+            let ws = layer.workspace(t).map_err(|e| e.to_string())?;
+            Ok(Box::new(LayerWork {
+                layer,
+                ws,
+                hidden: hidden(dev, shape, t)?,
+                out: dev.alloc(t * shape.hidden).map_err(|e| e.to_string())?,
+            }) as Box<dyn Work>)
+        }),
+    }
 }
 
 /// The layer's output equals its experts' output on its own routing, bit for bit (the same

@@ -107,7 +107,8 @@ impl FusedDevice {
         Ok(())
     }
 
-    /// `y [P, H] = weight[p] · (act[p] · w2[e]ᵀ)` (no weight: null) for every tile of a layout.
+    /// `y [P, H] = weight[p] · (act[p] · w2[e]ᵀ)` (no weight: null) for every tile of a layout;
+    /// `y_bf16`: each value rounded to bf16, written into the first half of `y`'s bytes.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn gemm2(
         &self,
@@ -119,6 +120,7 @@ impl FusedDevice {
         weight: KernelArg,
         y: &DeviceBuffer<f32>,
         (pairs, inter, experts, block_m): (usize, usize, usize, usize),
+        y_bf16: bool,
         map: TensorMap,
     ) -> Result<(), MoeError> {
         let h = self.config.hidden;
@@ -146,7 +148,8 @@ impl FusedDevice {
                 int(h),
                 int(inter),
                 int(experts),
-                int(block_m)
+                int(block_m),
+                int(y_bf16 as usize)
             ]
             .into_iter()
             .chain(self.map_arg(tile, map)?)
@@ -216,10 +219,12 @@ impl FusedDevice {
 
     /// `out[t] = Σⱼ y[t·k + j]` (+ the shared expert's `shared_y[t]`, times the sigmoid of
     /// `shared_gate[t]` when gated), j in order: the last kernel of both paths but a fused sum.
+    /// `y_bf16`: `y` holds bf16 values (the tiled path's GEMM 2 with [`FusedDevice::with_bf16_y`]).
     pub(super) fn combine(
         &self,
         b: Batch,
         y: &DeviceBuffer<f32>,
+        y_bf16: bool,
         shared_y: KernelArg,
         shared_gate: KernelArg,
     ) -> Result<(), MoeError> {
@@ -228,7 +233,16 @@ impl FusedDevice {
             "fused_combine",
             // A dependent launch: it waits for the down projection's y in the kernel.
             LaunchConfig::for_elements(rows * h, FUSED_ELEMENTWISE_THREADS as u32).dependent(),
-            &args![y, shared_y, shared_gate, b.out, int(rows), int(h), int(b.k)],
+            &args![
+                y,
+                int(y_bf16 as usize),
+                shared_y,
+                shared_gate,
+                b.out,
+                int(rows),
+                int(h),
+                int(b.k)
+            ],
         )?;
         Ok(())
     }
@@ -357,6 +371,7 @@ impl FusedDevice {
             wt,
             y,
             (pairs, i, e, plan.block_m),
+            self.bf16_y,
             TensorMap::W2,
         )?;
         // 4. The shared expert: the same kernels, every token a pair of the one expert.
@@ -392,6 +407,7 @@ impl FusedDevice {
                 none,
                 sy,
                 (rows, s.inter, 1, l.block_m),
+                false, // the shared expert's y: read as f32 by the combine
                 TensorMap::SharedW2,
             )?;
             shared_y = KernelArg::from(sy);
@@ -405,7 +421,7 @@ impl FusedDevice {
             }
         }
         // 5. out[t] = Σⱼ y[t·k + j] (+ shared), j in order.
-        self.combine(b, y, shared_y, shared_gate)
+        self.combine(b, y, self.bf16_y, shared_y, shared_gate)
     }
     // ANCHOR_END: enqueue_experts
 
@@ -568,7 +584,7 @@ impl FusedDevice {
                 .concat(),
             )?,
         }
-        self.combine(b, y, shared_y, opt(logit))
+        self.combine(b, y, false, shared_y, opt(logit))
     }
     // ANCHOR_END: enqueue_decode
 }
