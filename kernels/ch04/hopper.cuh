@@ -329,8 +329,25 @@ __device__ __forceinline__ void ws_producer(const __nv_bfloat16* __restrict__ A,
         const bool in_k = kc < K;
         const __nv_bfloat16* a = in_k ? A + kc : A;
         wg_copy_rows(stage + dst0, DSTEP, a, ca, row_bytes, in_k);
+#ifdef MOE_X_PRODUCER_FENCE
+        // Experiment: this thread's copies of slice kt − LAG have landed; the proxy fence makes
+        // them visible to wgmma's reads, then a plain arrival (the consumers need no fence).
+        constexpr int LAG = C::STAGES - 2;
+        moe_cp_async_commit();
+        if (kt >= LAG) {
+            moe_cp_async_wait(LAG);
+            moe_fence_proxy_async();
+            moe_mbar_arrive(&full[(it - LAG) % C::STAGES]);
+        }
+#else
         moe_cp_async_mbar_arrive(&full[st]);
+#endif
     }
+#ifdef MOE_X_PRODUCER_FENCE
+    moe_cp_async_wait(0);
+    moe_fence_proxy_async();
+    for (int j = nk > C::STAGES - 2 ? nk - (C::STAGES - 2) : 0; j < nk; ++j) moe_mbar_arrive(&full[(it0 + (unsigned)j) % C::STAGES]);
+#endif
     if (!C::PS) moe_cp_async_wait(0);  // nothing of this thread's still landing when it leaves
 #endif
 }
