@@ -179,6 +179,12 @@ static void mbar_update(Worker& w, Fiber& f, unsigned long long* bar, unsigned a
 }
 
 std::string describe_hopper_wait(const Worker& w, const Fiber& f) {
+    if (f.yield_reason == Y_CLUSTER_BAR) {
+        const ClusterGroup& g = *w.cg;
+        return fmt("at barrier.cluster (moe_cluster_sync) at %s, where %u of the cluster's %u threads arrived and %u "
+                   "exited",
+                   where(f.file, f.line).c_str(), g.bar_arrived, g.n * w.L->nthreads, cluster_exited(w));
+    }
     if (f.yield_reason == Y_NAMED_BAR) {
         const unsigned id = f.wait_parity;
         return fmt("at named barrier %u (bar.sync) at %s, where %u of its %u threads arrived", id,
@@ -330,11 +336,10 @@ void emu_mbar_wait(unsigned long long* bar, unsigned parity, int line, const cha
     tls_preemptible = 1;
 }
 
-void emu_tma_load_2d(void* dst, const void* map, int c0, int c1, unsigned long long* bar, int line,
-                     const char* file) {
-    Fiber& f = hopper_fiber("moe_tma_load_2d");
-    Worker& w = *tls_worker;
-    const char* what = "moe_tma_load_2d";
+// Checks a TMA copy of `map`'s box to shared byte `off` and writes the box there into `smem` (the
+// shared memory of this block or, multicast, of another of its cluster). Returns the box's bytes.
+static size_t tma_box(Worker& w, Fiber& f, const void* map, size_t off, int c0, int c1, unsigned char* smem,
+                      const char* what, int line, const char* file) {
     emu_tensor_map m;
     std::memcpy(&m, map, sizeof m);
     if (m.magic != EMU_TENSOR_MAP_MAGIC)
@@ -348,7 +353,6 @@ void emu_tma_load_2d(void* dst, const void* map, int c0, int c1, unsigned long l
                     fmt("the tensor map's element size %llu, box %llu x %llu or swizzle %llu is not one the emulator "
                         "models (2-byte elements, boxes of at most 256 rows and, swizzled, 128-byte rows)",
                         m.elem_bytes, m.box_rows, m.box_cols, m.swizzle));
-    const size_t off = shared_offset(w, f, dst, what, line, file);
     const size_t row_bytes = (size_t)m.box_cols * 2, box_bytes = (size_t)m.box_rows * row_bytes;
     if (off % 128)
         hopper_fail(w, f, what, line, file, fmt("the destination (shared byte %zu) is not 128-byte aligned", off));
@@ -357,7 +361,6 @@ void emu_tma_load_2d(void* dst, const void* map, int c0, int c1, unsigned long l
                     fmt("the box (%zu bytes at shared byte %zu) runs past the block's %zu bytes of dynamic shared "
                         "memory",
                         box_bytes, off, window_bytes(w)));
-    unsigned char* smem = window(w);
     const unsigned char* base = reinterpret_cast<const unsigned char*>((uintptr_t)m.base);
     for (unsigned long long r = 0; r < m.box_rows; ++r) {
         const long long gr = (long long)c1 + (long long)r;
@@ -382,7 +385,17 @@ void emu_tma_load_2d(void* dst, const void* map, int c0, int c1, unsigned long l
             std::memcpy(smem + at, chunk, n);
         }
     }
-    mbar_update(w, f, bar, 0, -(long long)box_bytes, what, line, file);
+    return box_bytes;
+}
+
+void emu_tma_load_2d(void* dst, const void* map, int c0, int c1, unsigned long long* bar, int line,
+                     const char* file) {
+    Fiber& f = hopper_fiber("moe_tma_load_2d");
+    Worker& w = *tls_worker;
+    const char* what = "moe_tma_load_2d";
+    const size_t off = shared_offset(w, f, dst, what, line, file);
+    const size_t bytes = tma_box(w, f, map, off, c0, c1, window(w), what, line, file);
+    mbar_update(w, f, bar, 0, -(long long)bytes, what, line, file);
     tls_preemptible = 1;
 }
 
@@ -474,9 +487,141 @@ void emu_named_barrier(unsigned id, unsigned count, int line, const char* file) 
     tls_preemptible = 1;
 }
 
-void emu_cluster_unsupported(const char* what, int line, const char* file) {
-    Fiber& f = hopper_fiber(what);
-    hopper_fail(*tls_worker, f, what, line, file,
-                "clusters are not emulated (a block runs alone, rank 0 of a cluster of one): this kernel reaches "
-                "another block of its cluster");
+// ---------------------------------------------------------------------------- clusters
+// The blocks of a cluster run on one worker each, taking turns (emu_runtime.cpp's ClusterGroup):
+// while this thread runs, every other block of its cluster is parked between two passes, so its
+// shared memory and barriers can be read and written here without locks.
+
+// The kernels' cluster shapes: the sections __cluster_dims__ puts kernels in (cuda_emu.h), whose
+// bounds the linker gives as __start_/__stop_ symbols (weak: absent when no kernel has the shape).
+#define EMU_CLUSTER_SHAPES(X) X(1, 1, 1) X(1, 1, 2) X(1, 1, 3) X(1, 1, 4) X(1, 1, 5) X(1, 1, 6) X(1, 1, 7) \
+    X(1, 1, 8) X(1, 2, 1) X(1, 2, 2) X(1, 2, 3) X(1, 2, 4) X(1, 3, 1) X(1, 3, 2) X(1, 4, 1) X(1, 4, 2) X(1, 5, 1) \
+    X(1, 6, 1) X(1, 7, 1) X(1, 8, 1) X(2, 1, 1) X(2, 1, 2) X(2, 1, 3) X(2, 1, 4) X(2, 2, 1) X(2, 2, 2) X(2, 3, 1) \
+    X(2, 4, 1) X(3, 1, 1) X(3, 1, 2) X(3, 2, 1) X(4, 1, 1) X(4, 1, 2) X(4, 2, 1) X(5, 1, 1) X(6, 1, 1) X(7, 1, 1) \
+    X(8, 1, 1)
+#define EMU_CLUSTER_BOUNDS(a, b, c)                                                    \
+    extern "C" char __start_emu_cluster_##a##x##b##x##c[] __attribute__((weak));      \
+    extern "C" char __stop_emu_cluster_##a##x##b##x##c[] __attribute__((weak));
+EMU_CLUSTER_SHAPES(EMU_CLUSTER_BOUNDS)
+#define EMU_CLUSTER_ENTRY(a, b, c) {__start_emu_cluster_##a##x##b##x##c, __stop_emu_cluster_##a##x##b##x##c, {a, b, c}},
+
+void emu_rt::kernel_cluster_dims(const void* kernel, unsigned dims[3]) {
+    struct Shape {
+        const char *start, *stop;
+        unsigned d[3];
+    };
+    static const Shape shapes[] = {EMU_CLUSTER_SHAPES(EMU_CLUSTER_ENTRY)};
+    dims[0] = dims[1] = dims[2] = 1;
+    const char* k = static_cast<const char*>(kernel);
+    if (!k) return;
+    for (const Shape& s : shapes)
+        if (s.start && k >= s.start && k < s.stop) {
+            dims[0] = s.d[0], dims[1] = s.d[1], dims[2] = s.d[2];
+            return;
+        }
+}
+
+// mapa: the address of `p` (this block's shared memory: the dynamic window or a static
+// __shared__ variable) in the block of rank `rank` of the cluster, which must still run.
+static unsigned char* cluster_map(Worker& w, Fiber& f, const void* p, unsigned rank, const char* what, int line,
+                                  const char* file) {
+    ClusterGroup& g = *w.cg;
+    if (rank >= g.n)
+        hopper_fail(w, f, what, line, file,
+                    fmt("rank %u is outside the cluster, whose %u block%s ranks 0 to %u%s", rank, g.n,
+                        g.n == 1 ? " has" : "s have", g.n - 1,
+                        g.n == 1 ? " (the kernel has no __cluster_dims__: every block is a cluster of one)" : ""));
+    Worker& t = *g.ranks[rank];
+    if (&t != &w && !t.block_live)
+        hopper_fail(w, f, what, line, file,
+                    fmt("block (%u,%u,%u), rank %u of the cluster, has exited and its shared memory with it (a block "
+                        "must not leave while another block of its cluster can still reach its shared memory: "
+                        "barrier.cluster before leaving)",
+                        t.bidx.x, t.bidx.y, t.bidx.z, rank));
+    const unsigned char* c = static_cast<const unsigned char*>(p);
+    if (window(w) && c >= window(w) && c < window(w) + window_bytes(w)) return t.dyn + (c - window(w));
+    // A static __shared__ variable is thread_local: the same distance from a __thread anchor in
+    // every worker (initial-exec TLS). Anything else (a local variable, global memory) is not
+    // shared memory.
+    const long long off = (long long)(c - w.tls_anchor);
+    const bool on_stack = c >= (const unsigned char*)f.stack_lo && c < (const unsigned char*)f.stack_lo + f.stack_bytes;
+    if (on_stack || off < -(64ll << 20) || off > (64ll << 20))
+        hopper_fail(w, f, what, line, file,
+                    fmt("%p is not in this block's shared memory (neither its dynamic shared memory nor a static "
+                        "__shared__ variable), so it has no address in another block of the cluster",
+                        p));
+    return t.tls_anchor + off;
+}
+
+unsigned emu_cluster_rank() {
+    Fiber* f = tls_fiber;
+    if (!f) {
+        fprintf(stderr, "emu: moe_cluster_rank called outside of an emulated kernel launch\n");
+        abort();
+    }
+    return tls_worker->rank;
+}
+
+// barrier.cluster.arrive.release + barrier.cluster.wait.acquire: the phase completes when every
+// thread of the cluster that has not exited has arrived (PTX: exited threads do not count).
+void emu_cluster_sync(int line, const char* file) {
+    Fiber& f = hopper_fiber("moe_cluster_sync");
+    Worker& w = *tls_worker;
+    ClusterGroup& g = *w.cg;
+    const unsigned gen = g.bar_gen;
+    ++g.bar_arrived;
+    ++w.progress;
+    while (g.bar_gen == gen) {
+        if (g.bar_arrived + cluster_exited(w) >= g.n * w.L->nthreads) {
+            ++g.bar_gen;
+            g.bar_arrived = 0;
+            ++w.progress;
+            break;
+        }
+        f.wait_obj = &g;
+        f.wait_parity = gen;
+        f.line = line;
+        f.file = file;
+        yield_fiber(w, f, Y_CLUSTER_BAR);
+    }
+    tls_preemptible = 1;
+}
+
+// mapa.shared::cluster + mbarrier.arrive.shared::cluster: one arrival on the barrier at `bar`'s
+// place in block `rank`'s shared memory.
+void emu_mbar_arrive_cluster(unsigned long long* bar, unsigned rank, int line, const char* file) {
+    Fiber& f = hopper_fiber("moe_mbar_arrive_cluster");
+    Worker& w = *tls_worker;
+    const char* what = "moe_mbar_arrive_cluster";
+    unsigned char* remote = cluster_map(w, f, bar, rank, what, line, file);
+    if ((uintptr_t)remote & 7) hopper_fail(w, f, what, line, file, "the mbarrier is not 8-byte aligned");
+    mbar_update(w, f, reinterpret_cast<unsigned long long*>(remote), 1, 0, what, line, file);
+    tls_preemptible = 1;
+}
+
+// cp.async.bulk.tensor ... .multicast::cluster: the box, read once, written at dst's place in the
+// shared memory of every block in `mask` (bit r: rank r), its bytes counted on the barrier at
+// `bar`'s place in each of them.
+void emu_tma_load_2d_multicast(void* dst, const void* map, int c0, int c1, unsigned long long* bar, unsigned mask,
+                               int line, const char* file) {
+    Fiber& f = hopper_fiber("moe_tma_load_2d_multicast");
+    Worker& w = *tls_worker;
+    const char* what = "moe_tma_load_2d_multicast";
+    const ClusterGroup& g = *w.cg;
+    if (mask == 0) hopper_fail(w, f, what, line, file, "the multicast mask 0x0 names no block of the cluster");
+    for (unsigned r = 0; r < 16; ++r)
+        if ((mask >> r & 1u) && r >= g.n)
+            hopper_fail(w, f, what, line, file,
+                        fmt("the multicast mask 0x%x names rank %u, outside the cluster, whose %u block%s ranks 0 to "
+                            "%u",
+                            mask, r, g.n, g.n == 1 ? " has" : "s have", g.n - 1));
+    const size_t off = shared_offset(w, f, dst, what, line, file);
+    for (unsigned r = 0; r < g.n; ++r) {
+        if (!(mask >> r & 1u)) continue;
+        unsigned char* target = cluster_map(w, f, dst, r, what, line, file);
+        const size_t bytes = tma_box(w, f, map, off, c0, c1, target - off, what, line, file);
+        unsigned char* rbar = cluster_map(w, f, bar, r, what, line, file);
+        mbar_update(w, f, reinterpret_cast<unsigned long long*>(rbar), 0, -(long long)bytes, what, line, file);
+    }
+    tls_preemptible = 1;
 }
