@@ -150,5 +150,80 @@ __global__ void k_err_static_desc(float* out) {
 }
 // A wgmma in a block of 64 threads (half a warpgroup).
 __global__ void k_err_half_warpgroup(float* out) { ht_early<false>(out); }
-// A kernel that reaches the other block of its cluster.
-__global__ void k_err_cluster(int*) { moe_cluster_sync(); }
+// Clusters of two blocks (blocks 2j and 2j + 1). Each block: its rank into out[4 b]; an mbarrier
+// of one arrival that the other block completes (mapa + a remote arrival) after a cluster
+// barrier; then one box each, multicast to both blocks (rank r's box at (c0, c1 + 64 r) into
+// half r of both blocks' shared memory, counted on both blocks' barrier `full`); every block
+// copies both halves, unswizzled, to boxes [b][2][64][64]; a cluster barrier before leaving.
+__global__ void __cluster_dims__(2, 1, 1) k_cluster(const void* map, int c0, int c1, int* out,
+                                                   unsigned short* boxes) {
+    DYNAMIC_SHARED(unsigned char, smem);
+    __shared__ __align__(8) unsigned long long ping, full;
+    const unsigned rank = moe_cluster_rank();
+    if (threadIdx.x == 0) {
+        moe_mbar_init(&ping, 1);
+        moe_mbar_init(&full, 1);
+        moe_mbar_init_fence();
+    }
+    __syncthreads();
+    moe_cluster_sync();  // both blocks' barriers exist before either reaches the other's
+    if (threadIdx.x == 0) {
+        moe_mbar_arrive_cluster(&ping, rank ^ 1u);
+        moe_mbar_arrive_expect_tx(&full, 2 * 64 * 128);
+        moe_tma_load_2d_multicast(smem + rank * 64 * 128, map, c0, c1 + 64 * (int)rank, &full, (unsigned short)0x3);
+    }
+    moe_mbar_wait<true>(&ping, 0);
+    moe_mbar_wait(&full, 0);
+    const unsigned b = blockIdx.x;
+    if (threadIdx.x == 0) out[4 * b] = (int)rank, out[4 * b + 1] = 1;
+    for (int i = threadIdx.x; i < 2 * 64 * 64; i += blockDim.x) {
+        const int r = (i / 64) % 64, c = i % 64, h = i / (64 * 64);
+        boxes[b * 2 * 64 * 64 + i] =
+            *(unsigned short*)(smem + h * 64 * 128 + 128 * r + 16 * ((c / 8) ^ (r % 8)) + 2 * (c % 8));
+    }
+    moe_cluster_sync();  // neither block leaves while the other can still reach it
+}
+// The same shape with no cluster: every block is a cluster of one (rank 0).
+__global__ void k_no_cluster(int* out) {
+    moe_cluster_sync();
+    out[blockIdx.x] = (int)moe_cluster_rank();
+}
+// Misuses. A multicast to ranks 0 to 2 (mask 0x7) in a cluster of two.
+__global__ void __cluster_dims__(2, 1, 1) k_err_multicast(const void* map) {
+    DYNAMIC_SHARED(unsigned char, smem);
+    __shared__ __align__(8) unsigned long long full;
+    if (threadIdx.x == 0) {
+        moe_mbar_init(&full, 1);
+        moe_mbar_arrive_expect_tx(&full, 64 * 128);
+        moe_tma_load_2d_multicast(smem, map, 0, 0, &full, (unsigned short)0x7);
+    }
+}
+// An arrival on rank 2's barrier in a cluster of two.
+__global__ void __cluster_dims__(2, 1, 1) k_err_remote_rank(int*) {
+    __shared__ __align__(8) unsigned long long bar;
+    if (threadIdx.x == 0) {
+        moe_mbar_init(&bar, 1);
+        moe_mbar_arrive_cluster(&bar, 2);
+    }
+}
+// Rank 1 waits for an arrival rank 0 makes only after a cluster barrier that rank 1 never
+// reaches: the cluster hangs.
+__global__ void __cluster_dims__(2, 1, 1) k_err_cluster_deadlock(int*) {
+    __shared__ __align__(8) unsigned long long bar;
+    if (threadIdx.x == 0) moe_mbar_init(&bar, 1);
+    __syncthreads();
+    if (moe_cluster_rank() == 0) {
+        moe_cluster_sync();
+        if (threadIdx.x == 0) moe_mbar_arrive_cluster(&bar, 1);
+    } else {
+        moe_mbar_wait<true>(&bar, 0);
+    }
+}
+// Rank 1 leaves at once; rank 0 then arrives on its barrier (no cluster barrier before leaving).
+__global__ void __cluster_dims__(2, 1, 1) k_err_exited_partner(int*) {
+    __shared__ __align__(8) unsigned long long bar;
+    if (threadIdx.x == 0) moe_mbar_init(&bar, 1);
+    if (moe_cluster_rank() == 1) return;
+    moe_cluster_sync();  // met: rank 1's threads have exited
+    if (threadIdx.x == 0) moe_mbar_arrive_cluster(&bar, 1);
+}
