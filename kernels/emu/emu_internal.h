@@ -88,6 +88,7 @@ struct WgOp {
     int n;                    // wgmma's N
     unsigned long long a, b;  // the descriptors
     unsigned group;           // its commit group, ~0u until committed
+    unsigned fence_epoch;     // the block's proxy-fence count when it was issued
     int line;
     const char* file;
     float in[128];  // the accumulators it starts from (filled by the previous wgmma on d when chained)
@@ -181,6 +182,12 @@ struct Worker {
     // its rank, whether its block is running (its shared memory live), and the address of a
     // __thread variable of this OS thread: static __shared__ variables are thread_local, at the
     // same distance from it in every worker, which is how mapa finds another rank's.
+    // The async proxy's view of the block's dynamic shared memory (hopper.h's proxy check): each
+    // 16-byte chunk as a TMA copy wrote it or a wgmma last read it, and the count of the block's
+    // fence.proxy.async (any thread's) at that time.
+    std::vector<unsigned char> async_view;
+    std::vector<unsigned> view_epoch;
+    unsigned fence_epoch = 0;
     ClusterGroup solo;
     ClusterGroup* cg = nullptr;
     unsigned rank = 0;

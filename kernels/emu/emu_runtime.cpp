@@ -753,7 +753,12 @@ static void block_start(Worker& w, unsigned long long b) {
     Launch& L = *w.L;
     w.bidx = uint3{(unsigned)(b % L.gx), (unsigned)((b / L.gx) % L.gy), (unsigned)(b / ((unsigned long long)L.gx * L.gy))};
     emu_tls_blockIdx = w.bidx;
-    if (L.dyn_bytes) memset(w.dyn, 0xFF, L.dyn_bytes);
+    if (L.dyn_bytes) {
+        memset(w.dyn, 0xFF, L.dyn_bytes);
+        memset(w.async_view.data(), 0xFF, L.dyn_bytes);
+        std::fill(w.view_epoch.begin(), w.view_epoch.end(), 0u);
+    }
+    w.fence_epoch = 0;
     w.done = 0;
     w.stall_progress = ~0ull;
     w.hopper.reset(L.nthreads);
@@ -1082,6 +1087,8 @@ static void worker_main(Launch* L, ClusterGroup* g, unsigned rank) {
         size_t cap = (L->dyn_bytes + 1023) / 1024 * 1024;
         dyn_mem = aligned_alloc(1024, cap);
         w.dyn = static_cast<unsigned char*>(dyn_mem);
+        w.async_view.resize(cap);
+        w.view_epoch.resize(cap / 16);
     }
     Worker* saved_worker = tls_worker;
     uint3 saved[4] = {emu_tls_threadIdx, emu_tls_blockIdx, emu_tls_blockDim, emu_tls_gridDim};

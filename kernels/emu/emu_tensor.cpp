@@ -258,6 +258,36 @@ static void fill_poison(float* d, int n) {
     for (int i = 0; i < n; ++i) std::memcpy(&d[i], &u, 4);
 }
 
+// The proxy check: a wgmma (async proxy) must not read shared memory that a generic-proxy write
+// (a plain store, a landed cp.async) changed after the block's last fence.proxy.async. The
+// emulator cannot see plain stores, so it compares contents: it keeps the async proxy's view of
+// every 16-byte chunk (the block's 0xFF fill at its start, what a TMA copy wrote, what a wgmma
+// last read) with the block's fence count at that time. When the first thread of a warpgroup
+// executes a wgmma, each chunk of A and B that differs from the view was written by the generic
+// proxy since then; if no thread of the block fenced between the view and the wgmma's issue,
+// nothing made that write visible to the async proxy: an error. What is detected is therefore
+// "no fence.proxy.async anywhere in the block between the write and the wgmma"; a fence by a
+// thread that the writer's write does not happen before (per the PTX memory model it must be
+// the writer's, or ordered after its write by a barrier) is taken as enough, and a write of the
+// bytes already there is invisible. Stricter per-thread tracking would need every store.
+static void check_proxy(Worker& w, Fiber& f, const WgOp& op, const WgOperand& o, unsigned rows, const char* which) {
+    for (unsigned r = 0; r < rows; ++r)
+        for (unsigned k = 0; k < 16; k += 8) {
+            const size_t at = o.offset(r, k), c = at / 16;
+            unsigned char* view = w.async_view.data() + c * 16;
+            if (!std::memcmp(view, o.smem + c * 16, 16)) continue;
+            if (w.view_epoch[c] == op.fence_epoch)
+                hopper_fail(w, f, "moe_wgmma_bf16", op.line, op.file,
+                            fmt("operand %s reads shared bytes %zu to %zu (row %u, k %u to %u of the tile), which a "
+                                "generic-proxy write (a store or a cp.async) changed after the block's last "
+                                "fence.proxy.async: the wgmma, which reads through the async proxy, may not see it "
+                                "(moe_fence_proxy_async between the writes and the wgmma)",
+                                which, c * 16, c * 16 + 15, r, k, k + 7));
+            std::memcpy(view, o.smem + c * 16, 16);
+            w.view_epoch[c] = w.fence_epoch;
+        }
+}
+
 // Executes op (the thread's i-th queued wgmma): this thread's N / 2 accumulators, rows 16w + g
 // and 16w + g + 8 of the 64, columns 8j + 2q and 8j + 2q + 1, each a tc_model dot product of 16
 // from op.in. The result goes to the next queued wgmma on the same accumulators, or to them.
@@ -266,6 +296,10 @@ static void execute_wgmma(Worker& w, Fiber& f, HopperBlock::Thread& ht, size_t i
     const WgOperand A = decode_desc(w, f, op.a, 64, op, "A");
     const WgOperand B = decode_desc(w, f, op.b, (unsigned)op.n, op, "B");
     const unsigned t = f.linear % 128, w4 = t / 32, g = (t % 32) / 4, q = t % 4;
+    if (t == 0) {
+        check_proxy(w, f, op, A, 64, "A");
+        check_proxy(w, f, op, B, (unsigned)op.n, "B");
+    }
     uint16_t arow[2][16];
     for (unsigned h = 0; h < 2; ++h)
         for (unsigned k = 0; k < 16; ++k) arow[h][k] = ld_bf16(A, 16 * w4 + g + 8 * h, k);
@@ -338,8 +372,9 @@ void emu_mbar_wait(unsigned long long* bar, unsigned parity, int line, const cha
 
 // Checks a TMA copy of `map`'s box to shared byte `off` and writes the box there into `smem` (the
 // shared memory of this block or, multicast, of another of its cluster). Returns the box's bytes.
-static size_t tma_box(Worker& w, Fiber& f, const void* map, size_t off, int c0, int c1, unsigned char* smem,
+static size_t tma_box(Worker& w, Fiber& f, const void* map, size_t off, int c0, int c1, Worker& to,
                       const char* what, int line, const char* file) {
+    unsigned char* smem = to.dyn;
     emu_tensor_map m;
     std::memcpy(&m, map, sizeof m);
     if (m.magic != EMU_TENSOR_MAP_MAGIC)
@@ -383,6 +418,9 @@ static size_t tma_box(Worker& w, Fiber& f, const void* map, size_t off, int c0, 
             size_t at = off + (size_t)r * row_bytes + b;
             if (m.swizzle == 128) at ^= ((at >> 7) & 7) << 4;
             std::memcpy(smem + at, chunk, n);
+            // Written by the async proxy: what a wgmma may read without a fence.
+            std::memcpy(to.async_view.data() + at, chunk, n);
+            to.view_epoch[at / 16] = to.fence_epoch;
         }
     }
     return box_bytes;
@@ -394,7 +432,7 @@ void emu_tma_load_2d(void* dst, const void* map, int c0, int c1, unsigned long l
     Worker& w = *tls_worker;
     const char* what = "moe_tma_load_2d";
     const size_t off = shared_offset(w, f, dst, what, line, file);
-    const size_t bytes = tma_box(w, f, map, off, c0, c1, window(w), what, line, file);
+    const size_t bytes = tma_box(w, f, map, off, c0, c1, w, what, line, file);
     mbar_update(w, f, bar, 0, -(long long)bytes, what, line, file);
     tls_preemptible = 1;
 }
@@ -412,6 +450,7 @@ void emu_wgmma_bf16(int n, float* d, unsigned long long a, unsigned long long b,
     op.a = a;
     op.b = b;
     op.group = ~0u;
+    op.fence_epoch = w.fence_epoch;
     op.line = line;
     op.file = file;
     bool chained = false;
@@ -453,6 +492,12 @@ void emu_wgmma_wait(int newest, int line, const char* file) {
         }
         ht.ops.erase(ht.ops.begin(), ht.ops.begin() + (long)done);
     }
+    tls_preemptible = 1;
+}
+
+void emu_fence_proxy_async() {
+    hopper_fiber("moe_fence_proxy_async");
+    ++tls_worker->fence_epoch;
     tls_preemptible = 1;
 }
 
@@ -618,8 +663,8 @@ void emu_tma_load_2d_multicast(void* dst, const void* map, int c0, int c1, unsig
     const size_t off = shared_offset(w, f, dst, what, line, file);
     for (unsigned r = 0; r < g.n; ++r) {
         if (!(mask >> r & 1u)) continue;
-        unsigned char* target = cluster_map(w, f, dst, r, what, line, file);
-        const size_t bytes = tma_box(w, f, map, off, c0, c1, target - off, what, line, file);
+        cluster_map(w, f, dst, r, what, line, file);  // the block still runs
+        const size_t bytes = tma_box(w, f, map, off, c0, c1, *w.cg->ranks[r], what, line, file);
         unsigned char* rbar = cluster_map(w, f, bar, r, what, line, file);
         mbar_update(w, f, reinterpret_cast<unsigned long long*>(rbar), 0, -(long long)bytes, what, line, file);
     }

@@ -79,9 +79,12 @@ template <int N>
 static inline void moe_wgmma_wait(int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
     emu_wgmma_wait(N, line, file);
 }
-// cp.async lands in shared memory at moe_cp_async_wait here, through the same memory wgmma
-// reads: no proxy to cross.
-static inline void moe_fence_proxy_async() {}
+// fence.proxy.async: what this block's threads wrote to shared memory through the generic proxy
+// (plain stores, cp.async) before it is visible to the async proxy (wgmma, TMA). The emulator
+// counts the block's fences: a wgmma that reads a chunk a generic write changed with no fence in
+// between is an error (emu_tensor.cpp, check_proxy).
+void emu_fence_proxy_async();
+static inline void moe_fence_proxy_async() { emu_fence_proxy_async(); }
 template <int N>
 static inline void moe_wgmma_bf16(float (&d)[N / 2], unsigned long long a, unsigned long long b,
                                   int line = __builtin_LINE(), const char* file = __builtin_FILE()) {

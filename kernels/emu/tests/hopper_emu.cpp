@@ -16,7 +16,7 @@
 TRAMP(k_wgmma) TRAMP(k_tma) TRAMP(k_pipeline) TRAMP(k_err_mbar_deadlock) TRAMP(k_err_tx) TRAMP(k_err_tma_outside)
 TRAMP(k_err_acc_write) TRAMP(k_acc_read_early) TRAMP(k_err_static_desc) TRAMP(k_err_half_warpgroup)
 TRAMP(k_cluster) TRAMP(k_no_cluster) TRAMP(k_err_multicast) TRAMP(k_err_remote_rank) TRAMP(k_err_cluster_deadlock)
-TRAMP(k_err_exited_partner)
+TRAMP(k_err_exited_partner) TRAMP(k_err_no_proxy_fence)
 
 static int g_checks = 0, g_failures = 0;
 #define CHECK(cond, ...)                                                              \
@@ -166,6 +166,13 @@ static void test_misuse() {
     float* pf = out.data();
     int* pi = nullptr;
     int more = 1024, fewer = -1024;
+    std::vector<unsigned short> ab((64 + 128) * HT_K, 0x3f80);
+    std::vector<float> cd(2 * 64 * 128, 0.0f);
+    const unsigned short* pa = ab.data();
+    const unsigned short* pb = ab.data() + 64 * HT_K;
+    const float* pc = cd.data();
+    float* pd = cd.data() + 64 * 128;
+    int flat = 0;
     // ANCHOR: misuse
     expect_error("mbarrier phase that never completes", tramp_k_err_mbar_deadlock, {&pi}, 64, 0,
                  {"deadlock", "threads 0-63 wait for the phase of parity 0", "1 of its 2 arrivals still to come"});
@@ -183,6 +190,10 @@ static void test_misuse() {
     expect_error("wgmma in half a warpgroup", tramp_k_err_half_warpgroup, {&pf}, 64, 8192, {"whole warpgroups of 128 threads"});
     // ANCHOR_END: misuse
     // ANCHOR: cluster_misuse
+    expect_error("stores read by wgmma with no proxy fence", tramp_k_err_no_proxy_fence, {&pa, &pb, &pc, &pd, &flat},
+                 128, (64 + 128) * HT_K * 2,
+                 {"moe_wgmma_bf16 at test_hopper.cu:", "operand A reads shared bytes 0 to 15",
+                  "changed after the block's last fence.proxy.async"});
     expect_error("multicast to a rank outside the cluster", tramp_k_err_multicast, {&pm}, 32, 8192,
                  {"moe_tma_load_2d_multicast at test_hopper.cu:", "mask 0x7 names rank 2, outside the cluster",
                   "rank 0]"},

@@ -13,7 +13,10 @@ __device__ inline unsigned ht_offset(int r, int k, bool swz) {
 }
 
 // D [64][128] = C + A [64][K] . B [128][K]^T by one warpgroup, four wgmma chained in one group.
-__global__ void k_wgmma(const unsigned short* A, const unsigned short* B, const float* C, float* D, int swz) {
+// The operands are written with plain stores (the generic proxy), so a proxy fence must come
+// between the stores and the wgmma: FENCE 0, after the stores (right); 1, none.
+template <int FENCE>
+__device__ void ht_wgmma(const unsigned short* A, const unsigned short* B, const float* C, float* D, int swz) {
     DYNAMIC_SHARED(unsigned char, smem);
     unsigned char* sa = smem;
     unsigned char* sb = smem + 64 * HT_K * 2;
@@ -21,7 +24,7 @@ __global__ void k_wgmma(const unsigned short* A, const unsigned short* B, const 
     for (int i = t; i < 64 * HT_K; i += 128) *(unsigned short*)(sa + ht_offset(i / HT_K, i % HT_K, swz)) = A[i];
     for (int i = t; i < 128 * HT_K; i += 128) *(unsigned short*)(sb + ht_offset(i / HT_K, i % HT_K, swz)) = B[i];
     __syncthreads();
-    moe_fence_proxy_async();
+    if (FENCE == 0) moe_fence_proxy_async();
     const unsigned lead = swz ? 16 : 128, stride = swz ? 1024 : 16 * HT_K;
     const unsigned long long layout = swz ? 1ull << 62 : 0ull;
     const unsigned long long da = moe_wgmma_desc(sa, lead, stride) | layout;
@@ -38,6 +41,13 @@ __global__ void k_wgmma(const unsigned short* A, const unsigned short* B, const 
     for (int j = 0; j < 16; ++j)
         for (int h = 0; h < 2; ++h)
             for (int e = 0; e < 2; ++e) D[(16 * w + g + 8 * h) * 128 + 8 * j + 2 * q + e] = acc[4 * j + 2 * h + e];
+}
+__global__ void k_wgmma(const unsigned short* A, const unsigned short* B, const float* C, float* D, int swz) {
+    ht_wgmma<0>(A, B, C, D, swz);
+}
+__global__ void k_err_no_proxy_fence(const unsigned short* A, const unsigned short* B, const float* C, float* D,
+                                     int swz) {
+    ht_wgmma<1>(A, B, C, D, swz);
 }
 
 // Two phases of one mbarrier, each a TMA box of `map` at (c0, c1 + 64·phase) into shared memory
@@ -131,6 +141,7 @@ __device__ void ht_early(float* out) {
     DYNAMIC_SHARED(unsigned char, smem);
     for (int i = threadIdx.x; i < 64 * 16 + 128 * 16; i += 128) ((unsigned short*)smem)[i] = 0x3f80;  // 1.0
     __syncthreads();
+    moe_fence_proxy_async();
     float acc[64];
     for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
     moe_wgmma_fence();
