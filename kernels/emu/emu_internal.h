@@ -89,6 +89,7 @@ struct WgOp {
     unsigned long long a, b;  // the descriptors
     unsigned group;           // its commit group, ~0u until committed
     unsigned fence_epoch;     // the block's proxy-fence count when it was issued
+    uint64_t operands_hash;   // first thread of a warpgroup: A's and B's bytes at issue
     int line;
     const char* file;
     float in[128];  // the accumulators it starts from (filled by the previous wgmma on d when chained)

@@ -288,6 +288,24 @@ static void check_proxy(Worker& w, Fiber& f, const WgOp& op, const WgOperand& o,
         }
 }
 
+// A hash of the bytes a wgmma's operand reads (16-byte chunks, in order): the first thread of a
+// warpgroup takes it of A and B when the wgmma is issued and again when it executes, so shared
+// memory overwritten in between (a buffer released or refilled while the wgmma may still read
+// it) is an error, not a silent read of the new bytes.
+static uint64_t operand_hash(const WgOperand& o, unsigned rows, uint64_t h) {
+    for (unsigned r = 0; r < rows; ++r)
+        for (unsigned k = 0; k < 16; k += 8) {
+            uint64_t v[2];
+            std::memcpy(v, o.smem + o.offset(r, k), 16);
+            h = (h ^ v[0]) * 0x100000001b3ull;
+            h = (h ^ v[1]) * 0x100000001b3ull;
+        }
+    return h;
+}
+static uint64_t operands_hash(const WgOperand& a, const WgOperand& b, unsigned n) {
+    return operand_hash(b, n, operand_hash(a, 64, 0xcbf29ce484222325ull));
+}
+
 // Executes op (the thread's i-th queued wgmma): this thread's N / 2 accumulators, rows 16w + g
 // and 16w + g + 8 of the 64, columns 8j + 2q and 8j + 2q + 1, each a tc_model dot product of 16
 // from op.in. The result goes to the next queued wgmma on the same accumulators, or to them.
@@ -297,6 +315,10 @@ static void execute_wgmma(Worker& w, Fiber& f, HopperBlock::Thread& ht, size_t i
     const WgOperand B = decode_desc(w, f, op.b, (unsigned)op.n, op, "B");
     const unsigned t = f.linear % 128, w4 = t / 32, g = (t % 32) / 4, q = t % 4;
     if (t == 0) {
+        if (operands_hash(A, B, (unsigned)op.n) != op.operands_hash)
+            hopper_fail(w, f, "moe_wgmma_bf16", op.line, op.file,
+                        "the shared memory it reads changed between the wgmma and the moe_wgmma_wait that completes "
+                        "it (a buffer released, refilled or written while the wgmma may still read it)");
         check_proxy(w, f, op, A, 64, "A");
         check_proxy(w, f, op, B, (unsigned)op.n, "B");
     }
@@ -453,6 +475,10 @@ void emu_wgmma_bf16(int n, float* d, unsigned long long a, unsigned long long b,
     op.fence_epoch = w.fence_epoch;
     op.line = line;
     op.file = file;
+    op.operands_hash = 0;
+    if (f.linear % 128 == 0)
+        op.operands_hash = operands_hash(decode_desc(w, f, a, 64, op, "A"), decode_desc(w, f, b, (unsigned)n, op, "B"),
+                                         (unsigned)n);
     bool chained = false;
     for (const WgOp& o : ht.ops) chained |= o.d == d;
     if (chained) {

@@ -17,6 +17,7 @@ TRAMP(k_wgmma) TRAMP(k_tma) TRAMP(k_pipeline) TRAMP(k_err_mbar_deadlock) TRAMP(k
 TRAMP(k_err_acc_write) TRAMP(k_acc_read_early) TRAMP(k_err_static_desc) TRAMP(k_err_half_warpgroup)
 TRAMP(k_cluster) TRAMP(k_no_cluster) TRAMP(k_err_multicast) TRAMP(k_err_remote_rank) TRAMP(k_err_cluster_deadlock)
 TRAMP(k_err_exited_partner) TRAMP(k_err_no_proxy_fence)
+TRAMP(k_err_overwrite_in_flight)
 
 static int g_checks = 0, g_failures = 0;
 #define CHECK(cond, ...)                                                              \
@@ -194,6 +195,8 @@ static void test_misuse() {
                  128, (64 + 128) * HT_K * 2,
                  {"moe_wgmma_bf16 at test_hopper.cu:", "operand A reads shared bytes 0 to 15",
                   "changed after the block's last fence.proxy.async"});
+    expect_error("operand overwritten while the wgmma is in flight", tramp_k_err_overwrite_in_flight, {&pf}, 128, 8192,
+                 {"moe_wgmma_bf16 at test_hopper.cu:", "changed between the wgmma and the moe_wgmma_wait"});
     expect_error("multicast to a rank outside the cluster", tramp_k_err_multicast, {&pm}, 32, 8192,
                  {"moe_tma_load_2d_multicast at test_hopper.cu:", "mask 0x7 names rank 2, outside the cluster",
                   "rank 0]"},

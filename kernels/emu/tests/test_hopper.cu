@@ -153,6 +153,22 @@ __device__ void ht_early(float* out) {
     if (!WRITE) out[128 + threadIdx.x] = acc[0];
 }
 __global__ void k_err_acc_write(float* out) { ht_early<true>(out); }
+// A operand overwritten (and fenced) between the wgmma and its wait: the wgmma may still read it.
+__global__ void k_err_overwrite_in_flight(float* out) {
+    DYNAMIC_SHARED(unsigned char, smem);
+    for (int i = threadIdx.x; i < 64 * 16 + 128 * 16; i += 128) ((unsigned short*)smem)[i] = 0x3f80;  // 1.0
+    __syncthreads();
+    moe_fence_proxy_async();
+    float acc[64];
+    for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+    moe_wgmma_fence();
+    moe_wgmma_bf16<128>(acc, moe_wgmma_desc(smem, 128, 256), moe_wgmma_desc(smem + 2048, 128, 256));
+    moe_wgmma_commit();
+    if (threadIdx.x == 0) ((unsigned short*)smem)[0] = 0x4000;  // 2.0 into A while the wgmma runs
+    moe_fence_proxy_async();
+    moe_wgmma_wait<0>();
+    out[threadIdx.x] = acc[0];
+}
 __global__ void k_acc_read_early(float* out) { ht_early<false>(out); }
 // A descriptor of static shared memory, which has no shared-window address here.
 __global__ void k_err_static_desc(float* out) {
