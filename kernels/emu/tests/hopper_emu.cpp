@@ -17,7 +17,7 @@ TRAMP(k_wgmma) TRAMP(k_tma) TRAMP(k_pipeline) TRAMP(k_err_mbar_deadlock) TRAMP(k
 TRAMP(k_err_acc_write) TRAMP(k_acc_read_early) TRAMP(k_err_static_desc) TRAMP(k_err_half_warpgroup)
 TRAMP(k_cluster) TRAMP(k_no_cluster) TRAMP(k_err_multicast) TRAMP(k_err_remote_rank) TRAMP(k_err_cluster_deadlock)
 TRAMP(k_err_exited_partner) TRAMP(k_err_no_proxy_fence)
-TRAMP(k_err_overwrite_in_flight)
+TRAMP(k_err_overwrite_in_flight) TRAMP(k_cp_async_fenced) TRAMP(k_err_cp_async_no_fence)
 
 static int g_checks = 0, g_failures = 0;
 #define CHECK(cond, ...)                                                              \
@@ -195,6 +195,8 @@ static void test_misuse() {
                  128, (64 + 128) * HT_K * 2,
                  {"moe_wgmma_bf16 at test_hopper.cu:", "operand A reads shared bytes 0 to 15",
                   "changed after the block's last fence.proxy.async"});
+    expect_error("cp.async copies read by wgmma with no proxy fence", tramp_k_err_cp_async_no_fence, {&pa, &pf}, 128,
+                 8192, {"moe_wgmma_bf16 at test_hopper.cu:", "changed after the block's last fence.proxy.async"});
     expect_error("operand overwritten while the wgmma is in flight", tramp_k_err_overwrite_in_flight, {&pf}, 128, 8192,
                  {"moe_wgmma_bf16 at test_hopper.cu:", "changed between the wgmma and the moe_wgmma_wait"});
     expect_error("multicast to a rank outside the cluster", tramp_k_err_multicast, {&pm}, 32, 8192,
@@ -214,6 +216,15 @@ static void test_misuse() {
     expect_error("grid not a whole number of clusters", tramp_k_err_exited_partner, {&pi}, 32, 0,
                  {"invalid launch configuration", "clusters of (2,1,1) blocks", "not a whole number of clusters"}, 3);
     // ANCHOR_END: cluster_misuse
+    // The same copies with the fence: no error, the product.
+    {
+        Res r = launch(tramp_k_cp_async_fenced, {&pa, &pf}, 128, 8192);
+        int right = 0;
+        for (int t = 0; t < 128; ++t) right += out[t] == 16.0f;
+        CHECK(r.rc == 0 && right == 128, "cp.async then the proxy fence: rc %d (%s), %d of 128 right", r.rc,
+              r.err.c_str(), right);
+        printf("  [cp.async copies, the proxy fence, wgmma] -> no error, %d of 128 threads hold the product\n", right);
+    }
     // Reading the accumulators before the wait is not an error the emulator can see: it reads the
     // poison NaN, and after the wait the product.
     Res r = launch(tramp_k_acc_read_early, {&pf}, 128, 8192);

@@ -153,6 +153,27 @@ __device__ void ht_early(float* out) {
     if (!WRITE) out[128 + threadIdx.x] = acc[0];
 }
 __global__ void k_err_acc_write(float* out) { ht_early<true>(out); }
+// The operands (a flat 64 x 16 A and 128 x 16 B of `src`, 6 KiB) copied in with cp.async, which
+// writes through the generic proxy too: FENCE, a proxy fence after the copies landed (right), or
+// none. out[t]: thread t's first accumulator (16 for ones).
+template <bool FENCE>
+__device__ void ht_cp_async(const unsigned short* src, float* out) {
+    DYNAMIC_SHARED(unsigned char, smem);
+    for (int c = threadIdx.x; c < (64 + 128) * 16 * 2 / 16; c += 128) moe_cp_async16(smem + 16 * c, src + 8 * c, true);
+    moe_cp_async_commit();
+    moe_cp_async_wait(0);
+    __syncthreads();
+    if (FENCE) moe_fence_proxy_async();
+    float acc[64];
+    for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+    moe_wgmma_fence();
+    moe_wgmma_bf16<128>(acc, moe_wgmma_desc(smem, 128, 256), moe_wgmma_desc(smem + 2048, 128, 256));
+    moe_wgmma_commit();
+    moe_wgmma_wait<0>();
+    out[threadIdx.x] = acc[0];
+}
+__global__ void k_cp_async_fenced(const unsigned short* src, float* out) { ht_cp_async<true>(src, out); }
+__global__ void k_err_cp_async_no_fence(const unsigned short* src, float* out) { ht_cp_async<false>(src, out); }
 // A operand overwritten (and fenced) between the wgmma and its wait: the wgmma may still read it.
 __global__ void k_err_overwrite_in_flight(float* out) {
     DYNAMIC_SHARED(unsigned char, smem);
