@@ -15,7 +15,7 @@
 #define TRAMP(k) extern "C" void tramp_##k(void** p) { emu::call_kernel(k, p); }
 TRAMP(k_wgmma) TRAMP(k_tma) TRAMP(k_pipeline) TRAMP(k_err_mbar_deadlock) TRAMP(k_err_tx) TRAMP(k_err_tma_outside)
 TRAMP(k_err_acc_write) TRAMP(k_acc_read_early) TRAMP(k_err_static_desc) TRAMP(k_err_half_warpgroup)
-TRAMP(k_cluster) TRAMP(k_no_cluster) TRAMP(k_err_multicast) TRAMP(k_err_remote_rank) TRAMP(k_err_cluster_deadlock)
+TRAMP(k_cluster) TRAMP(k_cluster_ring) TRAMP(k_no_cluster) TRAMP(k_err_multicast) TRAMP(k_err_remote_rank) TRAMP(k_err_cluster_deadlock)
 TRAMP(k_err_exited_partner) TRAMP(k_err_no_proxy_fence)
 TRAMP(k_err_overwrite_in_flight) TRAMP(k_cp_async_fenced) TRAMP(k_err_cp_async_no_fence)
 
@@ -263,6 +263,24 @@ static void test_clusters() {
     printf("  clusters: 2 clusters of 2 blocks: ranks, barrier.cluster, an arrival on the other block's mbarrier, "
            "two boxes multicast to both blocks (%d of %d elements wrong)\n",
            wrong, blocks * 2 * 64 * 64);
+    // Clusters of 2 x 2 blocks on a grid of 4 x 2: ranks x first, a ring of remote arrivals.
+    {
+        std::vector<int> ring(2 * 8, -1);
+        int* pr = ring.data();
+        char err[4096];
+        void* params[] = {&pr};
+        const int rc = emu_launch_msg(tramp_k_cluster_ring, params, 4, 2, 1, 64, 1, 1, 0, err, sizeof err);
+        int bad = 0;
+        for (int by = 0; by < 2; ++by)
+            for (int bx = 0; bx < 4; ++bx) {
+                const int b = bx + 4 * by, rank = bx % 2 + 2 * (by % 2);
+                bad += ring[2 * b] != rank || ring[2 * b + 1] != 1;
+            }
+        CHECK(rc == 0 && bad == 0, "clusters of 2 x 2: rc %d (%s), %d blocks wrong", rc, rc ? err : "", bad);
+        printf("  clusters of 2 x 2 blocks on a grid of 4 x 2: ranks x first, a ring of arrivals on the next rank's "
+               "mbarrier (%d of 8 blocks wrong)\n",
+               bad);
+    }
     std::vector<int> ranks(3, -1);
     int* pr = ranks.data();
     r = launch(tramp_k_no_cluster, {&pr}, 64, 0, 3);

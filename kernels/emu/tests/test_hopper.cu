@@ -231,6 +231,21 @@ __global__ void __cluster_dims__(2, 1, 1) k_cluster(const void* map, int c0, int
     }
     moe_cluster_sync();  // neither block leaves while the other can still reach it
 }
+// Clusters of 2 x 2 blocks: each block's rank (x first) into out[2 b], then a ring of arrivals
+// (rank r on rank r + 1's barrier) between two cluster barriers; out[2 b + 1] = 1 once its own
+// barrier completed.
+__global__ void __cluster_dims__(2, 2, 1) k_cluster_ring(int* out) {
+    __shared__ __align__(8) unsigned long long bar;
+    const unsigned rank = moe_cluster_rank();
+    const unsigned b = blockIdx.x + gridDim.x * blockIdx.y;
+    if (threadIdx.x == 0) moe_mbar_init(&bar, 1);
+    __syncthreads();
+    moe_cluster_sync();
+    if (threadIdx.x == 0) moe_mbar_arrive_cluster(&bar, (rank + 1) % 4);
+    moe_mbar_wait<true>(&bar, 0);
+    if (threadIdx.x == 0) out[2 * b] = (int)rank, out[2 * b + 1] = 1;
+    moe_cluster_sync();
+}
 // The same shape with no cluster: every block is a cluster of one (rank 0).
 __global__ void k_no_cluster(int* out) {
     moe_cluster_sync();
