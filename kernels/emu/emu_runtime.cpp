@@ -700,7 +700,7 @@ static std::vector<std::string> stuck_parts(const Worker& w) {
 static void report_deadlock(Worker& w, unsigned long long ms) {
     const Launch& L = *w.L;
     const bool cluster = L.csize > 1;
-    std::string msg = ms ? fmt("deadlock: no thread %s made progress for %llu ms", cluster ? "of the cluster" : "", ms)
+    std::string msg = ms ? fmt("deadlock: no thread %smade progress for %llu ms", cluster ? "of the cluster " : "", ms)
                          : fmt("deadlock: every thread %sthat can still run waits on an mbarrier, a named barrier or "
                                "barrier.cluster that no thread will complete",
                                cluster ? "of the cluster " : "");
