@@ -8,7 +8,8 @@
 // Key facts:
 //   * one CUDA thread = one fiber; one block runs to completion on one worker OS thread;
 //   * `__shared__` is `static thread_local`: a worker runs one block at a time, so a thread_local
-//     static is private to the block in flight (two blocks on two workers never share it);
+//     static is private to the block in flight (two blocks on two workers never share it; the
+//     blocks of a cluster run on one worker each, taking turns);
 //   * __syncthreads / warp collectives are real rendez-vous points with CUDA's semantics; misuse
 //     (divergent barriers, lanes exited before a full-mask shuffle, mismatched collectives, ...)
 //     makes emu_launch return an error naming the block, line and threads.
@@ -48,9 +49,16 @@
 #define __forceinline__ inline __attribute__((always_inline))
 #define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
-// Clusters (chapter 4's version 9) are not emulated: every block is alone in a cluster of one
-// (hopper.h).
-#define __cluster_dims__(...)
+// Clusters (chapter 4's version 9; hopper.h): a kernel declared with __cluster_dims__(X, Y, Z)
+// (literal integers; Y and Z default to 1) lives in the section emu_cluster_XxYxZ, where
+// emu_launch finds its shape (emu_tensor.cpp lists the shapes of up to 8 blocks).
+#define EMU_CLUSTER_SECTION3(x, y, z) "emu_cluster_" #x "x" #y "x" #z
+#define EMU_CLUSTER_SECTION2(x, y) EMU_CLUSTER_SECTION3(x, y, 1)
+#define EMU_CLUSTER_SECTION1(x) EMU_CLUSTER_SECTION3(x, 1, 1)
+#define EMU_CLUSTER_PICK(a, b, c, name, ...) name
+#define __cluster_dims__(...)                                                                                        \
+    __attribute__((section(EMU_CLUSTER_PICK(__VA_ARGS__, EMU_CLUSTER_SECTION3, EMU_CLUSTER_SECTION2,                \
+                                            EMU_CLUSTER_SECTION1, none)(__VA_ARGS__))))
 #define __align__(n) __attribute__((aligned(n)))
 #define __builtin_align__(n) __attribute__((aligned(n)))
 // __constant__ data is read-only on the device and shared by all blocks: internal linkage keeps

@@ -8,6 +8,7 @@
 #define MOE_EMU_INTERNAL_H
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -47,8 +48,13 @@ struct Ctx {
 
 enum FiberState : uint8_t { ST_RUNNABLE, ST_AT_WARP, ST_AT_BAR, ST_YIELD, ST_DONE };
 // Why a fiber yielded: it polled (an atomic, a fence, __nanosleep), the preemption timer stopped
-// it, or it waits for an mbarrier's phase or at a named barrier (hopper.h).
-enum YieldReason : uint8_t { Y_NONE, Y_ATOMIC, Y_FENCE, Y_SLEEP, Y_PREEMPT, Y_MBAR, Y_NAMED_BAR };
+// it, or it waits for an mbarrier's phase, at a named barrier or at barrier.cluster (hopper.h).
+enum YieldReason : uint8_t { Y_NONE, Y_ATOMIC, Y_FENCE, Y_SLEEP, Y_PREEMPT, Y_MBAR, Y_NAMED_BAR, Y_CLUSTER_BAR };
+// Whether a thread that yielded waits for other threads (an mbarrier, a named barrier,
+// barrier.cluster) rather than spinning.
+static inline bool hopper_wait(uint8_t reason) {
+    return reason == Y_MBAR || reason == Y_NAMED_BAR || reason == Y_CLUSTER_BAR;
+}
 
 struct Fiber {
     Ctx ctx;
@@ -70,8 +76,8 @@ struct Fiber {
     uint64_t bar_path = 0;  // hash of the call path to the barrier (helper functions included)
     char* stack_lo = nullptr;
     size_t stack_bytes = 0;
-    // Y_MBAR: the mbarrier and the parity it waits for; Y_NAMED_BAR: the barrier's id (line, file:
-    // where it waits).
+    // Y_MBAR: the mbarrier and the parity it waits for; Y_NAMED_BAR: the barrier's id;
+    // Y_CLUSTER_BAR: the cluster and the barrier's generation (line, file: where it waits).
     const void* wait_obj = nullptr;
     unsigned wait_parity = 0;
 };
@@ -82,6 +88,8 @@ struct WgOp {
     int n;                    // wgmma's N
     unsigned long long a, b;  // the descriptors
     unsigned group;           // its commit group, ~0u until committed
+    unsigned fence_epoch;     // the block's proxy-fence count when it was issued
+    uint64_t operands_hash;   // first thread of a warpgroup: A's and B's bytes at issue
     int line;
     const char* file;
     float in[128];  // the accumulators it starts from (filled by the previous wgmma on d when chained)
@@ -120,12 +128,33 @@ struct StackSet {
     unsigned count = 0;
 };
 
+struct Worker;
+// The blocks of one cluster (a kernel with __cluster_dims__, hopper.h). Each rank runs on its own
+// worker OS thread, because static __shared__ variables are thread_local, but only one of them
+// runs at a time: they take turns, one scheduling pass each, in rank order, so every thread of
+// the cluster progresses, a wait on another block's barrier is met, and the run is deterministic
+// (and the runtime's state needs no locks). A launch without clusters has one rank per group.
+struct ClusterGroup {
+    unsigned n = 1;                          // blocks per cluster
+    std::vector<Worker*> ranks;              // the group's workers, by rank
+    std::mutex mu;
+    std::condition_variable cv;
+    std::atomic<unsigned> turn{0};           // the rank whose pass it is
+    unsigned gathered = 0, gather_gen = 0;   // ranks at the gathering between clusters
+    unsigned long long cluster = 0;          // the cluster in flight
+    bool stop = false;                       // no cluster left (or the launch failed)
+    unsigned bar_arrived = 0, bar_gen = 0;   // barrier.cluster: arrivals in its current phase
+    unsigned idle_streak = 0;                // passes in a row in which only waiters ran, in vain
+};
+
 struct Launch {
     emu_kernel_fn fn;
     void** params;
     unsigned gx, gy, gz, bx, by, bz;
     unsigned nthreads, nwarps;
     unsigned long long nblocks;
+    unsigned cx = 1, cy = 1, cz = 1, csize = 1;  // the cluster's shape (__cluster_dims__) and blocks
+    unsigned long long nclusters = 0;
     size_t dyn_bytes;
     unsigned device;
     unsigned long long deadlock_ms;
@@ -150,6 +179,21 @@ struct Worker {
     unsigned long long stall_progress = ~0ull;  // `progress` at that time
     HopperBlock hopper;
     unsigned hopper_idle_passes = 0;  // passes in a row in which only mbarrier waiters ran, in vain
+    // Clusters: the group this worker runs a rank of (its own one-rank group without clusters),
+    // its rank, whether its block is running (its shared memory live), and the address of a
+    // __thread variable of this OS thread: static __shared__ variables are thread_local, at the
+    // same distance from it in every worker, which is how mapa finds another rank's.
+    // The async proxy's view of the block's dynamic shared memory (hopper.h's proxy check): each
+    // 16-byte chunk as a TMA copy wrote it or a wgmma last read it, and the count of the block's
+    // fence.proxy.async (any thread's) at that time.
+    std::vector<unsigned char> async_view;
+    std::vector<unsigned> view_epoch;
+    unsigned fence_epoch = 0;
+    ClusterGroup solo;
+    ClusterGroup* cg = nullptr;
+    unsigned rank = 0;
+    bool block_live = false;
+    unsigned char* tls_anchor = nullptr;
 };
 
 // The worker OS thread's state, and the fiber it runs (nullptr in the scheduler).
@@ -215,8 +259,14 @@ void worker_signals_end(WorkerSignals& s);
 // ------------------------------------------------------------------------------------------------
 // Completes an mma or ldmatrix collective of the lanes in M (all 32 lanes of the warp).
 void execute_tensor_collective(Worker& w, Warp& W, unsigned M);
-// What a thread that yielded at an mbarrier or a named barrier waits for, in words.
+// What a thread that yielded at an mbarrier, a named barrier or barrier.cluster waits for, in words.
 std::string describe_hopper_wait(const Worker& w, const Fiber& f);
+// The cluster shape of the kernel at `kernel` (its __cluster_dims__; 1,1,1 without).
+void kernel_cluster_dims(const void* kernel, unsigned dims[3]);
+// "block (1,0,0) [grid (2,1,1), block (128,1,1)]: " (and the cluster and rank, with clusters).
+std::string block_prefix(const Worker& w);
+// Threads of the cluster that have exited (the whole cluster's: every rank's block).
+unsigned cluster_exited(const Worker& w);
 
 }  // namespace emu_rt
 

@@ -40,6 +40,10 @@ __thread volatile int tls_preemptible = 0;
 __thread unsigned long tls_switches = 0;
 }  // namespace emu_rt
 __thread unsigned emu_tls_polls = 0;
+// emu_trampoline.h: while emu_tls_probe is set, a trampoline records the kernel it would call and
+// returns (emu_launch asks it for the kernel's cluster shape).
+__thread int emu_tls_probe = 0;
+__thread const void* emu_tls_probe_kernel = nullptr;
 
 using namespace emu_rt;
 
@@ -295,8 +299,11 @@ static const char* bar_name(int k) {
     return "__syncthreads";
 }
 
-static std::string block_prefix(const Worker& w) {
+std::string block_prefix(const Worker& w) {
     const Launch& L = *w.L;
+    if (L.csize > 1)
+        return fmt("block (%u,%u,%u) [grid (%u,%u,%u), block (%u,%u,%u), cluster (%u,%u,%u), rank %u]: ", w.bidx.x,
+                   w.bidx.y, w.bidx.z, L.gx, L.gy, L.gz, L.bx, L.by, L.bz, L.cx, L.cy, L.cz, w.rank);
     return fmt("block (%u,%u,%u) [grid (%u,%u,%u), block (%u,%u,%u)]: ", w.bidx.x, w.bidx.y, w.bidx.z, L.gx, L.gy,
                L.gz, L.bx, L.by, L.bz);
 }
@@ -628,24 +635,23 @@ static const char* yield_reason(uint8_t r) {
         case Y_PREEMPT: return "in a loop without atomics or barriers, a volatile load perhaps";
         case Y_MBAR: return "waiting on an mbarrier";
         case Y_NAMED_BAR: return "waiting at a named barrier";
+        case Y_CLUSTER_BAR: return "waiting at barrier.cluster";
     }
     return "?";
 }
 
-// No thread of the block made progress for the deadlock timeout while some spin: say who does
-// what.
-static void report_deadlock(Worker& w, unsigned long long ms) {
+// What the threads of one block do when it is stuck, in words: who waits where, who spins, who
+// exited.
+static std::vector<std::string> stuck_parts(const Worker& w) {
     const Launch& L = *w.L;
-    std::string msg = ms ? fmt("deadlock: no thread made progress for %llu ms", ms)
-                         : std::string("deadlock: every thread that can still run waits on an mbarrier or a named "
-                                       "barrier that no thread will complete");
     std::vector<std::string> parts;
-    // Threads at an mbarrier or a named barrier (hopper.h): grouped by what they wait for.
+    // Threads at an mbarrier, a named barrier or barrier.cluster (hopper.h): grouped by what they
+    // wait for.
     {
         std::vector<bool> used(L.nthreads, false);
         for (unsigned t = 0; t < L.nthreads; ++t) {
             const Fiber& f = w.fibers[t];
-            if (used[t] || f.state != ST_YIELD || (f.yield_reason != Y_MBAR && f.yield_reason != Y_NAMED_BAR)) continue;
+            if (used[t] || f.state != ST_YIELD || !hopper_wait(f.yield_reason)) continue;
             std::vector<unsigned> ids;
             for (unsigned u = t; u < L.nthreads; ++u) {
                 const Fiber& o = w.fibers[u];
@@ -685,25 +691,79 @@ static void report_deadlock(Worker& w, unsigned long long ms) {
                         where(f.file, f.line));
     }
     if (!done.empty()) parts.push_back(thread_list(L, done) + verb(done, " has exited", " have exited"));
-    for (size_t i = 0; i < parts.size(); ++i) msg += (i ? "; " : ": ") + parts[i];
+    return parts;
+}
+
+// No thread of the block (of the cluster, with clusters) made progress for the deadlock timeout
+// while some spin (ms > 0), or every thread that can still run waits for other threads that
+// never come (ms = 0): say who does what.
+static void report_deadlock(Worker& w, unsigned long long ms) {
+    const Launch& L = *w.L;
+    const bool cluster = L.csize > 1;
+    std::string msg = ms ? fmt("deadlock: no thread %smade progress for %llu ms", cluster ? "of the cluster " : "", ms)
+                         : fmt("deadlock: every thread %sthat can still run waits on an mbarrier, a named barrier or "
+                               "barrier.cluster that no thread will complete",
+                               cluster ? "of the cluster " : "");
+    std::string body;
+    if (!cluster) {
+        std::vector<std::string> parts = stuck_parts(w);
+        for (size_t i = 0; i < parts.size(); ++i) body += (i ? "; " : ": ") + parts[i];
+    } else {
+        // Every block of the cluster, rank by rank (the others are parked between their turns, so
+        // their state is still).
+        const ClusterGroup& g = *w.cg;
+        for (unsigned r = 0; r < g.n; ++r) {
+            const Worker& o = *g.ranks[r];
+            std::vector<std::string> parts = stuck_parts(o);
+            body += fmt("%s block (%u,%u,%u), rank %u:", r ? "." : ":", o.bidx.x, o.bidx.y, o.bidx.z, r);
+            if (!o.block_live && parts.empty()) body += " has exited";
+            for (size_t i = 0; i < parts.size(); ++i) body += (i ? "; " : " ") + parts[i];
+        }
+    }
+    msg += body;
     if (ms)
         msg += fmt(". A spin-wait whose flag no thread will set never ends on a GPU either; if this is a long "
                    "computation instead, raise the limit (MOE_EMU_DEADLOCK_SECS, or the device's setting).");
     else
         msg += ". The GPU would hang here.";
     w.failed = true;
-    set_report(*w.L, 4, block_prefix(w) + msg);
+    if (cluster) {
+        const ClusterGroup& g = *w.cg;
+        const Worker& r0 = *g.ranks[0];
+        set_report(*w.L, 4,
+                   fmt("cluster of blocks (%u,%u,%u) to (%u,%u,%u) [grid (%u,%u,%u), block (%u,%u,%u), cluster "
+                       "(%u,%u,%u)]: ",
+                       r0.bidx.x, r0.bidx.y, r0.bidx.z, r0.bidx.x + L.cx - 1, r0.bidx.y + L.cy - 1,
+                       r0.bidx.z + L.cz - 1, L.gx, L.gy, L.gz, L.bx, L.by, L.bz, L.cx, L.cy, L.cz) +
+                       msg);
+    } else {
+        set_report(*w.L, 4, block_prefix(w) + msg);
+    }
 }
 
-static void run_block(Worker& w, unsigned long long b) {
+unsigned cluster_exited(const Worker& w) {
+    unsigned n = 0;
+    for (const Worker* o : w.cg->ranks) n += o->done;
+    return n;
+}
+
+// Block b's start: its dynamic shared memory filled with 0xFF, every thread runnable at the
+// kernel's first line.
+static void block_start(Worker& w, unsigned long long b) {
     Launch& L = *w.L;
     w.bidx = uint3{(unsigned)(b % L.gx), (unsigned)((b / L.gx) % L.gy), (unsigned)(b / ((unsigned long long)L.gx * L.gy))};
     emu_tls_blockIdx = w.bidx;
-    if (L.dyn_bytes) memset(w.dyn, 0xFF, L.dyn_bytes);
+    if (L.dyn_bytes) {
+        memset(w.dyn, 0xFF, L.dyn_bytes);
+        memset(w.async_view.data(), 0xFF, L.dyn_bytes);
+        std::fill(w.view_epoch.begin(), w.view_epoch.end(), 0u);
+    }
+    w.fence_epoch = 0;
     w.done = 0;
     w.stall_progress = ~0ull;
     w.hopper.reset(L.nthreads);
     w.hopper_idle_passes = 0;
+    w.block_live = true;
     for (unsigned t = 0; t < L.nthreads; ++t) {
         Fiber& f = w.fibers[t];
         f.state = ST_RUNNABLE;
@@ -715,128 +775,163 @@ static void run_block(Worker& w, unsigned long long b) {
         W.runnable = W.exist;
         W.parked = W.at_bar = W.yielded = W.exited = 0;
     }
-    for (;;) {
-        unsigned yielded = 0;
-        const unsigned long long pass_progress = w.progress;
-        for (unsigned wi = 0; wi < L.nwarps; ++wi) {
-            run_warp(w, wi);
-            if (w.failed) return;
-            yielded |= w.warps[wi].yielded;
+}
+
+// The progress the deadlock timer watches: the block's, or the whole cluster's.
+static unsigned long long watched_progress(const Worker& w) {
+    if (w.L->csize == 1) return w.progress;
+    unsigned long long p = 0;
+    for (const Worker* o : w.cg->ranks) p += o->progress;
+    return p;
+}
+
+// One scheduling pass of the block: every warp runs until its lanes wait, have yielded or have
+// exited; then a __syncthreads that every live thread reached is released (or reported).
+// Returns true when the block is over (every thread exited, or an error).
+static bool block_pass(Worker& w) {
+    Launch& L = *w.L;
+    if (L.failed.load(std::memory_order_relaxed)) {
+        w.failed = true;
+        return true;
+    }
+    unsigned yielded = 0;
+    const unsigned long long pass_progress = w.progress;
+    for (unsigned wi = 0; wi < L.nwarps; ++wi) {
+        run_warp(w, wi);
+        if (w.failed) return true;
+        yielded |= w.warps[wi].yielded;
+    }
+    // Threads that wait on an mbarrier, at a named barrier or at barrier.cluster wait for other
+    // threads of this block (or cluster; a TMA copy lands when it is issued): when every thread
+    // that gave way waits there and two passes in a row (of every block of the cluster) moved
+    // nothing, nothing ever will.
+    bool idle = yielded && w.progress == pass_progress;
+    for (unsigned t = 0; idle && t < L.nthreads; ++t) {
+        const Fiber& f = w.fibers[t];
+        idle = f.state != ST_YIELD || hopper_wait(f.yield_reason);
+    }
+    if (L.csize > 1) {
+        ClusterGroup& g = *w.cg;
+        unsigned live = 0;
+        for (const Worker* o : g.ranks) live += o->block_live;
+        g.idle_streak = idle ? g.idle_streak + 1 : 0;
+        if (g.idle_streak >= 2 * live) {
+            report_deadlock(w, 0);
+            return true;
         }
-        if (w.done == L.nthreads) return;
-        if (L.failed.load(std::memory_order_relaxed)) {
-            w.failed = true;
-            return;
+    } else {
+        w.hopper_idle_passes = idle ? w.hopper_idle_passes + 1 : 0;
+        if (w.hopper_idle_passes >= 2) {
+            report_deadlock(w, 0);
+            return true;
         }
-        if (yielded) {
-            // Threads that wait on an mbarrier or at a named barrier wait for other threads of this
-            // block (a TMA copy lands when it is issued): when two passes in a row moved nothing and
-            // every thread that gave way waits there, nothing ever will.
-            bool only_hopper_waits = w.progress == pass_progress;
-            for (unsigned t = 0; only_hopper_waits && t < L.nthreads; ++t) {
-                const Fiber& f = w.fibers[t];
-                only_hopper_waits = f.state != ST_YIELD || f.yield_reason == Y_MBAR || f.yield_reason == Y_NAMED_BAR;
-            }
-            w.hopper_idle_passes = only_hopper_waits ? w.hopper_idle_passes + 1 : 0;
-            if (w.hopper_idle_passes >= 2) {
-                report_deadlock(w, 0);
-                return;
-            }
-            // Some threads spin or were preempted: run them again, unless nothing has moved for
-            // the deadlock timeout.
-            if (w.progress != w.stall_progress) {
-                w.stall_progress = w.progress;
-                w.stall_since_ns = now_ns();
-            } else if (now_ns() - w.stall_since_ns >= L.deadlock_ms * 1000000ull) {
-                report_deadlock(w, L.deadlock_ms);
-                return;
-            }
-            for (unsigned wi = 0; wi < L.nwarps; ++wi) {
-                Warp& W = w.warps[wi];
-                W.runnable |= W.yielded;
-                W.yielded = 0;
-            }
-            continue;
-        }
-        // Every live thread waits at a barrier: check it can be released (without allocating:
-        // this runs at every barrier; the lists are built only for an error message).
-        const Fiber* first = nullptr;
-        bool mixed = false, paths = false, any_exited = false;
-        for (unsigned t = 0; t < L.nthreads; ++t) {
-            const Fiber& f = w.fibers[t];
-            if (f.state == ST_AT_BAR) {
-                if (!first) {
-                    first = &f;
-                } else if (f.line != first->line || f.bar_kind != first->bar_kind ||
-                           (f.file != first->file && strcmp(f.file, first->file) != 0)) {
-                    mixed = true;
-                } else if (f.bar_path != first->bar_path) {
-                    paths = true;
-                }
-            } else if (f.state == ST_DONE) {
-                any_exited = true;
-            }
-        }
-        std::vector<unsigned> waiting, exited;
-        if (first && (any_exited || mixed || paths)) {
-            for (unsigned t = 0; t < L.nthreads; ++t) {
-                if (w.fibers[t].state == ST_AT_BAR) waiting.push_back(t);
-                else if (w.fibers[t].state == ST_DONE) exited.push_back(t);
-            }
-        }
-        if (!first) {
-            // Nothing waits at a barrier and nothing can run: every warp reported or exited.
-            return;
-        }
-        if (!exited.empty()) {
-            block_error(w, fmt("%s() at %s can never complete: %s wait there, but %s exited without reaching it.",
-                               bar_name(first->bar_kind), where(first->file, first->line).c_str(),
-                               thread_list(L, waiting).c_str(), thread_list(L, exited).c_str()));
-            return;
-        }
-        if (mixed || paths) {
-            // Group by call site (and by call path, for one site reached through different calls).
-            std::string msg = mixed ? "threads of the block wait at different barriers (divergent __syncthreads): "
-                                    : "threads of the block wait at the same __syncthreads() reached through different "
-                                      "calls (a barrier inside a helper function called from divergent branches): ";
-            std::vector<bool> used(L.nthreads, false);
-            bool firstg = true;
-            int group = 0;
-            for (unsigned t : waiting) {
-                if (used[t]) continue;
-                const Fiber& f = w.fibers[t];
-                std::vector<unsigned> g;
-                for (unsigned u : waiting) {
-                    const Fiber& o = w.fibers[u];
-                    if (!used[u] && o.line == f.line && !strcmp(o.file, f.file) && o.bar_kind == f.bar_kind &&
-                        o.bar_path == f.bar_path) {
-                        used[u] = true;
-                        g.push_back(u);
-                    }
-                }
-                msg += (firstg ? "" : "; ") + thread_list(L, g) + " at " + bar_name(f.bar_kind) + "() " +
-                       where(f.file, f.line) + (mixed ? "" : fmt(" via call path %d", ++group));
-                firstg = false;
-            }
-            block_error(w, msg + ".");
-            return;
-        }
-        // Release.
-        int count = 0;
-        for (unsigned t = 0; t < L.nthreads; ++t) count += w.fibers[t].bar_pred;
-        int kind0 = first->bar_kind;
-        int res = kind0 == 1 ? count : kind0 == 2 ? (count == (int)L.nthreads) : kind0 == 3 ? (count != 0) : 0;
-        for (unsigned t = 0; t < L.nthreads; ++t) {
-            w.fibers[t].state = ST_RUNNABLE;
-            w.fibers[t].bar_result = res;
+    }
+    if (w.done == L.nthreads) return true;
+    if (yielded) {
+        // Some threads spin or were preempted: run them again, unless nothing has moved for
+        // the deadlock timeout.
+        const unsigned long long p = watched_progress(w);
+        if (p != w.stall_progress) {
+            w.stall_progress = p;
+            w.stall_since_ns = now_ns();
+        } else if (now_ns() - w.stall_since_ns >= L.deadlock_ms * 1000000ull) {
+            report_deadlock(w, L.deadlock_ms);
+            return true;
         }
         for (unsigned wi = 0; wi < L.nwarps; ++wi) {
             Warp& W = w.warps[wi];
-            W.runnable = W.at_bar;
-            W.at_bar = 0;
+            W.runnable |= W.yielded;
+            W.yielded = 0;
         }
-        ++w.progress;
+        return false;
     }
+    // Every live thread waits at a barrier: check it can be released (without allocating:
+    // this runs at every barrier; the lists are built only for an error message).
+    const Fiber* first = nullptr;
+    bool mixed = false, paths = false, any_exited = false;
+    for (unsigned t = 0; t < L.nthreads; ++t) {
+        const Fiber& f = w.fibers[t];
+        if (f.state == ST_AT_BAR) {
+            if (!first) {
+                first = &f;
+            } else if (f.line != first->line || f.bar_kind != first->bar_kind ||
+                       (f.file != first->file && strcmp(f.file, first->file) != 0)) {
+                mixed = true;
+            } else if (f.bar_path != first->bar_path) {
+                paths = true;
+            }
+        } else if (f.state == ST_DONE) {
+            any_exited = true;
+        }
+    }
+    std::vector<unsigned> waiting, exited;
+    if (first && (any_exited || mixed || paths)) {
+        for (unsigned t = 0; t < L.nthreads; ++t) {
+            if (w.fibers[t].state == ST_AT_BAR) waiting.push_back(t);
+            else if (w.fibers[t].state == ST_DONE) exited.push_back(t);
+        }
+    }
+    if (!first) {
+        // Nothing waits at a barrier and nothing can run: every warp reported or exited.
+        return true;
+    }
+    if (!exited.empty()) {
+        block_error(w, fmt("%s() at %s can never complete: %s wait there, but %s exited without reaching it.",
+                           bar_name(first->bar_kind), where(first->file, first->line).c_str(),
+                           thread_list(L, waiting).c_str(), thread_list(L, exited).c_str()));
+        return true;
+    }
+    if (mixed || paths) {
+        // Group by call site (and by call path, for one site reached through different calls).
+        std::string msg = mixed ? "threads of the block wait at different barriers (divergent __syncthreads): "
+                                : "threads of the block wait at the same __syncthreads() reached through different "
+                                  "calls (a barrier inside a helper function called from divergent branches): ";
+        std::vector<bool> used(L.nthreads, false);
+        bool firstg = true;
+        int group = 0;
+        for (unsigned t : waiting) {
+            if (used[t]) continue;
+            const Fiber& f = w.fibers[t];
+            std::vector<unsigned> g;
+            for (unsigned u : waiting) {
+                const Fiber& o = w.fibers[u];
+                if (!used[u] && o.line == f.line && !strcmp(o.file, f.file) && o.bar_kind == f.bar_kind &&
+                    o.bar_path == f.bar_path) {
+                    used[u] = true;
+                    g.push_back(u);
+                }
+            }
+            msg += (firstg ? "" : "; ") + thread_list(L, g) + " at " + bar_name(f.bar_kind) + "() " +
+                   where(f.file, f.line) + (mixed ? "" : fmt(" via call path %d", ++group));
+            firstg = false;
+        }
+        block_error(w, msg + ".");
+        return true;
+    }
+    // Release.
+    int count = 0;
+    for (unsigned t = 0; t < L.nthreads; ++t) count += w.fibers[t].bar_pred;
+    int kind0 = first->bar_kind;
+    int res = kind0 == 1 ? count : kind0 == 2 ? (count == (int)L.nthreads) : kind0 == 3 ? (count != 0) : 0;
+    for (unsigned t = 0; t < L.nthreads; ++t) {
+        w.fibers[t].state = ST_RUNNABLE;
+        w.fibers[t].bar_result = res;
+    }
+    for (unsigned wi = 0; wi < L.nwarps; ++wi) {
+        Warp& W = w.warps[wi];
+        W.runnable = W.at_bar;
+        W.at_bar = 0;
+    }
+    ++w.progress;
+    return false;
+}
+
+// Runs block b to the end on this worker (a launch without clusters).
+static void run_block(Worker& w, unsigned long long b) {
+    block_start(w, b);
+    while (!block_pass(w)) {
+    }
+    w.block_live = false;
 }
 
 static unsigned worker_setting() {
@@ -885,9 +980,78 @@ static void restore_fp_env(const FpEnv& e) {
 #endif
 }
 
-static void worker_main(Launch* L) {
+// ---------------------------------------------------------------------------- clusters
+// The ranks of a group take turns (ClusterGroup): waits until it is `rank`'s.
+static void wait_turn(ClusterGroup& g, unsigned rank) {
+    for (int i = 0; i < 256; ++i) {
+        if (g.turn.load(std::memory_order_acquire) == rank) return;
+#if defined(__x86_64__)
+        __builtin_ia32_pause();
+#endif
+    }
+    std::unique_lock<std::mutex> lk(g.mu);
+    g.cv.wait(lk, [&] { return g.turn.load(std::memory_order_acquire) == rank; });
+}
+// Hands the turn to the next rank whose block still runs (this one again if it is the last).
+static void pass_turn(ClusterGroup& g, unsigned rank) {
+    unsigned next = ~0u;
+    for (unsigned i = 1; i <= g.n; ++i) {
+        const unsigned r = (rank + i) % g.n;
+        if (g.ranks[r] && g.ranks[r]->block_live) {
+            next = r;
+            break;
+        }
+    }
+    {
+        std::lock_guard<std::mutex> lk(g.mu);
+        g.turn.store(next, std::memory_order_release);
+    }
+    g.cv.notify_all();
+}
+// Every rank of the group meets here; with `claim`, the last to come takes the next cluster (or
+// finds none left, or the launch failed) and the others learn which. Returns false when the
+// group is done.
+static bool gather(ClusterGroup& g, Launch& L, bool claim) {
+    std::unique_lock<std::mutex> lk(g.mu);
+    const unsigned gen = g.gather_gen;
+    if (++g.gathered == g.n) {
+        g.gathered = 0;
+        if (claim) {
+            const unsigned long long c = L.failed.load() ? L.nclusters : L.next.fetch_add(1);
+            g.stop = c >= L.nclusters;
+            g.cluster = c;
+            g.bar_arrived = g.bar_gen = g.idle_streak = 0;
+            g.turn.store(0, std::memory_order_release);
+        }
+        ++g.gather_gen;
+        lk.unlock();
+        g.cv.notify_all();
+        lk.lock();
+    } else {
+        g.cv.wait(lk, [&] { return g.gather_gen != gen; });
+    }
+    return !g.stop;
+}
+// The linear index of the block of rank `rank` in cluster c (clusters numbered x first, as
+// blocks are; a rank is the block's linear index inside its cluster, %cluster_ctarank).
+static unsigned long long cluster_block(const Launch& L, unsigned long long c, unsigned rank) {
+    const unsigned long long ncx = L.gx / L.cx, ncy = L.gy / L.cy;
+    const unsigned long long x = (c % ncx) * L.cx + rank % L.cx;
+    const unsigned long long y = ((c / ncx) % ncy) * L.cy + (rank / L.cx) % L.cy;
+    const unsigned long long z = (c / (ncx * ncy)) * L.cz + rank / (L.cx * L.cy);
+    return x + y * L.gx + z * (unsigned long long)L.gx * L.gy;
+}
+
+// A worker OS thread: blocks one after another (g null), or rank `rank` of every cluster its
+// group takes.
+static void worker_main(Launch* L, ClusterGroup* g, unsigned rank) {
     Worker w;
     w.L = L;
+    w.cg = g ? g : &w.solo;
+    w.rank = g ? rank : 0;
+    w.solo.ranks.assign(1, &w);
+    w.tls_anchor = reinterpret_cast<unsigned char*>(&emu_tls_threadIdx);
+    if (g) g->ranks[rank] = &w;
     // Kernels run with IEEE defaults (round to nearest, no flush to zero, exceptions masked),
     // whatever the calling thread set; its own state comes back afterwards.
     FpEnv saved_fp = set_ieee_fp_env();
@@ -895,6 +1059,8 @@ static void worker_main(Launch* L) {
     if (!w.stacks) {
         set_report(*L, 1, fmt("could not map fiber stacks (%u threads x %zu KiB): %s", L->nthreads,
                               stack_bytes_setting() / 1024, strerror(errno)));
+        if (g) gather(*g, *L, true);  // the group's other ranks wait for this one: they all stop
+        restore_fp_env(saved_fp);
         return;
     }
     w.fibers.resize(L->nthreads);
@@ -921,6 +1087,8 @@ static void worker_main(Launch* L) {
         size_t cap = (L->dyn_bytes + 1023) / 1024 * 1024;
         dyn_mem = aligned_alloc(1024, cap);
         w.dyn = static_cast<unsigned char*>(dyn_mem);
+        w.async_view.resize(cap);
+        w.view_epoch.resize(cap / 16);
     }
     Worker* saved_worker = tls_worker;
     uint3 saved[4] = {emu_tls_threadIdx, emu_tls_blockIdx, emu_tls_blockDim, emu_tls_gridDim};
@@ -931,11 +1099,27 @@ static void worker_main(Launch* L) {
     emu_tls_dyn_shared = w.dyn;
     WorkerSignals sig;
     worker_signals_begin(sig);
-    while (!L->failed.load(std::memory_order_relaxed)) {
-        unsigned long long b = L->next.fetch_add(1);
-        if (b >= L->nblocks) break;
-        run_block(w, b);
-        if (w.failed) break;
+    if (!g) {
+        while (!L->failed.load(std::memory_order_relaxed)) {
+            unsigned long long b = L->next.fetch_add(1);
+            if (b >= L->nblocks) break;
+            run_block(w, b);
+            if (w.failed) break;
+        }
+    } else {
+        // A cluster: every rank starts its block, then they take turns, a pass each, until every
+        // block is over; then the next cluster.
+        while (gather(*g, *L, true)) {
+            block_start(w, cluster_block(*L, g->cluster, rank));
+            gather(*g, *L, false);
+            for (;;) {
+                wait_turn(*g, rank);
+                const bool over = block_pass(w);
+                if (over) w.block_live = false;
+                pass_turn(*g, rank);
+                if (over) break;
+            }
+        }
     }
     worker_signals_end(sig);
     tls_worker = saved_worker;
@@ -1186,6 +1370,22 @@ extern "C" int emu_launch(emu_kernel_fn fn, void** params, unsigned grid_x, unsi
         bad = "grid dimension over CUDA's limit (x < 2^31, y and z <= 65535)";
     else if (dynamic_shared_bytes > 232448)
         bad = "more dynamic shared memory than any current GPU allows per block (227 KiB)";
+    // The kernel's cluster shape (__cluster_dims__): the trampoline names the kernel it calls
+    // (emu_trampoline.h), whose section holds the shape (cuda_emu.h).
+    unsigned cdims[3] = {1, 1, 1};
+    if (bad.empty()) {
+        emu_tls_probe = 1;
+        emu_tls_probe_kernel = nullptr;
+        fn(params);
+        emu_tls_probe = 0;
+        kernel_cluster_dims(emu_tls_probe_kernel, cdims);
+        const unsigned long long cs = (unsigned long long)cdims[0] * cdims[1] * cdims[2];
+        cfg += cs > 1 ? fmt(", clusters of (%u,%u,%u) blocks", cdims[0], cdims[1], cdims[2]) : "";
+        if (cs > 8)
+            bad = "a cluster of more than 8 blocks (CUDA's portable limit; the emulator models no larger)";
+        else if (grid_x % cdims[0] || grid_y % cdims[1] || grid_z % cdims[2])
+            bad = "the grid is not a whole number of clusters";
+    }
     if (!bad.empty()) {
         report->kind = 1;
         copy_message(report, "invalid launch configuration (" + cfg + "): " + bad + ".");
@@ -1204,18 +1404,50 @@ extern "C" int emu_launch(emu_kernel_fn fn, void** params, unsigned grid_x, unsi
     L.nthreads = (unsigned)nthreads;
     L.nwarps = (L.nthreads + 31) / 32;
     L.nblocks = nblocks;
+    L.cx = cdims[0];
+    L.cy = cdims[1];
+    L.cz = cdims[2];
+    L.csize = cdims[0] * cdims[1] * cdims[2];
+    L.nclusters = nblocks / L.csize;
     L.dyn_bytes = dynamic_shared_bytes;
     L.device = device;
     L.deadlock_ms = deadlock_ms;
     L.report = report;
-    unsigned nw = (unsigned)std::min<unsigned long long>(worker_setting(), nblocks);
     std::vector<std::thread> extra;
-    try {
-        for (unsigned i = 1; i < nw; ++i) extra.emplace_back(worker_main, &L);
-    } catch (...) {
-        // fewer workers is fine
+    if (L.csize == 1) {
+        unsigned nw = (unsigned)std::min<unsigned long long>(worker_setting(), nblocks);
+        try {
+            for (unsigned i = 1; i < nw; ++i) extra.emplace_back(worker_main, &L, nullptr, 0u);
+        } catch (...) {
+            // fewer workers is fine
+        }
+        worker_main(&L, nullptr, 0);
+    } else {
+        // Groups of one worker per rank (as many groups as the workers make, at least one); this
+        // thread is rank 0 of group 0.
+        const unsigned ng = (unsigned)std::max<unsigned long long>(
+            1, std::min<unsigned long long>(worker_setting() / L.csize, L.nclusters));
+        std::vector<std::unique_ptr<ClusterGroup>> groups;
+        for (unsigned i = 0; i < ng; ++i) {
+            groups.emplace_back(new ClusterGroup);
+            groups.back()->n = L.csize;
+            groups.back()->ranks.assign(L.csize, nullptr);
+        }
+        for (unsigned i = 0; i < ng; ++i)
+            for (unsigned r = 0; r < L.csize; ++r) {
+                if (i == 0 && r == 0) continue;
+                try {
+                    extra.emplace_back(worker_main, &L, groups[i].get(), r);
+                } catch (...) {
+                    // A rank that cannot start: the launch fails, and its group's other ranks,
+                    // which wait for it, are told so where they meet.
+                    set_report(L, 1, fmt("could not start the %u worker threads a cluster of %u blocks needs",
+                                         L.csize, L.csize));
+                    gather(*groups[i], L, true);
+                }
+            }
+        worker_main(&L, groups[0].get(), 0);
     }
-    worker_main(&L);
     for (auto& t : extra) t.join();
     if (report->kind == 0) {
         std::string msg;

@@ -179,6 +179,12 @@ static void mbar_update(Worker& w, Fiber& f, unsigned long long* bar, unsigned a
 }
 
 std::string describe_hopper_wait(const Worker& w, const Fiber& f) {
+    if (f.yield_reason == Y_CLUSTER_BAR) {
+        const ClusterGroup& g = *w.cg;
+        return fmt("at barrier.cluster (moe_cluster_sync) at %s, where %u of the cluster's %u threads arrived and %u "
+                   "exited",
+                   where(f.file, f.line).c_str(), g.bar_arrived, g.n * w.L->nthreads, cluster_exited(w));
+    }
     if (f.yield_reason == Y_NAMED_BAR) {
         const unsigned id = f.wait_parity;
         return fmt("at named barrier %u (bar.sync) at %s, where %u of its %u threads arrived", id,
@@ -252,6 +258,54 @@ static void fill_poison(float* d, int n) {
     for (int i = 0; i < n; ++i) std::memcpy(&d[i], &u, 4);
 }
 
+// The proxy check: a wgmma (async proxy) must not read shared memory that a generic-proxy write
+// (a plain store, a landed cp.async) changed after the block's last fence.proxy.async. The
+// emulator cannot see plain stores, so it compares contents: it keeps the async proxy's view of
+// every 16-byte chunk (the block's 0xFF fill at its start, what a TMA copy wrote, what a wgmma
+// last read) with the block's fence count at that time. When the first thread of a warpgroup
+// executes a wgmma, each chunk of A and B that differs from the view was written by the generic
+// proxy since then; if no thread of the block fenced between the view and the wgmma's issue,
+// nothing made that write visible to the async proxy: an error. What is detected is therefore
+// "no fence.proxy.async anywhere in the block between the write and the wgmma"; a fence by a
+// thread that the writer's write does not happen before (per the PTX memory model it must be
+// the writer's, or ordered after its write by a barrier) is taken as enough, and a write of the
+// bytes already there is invisible. Stricter per-thread tracking would need every store.
+static void check_proxy(Worker& w, Fiber& f, const WgOp& op, const WgOperand& o, unsigned rows, const char* which) {
+    for (unsigned r = 0; r < rows; ++r)
+        for (unsigned k = 0; k < 16; k += 8) {
+            const size_t at = o.offset(r, k), c = at / 16;
+            unsigned char* view = w.async_view.data() + c * 16;
+            if (!std::memcmp(view, o.smem + c * 16, 16)) continue;
+            if (w.view_epoch[c] == op.fence_epoch)
+                hopper_fail(w, f, "moe_wgmma_bf16", op.line, op.file,
+                            fmt("operand %s reads shared bytes %zu to %zu (row %u, k %u to %u of the tile), which a "
+                                "generic-proxy write (a store or a cp.async) changed after the block's last "
+                                "fence.proxy.async: the wgmma, which reads through the async proxy, may not see it "
+                                "(moe_fence_proxy_async between the writes and the wgmma)",
+                                which, c * 16, c * 16 + 15, r, k, k + 7));
+            std::memcpy(view, o.smem + c * 16, 16);
+            w.view_epoch[c] = w.fence_epoch;
+        }
+}
+
+// A hash of the bytes a wgmma's operand reads (16-byte chunks, in order): the first thread of a
+// warpgroup takes it of A and B when the wgmma is issued and again when it executes, so shared
+// memory overwritten in between (a buffer released or refilled while the wgmma may still read
+// it) is an error, not a silent read of the new bytes.
+static uint64_t operand_hash(const WgOperand& o, unsigned rows, uint64_t h) {
+    for (unsigned r = 0; r < rows; ++r)
+        for (unsigned k = 0; k < 16; k += 8) {
+            uint64_t v[2];
+            std::memcpy(v, o.smem + o.offset(r, k), 16);
+            h = (h ^ v[0]) * 0x100000001b3ull;
+            h = (h ^ v[1]) * 0x100000001b3ull;
+        }
+    return h;
+}
+static uint64_t operands_hash(const WgOperand& a, const WgOperand& b, unsigned n) {
+    return operand_hash(b, n, operand_hash(a, 64, 0xcbf29ce484222325ull));
+}
+
 // Executes op (the thread's i-th queued wgmma): this thread's N / 2 accumulators, rows 16w + g
 // and 16w + g + 8 of the 64, columns 8j + 2q and 8j + 2q + 1, each a tc_model dot product of 16
 // from op.in. The result goes to the next queued wgmma on the same accumulators, or to them.
@@ -260,6 +314,14 @@ static void execute_wgmma(Worker& w, Fiber& f, HopperBlock::Thread& ht, size_t i
     const WgOperand A = decode_desc(w, f, op.a, 64, op, "A");
     const WgOperand B = decode_desc(w, f, op.b, (unsigned)op.n, op, "B");
     const unsigned t = f.linear % 128, w4 = t / 32, g = (t % 32) / 4, q = t % 4;
+    if (t == 0) {
+        if (operands_hash(A, B, (unsigned)op.n) != op.operands_hash)
+            hopper_fail(w, f, "moe_wgmma_bf16", op.line, op.file,
+                        "the shared memory it reads changed between the wgmma and the moe_wgmma_wait that completes "
+                        "it (a buffer released, refilled or written while the wgmma may still read it)");
+        check_proxy(w, f, op, A, 64, "A");
+        check_proxy(w, f, op, B, (unsigned)op.n, "B");
+    }
     uint16_t arow[2][16];
     for (unsigned h = 0; h < 2; ++h)
         for (unsigned k = 0; k < 16; ++k) arow[h][k] = ld_bf16(A, 16 * w4 + g + 8 * h, k);
@@ -330,11 +392,11 @@ void emu_mbar_wait(unsigned long long* bar, unsigned parity, int line, const cha
     tls_preemptible = 1;
 }
 
-void emu_tma_load_2d(void* dst, const void* map, int c0, int c1, unsigned long long* bar, int line,
-                     const char* file) {
-    Fiber& f = hopper_fiber("moe_tma_load_2d");
-    Worker& w = *tls_worker;
-    const char* what = "moe_tma_load_2d";
+// Checks a TMA copy of `map`'s box to shared byte `off` and writes the box there into `smem` (the
+// shared memory of this block or, multicast, of another of its cluster). Returns the box's bytes.
+static size_t tma_box(Worker& w, Fiber& f, const void* map, size_t off, int c0, int c1, Worker& to,
+                      const char* what, int line, const char* file) {
+    unsigned char* smem = to.dyn;
     emu_tensor_map m;
     std::memcpy(&m, map, sizeof m);
     if (m.magic != EMU_TENSOR_MAP_MAGIC)
@@ -348,7 +410,6 @@ void emu_tma_load_2d(void* dst, const void* map, int c0, int c1, unsigned long l
                     fmt("the tensor map's element size %llu, box %llu x %llu or swizzle %llu is not one the emulator "
                         "models (2-byte elements, boxes of at most 256 rows and, swizzled, 128-byte rows)",
                         m.elem_bytes, m.box_rows, m.box_cols, m.swizzle));
-    const size_t off = shared_offset(w, f, dst, what, line, file);
     const size_t row_bytes = (size_t)m.box_cols * 2, box_bytes = (size_t)m.box_rows * row_bytes;
     if (off % 128)
         hopper_fail(w, f, what, line, file, fmt("the destination (shared byte %zu) is not 128-byte aligned", off));
@@ -357,7 +418,6 @@ void emu_tma_load_2d(void* dst, const void* map, int c0, int c1, unsigned long l
                     fmt("the box (%zu bytes at shared byte %zu) runs past the block's %zu bytes of dynamic shared "
                         "memory",
                         box_bytes, off, window_bytes(w)));
-    unsigned char* smem = window(w);
     const unsigned char* base = reinterpret_cast<const unsigned char*>((uintptr_t)m.base);
     for (unsigned long long r = 0; r < m.box_rows; ++r) {
         const long long gr = (long long)c1 + (long long)r;
@@ -380,9 +440,22 @@ void emu_tma_load_2d(void* dst, const void* map, int c0, int c1, unsigned long l
             size_t at = off + (size_t)r * row_bytes + b;
             if (m.swizzle == 128) at ^= ((at >> 7) & 7) << 4;
             std::memcpy(smem + at, chunk, n);
+            // Written by the async proxy: what a wgmma may read without a fence.
+            std::memcpy(to.async_view.data() + at, chunk, n);
+            to.view_epoch[at / 16] = to.fence_epoch;
         }
     }
-    mbar_update(w, f, bar, 0, -(long long)box_bytes, what, line, file);
+    return box_bytes;
+}
+
+void emu_tma_load_2d(void* dst, const void* map, int c0, int c1, unsigned long long* bar, int line,
+                     const char* file) {
+    Fiber& f = hopper_fiber("moe_tma_load_2d");
+    Worker& w = *tls_worker;
+    const char* what = "moe_tma_load_2d";
+    const size_t off = shared_offset(w, f, dst, what, line, file);
+    const size_t bytes = tma_box(w, f, map, off, c0, c1, w, what, line, file);
+    mbar_update(w, f, bar, 0, -(long long)bytes, what, line, file);
     tls_preemptible = 1;
 }
 
@@ -399,8 +472,13 @@ void emu_wgmma_bf16(int n, float* d, unsigned long long a, unsigned long long b,
     op.a = a;
     op.b = b;
     op.group = ~0u;
+    op.fence_epoch = w.fence_epoch;
     op.line = line;
     op.file = file;
+    op.operands_hash = 0;
+    if (f.linear % 128 == 0)
+        op.operands_hash = operands_hash(decode_desc(w, f, a, 64, op, "A"), decode_desc(w, f, b, (unsigned)n, op, "B"),
+                                         (unsigned)n);
     bool chained = false;
     for (const WgOp& o : ht.ops) chained |= o.d == d;
     if (chained) {
@@ -443,6 +521,12 @@ void emu_wgmma_wait(int newest, int line, const char* file) {
     tls_preemptible = 1;
 }
 
+void emu_fence_proxy_async() {
+    hopper_fiber("moe_fence_proxy_async");
+    ++tls_worker->fence_epoch;
+    tls_preemptible = 1;
+}
+
 void emu_named_barrier(unsigned id, unsigned count, int line, const char* file) {
     Fiber& f = hopper_fiber("moe_named_barrier_sync");
     Worker& w = *tls_worker;
@@ -474,9 +558,141 @@ void emu_named_barrier(unsigned id, unsigned count, int line, const char* file) 
     tls_preemptible = 1;
 }
 
-void emu_cluster_unsupported(const char* what, int line, const char* file) {
-    Fiber& f = hopper_fiber(what);
-    hopper_fail(*tls_worker, f, what, line, file,
-                "clusters are not emulated (a block runs alone, rank 0 of a cluster of one): this kernel reaches "
-                "another block of its cluster");
+// ---------------------------------------------------------------------------- clusters
+// The blocks of a cluster run on one worker each, taking turns (emu_runtime.cpp's ClusterGroup):
+// while this thread runs, every other block of its cluster is parked between two passes, so its
+// shared memory and barriers can be read and written here without locks.
+
+// The kernels' cluster shapes: the sections __cluster_dims__ puts kernels in (cuda_emu.h), whose
+// bounds the linker gives as __start_/__stop_ symbols (weak: absent when no kernel has the shape).
+#define EMU_CLUSTER_SHAPES(X) X(1, 1, 1) X(1, 1, 2) X(1, 1, 3) X(1, 1, 4) X(1, 1, 5) X(1, 1, 6) X(1, 1, 7) \
+    X(1, 1, 8) X(1, 2, 1) X(1, 2, 2) X(1, 2, 3) X(1, 2, 4) X(1, 3, 1) X(1, 3, 2) X(1, 4, 1) X(1, 4, 2) X(1, 5, 1) \
+    X(1, 6, 1) X(1, 7, 1) X(1, 8, 1) X(2, 1, 1) X(2, 1, 2) X(2, 1, 3) X(2, 1, 4) X(2, 2, 1) X(2, 2, 2) X(2, 3, 1) \
+    X(2, 4, 1) X(3, 1, 1) X(3, 1, 2) X(3, 2, 1) X(4, 1, 1) X(4, 1, 2) X(4, 2, 1) X(5, 1, 1) X(6, 1, 1) X(7, 1, 1) \
+    X(8, 1, 1)
+#define EMU_CLUSTER_BOUNDS(a, b, c)                                                    \
+    extern "C" char __start_emu_cluster_##a##x##b##x##c[] __attribute__((weak));      \
+    extern "C" char __stop_emu_cluster_##a##x##b##x##c[] __attribute__((weak));
+EMU_CLUSTER_SHAPES(EMU_CLUSTER_BOUNDS)
+#define EMU_CLUSTER_ENTRY(a, b, c) {__start_emu_cluster_##a##x##b##x##c, __stop_emu_cluster_##a##x##b##x##c, {a, b, c}},
+
+void emu_rt::kernel_cluster_dims(const void* kernel, unsigned dims[3]) {
+    struct Shape {
+        const char *start, *stop;
+        unsigned d[3];
+    };
+    static const Shape shapes[] = {EMU_CLUSTER_SHAPES(EMU_CLUSTER_ENTRY)};
+    dims[0] = dims[1] = dims[2] = 1;
+    const char* k = static_cast<const char*>(kernel);
+    if (!k) return;
+    for (const Shape& s : shapes)
+        if (s.start && k >= s.start && k < s.stop) {
+            dims[0] = s.d[0], dims[1] = s.d[1], dims[2] = s.d[2];
+            return;
+        }
+}
+
+// mapa: the address of `p` (this block's shared memory: the dynamic window or a static
+// __shared__ variable) in the block of rank `rank` of the cluster, which must still run.
+static unsigned char* cluster_map(Worker& w, Fiber& f, const void* p, unsigned rank, const char* what, int line,
+                                  const char* file) {
+    ClusterGroup& g = *w.cg;
+    if (rank >= g.n)
+        hopper_fail(w, f, what, line, file,
+                    fmt("rank %u is outside the cluster, whose %u block%s ranks 0 to %u%s", rank, g.n,
+                        g.n == 1 ? " has" : "s have", g.n - 1,
+                        g.n == 1 ? " (the kernel has no __cluster_dims__: every block is a cluster of one)" : ""));
+    Worker& t = *g.ranks[rank];
+    if (&t != &w && !t.block_live)
+        hopper_fail(w, f, what, line, file,
+                    fmt("block (%u,%u,%u), rank %u of the cluster, has exited and its shared memory with it (a block "
+                        "must not leave while another block of its cluster can still reach its shared memory: "
+                        "barrier.cluster before leaving)",
+                        t.bidx.x, t.bidx.y, t.bidx.z, rank));
+    const unsigned char* c = static_cast<const unsigned char*>(p);
+    if (window(w) && c >= window(w) && c < window(w) + window_bytes(w)) return t.dyn + (c - window(w));
+    // A static __shared__ variable is thread_local: the same distance from a __thread anchor in
+    // every worker (initial-exec TLS). Anything else (a local variable, global memory) is not
+    // shared memory.
+    const long long off = (long long)(c - w.tls_anchor);
+    const bool on_stack = c >= (const unsigned char*)f.stack_lo && c < (const unsigned char*)f.stack_lo + f.stack_bytes;
+    if (on_stack || off < -(64ll << 20) || off > (64ll << 20))
+        hopper_fail(w, f, what, line, file,
+                    fmt("%p is not in this block's shared memory (neither its dynamic shared memory nor a static "
+                        "__shared__ variable), so it has no address in another block of the cluster",
+                        p));
+    return t.tls_anchor + off;
+}
+
+unsigned emu_cluster_rank() {
+    Fiber* f = tls_fiber;
+    if (!f) {
+        fprintf(stderr, "emu: moe_cluster_rank called outside of an emulated kernel launch\n");
+        abort();
+    }
+    return tls_worker->rank;
+}
+
+// barrier.cluster.arrive.release + barrier.cluster.wait.acquire: the phase completes when every
+// thread of the cluster that has not exited has arrived (PTX: exited threads do not count).
+void emu_cluster_sync(int line, const char* file) {
+    Fiber& f = hopper_fiber("moe_cluster_sync");
+    Worker& w = *tls_worker;
+    ClusterGroup& g = *w.cg;
+    const unsigned gen = g.bar_gen;
+    ++g.bar_arrived;
+    ++w.progress;
+    while (g.bar_gen == gen) {
+        if (g.bar_arrived + cluster_exited(w) >= g.n * w.L->nthreads) {
+            ++g.bar_gen;
+            g.bar_arrived = 0;
+            ++w.progress;
+            break;
+        }
+        f.wait_obj = &g;
+        f.wait_parity = gen;
+        f.line = line;
+        f.file = file;
+        yield_fiber(w, f, Y_CLUSTER_BAR);
+    }
+    tls_preemptible = 1;
+}
+
+// mapa.shared::cluster + mbarrier.arrive.shared::cluster: one arrival on the barrier at `bar`'s
+// place in block `rank`'s shared memory.
+void emu_mbar_arrive_cluster(unsigned long long* bar, unsigned rank, int line, const char* file) {
+    Fiber& f = hopper_fiber("moe_mbar_arrive_cluster");
+    Worker& w = *tls_worker;
+    const char* what = "moe_mbar_arrive_cluster";
+    unsigned char* remote = cluster_map(w, f, bar, rank, what, line, file);
+    if ((uintptr_t)remote & 7) hopper_fail(w, f, what, line, file, "the mbarrier is not 8-byte aligned");
+    mbar_update(w, f, reinterpret_cast<unsigned long long*>(remote), 1, 0, what, line, file);
+    tls_preemptible = 1;
+}
+
+// cp.async.bulk.tensor ... .multicast::cluster: the box, read once, written at dst's place in the
+// shared memory of every block in `mask` (bit r: rank r), its bytes counted on the barrier at
+// `bar`'s place in each of them.
+void emu_tma_load_2d_multicast(void* dst, const void* map, int c0, int c1, unsigned long long* bar, unsigned mask,
+                               int line, const char* file) {
+    Fiber& f = hopper_fiber("moe_tma_load_2d_multicast");
+    Worker& w = *tls_worker;
+    const char* what = "moe_tma_load_2d_multicast";
+    const ClusterGroup& g = *w.cg;
+    if (mask == 0) hopper_fail(w, f, what, line, file, "the multicast mask 0x0 names no block of the cluster");
+    for (unsigned r = 0; r < 16; ++r)
+        if ((mask >> r & 1u) && r >= g.n)
+            hopper_fail(w, f, what, line, file,
+                        fmt("the multicast mask 0x%x names rank %u, outside the cluster, whose %u block%s ranks 0 to "
+                            "%u",
+                            mask, r, g.n, g.n == 1 ? " has" : "s have", g.n - 1));
+    const size_t off = shared_offset(w, f, dst, what, line, file);
+    for (unsigned r = 0; r < g.n; ++r) {
+        if (!(mask >> r & 1u)) continue;
+        cluster_map(w, f, dst, r, what, line, file);  // the block still runs
+        const size_t bytes = tma_box(w, f, map, off, c0, c1, *w.cg->ranks[r], what, line, file);
+        unsigned char* rbar = cluster_map(w, f, bar, r, what, line, file);
+        mbar_update(w, f, reinterpret_cast<unsigned long long*>(rbar), 0, -(long long)bytes, what, line, file);
+    }
+    tls_preemptible = 1;
 }

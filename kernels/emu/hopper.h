@@ -1,6 +1,6 @@
 // hopper.h -- Hopper's asynchronous machinery on the emulator: the emulated side of
 // kernels/wgmma.cuh and kernels/tma.cuh (warpgroup MMA, mbarriers, the tensor memory
-// accelerator, named barriers, the proxy fences), included by cuda_emu.h after mma.h. On the GPU
+// accelerator, named barriers, the proxy fences, clusters), included by cuda_emu.h after mma.h. On the GPU
 // each name is one or two PTX instructions; here each is a call into the runtime
 // (emu_tensor.cpp), which keeps the state the hardware keeps:
 //
@@ -55,7 +55,11 @@ void emu_wgmma_bf16(int n, float* d, unsigned long long a, unsigned long long b,
 void emu_wgmma_commit(int line, const char* file);
 void emu_wgmma_wait(int newest, int line, const char* file);
 void emu_named_barrier(unsigned id, unsigned count, int line, const char* file);
-[[noreturn]] void emu_cluster_unsupported(const char* what, int line, const char* file);
+unsigned emu_cluster_rank();
+void emu_cluster_sync(int line, const char* file);
+void emu_mbar_arrive_cluster(unsigned long long* bar, unsigned rank, int line, const char* file);
+void emu_tma_load_2d_multicast(void* dst, const void* map, int c0, int c1, unsigned long long* bar, unsigned mask,
+                               int line, const char* file);
 
 #define __cvta_generic_to_shared(p) emu_cvta_shared((p), __LINE__, __FILE__)
 
@@ -75,9 +79,12 @@ template <int N>
 static inline void moe_wgmma_wait(int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
     emu_wgmma_wait(N, line, file);
 }
-// cp.async lands in shared memory at moe_cp_async_wait here, through the same memory wgmma
-// reads: no proxy to cross.
-static inline void moe_fence_proxy_async() {}
+// fence.proxy.async: what this block's threads wrote to shared memory through the generic proxy
+// (plain stores, cp.async) before it is visible to the async proxy (wgmma, TMA). The emulator
+// counts the block's fences: a wgmma that reads a chunk a generic write changed with no fence in
+// between is an error (emu_tensor.cpp, check_proxy).
+void emu_fence_proxy_async();
+static inline void moe_fence_proxy_async() { emu_fence_proxy_async(); }
 template <int N>
 static inline void moe_wgmma_bf16(float (&d)[N / 2], unsigned long long a, unsigned long long b,
                                   int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
@@ -126,20 +133,25 @@ template <unsigned ID, unsigned COUNT>
 static inline void moe_named_barrier_sync(int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
     emu_named_barrier(ID, COUNT, line, file);
 }
-// Clusters (version 9) are not emulated: a block is alone in its cluster (rank 0); anything that
-// reaches another block is an error that says so.
-static inline unsigned moe_cluster_rank() { return 0u; }
+// Clusters (version 9): the blocks of a cluster (__cluster_dims__) run together, one worker OS
+// thread each, taking turns pass by pass; another block's shared memory is reached at the same
+// offset of its dynamic shared memory, or of its copy of a static __shared__ variable.
+// %cluster_ctarank: the block's linear index in its cluster.
+static inline unsigned moe_cluster_rank() { return emu_cluster_rank(); }
+// barrier.cluster.arrive.release + wait.acquire: every thread of the cluster that has not exited.
 static inline void moe_cluster_sync(int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
-    emu_cluster_unsupported("barrier.cluster", line, file);
+    emu_cluster_sync(line, file);
 }
-static inline void moe_mbar_arrive_cluster(unsigned long long*, unsigned, int line = __builtin_LINE(),
+// mapa + mbarrier.arrive.shared::cluster: one arrival on the barrier at bar's place in block `rank`.
+static inline void moe_mbar_arrive_cluster(unsigned long long* bar, unsigned rank, int line = __builtin_LINE(),
                                            const char* file = __builtin_FILE()) {
-    emu_cluster_unsupported("an arrival on another block's mbarrier (mapa + mbarrier.arrive.shared::cluster)", line,
-                            file);
+    emu_mbar_arrive_cluster(bar, rank, line, file);
 }
-static inline void moe_tma_load_2d_multicast(void*, const void*, int, int, unsigned long long*, unsigned short,
-                                             int line = __builtin_LINE(), const char* file = __builtin_FILE()) {
-    emu_cluster_unsupported("a TMA multicast to the blocks of a cluster", line, file);
+// The box written into every block of `mask` and counted on each one's barrier.
+static inline void moe_tma_load_2d_multicast(void* dst, const void* map, int c0, int c1, unsigned long long* bar,
+                                             unsigned short mask, int line = __builtin_LINE(),
+                                             const char* file = __builtin_FILE()) {
+    emu_tma_load_2d_multicast(dst, map, c0, c1, bar, mask, line, file);
 }
 
 #endif  // MOE_EMU_HOPPER_H

@@ -2,10 +2,11 @@
 //! portable path: every configuration of theirs gives versions 1 to 3's bits on every regime it
 //! takes, and version 8's on layouts made by hand for clusters (version 9) and persistent blocks
 //! (10 and 11), and in the grouped order (versions 4 to 8); a GPU without sm_90a refuses them
-//! with a typed error. Those four run on the GPU with `--include-ignored` on an H100 or H200 (on
-//! the emulator they would take hours). The emulator runs every configuration on one small layer
-//! made by hand instead (`every_configuration_gives_version_8s_bits_on_a_small_layer`), and
-//! refuses version 9's shared weight slices with a typed error: it runs no clusters.
+//! with a typed error. Those four run on the GPU with `--include-ignored` on an H100 or H200; on
+//! the emulator, the clusters' layer runs too (its blocks of a cluster take turns on two worker
+//! threads, `kernels/emu/hopper.h`), and the other three would take hours: the emulator runs every
+//! configuration on one small layer made by hand instead
+//! (`every_configuration_gives_version_8s_bits_on_a_small_layer`).
 
 use ch01_router::{RouterConfig, Routing};
 use ch02_grouped::conformance::oracle;
@@ -378,26 +379,6 @@ fn every_configuration_gives_version_8s_bits_on_a_small_layer(dev: &'static Devi
     }
 }
 
-/// Version 9 where two tiles of a cluster are of one expert (64 and 70 pairs: expert 0's two
-/// tiles at BLOCK_M 64, blocks 0 and 1) reaches the other block of its cluster, which the
-/// emulator does not run: a typed error that says so, never wrong bits.
-fn clusters_are_refused_on_the_emulator(dev: &'static Device) {
-    let counts = [100usize, 20, 60, 20];
-    let (base, routing, hidden_states, tiles) =
-        hand_made_layer_of(dev, (128, 64), &counts, (95, 9090), |c| c.mc() && c.wg == 1);
-    for tile in tiles {
-        let e = base
-            .clone()
-            .with_tile(tile)
-            .unwrap()
-            .experts(&hidden_states, &routing)
-            .err()
-            .unwrap_or_else(|| panic!("{tile}: ran"))
-            .to_string();
-        assert!(e.contains("clusters are not emulated"), "{tile}: {e}");
-        println!("{tile}: {e}");
-    }
-}
 // ANCHOR_END: emulator_bits
 
 /// The GPU's tests: every regime, and the layers made by hand for clusters, persistent blocks and
@@ -432,7 +413,8 @@ mod cuda {
     }
 }
 
-/// The emulator's: the small layer, and version 9's refusal.
+/// The emulator's: the small layer, and the clusters' layer (version 9 sharing its weight slices
+/// through TMA multicast and arrivals on the other block's barriers).
 mod emu {
     #[test]
     fn every_configuration_gives_version_8s_bits_on_a_small_layer() {
@@ -441,7 +423,7 @@ mod emu {
         )
     }
     #[test]
-    fn clusters_are_refused_on_the_emulator() {
-        super::clusters_are_refused_on_the_emulator(moe_kernels::testing::emu())
+    fn clusters_give_version_8s_bits() {
+        super::clusters_give_version_8s_bits(moe_kernels::testing::emu())
     }
 }

@@ -15,7 +15,9 @@
 #define TRAMP(k) extern "C" void tramp_##k(void** p) { emu::call_kernel(k, p); }
 TRAMP(k_wgmma) TRAMP(k_tma) TRAMP(k_pipeline) TRAMP(k_err_mbar_deadlock) TRAMP(k_err_tx) TRAMP(k_err_tma_outside)
 TRAMP(k_err_acc_write) TRAMP(k_acc_read_early) TRAMP(k_err_static_desc) TRAMP(k_err_half_warpgroup)
-TRAMP(k_err_cluster)
+TRAMP(k_cluster) TRAMP(k_cluster_ring) TRAMP(k_no_cluster) TRAMP(k_err_multicast) TRAMP(k_err_remote_rank) TRAMP(k_err_cluster_deadlock)
+TRAMP(k_err_exited_partner) TRAMP(k_err_no_proxy_fence)
+TRAMP(k_err_overwrite_in_flight) TRAMP(k_cp_async_fenced) TRAMP(k_err_cp_async_no_fence)
 
 static int g_checks = 0, g_failures = 0;
 #define CHECK(cond, ...)                                                              \
@@ -33,9 +35,9 @@ struct Res {
     int rc;
     std::string err;
 };
-static Res launch(void (*fn)(void**), std::vector<void*> params, unsigned threads, size_t dyn) {
-    char err[2048];
-    const int rc = emu_launch_msg(fn, params.data(), 1, 1, 1, threads, 1, 1, dyn, err, sizeof err);
+static Res launch(void (*fn)(void**), std::vector<void*> params, unsigned threads, size_t dyn, unsigned blocks = 1) {
+    char err[4096];
+    const int rc = emu_launch_msg(fn, params.data(), blocks, 1, 1, threads, 1, 1, dyn, err, sizeof err);
     return Res{rc, rc ? std::string(err) : std::string()};
 }
 static bool contains(const std::string& s, const char* sub) { return s.find(sub) != std::string::npos; }
@@ -143,9 +145,9 @@ static void test_pipeline() {
 }
 
 static void expect_error(const char* what, void (*fn)(void**), std::vector<void*> params, unsigned threads,
-                         size_t dyn, std::vector<const char*> subs) {
+                         size_t dyn, std::vector<const char*> subs, unsigned blocks = 1) {
     const auto t0 = std::chrono::steady_clock::now();
-    Res r = launch(fn, params, threads, dyn);
+    Res r = launch(fn, params, threads, dyn, blocks);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     bool ok = r.rc != 0;
     for (const char* s : subs) ok = ok && contains(r.err, s);
@@ -165,6 +167,13 @@ static void test_misuse() {
     float* pf = out.data();
     int* pi = nullptr;
     int more = 1024, fewer = -1024;
+    std::vector<unsigned short> ab((64 + 128) * HT_K, 0x3f80);
+    std::vector<float> cd(2 * 64 * 128, 0.0f);
+    const unsigned short* pa = ab.data();
+    const unsigned short* pb = ab.data() + 64 * HT_K;
+    const float* pc = cd.data();
+    float* pd = cd.data() + 64 * 128;
+    int flat = 0;
     // ANCHOR: misuse
     expect_error("mbarrier phase that never completes", tramp_k_err_mbar_deadlock, {&pi}, 64, 0,
                  {"deadlock", "threads 0-63 wait for the phase of parity 0", "1 of its 2 arrivals still to come"});
@@ -180,8 +189,42 @@ static void test_misuse() {
     expect_error("descriptor of static shared memory", tramp_k_err_static_desc, {&pf}, 128, 0,
                  {"__cvta_generic_to_shared at test_hopper.cu:", "not in the block's dynamic shared memory"});
     expect_error("wgmma in half a warpgroup", tramp_k_err_half_warpgroup, {&pf}, 64, 8192, {"whole warpgroups of 128 threads"});
-    expect_error("cluster", tramp_k_err_cluster, {&pi}, 32, 0, {"clusters are not emulated"});
     // ANCHOR_END: misuse
+    // ANCHOR: cluster_misuse
+    expect_error("stores read by wgmma with no proxy fence", tramp_k_err_no_proxy_fence, {&pa, &pb, &pc, &pd, &flat},
+                 128, (64 + 128) * HT_K * 2,
+                 {"moe_wgmma_bf16 at test_hopper.cu:", "operand A reads shared bytes 0 to 15",
+                  "changed after the block's last fence.proxy.async"});
+    expect_error("cp.async copies read by wgmma with no proxy fence", tramp_k_err_cp_async_no_fence, {&pa, &pf}, 128,
+                 8192, {"moe_wgmma_bf16 at test_hopper.cu:", "changed after the block's last fence.proxy.async"});
+    expect_error("operand overwritten while the wgmma is in flight", tramp_k_err_overwrite_in_flight, {&pf}, 128, 8192,
+                 {"moe_wgmma_bf16 at test_hopper.cu:", "changed between the wgmma and the moe_wgmma_wait"});
+    expect_error("multicast to a rank outside the cluster", tramp_k_err_multicast, {&pm}, 32, 8192,
+                 {"moe_tma_load_2d_multicast at test_hopper.cu:", "mask 0x7 names rank 2, outside the cluster",
+                  "rank 0]"},
+                 2);
+    expect_error("arrival on a rank outside the cluster", tramp_k_err_remote_rank, {&pi}, 32, 0,
+                 {"moe_mbar_arrive_cluster at test_hopper.cu:", "rank 2 is outside the cluster"}, 2);
+    expect_error("cluster barrier one block never reaches", tramp_k_err_cluster_deadlock, {&pi}, 64, 0,
+                 {"cluster of blocks (0,0,0) to (1,0,0)", "deadlock",
+                  "block (0,0,0), rank 0: threads 0-63 wait at barrier.cluster (moe_cluster_sync) at test_hopper.cu:",
+                  "where 64 of the cluster's 128 threads arrived",
+                  "block (1,0,0), rank 1: threads 0-63 wait for the phase of parity 0"},
+                 2);
+    expect_error("arrival on a block that has exited", tramp_k_err_exited_partner, {&pi}, 32, 0,
+                 {"moe_mbar_arrive_cluster at test_hopper.cu:", "block (1,0,0), rank 1 of the cluster, has exited"}, 2);
+    expect_error("grid not a whole number of clusters", tramp_k_err_exited_partner, {&pi}, 32, 0,
+                 {"invalid launch configuration", "clusters of (2,1,1) blocks", "not a whole number of clusters"}, 3);
+    // ANCHOR_END: cluster_misuse
+    // The same copies with the fence: no error, the product.
+    {
+        Res r = launch(tramp_k_cp_async_fenced, {&pa, &pf}, 128, 8192);
+        int right = 0;
+        for (int t = 0; t < 128; ++t) right += out[t] == 16.0f;
+        CHECK(r.rc == 0 && right == 128, "cp.async then the proxy fence: rc %d (%s), %d of 128 right", r.rc,
+              r.err.c_str(), right);
+        printf("  [cp.async copies, the proxy fence, wgmma] -> no error, %d of 128 threads hold the product\n", right);
+    }
     // Reading the accumulators before the wait is not an error the emulator can see: it reads the
     // poison NaN, and after the wait the product.
     Res r = launch(tramp_k_acc_read_early, {&pf}, 128, 8192);
@@ -194,11 +237,63 @@ static void test_misuse() {
            poison, EMU_WGMMA_POISON, right);
 }
 
+static void test_clusters() {
+    const int rows = 300, cols = 72, c0 = 8, c1 = 20, blocks = 4;
+    std::vector<unsigned short> m(rows * cols);
+    for (auto& v : m) v = random_bf16();
+    emu_tensor_map map = map_of(m.data(), rows, cols, 64);
+    const void* pm = &map;
+    std::vector<int> out(4 * blocks, -1);
+    std::vector<unsigned short> boxes(blocks * 2 * 64 * 64, 0xdead);
+    int* po = out.data();
+    unsigned short* pb = boxes.data();
+    int a0 = c0, a1 = c1;
+    Res r = launch(tramp_k_cluster, {&pm, &a0, &a1, &po, &pb}, 96, 2 * 64 * 128, blocks);
+    CHECK(r.rc == 0, "cluster launch: %s", r.err.c_str());
+    int ranks_wrong = 0, wrong = 0;
+    for (int b = 0; b < blocks; ++b) ranks_wrong += out[4 * b] != b % 2 || out[4 * b + 1] != 1;
+    for (int b = 0; b < blocks; ++b)
+        for (int i = 0; i < 2 * 64 * 64; ++i) {
+            const int h = i / (64 * 64), gr = c1 + 64 * h + (i / 64) % 64, gc = c0 + i % 64;
+            const unsigned short w = gr < rows && gc < cols ? m[gr * cols + gc] : 0;
+            wrong += boxes[b * 2 * 64 * 64 + i] != w;
+        }
+    CHECK(ranks_wrong == 0 && wrong == 0, "clusters: %d blocks with a wrong rank or no remote arrival, %d elements wrong",
+          ranks_wrong, wrong);
+    printf("  clusters: 2 clusters of 2 blocks: ranks, barrier.cluster, an arrival on the other block's mbarrier, "
+           "two boxes multicast to both blocks (%d of %d elements wrong)\n",
+           wrong, blocks * 2 * 64 * 64);
+    // Clusters of 2 x 2 blocks on a grid of 4 x 2: ranks x first, a ring of remote arrivals.
+    {
+        std::vector<int> ring(2 * 8, -1);
+        int* pr = ring.data();
+        char err[4096];
+        void* params[] = {&pr};
+        const int rc = emu_launch_msg(tramp_k_cluster_ring, params, 4, 2, 1, 64, 1, 1, 0, err, sizeof err);
+        int bad = 0;
+        for (int by = 0; by < 2; ++by)
+            for (int bx = 0; bx < 4; ++bx) {
+                const int b = bx + 4 * by, rank = bx % 2 + 2 * (by % 2);
+                bad += ring[2 * b] != rank || ring[2 * b + 1] != 1;
+            }
+        CHECK(rc == 0 && bad == 0, "clusters of 2 x 2: rc %d (%s), %d blocks wrong", rc, rc ? err : "", bad);
+        printf("  clusters of 2 x 2 blocks on a grid of 4 x 2: ranks x first, a ring of arrivals on the next rank's "
+               "mbarrier (%d of 8 blocks wrong)\n",
+               bad);
+    }
+    std::vector<int> ranks(3, -1);
+    int* pr = ranks.data();
+    r = launch(tramp_k_no_cluster, {&pr}, 64, 0, 3);
+    CHECK(r.rc == 0 && ranks[0] == 0 && ranks[1] == 0 && ranks[2] == 0, "no cluster: rc %d (%s), ranks %d %d %d", r.rc,
+          r.err.c_str(), ranks[0], ranks[1], ranks[2]);
+}
+
 int main() {
     const auto t0 = std::chrono::steady_clock::now();
     test_wgmma();
     test_tma();
     test_pipeline();
+    test_clusters();
     test_misuse();
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     printf("hopper selftest: %s -- %d checks, %d failures, %.1f s\n", g_failures ? "FAILED" : "PASSED", g_checks,

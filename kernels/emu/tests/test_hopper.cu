@@ -13,7 +13,10 @@ __device__ inline unsigned ht_offset(int r, int k, bool swz) {
 }
 
 // D [64][128] = C + A [64][K] . B [128][K]^T by one warpgroup, four wgmma chained in one group.
-__global__ void k_wgmma(const unsigned short* A, const unsigned short* B, const float* C, float* D, int swz) {
+// The operands are written with plain stores (the generic proxy), so a proxy fence must come
+// between the stores and the wgmma: FENCE 0, after the stores (right); 1, none.
+template <int FENCE>
+__device__ void ht_wgmma(const unsigned short* A, const unsigned short* B, const float* C, float* D, int swz) {
     DYNAMIC_SHARED(unsigned char, smem);
     unsigned char* sa = smem;
     unsigned char* sb = smem + 64 * HT_K * 2;
@@ -21,7 +24,7 @@ __global__ void k_wgmma(const unsigned short* A, const unsigned short* B, const 
     for (int i = t; i < 64 * HT_K; i += 128) *(unsigned short*)(sa + ht_offset(i / HT_K, i % HT_K, swz)) = A[i];
     for (int i = t; i < 128 * HT_K; i += 128) *(unsigned short*)(sb + ht_offset(i / HT_K, i % HT_K, swz)) = B[i];
     __syncthreads();
-    moe_fence_proxy_async();
+    if (FENCE == 0) moe_fence_proxy_async();
     const unsigned lead = swz ? 16 : 128, stride = swz ? 1024 : 16 * HT_K;
     const unsigned long long layout = swz ? 1ull << 62 : 0ull;
     const unsigned long long da = moe_wgmma_desc(sa, lead, stride) | layout;
@@ -38,6 +41,13 @@ __global__ void k_wgmma(const unsigned short* A, const unsigned short* B, const 
     for (int j = 0; j < 16; ++j)
         for (int h = 0; h < 2; ++h)
             for (int e = 0; e < 2; ++e) D[(16 * w + g + 8 * h) * 128 + 8 * j + 2 * q + e] = acc[4 * j + 2 * h + e];
+}
+__global__ void k_wgmma(const unsigned short* A, const unsigned short* B, const float* C, float* D, int swz) {
+    ht_wgmma<0>(A, B, C, D, swz);
+}
+__global__ void k_err_no_proxy_fence(const unsigned short* A, const unsigned short* B, const float* C, float* D,
+                                     int swz) {
+    ht_wgmma<1>(A, B, C, D, swz);
 }
 
 // Two phases of one mbarrier, each a TMA box of `map` at (c0, c1 + 64·phase) into shared memory
@@ -131,6 +141,7 @@ __device__ void ht_early(float* out) {
     DYNAMIC_SHARED(unsigned char, smem);
     for (int i = threadIdx.x; i < 64 * 16 + 128 * 16; i += 128) ((unsigned short*)smem)[i] = 0x3f80;  // 1.0
     __syncthreads();
+    moe_fence_proxy_async();
     float acc[64];
     for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
     moe_wgmma_fence();
@@ -142,6 +153,43 @@ __device__ void ht_early(float* out) {
     if (!WRITE) out[128 + threadIdx.x] = acc[0];
 }
 __global__ void k_err_acc_write(float* out) { ht_early<true>(out); }
+// The operands (a flat 64 x 16 A and 128 x 16 B of `src`, 6 KiB) copied in with cp.async, which
+// writes through the generic proxy too: FENCE, a proxy fence after the copies landed (right), or
+// none. out[t]: thread t's first accumulator (16 for ones).
+template <bool FENCE>
+__device__ void ht_cp_async(const unsigned short* src, float* out) {
+    DYNAMIC_SHARED(unsigned char, smem);
+    for (int c = threadIdx.x; c < (64 + 128) * 16 * 2 / 16; c += 128) moe_cp_async16(smem + 16 * c, src + 8 * c, true);
+    moe_cp_async_commit();
+    moe_cp_async_wait(0);
+    __syncthreads();
+    if (FENCE) moe_fence_proxy_async();
+    float acc[64];
+    for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+    moe_wgmma_fence();
+    moe_wgmma_bf16<128>(acc, moe_wgmma_desc(smem, 128, 256), moe_wgmma_desc(smem + 2048, 128, 256));
+    moe_wgmma_commit();
+    moe_wgmma_wait<0>();
+    out[threadIdx.x] = acc[0];
+}
+__global__ void k_cp_async_fenced(const unsigned short* src, float* out) { ht_cp_async<true>(src, out); }
+__global__ void k_err_cp_async_no_fence(const unsigned short* src, float* out) { ht_cp_async<false>(src, out); }
+// A operand overwritten (and fenced) between the wgmma and its wait: the wgmma may still read it.
+__global__ void k_err_overwrite_in_flight(float* out) {
+    DYNAMIC_SHARED(unsigned char, smem);
+    for (int i = threadIdx.x; i < 64 * 16 + 128 * 16; i += 128) ((unsigned short*)smem)[i] = 0x3f80;  // 1.0
+    __syncthreads();
+    moe_fence_proxy_async();
+    float acc[64];
+    for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+    moe_wgmma_fence();
+    moe_wgmma_bf16<128>(acc, moe_wgmma_desc(smem, 128, 256), moe_wgmma_desc(smem + 2048, 128, 256));
+    moe_wgmma_commit();
+    if (threadIdx.x == 0) ((unsigned short*)smem)[0] = 0x4000;  // 2.0 into A while the wgmma runs
+    moe_fence_proxy_async();
+    moe_wgmma_wait<0>();
+    out[threadIdx.x] = acc[0];
+}
 __global__ void k_acc_read_early(float* out) { ht_early<false>(out); }
 // A descriptor of static shared memory, which has no shared-window address here.
 __global__ void k_err_static_desc(float* out) {
@@ -150,5 +198,95 @@ __global__ void k_err_static_desc(float* out) {
 }
 // A wgmma in a block of 64 threads (half a warpgroup).
 __global__ void k_err_half_warpgroup(float* out) { ht_early<false>(out); }
-// A kernel that reaches the other block of its cluster.
-__global__ void k_err_cluster(int*) { moe_cluster_sync(); }
+// Clusters of two blocks (blocks 2j and 2j + 1). Each block: its rank into out[4 b]; an mbarrier
+// of one arrival that the other block completes (mapa + a remote arrival) after a cluster
+// barrier; then one box each, multicast to both blocks (rank r's box at (c0, c1 + 64 r) into
+// half r of both blocks' shared memory, counted on both blocks' barrier `full`); every block
+// copies both halves, unswizzled, to boxes [b][2][64][64]; a cluster barrier before leaving.
+__global__ void __cluster_dims__(2, 1, 1) k_cluster(const void* map, int c0, int c1, int* out,
+                                                   unsigned short* boxes) {
+    DYNAMIC_SHARED(unsigned char, smem);
+    __shared__ __align__(8) unsigned long long ping, full;
+    const unsigned rank = moe_cluster_rank();
+    if (threadIdx.x == 0) {
+        moe_mbar_init(&ping, 1);
+        moe_mbar_init(&full, 1);
+        moe_mbar_init_fence();
+    }
+    __syncthreads();
+    moe_cluster_sync();  // both blocks' barriers exist before either reaches the other's
+    if (threadIdx.x == 0) {
+        moe_mbar_arrive_cluster(&ping, rank ^ 1u);
+        moe_mbar_arrive_expect_tx(&full, 2 * 64 * 128);
+        moe_tma_load_2d_multicast(smem + rank * 64 * 128, map, c0, c1 + 64 * (int)rank, &full, (unsigned short)0x3);
+    }
+    moe_mbar_wait<true>(&ping, 0);
+    moe_mbar_wait(&full, 0);
+    const unsigned b = blockIdx.x;
+    if (threadIdx.x == 0) out[4 * b] = (int)rank, out[4 * b + 1] = 1;
+    for (int i = threadIdx.x; i < 2 * 64 * 64; i += blockDim.x) {
+        const int r = (i / 64) % 64, c = i % 64, h = i / (64 * 64);
+        boxes[b * 2 * 64 * 64 + i] =
+            *(unsigned short*)(smem + h * 64 * 128 + 128 * r + 16 * ((c / 8) ^ (r % 8)) + 2 * (c % 8));
+    }
+    moe_cluster_sync();  // neither block leaves while the other can still reach it
+}
+// Clusters of 2 x 2 blocks: each block's rank (x first) into out[2 b], then a ring of arrivals
+// (rank r on rank r + 1's barrier) between two cluster barriers; out[2 b + 1] = 1 once its own
+// barrier completed.
+__global__ void __cluster_dims__(2, 2, 1) k_cluster_ring(int* out) {
+    __shared__ __align__(8) unsigned long long bar;
+    const unsigned rank = moe_cluster_rank();
+    const unsigned b = blockIdx.x + gridDim.x * blockIdx.y;
+    if (threadIdx.x == 0) moe_mbar_init(&bar, 1);
+    __syncthreads();
+    moe_cluster_sync();
+    if (threadIdx.x == 0) moe_mbar_arrive_cluster(&bar, (rank + 1) % 4);
+    moe_mbar_wait<true>(&bar, 0);
+    if (threadIdx.x == 0) out[2 * b] = (int)rank, out[2 * b + 1] = 1;
+    moe_cluster_sync();
+}
+// The same shape with no cluster: every block is a cluster of one (rank 0).
+__global__ void k_no_cluster(int* out) {
+    moe_cluster_sync();
+    out[blockIdx.x] = (int)moe_cluster_rank();
+}
+// Misuses. A multicast to ranks 0 to 2 (mask 0x7) in a cluster of two.
+__global__ void __cluster_dims__(2, 1, 1) k_err_multicast(const void* map) {
+    DYNAMIC_SHARED(unsigned char, smem);
+    __shared__ __align__(8) unsigned long long full;
+    if (threadIdx.x == 0) {
+        moe_mbar_init(&full, 1);
+        moe_mbar_arrive_expect_tx(&full, 64 * 128);
+        moe_tma_load_2d_multicast(smem, map, 0, 0, &full, (unsigned short)0x7);
+    }
+}
+// An arrival on rank 2's barrier in a cluster of two.
+__global__ void __cluster_dims__(2, 1, 1) k_err_remote_rank(int*) {
+    __shared__ __align__(8) unsigned long long bar;
+    if (threadIdx.x == 0) {
+        moe_mbar_init(&bar, 1);
+        moe_mbar_arrive_cluster(&bar, 2);
+    }
+}
+// Rank 1 waits for an arrival rank 0 makes only after a cluster barrier that rank 1 never
+// reaches: the cluster hangs.
+__global__ void __cluster_dims__(2, 1, 1) k_err_cluster_deadlock(int*) {
+    __shared__ __align__(8) unsigned long long bar;
+    if (threadIdx.x == 0) moe_mbar_init(&bar, 1);
+    __syncthreads();
+    if (moe_cluster_rank() == 0) {
+        moe_cluster_sync();
+        if (threadIdx.x == 0) moe_mbar_arrive_cluster(&bar, 1);
+    } else {
+        moe_mbar_wait<true>(&bar, 0);
+    }
+}
+// Rank 1 leaves at once; rank 0 then arrives on its barrier (no cluster barrier before leaving).
+__global__ void __cluster_dims__(2, 1, 1) k_err_exited_partner(int*) {
+    __shared__ __align__(8) unsigned long long bar;
+    if (threadIdx.x == 0) moe_mbar_init(&bar, 1);
+    if (moe_cluster_rank() == 1) return;
+    moe_cluster_sync();  // met: rank 1's threads have exited
+    if (threadIdx.x == 0) moe_mbar_arrive_cluster(&bar, 1);
+}

@@ -173,7 +173,8 @@ pub struct Variant {
     /// Measured up to this many tokens (the decode path re-reads an expert's weights for each
     /// of its pairs: at 4096 tokens a call would take long and say nothing new).
     pub max_tokens: Option<usize>,
-    /// Runs only on an sm_90a GPU (versions 4 to 11, Hopper's `wgmma`); left out elsewhere.
+    /// Runs only on an sm_90a GPU or the emulator (versions 4 to 11, Hopper's `wgmma`); left out
+    /// elsewhere.
     pub needs_sm90a: bool,
     pub make: fn(FusedDevice) -> FusedDevice,
 }
@@ -491,9 +492,9 @@ fn layers(dev: &'static Device, shape: &Shape, weights: &MoeWeights) -> Result<L
     let base = FusedDevice::new(dev, weights, Dtype::Bf16).map_err(|e| e.to_string())?;
     let mut fused = Vec::new();
     for v in VARIANTS {
-        if v.needs_sm90a && !dev.has_sm90a() {
+        if v.needs_sm90a && !dev.runs_hopper() {
             eprintln!(
-                "bench ch04: {}: {} left out (it needs an sm_90a GPU; this is {})",
+                "bench ch04: {}: {} left out (it needs an sm_90a GPU or the emulator; this is {})",
                 shape.name,
                 v.imp,
                 dev.describe()
@@ -1383,8 +1384,11 @@ mod tests {
         let routings = ch02::routings(shape, &TINY_TOKENS).unwrap();
         let layers = layers(dev, shape, &weights(shape)).unwrap();
         let cases: Vec<Case> = cases(shape, &routings, &layers).iter().map(stub).collect();
-        // On the emulator the sm_90a variant is left out.
-        let here = VARIANTS.iter().filter(|v| !v.needs_sm90a).count();
+        // The emulator runs the sm_90a variants too.
+        let here = VARIANTS
+            .iter()
+            .filter(|v| !v.needs_sm90a || dev.runs_hopper())
+            .count();
         assert_eq!(cases.len(), TINY_TOKENS.len() * (here + 1));
         assert!(cases.iter().filter(|c| c.steps).count() == 0, "stubs");
         let ceilings = Ceilings {

@@ -9,6 +9,7 @@ pub mod ch03;
 pub mod ch04;
 pub mod ch05;
 pub mod ch06;
+pub mod emu_hopper;
 pub mod equality;
 pub mod facts;
 pub mod spec;
@@ -96,7 +97,7 @@ pub fn generate(root: &Path, group: &str) -> Result<Vec<Generated>, String> {
         "ch06" => ch06::generate(root),
         // The page's example and tree (the full-size decode step's measurements join them later).
         "ch07" => example_and_tree(root, 7),
-        "runtime" => runtime(root),
+        "runtime" => Ok([runtime(root)?, emu_hopper::generate(root)?].concat()),
         "primer" => primer_example(root),
         other => Err(format!(
             "no generated files for `{other}` (groups: {})",
