@@ -140,9 +140,8 @@ impl fmt::Display for Fusion {
 // ANCHOR: tile_config
 /// The versions of the tiled path's main loop, one section of chapter 4 each; each adds one idea
 /// to the one before. Versions 1 to 3 run `mma.sync` on any GPU since Volta (and the emulator);
-/// 4 to 11 run Hopper's `wgmma`, on sm_90a GPUs and on the emulator (`kernels/emu/hopper.h`;
-/// version 9 there only where no two blocks of a cluster share a weight slice: it runs no
-/// clusters).
+/// 4 to 11 run Hopper's `wgmma`, on sm_90a GPUs and on the emulator (`kernels/emu/hopper.h`,
+/// clusters included).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Version {
     /// Stage a slice of K, wait, multiply (one stage).

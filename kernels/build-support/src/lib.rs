@@ -608,7 +608,13 @@ pub fn compile_family_from(family: &str, cu: &Path, crate_path: CratePath) {
     for p in &read {
         println!("cargo:rerun-if-changed={}", p.display());
     }
-    for f in ["cuda_emu.h", "emu_trampoline.h", "mma.h", "tc_model.h"] {
+    for f in [
+        "cuda_emu.h",
+        "emu_trampoline.h",
+        "mma.h",
+        "tc_model.h",
+        "hopper.h",
+    ] {
         println!(
             "cargo:rerun-if-changed={}",
             kernels.join("emu").join(f).display()

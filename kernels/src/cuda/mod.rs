@@ -15,8 +15,8 @@ pub mod nvrtc;
 
 pub use cache::KernelCache;
 pub use nvrtc::{
-    compile_cubin, compile_ptx, cuda_include_dir, experiment_defines, nvrtc_compiles, nvrtc_options,
-    nvrtc_version, target_arch,
+    compile_cubin, compile_ptx, cuda_include_dir, experiment_defines, nvrtc_compiles,
+    nvrtc_options, nvrtc_version, target_arch,
 };
 
 use crate::backend::{Backend, BackendKind, KernelHandle};

@@ -93,7 +93,9 @@ pub(crate) fn option_list(arch: &'static str) -> Result<Vec<String>> {
     );
     list.push(format!("--gpu-architecture={arch}"));
     list.extend(opts.options.iter().cloned());
-    list.extend(experiment_defines(std::env::var("MOE_NVRTC_DEFINES").ok().as_deref())?);
+    list.extend(experiment_defines(
+        std::env::var("MOE_NVRTC_DEFINES").ok().as_deref(),
+    )?);
     Ok(list)
 }
 
@@ -118,7 +120,9 @@ pub fn experiment_defines(value: Option<&str>) -> Result<Vec<String>> {
             return Err(bad(&format!("{name:?} is not a macro name")));
         }
         if !word(val) {
-            return Err(bad(&format!("the value of {name} ({val:?}) is not a plain word")));
+            return Err(bad(&format!(
+                "the value of {name} ({val:?}) is not a plain word"
+            )));
         }
         out.push(format!("-D{name}={val}"));
     }

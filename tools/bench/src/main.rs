@@ -27,6 +27,7 @@ mod ch05;
 mod ch06;
 mod common;
 mod emu;
+mod emu_hopper;
 mod peers;
 
 use cases::{BenchError, Case, Session};
@@ -70,6 +71,39 @@ enum Cmd {
     Ch06(GpuArgs),
     /// The emulator's GEMM rate on this CPU (no GPU needed).
     Emu(EmuArgs),
+    /// Chapter 4's Hopper versions on the emulator beside the portable path (no GPU needed).
+    #[command(name = "emu-hopper")]
+    EmuHopper(EmuHopperArgs),
+}
+
+#[derive(clap::Args)]
+struct EmuHopperArgs {
+    /// Write the rows here (replacing the file).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Runs per configuration; the fastest counts.
+    #[arg(long, default_value_t = 2)]
+    repeats: usize,
+}
+
+/// `bench emu-hopper`: chapter 4's Hopper configurations timed on the emulator beside the
+/// portable path (tools/bench/src/emu_hopper.rs), printed and written to `--out`.
+fn emu_hopper(args: &EmuHopperArgs) -> Result<(), String> {
+    eprintln!(
+        "bench emu-hopper: chapter 4's Hopper versions on the emulator ({})",
+        Device::emu().describe()
+    );
+    let rows = emu_hopper::measure(args.repeats)?;
+    let text: String = std::iter::once(emu_hopper::HEADER.to_string())
+        .chain(emu_hopper::csv_lines(&rows))
+        .map(|l| l + "\n")
+        .collect();
+    print!("{text}");
+    if let Some(p) = &args.out {
+        write(p, &text)?;
+        println!("wrote {}", p.display());
+    }
+    Ok(())
 }
 
 #[derive(clap::Args)]
@@ -227,6 +261,7 @@ fn main() -> ExitCode {
         Cmd::Ch05(a) => ch05::run(a),
         Cmd::Ch06(a) => ch06::run(a),
         Cmd::Emu(a) => emu(a),
+        Cmd::EmuHopper(a) => emu_hopper(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
