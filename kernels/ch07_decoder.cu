@@ -162,10 +162,11 @@ extern "C" __global__ void __launch_bounds__(DEC_HEAD_THREADS) dec_qkv(const flo
 // One query head of one row against the positions 0..n-1 of its KV head in the cache:
 // softmax(q·kⱼ / √D) · v, written in bf16 for the output projection.
 //   q [B, NH D] f32, kc, vc [B, CAP, KVH D] f32, out [B, NH D] bf16; n <= DEC_MAX_CTX.
-// Grid: (NH, B); block: DEC_HEAD_THREADS. Thread t scores the positions t, t + 128, ... (one dot
-// product over D each, in order), then the block finds the largest score and the sum of the
-// exponentials; thread t then sums dimension t (t + 128, ...) of the values over every position
-// in order.
+// Grid: (NH, B); block: DEC_HEAD_THREADS. Warp w scores the positions w, w + 4, ... (lane l sums
+// dimensions l, l + 32, ... of one key, in order, then a xor tree over the warp: the key's row is
+// read in whole 128-byte lines); the block then finds the largest score and the sum of the
+// exponentials; thread t sums dimension t (t + 128, ...) of the values over every position in
+// order.
 extern "C" __global__ void __launch_bounds__(DEC_HEAD_THREADS) dec_attention(const float* __restrict__ q,
                                                                            const float* __restrict__ kc,
                                                                            const float* __restrict__ vc,
@@ -180,12 +181,15 @@ extern "C" __global__ void __launch_bounds__(DEC_HEAD_THREADS) dec_attention(con
     __syncthreads();
     const float* keys = kc + (size_t)b * CAP * stride + kvh * D;
     const float* vals = vc + (size_t)b * CAP * stride + kvh * D;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = DEC_HEAD_THREADS / 32;
     float best = -__int_as_float(0x7f800000);
-    for (int j = threadIdx.x; j < n; j += DEC_HEAD_THREADS) {
+    for (int j = warp; j < n; j += warps) {
+        const float* k = keys + (size_t)j * stride;
         float s = 0.0f;
-        for (int i = 0; i < D; ++i) s = fmaf(qh[i], keys[(size_t)j * stride + i], s);
+        for (int i = lane; i < D; i += 32) s = fmaf(qh[i], k[i], s);
+        for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(MOE_FULL_MASK, s, off);
         s = s * scale;
-        p[j] = s;
+        if (lane == 0) p[j] = s;
         best = fmaxf(best, s);
     }
     best = dec_block_max(best, scratch);  // its barriers also publish p

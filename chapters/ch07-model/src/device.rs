@@ -220,6 +220,10 @@ impl DeviceState {
     pub fn moe_input(&self) -> &DeviceBuffer<bf16> {
         &self.xb
     }
+    /// Where a MoE layer writes its output: `[B, H]` f32.
+    pub fn moe_output(&self) -> &DeviceBuffer<f32> {
+        &self.delta
+    }
 }
 
 fn to_bf16(v: &[f32]) -> Vec<bf16> {
