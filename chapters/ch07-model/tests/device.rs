@@ -102,8 +102,8 @@ fn batch_rows_are_independent(dev: &'static Device) {
             })
             .collect();
         let mut st = device.state(2).unwrap();
-        for pos in 0..8 {
-            st.set_tokens(&[seqs[0][pos], seqs[1][pos]], v).unwrap();
+        for (pos, (&a, &b)) in seqs[0].iter().zip(&seqs[1]).enumerate() {
+            st.set_tokens(&[a, b], v).unwrap();
             device.step(&st, pos).unwrap();
         }
         let both = st.logits().unwrap();

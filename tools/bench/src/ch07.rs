@@ -108,9 +108,9 @@ struct Row {
 
 fn timed(
     h: &Harness,
-    mut f: impl FnMut() -> Result<(), BenchError>,
+    f: impl FnMut() -> Result<(), BenchError>,
 ) -> Result<Measurement, String> {
-    h.measure(|| f()).map_err(|e| e.0)
+    h.measure(f).map_err(|e| e.0)
 }
 
 fn decode(dev: &'static Device, quick: bool, out: &std::path::Path) -> Result<(), String> {
