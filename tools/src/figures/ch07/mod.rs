@@ -32,7 +32,7 @@ const PARTS: [(&str, &str); 8] = [
     ("o_proj", "output projection"),
     ("moe", "MoE layers (chapter 6's layer)"),
     ("dense_mlp", "dense MLPs"),
-    ("lm_head", "final norm's GEMM: LM head and argmax"),
+    ("lm_head", "LM head (its GEMM) and argmax"),
 ];
 
 /// One part's cold and warm medians at one batch.
@@ -206,8 +206,8 @@ pub fn decode_svg(rows: &[Part]) -> Result<String, String> {
         r#"<text x="16" y="26" font-size="17" font-weight="600">Where a decode step's time goes: Qwen3-30B-A3B's shapes on the H200</text>"#
     );
     for (i, l) in [
-        "Each bar is one step (cold: L2 flushed), split by each part timed alone as a CUDA graph; batch of sequences on the left.",
-        "48 MoE layers through chapter 6's layer; everything else plain kernels of chapter 7 and chapter 5's tiny GEMM.",
+        "Each bar: one step, cold (L2 flushed), split by its parts, each timed alone as a CUDA graph.",
+        "48 MoE layers through chapter 6's layer; the rest chapter 7's plain kernels and chapter 5's tiny GEMM.",
     ]
     .iter()
     .enumerate()
@@ -279,7 +279,7 @@ pub fn decode_svg(rows: &[Part]) -> Result<String, String> {
 
 /// The decode step's facts, per batch `b`: `b{b}_step_cold_ms`, `b{b}_step_warm_ms`,
 /// `b{b}_floor_ms`, `b{b}_over_floor` (cold step / floor), the shares of the cold step
-/// `b{b}_{moe,router,attention,proj,lm_head,norms}_pct`, `b{b}_router_of_moe_pct`,
+/// `b{b}_{moe,router,attention,proj,lm_head,norms,other,not_moe}_pct`, `b{b}_router_of_moe_pct`,
 /// `b{b}_moe_layer_us` (the MoE part / the layers) and `b{b}_one_layer_cold_us`.
 fn decode_facts(rows: &[Part], f: &mut Facts, layers: f64) -> Result<(), String> {
     for b in batches(rows) {
@@ -303,6 +303,13 @@ fn decode_facts(rows: &[Part], f: &mut Facts, layers: f64) -> Result<(), String>
         ] {
             f.add(format!("b{b}_{name}_pct"), pct(v, step.cold_us), DECODE);
         }
+        let (oc, _) = other(rows, b)?;
+        f.add(format!("b{b}_other_pct"), pct(oc, step.cold_us), DECODE);
+        f.add(
+            format!("b{b}_not_moe_pct"),
+            pct(step.cold_us - c("moe"), step.cold_us),
+            DECODE,
+        );
         f.add(
             format!("b{b}_router_of_moe_pct"),
             pct(c("router"), c("moe")),
