@@ -44,6 +44,8 @@ pub struct Part {
     pub cold_us: f64,
     pub warm_us: f64,
     pub floor_us: f64,
+    /// The bytes its floor is computed from.
+    pub bytes: f64,
 }
 
 /// The rows of `ch07_decode.csv`.
@@ -62,6 +64,7 @@ pub fn parse_decode(text: &str, name: &str) -> Result<Vec<Part>, String> {
             cold_us: num("cold_us")?,
             warm_us: num("warm_us")?,
             floor_us: num("floor_us")?,
+            bytes: num("bytes")?,
         });
     }
     if v.is_empty() {
@@ -303,6 +306,50 @@ fn decode_facts(rows: &[Part], f: &mut Facts, layers: f64) -> Result<(), String>
         ] {
             f.add(format!("b{b}_{name}_pct"), pct(v, step.cold_us), DECODE);
         }
+        // The step with our plain attention kernels left out: what the rest weighs.
+        let rest = step.cold_us - c("attention");
+        f.add(format!("b{b}_rest_ms"), ms(rest), DECODE);
+        f.add(format!("b{b}_moe_of_rest_pct"), pct(c("moe"), rest), DECODE);
+        f.add(
+            format!("b{b}_router_of_rest_pct"),
+            pct(c("router"), rest),
+            DECODE,
+        );
+        f.add(
+            format!("b{b}_attention_floor_us"),
+            format!("{:.0}", need(rows, b, "attention")?.floor_us),
+            DECODE,
+        );
+        f.add(
+            format!("b{b}_attention_over_floor"),
+            format!(
+                "{:.0}",
+                c("attention") / need(rows, b, "attention")?.floor_us
+            ),
+            DECODE,
+        );
+        f.add(
+            format!("b{b}_moe_over_floor"),
+            format!("{:.2}", c("moe") / need(rows, b, "moe")?.floor_us),
+            DECODE,
+        );
+        f.add(
+            format!("b{b}_norm_launch_us"),
+            format!(
+                "{:.1}",
+                c("norms") / need(rows, b, "norms")?.launches as f64
+            ),
+            DECODE,
+        );
+        // The distinct experts a layer's routing touched, on average: the MoE part's bytes are
+        // per layer the touched experts' three matrices and the gate (Qwen3-30B-A3B's sizes).
+        let per_layer = need(rows, b, "moe")?.bytes / layers;
+        let (h, i, e) = (2048.0, 768.0, 128.0);
+        f.add(
+            format!("b{b}_experts_touched"),
+            format!("{:.0}", (per_layer - 2.0 * e * h) / (2.0 * 3.0 * i * h)),
+            DECODE,
+        );
         let (oc, _) = other(rows, b)?;
         f.add(format!("b{b}_other_pct"), pct(oc, step.cold_us), DECODE);
         f.add(
