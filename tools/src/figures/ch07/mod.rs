@@ -111,12 +111,13 @@ fn pct(part: f64, whole: f64) -> String {
 }
 
 /// The breakdown table: one line per part, one column per batch: `cold / warm ms (share of the
-/// cold step)`; the router inside the MoE layers and one MoE layer alone below; the floor line.
+/// cold step), floor` (the floor: the part's bytes at the copy bandwidth); the router inside the
+/// MoE layers and one MoE layer alone below.
 pub fn decode_table(rows: &[Part]) -> Result<String, String> {
     let bs = batches(rows);
     let mut s = String::from("| part | launches |");
     for b in &bs {
-        let _ = write!(s, " batch {b}: cold / warm ms (share) |");
+        let _ = write!(s, " batch {b}: cold / warm ms (share), floor |");
     }
     s += "\n|---|---|";
     s += &"---|".repeat(bs.len());
@@ -130,10 +131,11 @@ pub fn decode_table(rows: &[Part]) -> Result<String, String> {
             let (r, step) = (need(rows, b, part)?, need(rows, b, "step")?);
             let _ = write!(
                 s,
-                " {} / {} ({}%) |",
+                " {} / {} ({}%), {} |",
                 ms(r.cold_us),
                 ms(r.warm_us),
-                pct(r.cold_us, step.cold_us)
+                pct(r.cold_us, step.cold_us),
+                ms(r.floor_us)
             );
         }
         s.push('\n');
@@ -152,11 +154,6 @@ pub fn decode_table(rows: &[Part]) -> Result<String, String> {
     line(&mut s, "**the whole step** (one CUDA graph)", "step")?;
     line(&mut s, "of the MoE layers: chapter 5's router", "router")?;
     line(&mut s, "one MoE layer alone", "moe_layer")?;
-    let _ = write!(s, "| the step's floor: its bytes at the copy bandwidth | |");
-    for &b in &bs {
-        let _ = write!(s, " {} |", ms(need(rows, b, "step")?.floor_us));
-    }
-    s.push('\n');
     Ok(s)
 }
 
@@ -491,7 +488,7 @@ mod tests {
         let rows = parse_decode(CSV, "t").unwrap();
         let t = decode_table(&rows).unwrap();
         assert!(
-            t.contains("| MoE layers (chapter 6's layer) | 144 | 3.00 / 2.90 (60%) |"),
+            t.contains("| MoE layers (chapter 6's layer) | 144 | 3.00 / 2.90 (60%), 0.00 |"),
             "{t}"
         );
         assert!(
@@ -499,7 +496,7 @@ mod tests {
             "{t}"
         );
         assert!(!t.contains("dense MLPs"), "{t}");
-        assert!(t.contains("| 2.00 |"), "{t}");
+        assert!(t.contains("| 5.00 / 4.80 (100%), 2.00 |"), "{t}");
         let mut f = Facts::default();
         decode_facts(&rows, &mut f, 48.0).unwrap();
         assert_eq!(f.get("b1_moe_pct"), Some("60"));
