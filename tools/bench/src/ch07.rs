@@ -106,10 +106,7 @@ struct Row {
     floor_us: f64,
 }
 
-fn timed(
-    h: &Harness,
-    f: impl FnMut() -> Result<(), BenchError>,
-) -> Result<Measurement, String> {
+fn timed(h: &Harness, f: impl FnMut() -> Result<(), BenchError>) -> Result<Measurement, String> {
     h.measure(f).map_err(|e| e.0)
 }
 
