@@ -77,3 +77,9 @@ impl From<MoeError> for ModelError {
         ModelError::Layer(e)
     }
 }
+
+impl From<moe_kernels::KernelError> for ModelError {
+    fn from(e: moe_kernels::KernelError) -> Self {
+        ModelError::Layer(MoeError::from(e))
+    }
+}

@@ -21,6 +21,7 @@
 
 pub mod config;
 pub mod cpu;
+pub mod device;
 pub mod error;
 pub mod example;
 #[cfg_attr(feature = "answers", path = "../answers/exercises.rs")]
@@ -30,6 +31,7 @@ pub mod load;
 pub mod model;
 
 pub use config::{parse_model_config, ModelConfig};
+pub use device::{DeviceModel, DeviceState, Part};
 pub use error::ModelError;
 pub use load::{load, ModelWeights};
 pub use model::{KvCache, Model, Step};

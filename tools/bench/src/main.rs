@@ -14,6 +14,7 @@
 //! tools/bench/run ch04-tune [--shapes qwen3,glm] [--tokens 1,2,4,…] [--out-dir D] [--quick]
 //! tools/bench/run ch05 [--peers S --out-dir D] [--quick]
 //! tools/bench/run ch06 [--out-dir D] [--quick]
+//! tools/bench/run ch07 [--out-dir D] [--quick] [--fixtures DIR]
 //! ```
 
 mod cases;
@@ -25,6 +26,7 @@ mod ch04_inputs;
 mod ch04_tune;
 mod ch05;
 mod ch06;
+mod ch07;
 mod common;
 mod emu;
 mod emu_hopper;
@@ -69,6 +71,9 @@ enum Cmd {
     /// Chapter 6: the assembled layer, its router and its experts at chapter 4's token counts
     /// (GPU); `--quick` without a GPU: a smoke test.
     Ch06(GpuArgs),
+    /// Chapter 7: a full-size decode step (Qwen3-30B-A3B's shapes) and its parts at batch 1, 8
+    /// and 64 (GPU), and what bf16 changes on the fixtures (any backend; `--quick` without a GPU).
+    Ch07(ch07::Ch07Args),
     /// The emulator's GEMM rate on this CPU (no GPU needed).
     Emu(EmuArgs),
     /// Chapter 4's Hopper versions on the emulator beside the portable path (no GPU needed).
@@ -260,6 +265,7 @@ fn main() -> ExitCode {
         Cmd::Ch04Tune(a) => ch04_tune::run(a),
         Cmd::Ch05(a) => ch05::run(a),
         Cmd::Ch06(a) => ch06::run(a),
+        Cmd::Ch07(a) => ch07::run(a),
         Cmd::Emu(a) => emu(a),
         Cmd::EmuHopper(a) => emu_hopper(a),
     };

@@ -9,6 +9,7 @@ pub mod ch03;
 pub mod ch04;
 pub mod ch05;
 pub mod ch06;
+pub mod ch07;
 pub mod emu_hopper;
 pub mod equality;
 pub mod facts;
@@ -95,8 +96,8 @@ pub fn generate(root: &Path, group: &str) -> Result<Vec<Generated>, String> {
             Ok(v)
         }
         "ch06" => ch06::generate(root),
-        // The page's example and tree (the full-size decode step's measurements join them later).
-        "ch07" => example_and_tree(root, 7),
+        // The full-size decode step's breakdown and what bf16 changes, with the example and tree.
+        "ch07" => ch07::generate(root),
         "runtime" => Ok([runtime(root)?, emu_hopper::generate(root)?].concat()),
         "primer" => primer_example(root),
         other => Err(format!(
