@@ -53,6 +53,26 @@ __device__ __forceinline__ void moe_wgmma_wait() {
 __device__ __forceinline__ void moe_fence_proxy_async() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
+// True in one lane of the calling warp's active lanes, the same one for all of them (the lowest,
+// elect.sync): "one thread issues it" without naming a lane by number. No kernel of the book
+// needs it yet (each names lane 0 or thread 0 itself); the emulator has its twin.
+__device__ __forceinline__ bool moe_elect_one() {
+    unsigned e;
+    asm volatile("{\n.reg .pred p;\nelect.sync _|p, %1;\nselp.u32 %0, 1, 0, p;\n}\n" : "=r"(e) : "r"(__activemask()));
+    return e != 0;
+}
+// Moves this warpgroup's register budget to N a thread (a multiple of 8, 24 to 256), up (INC) or
+// down: what warp-specialized kernels do to give a producer's registers to its consumers. Every
+// thread of the warpgroup runs it. The emulator accepts it and changes nothing (it has no
+// register file to share).
+template <int N, bool INC>
+__device__ __forceinline__ void moe_setmaxnreg() {
+    static_assert(N % 8 == 0 && N >= 24 && N <= 256, "setmaxnreg: a multiple of 8 from 24 to 256");
+    if (INC)
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+    else
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
 
 // d += a . b for one 64 x N x 16 step: a, b descriptors; d this thread's N / 2 accumulators
 // (the predicate, scale-d, is 1: accumulate; then a and b unscaled, neither transposed).

@@ -85,6 +85,17 @@ static inline void moe_wgmma_wait(int line = __builtin_LINE(), const char* file 
 // between is an error (emu_tensor.cpp, check_proxy).
 void emu_fence_proxy_async();
 static inline void moe_fence_proxy_async() { emu_fence_proxy_async(); }
+// elect.sync: the lowest active lane of the warp is the one elected, as on the GPU.
+static inline bool moe_elect_one() {
+    const unsigned active = __activemask();
+    return (int)(threadIdx.x & 31) == __ffs((int)active) - 1;
+}
+// setmaxnreg: accepted, no effect (the emulator's threads have no register file to share); the
+// count is checked as the GPU's assembler checks it.
+template <int N, bool INC>
+static inline void moe_setmaxnreg() {
+    static_assert(N % 8 == 0 && N >= 24 && N <= 256, "setmaxnreg: a multiple of 8 from 24 to 256");
+}
 template <int N>
 static inline void moe_wgmma_bf16(float (&d)[N / 2], unsigned long long a, unsigned long long b,
                                   int line = __builtin_LINE(), const char* file = __builtin_FILE()) {

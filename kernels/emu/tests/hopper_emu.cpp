@@ -1,7 +1,8 @@
 // hopper_emu.cpp -- self-test of the emulator's Hopper machinery (kernels/emu/hopper.h): wgmma
 // against tc_model.h on both shared-memory layouts, TMA boxes with zero fill and the 128-byte
-// swizzle on mbarrier phases, a producer/consumer pipeline on mbarriers and a named barrier, and
-// each misuse the emulator reports, with its message. Built and run by run.sh.
+// swizzle on mbarrier phases, a producer/consumer pipeline on mbarriers and a named barrier,
+// elect.sync and setmaxnreg, and each misuse the emulator reports, with its message. Built and run
+// by run.sh.
 #include "cuda_emu.h"
 #include "test_hopper.cu"
 #include "emu_trampoline.h"
@@ -17,7 +18,7 @@ TRAMP(k_wgmma) TRAMP(k_tma) TRAMP(k_pipeline) TRAMP(k_err_mbar_deadlock) TRAMP(k
 TRAMP(k_err_acc_write) TRAMP(k_acc_read_early) TRAMP(k_err_static_desc) TRAMP(k_err_half_warpgroup)
 TRAMP(k_cluster) TRAMP(k_cluster_ring) TRAMP(k_no_cluster) TRAMP(k_err_multicast) TRAMP(k_err_remote_rank) TRAMP(k_err_cluster_deadlock)
 TRAMP(k_err_exited_partner) TRAMP(k_err_no_proxy_fence)
-TRAMP(k_err_overwrite_in_flight) TRAMP(k_cp_async_fenced) TRAMP(k_err_cp_async_no_fence)
+TRAMP(k_err_overwrite_in_flight) TRAMP(k_cp_async_fenced) TRAMP(k_err_cp_async_no_fence) TRAMP(k_elect)
 
 static int g_checks = 0, g_failures = 0;
 #define CHECK(cond, ...)                                                              \
@@ -142,6 +143,20 @@ static void test_pipeline() {
     CHECK(wrong == 0, "pipeline: %d values wrong", wrong);
     printf("  mbarrier pipeline: %d values through one slot (full/empty phases), then a named barrier: %d wrong\n",
            n, wrong);
+}
+
+static void test_elect() {
+    const int warps = 4;
+    std::vector<int> out(2 * warps, -1), count(warps, 0);
+    int *po = out.data(), *pc = count.data();
+    Res r = launch(tramp_k_elect, {&po, &pc}, 32 * warps, 0);
+    CHECK(r.rc == 0, "elect launch: %s", r.err.c_str());
+    int wrong = 0;
+    for (int w = 0; w < warps; ++w) wrong += out[2 * w] != 0 || out[2 * w + 1] != 1 || count[w] != 2;
+    CHECK(wrong == 0, "elect: %d warps wrong (lanes %d, %d; count %d in warp 0)", wrong, out[0], out[1], count[0]);
+    printf("  elect.sync: lane 0 of a full warp and lane 1 of its odd lanes, once each, in %d warps; setmaxnreg "
+           "accepted: %d wrong\n",
+           warps, wrong);
 }
 
 static void expect_error(const char* what, void (*fn)(void**), std::vector<void*> params, unsigned threads,
@@ -293,6 +308,7 @@ int main() {
     test_wgmma();
     test_tma();
     test_pipeline();
+    test_elect();
     test_clusters();
     test_misuse();
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -103,6 +103,27 @@ __global__ void k_pipeline(int* out, int n) {
     if (threadIdx.x == 0) out[n] = 1;
 }
 
+// elect.sync and setmaxnreg: per warp, the elected lane of all 32 lanes (out[2w]) and of the odd
+// lanes alone (out[2w + 1]), each elected exactly once (count[w]: 2); setmaxnreg up and down is
+// accepted on the way.
+__global__ void k_elect(int* out, int* count) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    moe_setmaxnreg<240, true>();
+    if (moe_elect_one()) {
+        out[2 * warp] = lane;
+        atomicAdd(&count[warp], 1);
+    }
+    __syncwarp();
+    if (lane & 1) {
+        if (moe_elect_one()) {
+            out[2 * warp + 1] = lane;
+            atomicAdd(&count[warp], 1);
+        }
+    }
+    __syncwarp();
+    moe_setmaxnreg<40, false>();
+}
+
 // Misuses.
 // A phase that never completes: two arrivals expected, one made.
 __global__ void k_err_mbar_deadlock(int*) {

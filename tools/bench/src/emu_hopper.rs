@@ -40,7 +40,7 @@ pub struct Timing {
     pub portable_seconds: f64,
 }
 
-/// Two pairs a token, dealt so that expert e gets COUNTS[e] pairs (each expert's pairs in a run,
+/// Two pairs a token, dealt so that expert e gets `COUNTS[e]` pairs (each expert's pairs in a run,
 /// token t taking pairs t and t + T).
 fn routing() -> Routing {
     let sorted: Vec<u32> = (0..COUNTS.len())
