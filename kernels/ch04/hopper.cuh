@@ -303,6 +303,11 @@ __device__ __forceinline__ void ws_producer(const __nv_bfloat16* __restrict__ A,
     constexpr int DSTEP = 128 * C::RSTEP;
     const unsigned row_bytes = (unsigned)K * 2u;
     const int nk = (K + C::BK - 1) / C::BK;
+#ifdef MOE_X_PRODUCER_FENCE
+    // Slices a producer thread's arrival lags its copies by: at most STAGES − 2, or the producer
+    // would wait on an `empty` that needs the very arrival it holds back.
+    constexpr int WS_FENCE_LAG = C::STAGES - 2;
+#endif
     for (int kt = 0; kt < nk; ++kt) {
         const unsigned it = it0 + (unsigned)kt;  // version 10: counted on from the block's earlier items
         const int st = (int)(it % C::STAGES);
@@ -332,12 +337,11 @@ __device__ __forceinline__ void ws_producer(const __nv_bfloat16* __restrict__ A,
 #ifdef MOE_X_PRODUCER_FENCE
         // Experiment: this thread's copies of slice kt − LAG have landed; the proxy fence makes
         // them visible to wgmma's reads, then a plain arrival (the consumers need no fence).
-        constexpr int LAG = C::STAGES - 2;
         moe_cp_async_commit();
-        if (kt >= LAG) {
-            moe_cp_async_wait(LAG);
+        if (kt >= WS_FENCE_LAG) {
+            moe_cp_async_wait(WS_FENCE_LAG);
             moe_fence_proxy_async();
-            moe_mbar_arrive(&full[(it - LAG) % C::STAGES]);
+            moe_mbar_arrive(&full[(it - WS_FENCE_LAG) % C::STAGES]);
         }
 #else
         moe_cp_async_mbar_arrive(&full[st]);
@@ -346,7 +350,7 @@ __device__ __forceinline__ void ws_producer(const __nv_bfloat16* __restrict__ A,
 #ifdef MOE_X_PRODUCER_FENCE
     moe_cp_async_wait(0);
     moe_fence_proxy_async();
-    for (int j = nk > C::STAGES - 2 ? nk - (C::STAGES - 2) : 0; j < nk; ++j) moe_mbar_arrive(&full[(it0 + (unsigned)j) % C::STAGES]);
+    for (int j = nk > WS_FENCE_LAG ? nk - WS_FENCE_LAG : 0; j < nk; ++j) moe_mbar_arrive(&full[(it0 + (unsigned)j) % C::STAGES]);
 #endif
     if (!C::PS) moe_cp_async_wait(0);  // nothing of this thread's still landing when it leaves
 #endif

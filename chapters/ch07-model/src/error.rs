@@ -1,6 +1,7 @@
 //! Why a model did not load or run. Checkpoint problems are chapter 2's [`CheckpointError`]
 //! (each names the file, field or tensor); the model adds its own few.
 
+use ch02_grouped::checkpoint::error::UnusedWords;
 use ch02_grouped::checkpoint::{CheckpointError, Family};
 use ch02_grouped::MoeError;
 use std::fmt;
@@ -40,19 +41,17 @@ impl fmt::Display for ModelError {
                     ""
                 }
             ),
-            ModelError::UnusedTensors { tensors } => write!(
-                f,
-                "the checkpoint has {} {} that this config.json does not read: {}; running \
-                 without {} would compute another model",
-                tensors.len(),
-                if tensors.len() == 1 { "tensor" } else { "tensors" },
-                tensors
-                    .iter()
-                    .map(|t| format!("`{t}`"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                if tensors.len() == 1 { "it" } else { "them" },
-            ),
+            ModelError::UnusedTensors { tensors } => {
+                let w = UnusedWords(tensors);
+                write!(
+                    f,
+                    "the checkpoint has {} that this config.json does not read: {}; running \
+                     without {} would compute another model",
+                    w.count(),
+                    w.names(),
+                    w.pronoun(),
+                )
+            }
             ModelError::Token { token, vocab } => write!(
                 f,
                 "token id {token} is not in the vocabulary (vocab_size {vocab}: ids 0 to {})",

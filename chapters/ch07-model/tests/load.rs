@@ -140,6 +140,11 @@ fn tied_embeddings() {
             tensors: vec!["lm_head.weight".into()]
         }
     );
+    assert_eq!(
+        e.to_string(),
+        "the checkpoint has 1 tensor that this config.json does not read: `lm_head.weight`; \
+         running without it would compute another model"
+    );
 }
 
 // ANCHOR: bad_checkpoints

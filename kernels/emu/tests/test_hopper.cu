@@ -155,19 +155,27 @@ __global__ void k_err_tma_outside(const void* map) {
         moe_tma_load_2d(smem + 1024, map, 0, 0, &bar);
     }
 }
+// Shared memory's flat 64 x 16 A and 128 x 16 B, all ones, fenced for wgmma.
+__device__ void ht_ones(unsigned char* smem) {
+    for (int i = threadIdx.x; i < 64 * 16 + 128 * 16; i += 128) ((unsigned short*)smem)[i] = 0x3f80;  // 1.0
+    __syncthreads();
+    moe_fence_proxy_async();
+}
+// acc = 0, then one committed group of a wgmma m64n128k16 on ht_ones' layout at smem.
+__device__ void ht_issue(unsigned char* smem, float (&acc)[64]) {
+    for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+    moe_wgmma_fence();
+    moe_wgmma_bf16<128>(acc, moe_wgmma_desc(smem, 128, 256), moe_wgmma_desc(smem + 2048, 128, 256));
+    moe_wgmma_commit();
+}
 // The accumulators written (WRITE) or read (else: the value is stored to out) between a wgmma
 // and its wait.
 template <bool WRITE>
 __device__ void ht_early(float* out) {
     DYNAMIC_SHARED(unsigned char, smem);
-    for (int i = threadIdx.x; i < 64 * 16 + 128 * 16; i += 128) ((unsigned short*)smem)[i] = 0x3f80;  // 1.0
-    __syncthreads();
-    moe_fence_proxy_async();
+    ht_ones(smem);
     float acc[64];
-    for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
-    moe_wgmma_fence();
-    moe_wgmma_bf16<128>(acc, moe_wgmma_desc(smem, 128, 256), moe_wgmma_desc(smem + 2048, 128, 256));
-    moe_wgmma_commit();
+    ht_issue(smem, acc);
     if (WRITE) acc[0] = 1.0f;
     else out[threadIdx.x] = acc[0];
     moe_wgmma_wait<0>();
@@ -186,10 +194,7 @@ __device__ void ht_cp_async(const unsigned short* src, float* out) {
     __syncthreads();
     if (FENCE) moe_fence_proxy_async();
     float acc[64];
-    for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
-    moe_wgmma_fence();
-    moe_wgmma_bf16<128>(acc, moe_wgmma_desc(smem, 128, 256), moe_wgmma_desc(smem + 2048, 128, 256));
-    moe_wgmma_commit();
+    ht_issue(smem, acc);
     moe_wgmma_wait<0>();
     out[threadIdx.x] = acc[0];
 }
@@ -198,14 +203,9 @@ __global__ void k_err_cp_async_no_fence(const unsigned short* src, float* out) {
 // A operand overwritten (and fenced) between the wgmma and its wait: the wgmma may still read it.
 __global__ void k_err_overwrite_in_flight(float* out) {
     DYNAMIC_SHARED(unsigned char, smem);
-    for (int i = threadIdx.x; i < 64 * 16 + 128 * 16; i += 128) ((unsigned short*)smem)[i] = 0x3f80;  // 1.0
-    __syncthreads();
-    moe_fence_proxy_async();
+    ht_ones(smem);
     float acc[64];
-    for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
-    moe_wgmma_fence();
-    moe_wgmma_bf16<128>(acc, moe_wgmma_desc(smem, 128, 256), moe_wgmma_desc(smem + 2048, 128, 256));
-    moe_wgmma_commit();
+    ht_issue(smem, acc);
     if (threadIdx.x == 0) ((unsigned short*)smem)[0] = 0x4000;  // 2.0 into A while the wgmma runs
     moe_fence_proxy_async();
     moe_wgmma_wait<0>();

@@ -194,19 +194,17 @@ impl fmt::Display for CheckpointError {
                 layer,
                 family,
                 tensors,
-            } => write!(
-                f,
-                "layer {layer} has {} {} that a {family} layer of this config.json does not read: \
-                 {}; loading without {} would compute another layer",
-                tensors.len(),
-                if tensors.len() == 1 { "tensor" } else { "tensors" },
-                tensors
-                    .iter()
-                    .map(|t| format!("`{t}`"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                if tensors.len() == 1 { "it" } else { "them" },
-            ),
+            } => {
+                let w = UnusedWords(tensors);
+                write!(
+                    f,
+                    "layer {layer} has {} that a {family} layer of this config.json does not \
+                     read: {}; loading without {} would compute another layer",
+                    w.count(),
+                    w.names(),
+                    w.pronoun(),
+                )
+            }
             DuplicateTensor {
                 name,
                 first,
@@ -269,5 +267,34 @@ impl std::error::Error for CheckpointError {
 impl From<MoeError> for CheckpointError {
     fn from(e: MoeError) -> Self {
         CheckpointError::Invalid(e)
+    }
+}
+
+/// The words of an error about tensors a checkpoint holds but its config does not read
+/// ([`CheckpointError::UnusedTensors`], and chapter 7's whole-model loader's): "2 tensors",
+/// "`a`, `b`", "them".
+pub struct UnusedWords<'a>(pub &'a [String]);
+
+impl UnusedWords<'_> {
+    /// "1 tensor", "3 tensors".
+    pub fn count(&self) -> String {
+        let n = self.0.len();
+        format!("{n} {}", if n == 1 { "tensor" } else { "tensors" })
+    }
+    /// The names, each in backticks, separated by commas.
+    pub fn names(&self) -> String {
+        self.0
+            .iter()
+            .map(|t| format!("`{t}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+    /// "it" or "them".
+    pub fn pronoun(&self) -> &'static str {
+        if self.0.len() == 1 {
+            "it"
+        } else {
+            "them"
+        }
     }
 }
