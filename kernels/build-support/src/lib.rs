@@ -563,7 +563,7 @@ pub fn parse_macro_list(text: &str) -> Vec<(String, Vec<String>)> {
 /// upper case: the launch geometry the host needs (rows per block, tile sizes), named once in
 /// the .cu and handed to Rust as constants. Returns (name, value, the line's trailing comment).
 pub fn kernel_constants(source: &str) -> Vec<(String, i64, String)> {
-    let mut out = Vec::new();
+    let mut out: Vec<(String, i64, String)> = Vec::new();
     for line in source.lines() {
         let Some(rest) = line.trim_start().strip_prefix("#define ") else {
             continue;
@@ -583,11 +583,32 @@ pub fn kernel_constants(source: &str) -> Vec<(String, i64, String)> {
             Some((v, c)) => (v.trim(), c.trim()),
             None => (tail, ""),
         };
+        // A header pasted twice (an X-macro list) defines its names twice: keep the first.
         if let Ok(v) = value.parse::<i64>() {
-            out.push((name.to_string(), v, comment.to_string()));
+            if !out.iter().any(|(n, _, _)| n == name) {
+                out.push((name.to_string(), v, comment.to_string()));
+            }
         }
     }
     out
+}
+
+/// Whether `path` is a chapter's header, `kernels/chNN/…`: a folder of the kernels directory whose
+/// name starts with `ch` and two digits.
+fn is_chapter_header(kernels: &Path, path: &Path) -> bool {
+    let Ok(kernels) = fs::canonicalize(kernels) else {
+        return false;
+    };
+    let Some(dir) = path.parent() else {
+        return false;
+    };
+    let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let b = name.as_bytes();
+    dir.parent() == Some(kernels.as_path())
+        && b.len() >= 4
+        && name.starts_with("ch")
+        && b[2].is_ascii_digit()
+        && b[3].is_ascii_digit()
 }
 
 /// Compiles `kernels/<family>.cu` for the emulator and writes the embedded GPU source and the
@@ -659,8 +680,17 @@ pub fn compile_family_from(family: &str, cu: &Path, crate_path: CratePath) {
         .file(&wrapper_path)
         .compile(&format!("moe_emu_{family}"));
 
-    // The family's launch geometry, for `moe_kernels::kernel_constants!`.
-    let own = fs::read_to_string(&cu).unwrap_or_default();
+    // The family's launch geometry, for `moe_kernels::kernel_constants!`: the numeric defines of
+    // its own file and of the chapter headers it includes (`kernels/chNN/*.cuh`), so that a
+    // constant moved into a chapter header keeps its Rust name, and a later chapter that includes
+    // the header sees the same value. Shared headers (common.cuh, mma.cuh, …) are left out.
+    let mut own = fs::read_to_string(&cu).unwrap_or_default();
+    for p in read.iter().skip(1) {
+        if is_chapter_header(&kernels, p) {
+            own.push('\n');
+            own.push_str(&fs::read_to_string(p).unwrap_or_default());
+        }
+    }
     let mut consts = String::new();
     writeln!(
         consts,

@@ -1,0 +1,298 @@
+// ch08_routing_stage.cu — the routing stage: fp32 logits [T, E] and the bias in; the ids and
+// weights [T, k], and chapter 3's layout (the pairs sorted by expert and padded to BLOCK_M, the
+// expert of every tile, the padded total), with each expert's count and first slot, out.
+//
+// Chapter 6's layer routes with chapter 5's fused router (ids and weights to memory), then
+// chapter 3's align reads the ids back and sorts them: two or three launches, and the ids make a
+// round trip through memory between them. Here the router and the bookkeeping are one stage:
+//
+//   one block (stage_one_block_e{W}, up to STAGE_ONE_BLOCK_MAX_PAIRS pairs, one launch):
+//            the block's 16 warps route the rows with chapter 5's fr_row (a warp per row, k
+//            rounds of warp argmax; ch05/router_row.cuh), the ids into shared memory; then the
+//            same threads hold one pair each and sort them as chapter 3's one-block kernel does
+//            (ranks by ballots, per-warp counts, a scan over the experts, the scatter). The ids
+//            never leave the SM until they are final.
+//   two launches (more pairs):
+//      1. stage_route_count_e{W}: a block routes 16 rows (a warp per row, as chapter 5's
+//         kernel spreads them), counts its pairs per expert in shared memory and adds the counts
+//         into its chunk's row of chunk_counts [chunks, E] (integer atomics: a sum of whole
+//         numbers, the same in any order); it also fills every slot with the placeholder;
+//      2. stage_scatter: a block per chunk sums the chunks' counts per expert, scans, writes the
+//         tiles' experts and scatters its chunk's pairs in order (chapter 3's multi-block
+//         scatter). The last block to finish (a ticket in device memory) sets chunk_counts and
+//         the ticket back to zero for the next call: no memset launch, nothing to wait for.
+//
+// Both give chapter 5's ids and weights (the same fr_row) and chapter 3's layout (a stable sort
+// is unique): the same bits as the pair + align, on every backend.
+//
+// Upstream: the routing kernels that FlashInfer took from TensorRT-LLM for its expert kernels
+// (`routingDeepSeek`, `routingRenormalize` in trtllm-gen's MoE runner) take the logits and the
+// bias, and one routing stage does the scores, the top-k, the counts and the permutation,
+// arranged by row count (one small kernel for few rows, then more).
+//
+// Differences:
+// - The row router is chapter 5's, instruction for instruction (so the same ids and weights, bit
+//   for bit, as the pair): every family of chapter 1, grouped selection included.
+// - Stable inside an expert (pairs in ascending order), as chapter 3: the layout is a pure
+//   function of the routing; the counts are integer sums; no float atomics anywhere.
+// - Limits: E <= STAGE_MAX_EXPERTS (one expert per thread in the scan), k <= 32 (chapter 5).
+#include "common.cuh"
+#include "ch05/router_row.cuh"
+#include "ch03/align.cuh"
+
+#define STAGE_THREADS 512              // threads of every block (16 warps)
+#define STAGE_WARPS 16                 // = STAGE_THREADS / 32
+#define STAGE_MAX_EXPERTS 512          // one expert per thread in the scan
+#define STAGE_ONE_BLOCK_MAX_PAIRS 512  // one pair per thread: the one-block arrangement's limit
+#define STAGE_ROWS_PER_BLOCK 16        // rows a block of stage_route_count routes (a warp each)
+#define STAGE_MAX_CHUNKS 64            // at most this many chunks (blocks of stage_scatter)
+
+// ANCHOR: one_block
+// One block, STAGE_THREADS threads, for T * k <= STAGE_ONE_BLOCK_MAX_PAIRS. Outputs as the
+// file's comment says; counts [E] and offsets [E + 1] (each expert's first slot, then the total).
+template <int SLOTS>
+__device__ void stage_one_block(const float* __restrict__ logits, const float* __restrict__ bias,
+                                int T, int E, int k, int scoring, int n_group, int topk_group,
+                                int renormalize, float scale, int block_m, int capacity,
+                                int max_tiles, int* __restrict__ ids, float* __restrict__ weights,
+                                int* __restrict__ sorted_ids, int* __restrict__ expert_ids,
+                                int* __restrict__ num_post, int* __restrict__ counts,
+                                int* __restrict__ offsets) {
+    __shared__ int s_ids[STAGE_ONE_BLOCK_MAX_PAIRS];          // the routing's ids, pair order
+    __shared__ int s_warp[STAGE_WARPS * STAGE_MAX_EXPERTS];   // [warp][expert], row stride E
+    __shared__ int s_start[STAGE_MAX_EXPERTS];  // padded count, then first slot, per expert
+    __shared__ int s_warp_sum[STAGE_WARPS];
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    const int P = T * k, warps = (P + 31) / 32;  // the warps that hold pairs
+    // Placeholders, -1 and zeros first; the barriers below order the overwrites.
+    for (int s = t; s < capacity; s += STAGE_THREADS) sorted_ids[s] = P;
+    for (int tile = t; tile < max_tiles; tile += STAGE_THREADS) expert_ids[tile] = -1;
+    for (int i = t; i < warps * E; i += STAGE_THREADS) s_warp[i] = 0;
+    if (t < E) {
+        s_start[t] = 0;
+        counts[t] = 0;
+    }
+    // 1. Route: warp w routes rows w, w + 16, ...; lane r < k writes pick r into s_ids (chapter
+    //    5's fr_row takes any pointer: here one into shared memory) and its weight to memory.
+    for (int row = warp; row < T; row += STAGE_WARPS)
+        fr_row<SLOTS>(logits, bias, s_ids, weights, row, E, k, scoring, n_group, topk_group,
+                      renormalize, scale);
+    __syncthreads();
+    // 2. From here thread t holds pair t, as in chapter 3's one-block kernel.
+    const int e = t < P ? s_ids[t] : -1;
+    if (t < P) ids[t] = e;
+    const bool valid = e >= 0 && e < E;
+    const unsigned same = align_same_key(valid ? e : E, align_key_bits(E));
+    int rank = __popc(same & ((1u << lane) - 1));
+    if (valid && rank == 0) s_warp[warp * E + e] = __popc(same);
+    __syncthreads();
+    // 3. Count: the first pair of each expert adds its expert's pairs over the warps and pads.
+    int count = 0;
+    if (valid) {
+        for (int w = 0; w < warp; ++w) rank += s_warp[w * E + e];  // earlier warps' pairs
+        if (rank == 0) {
+            for (int w = warp; w < warps; ++w) count += s_warp[w * E + e];
+            s_start[e] = align_pad(count, block_m);
+            counts[e] = count;
+        }
+    }
+    __syncthreads();
+    // 4. Scan: thread t holds expert t's padded count; its first slot is the sum before it.
+    const int padded = t < E ? s_start[t] : 0;
+    const int incl = align_warp_inclusive(padded);
+    if (lane == 31) s_warp_sum[warp] = incl;
+    __syncthreads();
+    int before = 0, total = 0;
+#pragma unroll
+    for (int w = 0; w < STAGE_WARPS; ++w) {
+        const int x = s_warp_sum[w];
+        before += w < warp ? x : 0;
+        total += x;
+    }
+    if (t < E) {
+        s_start[t] = before + incl - padded;
+        offsets[t] = before + incl - padded;
+    }
+    if (t == 0) {
+        offsets[E] = total;
+        *num_post = total;
+    }
+    __syncthreads();
+    // 5. Scatter; the first pair of each expert also writes its run's tiles.
+    if (valid) {
+        const int first = s_start[e];
+        sorted_ids[first + rank] = t;
+        if (rank == 0) {
+            const int shift = __ffs(block_m) - 1;  // log2(block_m)
+            const int end = first + align_pad(count, block_m);
+            for (int tile = first >> shift; tile < end >> shift; ++tile) expert_ids[tile] = e;
+        }
+    }
+}
+// ANCHOR_END: one_block
+
+// ANCHOR: route_count
+// Launch 1 of 2: grid ceil(T / STAGE_ROWS_PER_BLOCK), STAGE_THREADS threads. Block b routes rows
+// [16 b, 16 b + 16) (a warp each), then adds its pairs' counts per expert into row
+// b / blocks_per_chunk of chunk_counts [chunks, E] (zero on entry: see stage_scatter).
+template <int SLOTS>
+__device__ void stage_route_count(const float* __restrict__ logits,
+                                  const float* __restrict__ bias, int T, int E, int k, int scoring,
+                                  int n_group, int topk_group, int renormalize, float scale,
+                                  int blocks_per_chunk, int capacity, int max_tiles,
+                                  int* __restrict__ ids, float* __restrict__ weights,
+                                  int* __restrict__ sorted_ids, int* __restrict__ expert_ids,
+                                  int* __restrict__ chunk_counts) {
+    __shared__ int s_count[STAGE_MAX_EXPERTS];
+    const int t = threadIdx.x, warp = t >> 5, b = blockIdx.x;
+    const int P = T * k;
+    // Every slot the placeholder and every tile -1 (coalesced, over the grid): stage_scatter
+    // overwrites the pairs' slots and the tiles that hold pairs.
+    const int stride = gridDim.x * STAGE_THREADS, g = b * STAGE_THREADS + t;
+    for (int s = g; s < capacity; s += stride) sorted_ids[s] = P;
+    for (int tile = g; tile < max_tiles; tile += stride) expert_ids[tile] = -1;
+    for (int e = t; e < E; e += STAGE_THREADS) s_count[e] = 0;
+    const int row0 = b * STAGE_ROWS_PER_BLOCK, row = row0 + warp;
+    if (row < T)  // the whole warp: fr_row is a warp's work
+        fr_row<SLOTS>(logits, bias, ids, weights, row, E, k, scoring, n_group, topk_group,
+                      renormalize, scale);
+    __syncthreads();  // the block's ids written (and visible to the block), s_count zeroed
+    // The block's pairs, one per thread (16 rows * k <= 512 pairs).
+    const int p = row0 * k + t, end = min(T, row0 + STAGE_ROWS_PER_BLOCK) * k;
+    if (p < end) {
+        const int e = ids[p];
+        if (e >= 0 && e < E) atomicAdd(&s_count[e], 1);  // integers: exact in any order
+    }
+    __syncthreads();
+    int* row_counts = chunk_counts + (size_t)(b / blocks_per_chunk) * E;
+    for (int e = t; e < E; e += STAGE_THREADS) {
+        const int c = s_count[e];
+        if (c != 0) atomicAdd(&row_counts[e], c);
+    }
+}
+// ANCHOR_END: route_count
+
+// ANCHOR: scatter
+// Launch 2 of 2: grid = chunks, STAGE_THREADS threads; chunk c holds pairs
+// [c * per_chunk, (c + 1) * per_chunk). Every block sums chunk_counts per expert over all chunks
+// (and over the chunks before its own), pads and scans them, writes its share of the tiles'
+// experts and scatters its pairs: warp w owns the w-th sixteenth of the chunk's pairs and places
+// them 32 at a time, in order (chapter 3's align_scatter). Block 0 also writes counts and
+// offsets. The last block to finish zeroes chunk_counts and the ticket.
+extern "C" __global__ void __launch_bounds__(STAGE_THREADS) stage_scatter(
+    const int* __restrict__ ids, int P, int E, int block_m, int per_chunk,
+    int* __restrict__ chunk_counts, unsigned* __restrict__ ticket, int* __restrict__ sorted_ids,
+    int* __restrict__ expert_ids, int* __restrict__ num_post, int* __restrict__ counts,
+    int* __restrict__ offsets) {
+    __shared__ int s_warp[STAGE_WARPS * STAGE_MAX_EXPERTS];  // [warp][expert]: counts, cursors
+    __shared__ int s_end[STAGE_MAX_EXPERTS];                 // inclusive end of each padded run
+    __shared__ int s_warp_sum[STAGE_WARPS];
+    __shared__ bool s_last;
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5, c = blockIdx.x;
+    const int chunks = gridDim.x, bits = align_key_bits(E);
+    // Expert t: its pairs in all chunks, and in the chunks before this one.
+    int count = 0, earlier = 0;
+    if (t < E)
+        for (int cc = 0; cc < chunks; ++cc) {
+            const int n = __ldcg(&chunk_counts[(size_t)cc * E + t]);
+            count += n;
+            earlier += cc < c ? n : 0;
+        }
+    const int padded = t < E ? align_pad(count, block_m) : 0;
+    const int incl = align_warp_inclusive(padded);
+    if (lane == 31) s_warp_sum[warp] = incl;
+    for (int i = t; i < STAGE_WARPS * E; i += STAGE_THREADS) s_warp[i] = 0;
+    __syncthreads();  // every read of chunk_counts by this block is done
+    // The ticket: the block that takes the last one is the last to have read chunk_counts.
+    if (t == 0) s_last = atomicAdd(ticket, 1u) == (unsigned)(chunks - 1);
+    int before = 0, total = 0;
+#pragma unroll
+    for (int w = 0; w < STAGE_WARPS; ++w) {
+        const int x = s_warp_sum[w];
+        before += w < warp ? x : 0;
+        total += x;
+    }
+    const int start = before + incl - padded;  // expert t's first slot
+    if (t < E) s_end[t] = start + padded;
+    if (c == 0 && t < E) {
+        counts[t] = count;
+        offsets[t] = start;
+    }
+    if (c == 0 && t == 0) offsets[E] = total;
+    // This chunk's pairs: warp w's contiguous share [w_begin, w_end).
+    const int begin = c * per_chunk, n = max(0, min(P, begin + per_chunk) - begin);
+    const int per_warp = (n + STAGE_WARPS - 1) / STAGE_WARPS;
+    const int w_begin = begin + min(n, warp * per_warp);
+    const int w_end = begin + min(n, (warp + 1) * per_warp);
+    for (int base = w_begin; base < w_end; base += 32) {
+        const int p = base + lane, e = p < w_end ? ids[p] : -1;
+        const bool valid = e >= 0 && e < E;
+        const unsigned same = align_same_key(valid ? e : E, bits);
+        if (valid && (same & ((1u << lane) - 1)) == 0) s_warp[warp * E + e] += __popc(same);
+        __syncwarp();  // the next lowest lane of this expert reads what this one wrote
+    }
+    __syncthreads();
+    if (s_last) {  // all chunks' counts read by every block: zero them for the next call
+        for (int i = t; i < chunks * E; i += STAGE_THREADS) chunk_counts[i] = 0;
+        if (t == 0) *ticket = 0u;
+    }
+    // Per expert, the warps' first slots.
+    if (t < E) {
+        int next = start + earlier;
+        for (int w = 0; w < STAGE_WARPS; ++w) {
+            const int x = s_warp[w * E + t];
+            s_warp[w * E + t] = next;
+            next += x;
+        }
+    }
+    __syncthreads();
+    // The tiles that hold pairs, dealt out over the grid.
+    const int stride = chunks * STAGE_THREADS, g = c * STAGE_THREADS + t;
+    const int tiles = total >> (__ffs(block_m) - 1);
+    for (int tile = g; tile < tiles; tile += stride)
+        expert_ids[tile] = align_expert_of_slot(s_end, E, tile * block_m);
+    if (g == 0) *num_post = total;
+    // The scatter, 32 pairs at a time per warp.
+    for (int base = w_begin; base < w_end; base += 32) {
+        const int p = base + lane, e = p < w_end ? ids[p] : -1;
+        const bool valid = e >= 0 && e < E;
+        const unsigned same = align_same_key(valid ? e : E, bits);
+        const int rank = __popc(same & ((1u << lane) - 1));
+        if (valid) sorted_ids[s_warp[warp * E + e] + rank] = p;
+        __syncwarp();
+        if (valid && rank == 0) s_warp[warp * E + e] += __popc(same);  // the lowest lane advances
+        __syncwarp();
+    }
+}
+// ANCHOR_END: scatter
+
+// One pair of entry points per row width (experts per row, at most): 128, 256, 288, 320, 384
+// and 512 (4, 8, 9, 10, 12 and 16 experts per lane), as chapter 5's.
+#define STAGE_ENTRIES(W, SLOTS)                                                                    \
+    extern "C" __global__ void __launch_bounds__(STAGE_THREADS) stage_one_block_e##W(              \
+        const float* __restrict__ logits, const float* __restrict__ bias, int T, int E, int k,     \
+        int scoring, int n_group, int topk_group, int renormalize, float scale, int block_m,       \
+        int capacity, int max_tiles, int* __restrict__ ids, float* __restrict__ weights,           \
+        int* __restrict__ sorted_ids, int* __restrict__ expert_ids, int* __restrict__ num_post,    \
+        int* __restrict__ counts, int* __restrict__ offsets) {                                     \
+        stage_one_block<SLOTS>(logits, bias, T, E, k, scoring, n_group, topk_group, renormalize,   \
+                               scale, block_m, capacity, max_tiles, ids, weights, sorted_ids,      \
+                               expert_ids, num_post, counts, offsets);                             \
+    }                                                                                              \
+    extern "C" __global__ void __launch_bounds__(STAGE_THREADS) stage_route_count_e##W(            \
+        const float* __restrict__ logits, const float* __restrict__ bias, int T, int E, int k,     \
+        int scoring, int n_group, int topk_group, int renormalize, float scale,                    \
+        int blocks_per_chunk, int capacity, int max_tiles, int* __restrict__ ids,                  \
+        float* __restrict__ weights, int* __restrict__ sorted_ids, int* __restrict__ expert_ids,   \
+        int* __restrict__ chunk_counts) {                                                          \
+        stage_route_count<SLOTS>(logits, bias, T, E, k, scoring, n_group, topk_group, renormalize, \
+                                 scale, blocks_per_chunk, capacity, max_tiles, ids, weights,       \
+                                 sorted_ids, expert_ids, chunk_counts);                            \
+    }
+
+STAGE_ENTRIES(128, 4)
+STAGE_ENTRIES(256, 8)
+STAGE_ENTRIES(288, 9)
+STAGE_ENTRIES(320, 10)
+STAGE_ENTRIES(384, 12)
+STAGE_ENTRIES(512, 16)
