@@ -72,7 +72,7 @@ use ch02_grouped::layer::{experts_rows, rows_of, LayerOutput, MoeLayer};
 use ch02_grouped::weights::{check_sizes, SharedSizes, WeightSizes};
 use ch02_grouped::{Dtype, MoeConfig, MoeError, MoeWeights};
 use ch03_align::device::{AlignBuffers, DeviceAlign};
-use ch03_align::{choose_block_m, max_tiles, AlignError};
+use ch03_align::{capacity, choose_block_m, max_tiles, AlignError};
 use half::bf16;
 use moe_kernels::{args, Device, DeviceBuffer, KernelArg, KernelSource, LaunchConfig, Module};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -81,7 +81,7 @@ use std::sync::Arc;
 mod enqueue;
 mod plan;
 mod workspace;
-pub use enqueue::Hidden;
+pub use enqueue::{Hidden, Layout};
 pub use plan::BatchPlan;
 pub use workspace::FusedWorkspace;
 

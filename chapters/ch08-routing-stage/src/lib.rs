@@ -10,14 +10,19 @@
 //! ([`Arrangement`]). Its outputs are exactly chapter 5's ids and weights and chapter 3's
 //! layout, so chapter 4's experts take them unchanged; the tests check that bit for bit against
 //! the pair + align ([`stage::pair_then_align`]) on every regime and both backends.
+//!
+//! [`StagedLayer`] is chapter 6's layer with the stage in place of the router and the align:
+//! the logits GEMM, the stage, chapter 4's experts on the stage's layout.
 
 pub mod error;
 pub mod example;
 #[cfg_attr(feature = "answers", path = "../answers/exercises.rs")]
 pub mod exercises;
+pub mod layer;
 pub mod stage;
 
 pub use error::StageError;
+pub use layer::{StagedLayer, StagedWorkspace};
 pub use stage::{
     arrangement_for, pair_then_align, route_stage, route_stage_as, Arrangement, RoutingStage,
     StageBuffers, StageOutput, ONE_BLOCK_MAX_ROWS,

@@ -34,12 +34,28 @@ impl Hidden<'_> {
     }
 }
 
+/// Chapter 3's layout of a batch made before the experts' call (by chapter 8's routing stage):
+/// the pairs sorted by expert and padded to the workspace's BLOCK_M, the expert of each tile, the
+/// padded total. [`FusedDevice::enqueue_experts_laid_out`] reads it instead of running chapter
+/// 3's align.
+#[derive(Clone, Copy)]
+pub struct Layout<'a> {
+    /// `[capacity]` i32
+    pub sorted_ids: &'a DeviceBuffer<i32>,
+    /// `[max_tiles]` i32
+    pub expert_ids: &'a DeviceBuffer<i32>,
+    /// `[1]` i32
+    pub num_post: &'a DeviceBuffer<i32>,
+}
+
 /// What one [`FusedDevice::enqueue_experts`] works on: its buffers, and the batch's sizes T, k,
 /// H, I, E and P = T·k.
 #[derive(Clone, Copy)]
 pub(super) struct Batch<'a> {
     pub(super) hidden: Hidden<'a>,
     pub(super) ids: &'a DeviceBuffer<i32>,
+    /// The layout made by the caller, or None: chapter 3's align makes it here.
+    pub(super) layout: Option<Layout<'a>>,
     pub(super) weights: &'a DeviceBuffer<f32>,
     pub(super) out: &'a DeviceBuffer<f32>,
     pub(super) rows: usize,
@@ -276,6 +292,54 @@ impl FusedDevice {
         weights: &DeviceBuffer<f32>,
         out: &DeviceBuffer<f32>,
     ) -> Result<(), MoeError> {
+        self.enqueue_batch(ws, hidden, ids, weights, None, out)
+    }
+    // ANCHOR_END: enqueue_experts_from
+
+    /// [`Self::enqueue_experts_from`] with chapter 3's layout of `ids` already made (chapter 8's
+    /// routing stage makes it with the routing): the tiled and grouped decode paths read `layout`
+    /// and launch no align; the decode path, which has no layout, reads `ids` as always. The
+    /// layout must be of this batch's pairs at the workspace's BLOCK_M ([`FusedWorkspace::block_m`]);
+    /// buffers of other sizes are a typed error.
+    pub fn enqueue_experts_laid_out(
+        &self,
+        ws: &FusedWorkspace,
+        hidden: Hidden<'_>,
+        ids: &DeviceBuffer<i32>,
+        weights: &DeviceBuffer<f32>,
+        layout: Layout<'_>,
+        out: &DeviceBuffer<f32>,
+    ) -> Result<(), MoeError> {
+        if ws.align.is_some() && ws.rows > 0 {
+            let (pairs, e, bm) = (
+                ws.rows * self.config.router.k,
+                self.config.experts,
+                ws.plan.block_m,
+            );
+            expect_len(
+                "sorted_ids [capacity]",
+                layout.sorted_ids.len(),
+                capacity(pairs, e, bm),
+            )?;
+            expect_len(
+                "expert_ids [max_tiles]",
+                layout.expert_ids.len(),
+                max_tiles(pairs, e, bm),
+            )?;
+            expect_len("num_tokens_post_padded", layout.num_post.len(), 1)?;
+        }
+        self.enqueue_batch(ws, hidden, ids, weights, Some(layout), out)
+    }
+
+    fn enqueue_batch(
+        &self,
+        ws: &FusedWorkspace,
+        hidden: Hidden<'_>,
+        ids: &DeviceBuffer<i32>,
+        weights: &DeviceBuffer<f32>,
+        layout: Option<Layout<'_>>,
+        out: &DeviceBuffer<f32>,
+    ) -> Result<(), MoeError> {
         if ws.layer != self.id {
             return Err(MoeError::Config {
                 field: "workspace",
@@ -297,6 +361,7 @@ impl FusedDevice {
         let b = Batch {
             hidden,
             ids,
+            layout,
             weights,
             out,
             rows,
@@ -311,7 +376,6 @@ impl FusedDevice {
             Path::Decode | Path::DecodeGrouped => self.enqueue_decode(ws, b),
         }
     }
-    // ANCHOR_END: enqueue_experts_from
 
     /// The input in bf16 for the tiled and grouped decode paths: the caller's when it is bf16,
     /// else `xb` after a `fused_to_bf16` launch.
@@ -341,9 +405,15 @@ impl FusedDevice {
         // 1. The hidden states in bf16, once for every expert that reads them (given in bf16:
         //    nothing to do).
         let xb = self.bf16_input(&b, ws.xb.as_ref(), missing)?;
-        // 2. Chapter 3: the pairs sorted by expert, each expert's run padded to BLOCK_M.
-        align.enqueue(b.ids, a).map_err(align_error)?;
-        let layout = (&a.sorted_ids, &a.expert_ids, &a.num_post);
+        // 2. Chapter 3: the pairs sorted by expert, each expert's run padded to BLOCK_M (unless
+        //    the caller made that layout already).
+        let layout = match b.layout {
+            Some(l) => (l.sorted_ids, l.expert_ids, l.num_post),
+            None => {
+                align.enqueue(b.ids, a).map_err(align_error)?;
+                (&a.sorted_ids, &a.expert_ids, &a.num_post)
+            }
+        };
         let tiles = max_tiles(pairs, e, plan.block_m);
         // 3. Every expert's SwiGLU(x · w13ᵀ) (unfused: gate|up, then SwiGLU), then its weighted
         //    down projection, one launch each.
@@ -468,10 +538,15 @@ impl FusedDevice {
                 };
                 let (align, a) = ws.align.as_ref().ok_or_else(|| missing("a layout"))?;
                 let xb = self.bf16_input(&b, ws.xb.as_ref(), missing)?;
-                align.enqueue(b.ids, a).map_err(align_error)?;
+                let layout = match b.layout {
+                    Some(l) => args![l.sorted_ids, l.expert_ids, l.num_post],
+                    None => {
+                        align.enqueue(b.ids, a).map_err(align_error)?;
+                        args![&a.sorted_ids, &a.expert_ids, &a.num_post]
+                    }
+                };
                 let tiles = max_tiles(pairs, e, plan.block_m);
                 let blocks = tiles + shared_rows.div_ceil(plan.block_m);
-                let layout = args![&a.sorted_ids, &a.expert_ids, &a.num_post];
                 Some((xb, layout, blocks, [int(plan.block_m), int(tiles)]))
             }
             _ => None,

@@ -174,6 +174,12 @@ impl FusedDevice {
         ws.align.as_ref().map_or(0, |(a, _)| a.launches()) + self.kernel_names_from(ws, input).len()
     }
 
+    /// [`Self::launches_from`] with the layout made by the caller
+    /// ([`Self::enqueue_experts_laid_out`]): chapter 3's launches left out.
+    pub fn launches_laid_out(&self, ws: &FusedWorkspace, input: Dtype) -> usize {
+        self.launches_from(ws, input) - self.align_launches(ws)
+    }
+
     /// Chapter 3's launches among them (0 on the decode path).
     pub fn align_launches(&self, ws: &FusedWorkspace) -> usize {
         match ws.rows {

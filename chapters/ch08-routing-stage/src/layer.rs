@@ -1,0 +1,255 @@
+//! Chapter 6's layer with the routing stage in place of the router + align.
+//!
+//! | step | chapter 6's [`AssembledLayer`] | [`StagedLayer`] |
+//! |---|---|---|
+//! | logits `[T, E]` f32 | tiny GEMM or cuBLAS ([`AssembledLayer::logits_for`]) | the same |
+//! | ids and weights | chapter 5's fused router | the stage, which also sorts |
+//! | the layout (tiled and grouped decode paths) | chapter 3's align (1 or 2 launches) | the stage's |
+//! | the experts, shared expert, sum over k | chapter 4 | chapter 4, on the stage's layout |
+//!
+//! On chapter 4's decode path, which reads the ids and no layout, the stage's sort is work
+//! nobody reads: there the layer with the pair does less, and the bench says by how much.
+
+use crate::error::StageError;
+use crate::stage::{RoutingStage, StageBuffers};
+use ch01_router::chain::download;
+use ch01_router::Routing;
+use ch02_grouped::error::expect_len;
+use ch02_grouped::layer::{rows_of, LayerOutput, MoeLayer};
+use ch02_grouped::{Dtype, MoeConfig, MoeError};
+use ch04_fused_moe::device::{Hidden, Layout};
+use ch04_fused_moe::FusedWorkspace;
+use ch05_fused_router::tiny_gemm;
+use ch05_fused_router::LogitsFrom;
+use ch06_layer::AssembledLayer;
+use half::bf16;
+use moe_kernels::blas::{linear, Linear};
+use moe_kernels::{Device, DeviceBuffer, Module};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+
+impl From<StageError> for MoeError {
+    fn from(e: StageError) -> Self {
+        match e {
+            StageError::Router(r) => MoeError::DeviceRouter(r),
+            StageError::Align(a) => MoeError::Config {
+                field: "the routing stage's layout",
+                expected: "a BLOCK_M and sizes the layout takes".into(),
+                found: a.to_string(),
+            },
+        }
+    }
+}
+
+/// Chapter 6's layer (its weights, gate, bias and chapter 4's experts) routed by the stage.
+pub struct StagedLayer {
+    layer: AssembledLayer,
+    id: u64,
+    tiny: Arc<Module>,
+}
+
+/// What one call for a batch of T tokens needs: the logits, the stage and its outputs, chapter
+/// 4's workspace. It depends on T only.
+pub struct StagedWorkspace {
+    layer: u64,
+    rows: usize,
+    from: LogitsFrom,
+    /// `[T, E]` f32
+    logits: DeviceBuffer<f32>,
+    stage: RoutingStage,
+    routing: StageBuffers,
+    experts: FusedWorkspace,
+}
+
+impl StagedWorkspace {
+    /// The batch size it was built for.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+    /// Where the logits come from at this batch size.
+    pub fn logits_from(&self) -> LogitsFrom {
+        self.from
+    }
+    /// The stage of this batch size.
+    pub fn stage(&self) -> &RoutingStage {
+        &self.stage
+    }
+    /// Chapter 4's workspace for this batch.
+    pub fn experts_workspace(&self) -> &FusedWorkspace {
+        &self.experts
+    }
+    /// The routing of the last call, downloaded (ids `[T, k]`, weights `[T, k]`).
+    pub fn routing(&self, k: usize) -> Result<Routing, MoeError> {
+        if self.rows == 0 {
+            return Ok(Routing::empty(k));
+        }
+        Ok(download(
+            self.rows,
+            k,
+            &self.routing.ids,
+            &self.routing.weights,
+        )?)
+    }
+}
+
+impl StagedLayer {
+    /// Chapter 6's `layer`, routed by the stage.
+    pub fn new(layer: AssembledLayer) -> Result<Self, MoeError> {
+        let tiny = layer.device().load(&tiny_gemm::KERNELS)?;
+        Ok(StagedLayer {
+            layer,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            tiny,
+        })
+    }
+
+    /// Chapter 6's layer inside.
+    pub fn assembled(&self) -> &AssembledLayer {
+        &self.layer
+    }
+
+    pub fn device(&self) -> &'static Device {
+        self.layer.device()
+    }
+
+    // ANCHOR: workspace
+    /// Allocates what one call for `rows` tokens needs. The stage sorts to the BLOCK_M of chapter
+    /// 4's plan for that batch (on the decode path, which reads no layout, chapter 3's smallest).
+    pub fn workspace(&self, rows: usize) -> Result<StagedWorkspace, MoeError> {
+        let c = self.layer.config();
+        let experts = self.layer.experts_layer().workspace(rows)?;
+        let block_m = match experts.block_m() {
+            0 => 16,
+            bm => bm,
+        };
+        let (_, bias) = self.layer.gate();
+        let bias_host = bias.map(|b| b.to_vec()).transpose()?;
+        let stage = RoutingStage::new(
+            self.device(),
+            &c.router,
+            rows,
+            c.experts,
+            block_m,
+            bias_host.as_deref(),
+        )?;
+        Ok(StagedWorkspace {
+            layer: self.id,
+            rows,
+            from: self.layer.logits_for(rows),
+            logits: self.device().alloc(rows * c.experts)?,
+            routing: stage.alloc_outputs(self.device())?,
+            stage,
+            experts,
+        })
+    }
+    // ANCHOR_END: workspace
+
+    // ANCHOR: enqueue
+    /// Queues the layer: `hidden` `[T, H]` bf16 in, `out` `[T, H]` f32 out. The logits GEMM,
+    /// the stage, then chapter 4's experts on the stage's layout: no align launch, nothing
+    /// allocated, copied or waited for.
+    pub fn enqueue(
+        &self,
+        ws: &StagedWorkspace,
+        hidden: &DeviceBuffer<bf16>,
+        out: &DeviceBuffer<f32>,
+    ) -> Result<(), MoeError> {
+        if ws.layer != self.id {
+            return Err(MoeError::Config {
+                field: "workspace",
+                expected: "one built by this layer's StagedLayer::workspace".into(),
+                found: "a workspace built by another layer".into(),
+            });
+        }
+        let c = self.layer.config();
+        let (rows, h, e) = (ws.rows, c.hidden, c.experts);
+        expect_len("hidden [T, H]", hidden.len(), rows * h)?;
+        expect_len("out [T, H]", out.len(), rows * h)?;
+        if rows == 0 {
+            return Ok(());
+        }
+        let (gate, bias) = self.layer.gate();
+        // 1. The logits: chapter 6's choice of GEMM for T.
+        match ws.from {
+            LogitsFrom::TinyGemm => {
+                tiny_gemm::enqueue(&self.tiny, hidden, gate, &ws.logits, rows, h, e)?
+            }
+            LogitsFrom::Blas => linear(
+                self.device(),
+                Linear {
+                    rows,
+                    in_features: h,
+                    out_features: e,
+                },
+                &hidden.as_view(),
+                &gate.as_view(),
+                &ws.logits.as_view(),
+                false,
+            )?,
+        }
+        // 2. The stage: ids, weights and the layout.
+        ws.stage.enqueue(&ws.logits, bias, &ws.routing)?;
+        // 3. Chapter 4's experts on that layout.
+        let r = &ws.routing;
+        self.layer.experts_layer().enqueue_experts_laid_out(
+            &ws.experts,
+            Hidden::Bf16(hidden),
+            &r.ids,
+            &r.weights,
+            Layout {
+                sorted_ids: &r.sorted_ids,
+                expert_ids: &r.expert_ids,
+                num_post: &r.num_post,
+            },
+            out,
+        )
+    }
+    // ANCHOR_END: enqueue
+
+    /// How many launches [`Self::enqueue`] makes for `ws` (cuBLAS's GEMM counted as one).
+    pub fn launches(&self, ws: &StagedWorkspace) -> usize {
+        match ws.rows {
+            0 => 0,
+            _ => {
+                1 + ws.stage.launches()
+                    + self
+                        .layer
+                        .experts_layer()
+                        .launches_laid_out(&ws.experts, Dtype::Bf16)
+            }
+        }
+    }
+}
+
+impl MoeLayer for StagedLayer {
+    fn name(&self) -> &'static str {
+        "staged"
+    }
+    fn dtype(&self) -> Dtype {
+        Dtype::Bf16
+    }
+    fn config(&self) -> &MoeConfig {
+        self.layer.config()
+    }
+
+    /// Chapter 4's experts on a given routing.
+    fn experts(&self, hidden: &[f32], routing: &Routing) -> Result<Vec<f32>, MoeError> {
+        self.layer.experts(hidden, routing)
+    }
+
+    /// The whole layer ([`StagedLayer::enqueue`]) on `hidden` rounded to bf16.
+    fn forward(&self, hidden: &[f32]) -> Result<LayerOutput, MoeError> {
+        let rows = rows_of(self.config(), hidden)?;
+        let ws = self.workspace(rows)?;
+        let b: Vec<bf16> = hidden.iter().map(|&x| bf16::from_f32(x)).collect();
+        let x = self.device().upload(&b)?;
+        let out = self.device().alloc::<f32>(hidden.len())?;
+        self.enqueue(&ws, &x, &out)?;
+        Ok(LayerOutput {
+            routing: ws.routing(self.config().router.k)?,
+            out: out.to_vec()?,
+        })
+    }
+}
