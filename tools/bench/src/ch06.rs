@@ -86,7 +86,7 @@ pub const SHAPES: [Shape; 2] = [
 ];
 
 /// The emulator's smoke test: one small layer of each family.
-const TINY: [Shape; 2] = [
+pub(crate) const TINY: [Shape; 2] = [
     Shape {
         name: "tiny_qwen",
         hidden: 64,
@@ -109,7 +109,7 @@ const TINY: [Shape; 2] = [
 
 /// Chapter 4's token counts.
 pub const TOKENS: [usize; 5] = crate::ch04::TOKENS;
-const TINY_TOKENS: [usize; 3] = [1, 8, 80];
+pub(crate) const TINY_TOKENS: [usize; 3] = [1, 8, 80];
 /// Chapter 4's weight seed; the hidden states are chapter 2's (`HIDDEN_SALT + T`).
 const SEED: u64 = crate::ch04::WEIGHT_SEED;
 
@@ -144,7 +144,7 @@ fn layer_of_y(
     Ok(l)
 }
 
-fn hidden(
+pub(crate) fn hidden(
     dev: &'static Device,
     shape: &Shape,
     tokens: usize,
@@ -158,6 +158,29 @@ fn hidden(
     .map(bf16::from_f32)
     .collect();
     dev.upload(&x).map_err(|e| e.to_string())
+}
+
+/// A fresh layer of `shape` (chapter 4's weights, chapter 1's bias): for chapter 8's bench, which
+/// times the layer beside its own.
+pub(crate) fn new_layer(dev: &'static Device, shape: &Shape) -> Result<AssembledLayer, String> {
+    let b = shape.bias.then(|| bias(shape.experts));
+    AssembledLayer::patterned_with_bias(dev, &shape.config(), SEED, b.as_deref())
+        .map_err(|e| e.to_string())
+}
+
+/// The layer's floor at `tokens` tokens, (bytes, FLOPs): the gate and the experts its routing
+/// touches, the router's and the experts' FLOPs (the routing from one call of the layer).
+pub(crate) fn layer_floor(
+    dev: &'static Device,
+    shape: &Shape,
+    tokens: usize,
+) -> Result<(f64, f64), String> {
+    let layer = new_layer(dev, shape)?;
+    let routing = routing_of(dev, &layer, shape, tokens)?;
+    Ok((
+        gate_bytes(shape, tokens) + touched_bytes(shape, &routing),
+        gate_flops(shape, tokens) + expert_flops(shape, tokens),
+    ))
 }
 
 /// The whole layer.

@@ -15,6 +15,7 @@
 //! tools/bench/run ch05 [--peers S --out-dir D] [--quick]
 //! tools/bench/run ch06 [--out-dir D] [--quick]
 //! tools/bench/run ch07 [--out-dir D] [--quick] [--fixtures DIR]
+//! tools/bench/run ch08 [--out-dir D] [--quick]
 //! ```
 
 mod cases;
@@ -27,6 +28,7 @@ mod ch04_tune;
 mod ch05;
 mod ch06;
 mod ch07;
+mod ch08;
 mod common;
 mod emu;
 mod emu_hopper;
@@ -74,6 +76,10 @@ enum Cmd {
     /// Chapter 7: a full-size decode step (Qwen3-30B-A3B's shapes) and its parts at batch 1, 8
     /// and 64 (GPU), and what bf16 changes on the fixtures (any backend; `--quick` without a GPU).
     Ch07(ch07::Ch07Args),
+    /// Chapter 8: the routing stage along the row axis beside chapter 5's router + chapter 3's
+    /// align, and the layer with it beside chapter 6's (GPU); `--quick` without a GPU: a smoke
+    /// test.
+    Ch08(GpuArgs),
     /// The emulator's GEMM rate on this CPU (no GPU needed).
     Emu(EmuArgs),
     /// Chapter 4's Hopper versions on the emulator beside the portable path (no GPU needed).
@@ -266,6 +272,7 @@ fn main() -> ExitCode {
         Cmd::Ch05(a) => ch05::run(a),
         Cmd::Ch06(a) => ch06::run(a),
         Cmd::Ch07(a) => ch07::run(a),
+        Cmd::Ch08(a) => ch08::run(a),
         Cmd::Emu(a) => emu(a),
         Cmd::EmuHopper(a) => emu_hopper(a),
     };
