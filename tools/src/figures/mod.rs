@@ -30,8 +30,8 @@ pub struct Generated {
 }
 
 /// The groups of generated files, by the page that uses them.
-pub const GROUPS: [&str; 9] = [
-    "runtime", "primer", "ch01", "ch02", "ch03", "ch04", "ch05", "ch06", "ch07",
+pub const GROUPS: [&str; 10] = [
+    "runtime", "primer", "ch01", "ch02", "ch03", "ch04", "ch05", "ch06", "ch07", "ch08",
 ];
 
 /// A committed file of the repository at `root`, as text.
@@ -98,6 +98,8 @@ pub fn generate(root: &Path, group: &str) -> Result<Vec<Generated>, String> {
         "ch06" => ch06::generate(root),
         // The full-size decode step's breakdown and what bf16 changes, with the example and tree.
         "ch07" => ch07::generate(root),
+        // The example and the tree; the measured section joins them with `bench ch08`'s CSV.
+        "ch08" => example_and_tree(root, 8),
         "runtime" => Ok([runtime(root)?, emu_hopper::generate(root)?].concat()),
         "primer" => primer_example(root),
         other => Err(format!(
