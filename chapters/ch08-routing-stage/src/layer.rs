@@ -120,10 +120,7 @@ impl StagedLayer {
     pub fn workspace(&self, rows: usize) -> Result<StagedWorkspace, MoeError> {
         let c = self.layer.config();
         let experts = self.layer.experts_layer().workspace(rows)?;
-        let block_m = match experts.block_m() {
-            0 => 16,
-            bm => bm,
-        };
+        let block_m = stage_block_m(&experts);
         let (_, bias) = self.layer.gate();
         let bias_host = bias.map(|b| b.to_vec()).transpose()?;
         let stage = RoutingStage::new(
@@ -192,19 +189,7 @@ impl StagedLayer {
         // 2. The stage: ids, weights and the layout.
         ws.stage.enqueue(&ws.logits, bias, &ws.routing)?;
         // 3. Chapter 4's experts on that layout.
-        let r = &ws.routing;
-        self.layer.experts_layer().enqueue_experts_laid_out(
-            &ws.experts,
-            Hidden::Bf16(hidden),
-            &r.ids,
-            &r.weights,
-            Layout {
-                sorted_ids: &r.sorted_ids,
-                expert_ids: &r.expert_ids,
-                num_post: &r.num_post,
-            },
-            out,
-        )
+        experts_on(&self.layer, &ws.experts, hidden, &ws.routing, out)
     }
     // ANCHOR_END: enqueue
 
@@ -220,6 +205,39 @@ impl StagedLayer {
                         .launches_laid_out(&ws.experts, Dtype::Bf16)
             }
         }
+    }
+}
+
+/// Chapter 4's experts of `layer` on a routing and its layout made by a stage (`routing`): what
+/// [`StagedLayer`] and chapter 9's one-launch layer run after their routers.
+pub fn experts_on(
+    layer: &AssembledLayer,
+    ws: &FusedWorkspace,
+    hidden: &DeviceBuffer<bf16>,
+    routing: &StageBuffers,
+    out: &DeviceBuffer<f32>,
+) -> Result<(), MoeError> {
+    let r = routing;
+    layer.experts_layer().enqueue_experts_laid_out(
+        ws,
+        Hidden::Bf16(hidden),
+        &r.ids,
+        &r.weights,
+        Layout {
+            sorted_ids: &r.sorted_ids,
+            expert_ids: &r.expert_ids,
+            num_post: &r.num_post,
+        },
+        out,
+    )
+}
+
+/// The BLOCK_M a stage sorts to for chapter 4's workspace `ws`: its plan's, or on the decode
+/// path (which reads no layout) chapter 3's smallest.
+pub fn stage_block_m(ws: &FusedWorkspace) -> usize {
+    match ws.block_m() {
+        0 => 16,
+        bm => bm,
     }
 }
 
