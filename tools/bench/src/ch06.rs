@@ -270,11 +270,11 @@ fn routing_of(
     ws.routing(shape.k).map_err(e)
 }
 
-fn gate_flops(shape: &Shape, tokens: usize) -> f64 {
+pub(crate) fn gate_flops(shape: &Shape, tokens: usize) -> f64 {
     2.0 * (tokens * shape.hidden * shape.experts) as f64
 }
 
-fn gate_bytes(shape: &Shape, tokens: usize) -> f64 {
+pub(crate) fn gate_bytes(shape: &Shape, tokens: usize) -> f64 {
     (2 * (shape.experts + tokens) * shape.hidden + if shape.bias { 4 * shape.experts } else { 0 })
         as f64
 }

@@ -16,6 +16,7 @@
 //! tools/bench/run ch06 [--out-dir D] [--quick]
 //! tools/bench/run ch07 [--out-dir D] [--quick] [--fixtures DIR]
 //! tools/bench/run ch08 [--out-dir D] [--quick]
+//! tools/bench/run ch09 [--out-dir D] [--quick]
 //! ```
 
 mod cases;
@@ -29,6 +30,7 @@ mod ch05;
 mod ch06;
 mod ch07;
 mod ch08;
+mod ch09;
 mod common;
 mod emu;
 mod emu_hopper;
@@ -80,6 +82,9 @@ enum Cmd {
     /// align, and the layer with it beside chapter 6's (GPU); `--quick` without a GPU: a smoke
     /// test.
     Ch08(GpuArgs),
+    /// Chapter 9: the one-launch router along the row axis beside the pair + align and the
+    /// GEMM + stage, and the layer with it (GPU); `--quick` without a GPU: a smoke test.
+    Ch09(GpuArgs),
     /// The emulator's GEMM rate on this CPU (no GPU needed).
     Emu(EmuArgs),
     /// Chapter 4's Hopper versions on the emulator beside the portable path (no GPU needed).
@@ -273,6 +278,7 @@ fn main() -> ExitCode {
         Cmd::Ch06(a) => ch06::run(a),
         Cmd::Ch07(a) => ch07::run(a),
         Cmd::Ch08(a) => ch08::run(a),
+        Cmd::Ch09(a) => ch09::run(a),
         Cmd::Emu(a) => emu(a),
         Cmd::EmuHopper(a) => emu_hopper(a),
     };
