@@ -20,7 +20,7 @@ use std::fmt;
 use std::io::Write;
 
 /// What the example can fail with: the stage (its inputs or the device), a disagreement with the
-/// pair + align, or stdout.
+/// pair + align, or stdout. Chapter 9's example fails the same ways.
 #[derive(Debug)]
 pub enum ExampleError {
     Stage(StageError),
@@ -43,6 +43,12 @@ impl std::error::Error for ExampleError {}
 impl From<StageError> for ExampleError {
     fn from(e: StageError) -> Self {
         ExampleError::Stage(e)
+    }
+}
+
+impl From<moe_kernels::KernelError> for ExampleError {
+    fn from(e: moe_kernels::KernelError) -> Self {
+        ExampleError::Stage(e.into())
     }
 }
 

@@ -30,8 +30,8 @@ pub struct Generated {
 }
 
 /// The groups of generated files, by the page that uses them.
-pub const GROUPS: [&str; 10] = [
-    "runtime", "primer", "ch01", "ch02", "ch03", "ch04", "ch05", "ch06", "ch07", "ch08",
+pub const GROUPS: [&str; 11] = [
+    "runtime", "primer", "ch01", "ch02", "ch03", "ch04", "ch05", "ch06", "ch07", "ch08", "ch09",
 ];
 
 /// A committed file of the repository at `root`, as text.
@@ -100,6 +100,7 @@ pub fn generate(root: &Path, group: &str) -> Result<Vec<Generated>, String> {
         "ch07" => ch07::generate(root),
         // The example and the tree; the measured section joins them with `bench ch08`'s CSV.
         "ch08" => example_and_tree(root, 8),
+        "ch09" => example_and_tree(root, 9),
         "runtime" => Ok([runtime(root)?, emu_hopper::generate(root)?].concat()),
         "primer" => primer_example(root),
         other => Err(format!(
