@@ -11,7 +11,9 @@ fn example_stdout() {
     assert!(text.starts_with("Chapter 10: precision"), "{text}");
     // GLM-5.3-Flash's range keeps 7 bf16 values at 288 experts, as the article's Figure 4.
     assert!(
-        text.contains("GLM-like       GLM-5.3-Flash's bias range   [11.54, 11.96], 288 experts: 7 distinct in bf16"),
+        text.contains(
+            "GLM-like     GLM-5.3-Flash's bias range  [11.54, 11.96], 288 experts: 7 in bf16"
+        ),
         "{text}"
     );
     // One line per shape and bias, each count at most the rows; fp32 (both orders) flips no row

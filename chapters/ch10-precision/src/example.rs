@@ -12,6 +12,11 @@ pub const EXAMPLE_ROWS: usize = 500;
 /// Tokens through the layer in the example.
 pub const EXAMPLE_TOKENS: usize = 32;
 
+/// An arithmetic's column head: `fp32_tiny_gemm` → `fp32 tiny`.
+fn column(name: &str) -> String {
+    name.replace("_gemm", "").replace('_', " ")
+}
+
 /// Writes the example's text to `out`.
 pub fn run(out: &mut dyn Write) -> Result<(), String> {
     let io = |e: std::io::Error| e.to_string();
@@ -22,7 +27,7 @@ pub fn run(out: &mut dyn Write) -> Result<(), String> {
     .map_err(io)?;
     writeln!(
         out,
-        "Synthetic biases over the ranges the router article reports, and the bf16 values they keep:"
+        "Synthetic biases over the router article's bias ranges, and the bf16 values they keep:"
     )
     .map_err(io)?;
     for shape in SHAPES.iter().filter(|s| !s.spreads.is_empty()) {
@@ -30,7 +35,7 @@ pub fn run(out: &mut dyn Write) -> Result<(), String> {
             let b = bias_of(shape, sp);
             writeln!(
                 out,
-                "  {:<14} {:<28} [{}, {}], {} experts: {} distinct in bf16",
+                "  {:<12} {:<27} [{}, {}], {} experts: {} in bf16",
                 shape.title,
                 sp.title,
                 sp.lo,
@@ -48,7 +53,7 @@ pub fn run(out: &mut dyn Write) -> Result<(), String> {
     .map_err(io)?;
     let mut head = format!("  {:<14} {:<8}", "shape", "bias");
     for a in &ARITHMETICS {
-        head.push_str(&format!(" {:>14}", a.name));
+        head.push_str(&format!(" {:>11}", column(a.name)));
     }
     writeln!(out, "{head}").map_err(io)?;
     let opts = Options {
@@ -65,8 +70,8 @@ pub fn run(out: &mut dyn Write) -> Result<(), String> {
             );
             for a in &ARITHMETICS {
                 match c.arith.iter().find(|x| x.arithmetic.name == a.name) {
-                    Some(x) => line.push_str(&format!(" {:>14}", x.flips)),
-                    None => line.push_str(&format!(" {:>14}", "-")),
+                    Some(x) => line.push_str(&format!(" {:>11}", x.flips)),
+                    None => line.push_str(&format!(" {:>11}", "-")),
                 }
             }
             writeln!(out, "{line}").map_err(io)?;
@@ -76,15 +81,20 @@ pub fn run(out: &mut dyn Write) -> Result<(), String> {
     let c = crate::output::layer_config();
     writeln!(
         out,
-        "\nOne flip through chapter 2's layer (H {}, I {}, {} experts, top-{}, GLM-like router), {} tokens:",
+        "\nOne flip through chapter 2's layer (H {}, I {}, {} experts, top-{}), {} tokens:",
         c.hidden, c.intermediate, c.experts, c.router.k, EXAMPLE_TOKENS
     )
     .map_err(io)?;
     let m = |f: fn(&crate::output::TokenResult) -> f64| median(results.iter().map(f).collect());
     writeln!(
         out,
-        "  median relative error of a token's output: {:.2} with one expert swapped, {:.4} from bf16 rounding",
+        "  median relative error of a token's output: {:.2} with one expert swapped,",
         m(|r| r.flip_rel_err),
+    )
+    .map_err(io)?;
+    writeln!(
+        out,
+        "  {:.4} from the bf16 layer's rounding",
         m(|r| r.bf16_rel_err)
     )
     .map_err(io)?;
