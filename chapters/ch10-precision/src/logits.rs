@@ -130,6 +130,7 @@ pub fn logits_f32_tiny_gemm(gate: &Gate, x: &[f32]) -> Vec<f32> {
         let mut warp_sums = vec![0f32; warps * row_len]; // [warp][nb, E]
         for warp in 0..warps {
             lanes.fill(0.0);
+            // ANCHOR: tiny_thread
             for lane in 0..WARP {
                 let acc = &mut lanes[lane * row_len..(lane + 1) * row_len];
                 let mut s = warp * WARP + lane;
@@ -146,6 +147,7 @@ pub fn logits_f32_tiny_gemm(gate: &Gate, x: &[f32]) -> Vec<f32> {
                     s += TINY_THREADS;
                 }
             }
+            // ANCHOR_END: tiny_thread
             // The xor tree: after the round at `off`, lane l holds v[l] + v[l ^ off]; lane 0's
             // value needs lanes 0..off of each round (l ^ off = l + off for l < off).
             let mut off = WARP / 2;

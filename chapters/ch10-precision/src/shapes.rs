@@ -96,6 +96,7 @@ impl BiasSpread {
 // ANCHOR_END: spreads
 
 // ANCHOR: arithmetics
+// ANCHOR: arithmetic_type
 /// How the logits are summed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Sum {
@@ -118,6 +119,7 @@ pub struct Arithmetic {
     pub bf16_logits: bool,
     pub bf16_bias: bool,
 }
+// ANCHOR_END: arithmetic_type
 
 /// The arithmetics, in the order tables list them. A softmax router has no bias: the two with a
 /// bf16 bias run only with a bias.

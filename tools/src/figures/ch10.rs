@@ -41,6 +41,27 @@ fn shape_title(s: &str) -> &str {
     }
 }
 
+/// An arithmetic's short column head in the tables.
+fn arith_head(a: &str) -> &str {
+    match a {
+        "fp32" => "fp32",
+        "fp32_tiny_gemm" => "fp32, tiny GEMM order",
+        "bf16_logits" => "bf16 logits",
+        "bf16_bias" => "bf16 bias",
+        "bf16_both" => "both bf16",
+        other => other,
+    }
+}
+
+/// A bias spread's short name in the tables.
+fn bias_short(b: &str) -> &str {
+    match b {
+        "glm53" => "GLM-5.3-Flash's",
+        "kimi_k3" => "Kimi K3's",
+        other => other,
+    }
+}
+
 /// A bias spread's title from its name.
 fn bias_title(b: &str) -> &str {
     match b {
@@ -225,9 +246,9 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// The flip-rate table: one row per shape and bias, one column per arithmetic, cells
 /// `share % (rows)`.
 pub fn flip_table(cases: &[Case], flips: &[Flip]) -> String {
-    let mut s = String::from("| shape | bias | distinct bf16 biases |");
+    let mut s = String::from("| shape | bias range | bf16 biases |");
     for a in ARITH {
-        let _ = write!(s, " {} |", a.1);
+        let _ = write!(s, " {} |", arith_head(a.0));
     }
     s.push_str("\n|---|---|---:|");
     for _ in ARITH {
@@ -244,7 +265,7 @@ pub fn flip_table(cases: &[Case], flips: &[Flip]) -> String {
             s,
             "| {} | {} | {distinct} |",
             shape_title(short(&c.shape)),
-            bias_title(&c.bias)
+            bias_short(&c.bias)
         );
         for a in ARITH {
             match flips
@@ -265,9 +286,9 @@ pub fn flip_table(cases: &[Case], flips: &[Flip]) -> String {
 /// The key-error table: the median gap at the cut beside each arithmetic's median rank-key
 /// error.
 pub fn error_table(cases: &[Case], flips: &[Flip]) -> String {
-    let mut s = String::from("| shape | bias | median gap at the cut |");
+    let mut s = String::from("| shape | bias range | median gap at the cut |");
     for a in ARITH {
-        let _ = write!(s, " {} |", a.1);
+        let _ = write!(s, " {} |", arith_head(a.0));
     }
     s.push_str("\n|---|---|---:|");
     for _ in ARITH {
@@ -279,7 +300,7 @@ pub fn error_table(cases: &[Case], flips: &[Flip]) -> String {
             s,
             "| {} | {} | {} |",
             shape_title(short(&c.shape)),
-            bias_title(&c.bias),
+            bias_short(&c.bias),
             small(c.gap_median)
         );
         for a in ARITH {
@@ -597,9 +618,7 @@ mod tests {
         let cases = parse_cases(CASES_CSV, "c").unwrap();
         let t = flip_table(&cases, &flips);
         assert!(
-            t.contains(
-                "| GLM-like | GLM-5.3-Flash's bias range | 7 | 0% (0) | – | – | 65% (650) | – |"
-            ),
+            t.contains("| GLM-like | GLM-5.3-Flash's | 7 | 0% (0) | – | – | 65% (650) | – |"),
             "{t}"
         );
         let e = error_table(&cases, &flips);
