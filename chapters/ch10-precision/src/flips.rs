@@ -44,7 +44,10 @@ pub fn gate_of(shape: &Shape) -> Gate {
 /// Rows `first .. first + n` of `shape`'s hidden states `[n, H]`, uniform in [−1, 1), rounded
 /// to bf16; `first` a multiple of [`CHUNK`] and `n` at most one chunk.
 pub fn hidden_rows(shape: &Shape, first: usize, n: usize) -> Vec<f32> {
-    assert!(first % CHUNK == 0 && n <= CHUNK);
+    // `%` rather than `is_multiple_of`, which needs Rust 1.87 (the workspace's MSRV is 1.85).
+    #[allow(clippy::manual_is_multiple_of)]
+    let whole = first % CHUNK == 0;
+    assert!(whole && n <= CHUNK, "rows {first}.. of one chunk");
     let all = patterned(
         CHUNK * shape.hidden,
         salt(shape, 1000 + (first / CHUNK) as u64),
