@@ -79,6 +79,7 @@ pub fn one_flip(tokens: usize) -> Result<Vec<TokenResult>, MoeError> {
         let keys = keys_f64(&c.router, &logits[t * e..(t + 1) * e], bias);
         let (ids, gap) = select_with_gap(&c.router, &keys);
         let scores = keys_f64(&c.router, &logits[t * e..(t + 1) * e], None);
+        // ANCHOR: swap
         let weights = |ids: &[u32]| {
             let s: Vec<f64> = ids.iter().map(|&i| scores[i as usize]).collect();
             renormalize(&s, &c.router)
@@ -89,6 +90,7 @@ pub fn one_flip(tokens: usize) -> Result<Vec<TokenResult>, MoeError> {
         let mut other = ids.clone();
         other[slot] = cut.first_rejected.0;
         let (wa, wb) = (weights(&ids), weights(&other));
+        // ANCHOR_END: swap
         gaps.push(gap);
         swapped.push(wa[slot]);
         exact.push((ids, wa));
