@@ -69,6 +69,10 @@ pub struct ArithTally {
     pub flips: u64,
     /// `|key − fp64 key|` of every expert of every row.
     pub key_err: LogHist,
+    /// Summed over the rows, in units of 2^-32 (an integer sum, so that it does not depend on
+    /// which thread summed which rows): the share of the row's weight on experts the fp64 router
+    /// did not select ([`weight_outside`]).
+    pub weight_outside: u64,
 }
 
 /// One shape with one bias spread (or none).
@@ -117,6 +121,7 @@ impl ShapeTally {
                         arithmetic,
                         flips: 0,
                         key_err: LogHist::default(),
+                        weight_outside: 0,
                     })
                     .collect(),
                 orders_differ: 0,
@@ -143,6 +148,7 @@ impl ShapeTally {
             for (x, y) in a.arith.iter_mut().zip(&b.arith) {
                 x.flips += y.flips;
                 x.key_err.merge(&y.key_err);
+                x.weight_outside += y.weight_outside;
             }
         }
     }
@@ -166,6 +172,26 @@ impl ChunkLogits {
 }
 
 // ANCHOR: arithmetic_keys
+/// Row `r`'s `[E]` fp32 logits in arithmetic `a`: summed in its order, rounded to bf16 if it
+/// rounds them.
+pub fn arithmetic_logits(
+    shape: &Shape,
+    a: &Arithmetic,
+    logits: &ChunkLogits,
+    r: usize,
+) -> Vec<f32> {
+    let e = shape.experts;
+    let summed = match a.sum {
+        Sum::Sequential => &logits.sequential[r * e..(r + 1) * e],
+        Sum::TinyGemm => &logits.tiny_gemm[r * e..(r + 1) * e],
+    };
+    if a.bf16_logits {
+        summed.iter().map(|&v| bf16(v)).collect()
+    } else {
+        summed.to_vec()
+    }
+}
+
 /// Row `r`'s fp32 rank keys in arithmetic `a`, from the chunk's logits and the case's bias.
 pub fn arithmetic_keys(
     shape: &Shape,
@@ -174,21 +200,42 @@ pub fn arithmetic_keys(
     r: usize,
     bias: Option<&[f32]>,
 ) -> Vec<f32> {
-    let e = shape.experts;
-    let summed = match a.sum {
-        Sum::Sequential => &logits.sequential[r * e..(r + 1) * e],
-        Sum::TinyGemm => &logits.tiny_gemm[r * e..(r + 1) * e],
-    };
-    let row: Vec<f32> = if a.bf16_logits {
-        summed.iter().map(|&v| bf16(v)).collect()
-    } else {
-        summed.to_vec()
-    };
+    let row = arithmetic_logits(shape, a, logits, r);
     let rounded: Option<Vec<f32>> = match bias {
         Some(b) if a.bf16_bias => Some(b.iter().map(|&v| bf16(v)).collect()),
         _ => None,
     };
     keys_f32(&(shape.config)(), &row, rounded.as_deref().or(bias))
+}
+
+/// The share of a row's routed weight that arithmetic `a` gives to experts outside `want` (the
+/// fp64 router's set): its selected scores, in fp32, renormalised over its own selection.
+pub fn weight_outside(
+    shape: &Shape,
+    a: &Arithmetic,
+    logits: &ChunkLogits,
+    r: usize,
+    got: &[u32],
+    want: &[u32],
+) -> f64 {
+    let scores = keys_f32(
+        &(shape.config)(),
+        &arithmetic_logits(shape, a, logits, r),
+        None,
+    );
+    let (mut outside, mut all) = (0f64, 0f64);
+    for &i in got {
+        let s = scores[i as usize] as f64;
+        all += s;
+        if !want.contains(&i) {
+            outside += s;
+        }
+    }
+    if all > 0.0 {
+        outside / all
+    } else {
+        0.0
+    }
 }
 // ANCHOR_END: arithmetic_keys
 
@@ -218,6 +265,8 @@ fn tally_chunk(t: &mut ShapeTally, logits: &ChunkLogits, rows: usize) {
                 let got = select(&config, &keys);
                 if !same_set(&got, &want) {
                     at.flips += 1;
+                    let w = weight_outside(shape, &at.arithmetic, logits, r, &got, &want);
+                    at.weight_outside += (w * WEIGHT_UNIT).round() as u64;
                 }
                 for (k, x) in keys.iter().zip(&reference) {
                     at.key_err.add(*k as f64 - x);
@@ -232,6 +281,9 @@ fn tally_chunk(t: &mut ShapeTally, logits: &ChunkLogits, rows: usize) {
         }
     }
 }
+
+/// The unit of [`ArithTally::weight_outside`]: 2^32 per row's whole weight.
+pub const WEIGHT_UNIT: f64 = 4_294_967_296.0;
 
 /// How many rows, on how many threads.
 #[derive(Clone, Copy, Debug)]
@@ -303,22 +355,23 @@ fn bias_name(c: &CaseTally) -> &'static str {
 }
 
 // ANCHOR: csvs
-/// `ch10_flips.csv`: per shape, bias and arithmetic, the rows, the flips and the median rank-key
-/// error.
+/// `ch10_flips.csv`: per shape, bias and arithmetic, the rows, the flips, the median rank-key
+/// error, and the mean share of a row's weight on experts the fp64 router did not select.
 pub fn flips_csv(tallies: &[ShapeTally]) -> String {
-    let mut s = String::from("shape,bias,arithmetic,rows,flips,key_err_median\n");
+    let mut s = String::from("shape,bias,arithmetic,rows,flips,key_err_median,weight_outside\n");
     for t in tallies {
         for c in &t.cases {
             for a in &c.arith {
                 let _ = writeln!(
                     s,
-                    "{},{},{},{},{},{}",
+                    "{},{},{},{},{},{},{}",
                     t.shape.name,
                     bias_name(c),
                     a.arithmetic.name,
                     t.rows,
                     a.flips,
-                    sci(a.key_err.median().unwrap_or(f64::NAN))
+                    sci(a.key_err.median().unwrap_or(f64::NAN)),
+                    sci(a.weight_outside as f64 / WEIGHT_UNIT / t.rows as f64)
                 );
             }
         }

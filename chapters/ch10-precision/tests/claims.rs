@@ -81,6 +81,21 @@ fn bf16_bias_flips_by_the_size_of_the_bias() {
         let (rate, err) = flip(s, "kimi_k3", "bf16_bias");
         assert!(rate < 0.01, "{s}: {rate}");
         assert!(err * 10.0 < num(&case(s, "kimi_k3"), "gap_median"), "{s}");
+        // "Less of the weight moves than the rows that flip": a few percent to a few tenths.
+        let all = records(FLIPS);
+        let r = all
+            .iter()
+            .find(|r| {
+                get(r, "shape").starts_with(s)
+                    && get(r, "bias") == "glm53"
+                    && get(r, "arithmetic") == "bf16_bias"
+            })
+            .unwrap();
+        let w = num(r, "weight_outside");
+        assert!(
+            w > 0.01 && w < flip(s, "glm53", "bf16_bias").0 / 2.0,
+            "{s}: {w}"
+        );
         // GLM's range keeps a handful of bf16 values, as the article's Figure 4; Kimi's many.
         assert_eq!(get(&case(s, "glm53"), "bias_distinct_bf16"), "7", "{s}");
         assert!(

@@ -5,6 +5,7 @@
 use ch01_router::LiteralRouter;
 use ch10_precision::flips::{
     bias_of, cases_csv, flips_csv, gaps_csv, gate_of, hidden_rows, run_shape, Options, CHUNK,
+    WEIGHT_UNIT,
 };
 use ch10_precision::keys::same_set;
 use ch10_precision::logits::{
@@ -87,7 +88,8 @@ fn every_order_is_the_literal_loops() {
 // ANCHOR: recount_test
 /// A scaled-down run (700 rows: a whole chunk and part of one) gives the same counts on 1 and 2
 /// threads, and its flips are recounted exactly by an independent path: logits from the literal
-/// loops, sets from chapter 1's literal f64 router. (Its keys are f64 from the rounded logits,
+/// loops, sets and weights from chapter 1's literal f64 router (the weight the flipped rows give
+/// to experts outside the fp64 set, within 1e-4 of a row's weight in all). (Its keys are f64 from the rounded logits,
 /// where ours are f32: the two differ by about 1e-7, below every gap of these rows.)
 #[test]
 fn scaled_down_run_is_recounted_by_chapter_1() {
@@ -112,6 +114,7 @@ fn scaled_down_run_is_recounted_by_chapter_1() {
             let bias16: Option<Vec<f32>> =
                 bias.as_ref().map(|b| b.iter().map(|&v| bf16(v)).collect());
             let mut recount = vec![0u64; case.arith.len()];
+            let mut outside = vec![0f64; case.arith.len()];
             let mut gaps = Vec::new();
             for first in (0..rows).step_by(CHUNK) {
                 let n = CHUNK.min(rows - first);
@@ -146,11 +149,21 @@ fn scaled_down_run_is_recounted_by_chapter_1() {
                         bias.as_deref()
                     };
                     let got = router.route_rows(&l, n, e, b).unwrap();
-                    recount[i] += want
-                        .iter()
-                        .zip(&got)
-                        .filter(|(w, g)| !same_set(&w.ids, &g.ids))
-                        .count() as u64;
+                    for (w, g) in want.iter().zip(&got) {
+                        if !same_set(&w.ids, &g.ids) {
+                            recount[i] += 1;
+                            // The share of this row's weight on experts outside the fp64 set.
+                            let all: f64 = g.weights.iter().sum();
+                            let off: f64 = g
+                                .ids
+                                .iter()
+                                .zip(&g.weights)
+                                .filter(|(id, _)| !w.ids.contains(id))
+                                .map(|(_, x)| x)
+                                .sum();
+                            outside[i] += off / all;
+                        }
+                    }
                 }
             }
             let counted: Vec<u64> = case.arith.iter().map(|a| a.flips).collect();
@@ -161,6 +174,15 @@ fn scaled_down_run_is_recounted_by_chapter_1() {
                 shape.name,
                 case.spread.map(|s| s.name)
             );
+            for (a, want) in case.arith.iter().zip(&outside) {
+                let got = a.weight_outside as f64 / WEIGHT_UNIT;
+                assert!(
+                    (got - want).abs() <= 1e-4,
+                    "{} {}: weight outside {got} vs {want}",
+                    shape.name,
+                    a.arithmetic.name
+                );
+            }
             // The gap's median, from the histogram, within its bin of the recount's.
             gaps.sort_by(f64::total_cmp);
             let m = gaps[gaps.len().div_ceil(2) - 1];

@@ -81,6 +81,8 @@ pub struct Flip {
     pub rows: u64,
     pub flips: u64,
     pub key_err: f64,
+    /// The mean share of a row's weight on experts the fp64 router did not select.
+    pub weight_outside: f64,
 }
 
 /// One line of `ch10_cases.csv` (what the page uses of it).
@@ -118,6 +120,7 @@ pub fn parse_flips(text: &str, name: &str) -> Result<Vec<Flip>, String> {
             rows: num(name, l, "rows", &r("rows"))?,
             flips: num(name, l, "flips", &r("flips"))?,
             key_err: num(name, l, "key_err_median", &r("key_err_median"))?,
+            weight_outside: num(name, l, "weight_outside", &r("weight_outside"))?,
         };
         if !ARITH.iter().any(|a| a.0 == f.arithmetic) {
             return Err(format!("{name}:{l}: unknown arithmetic `{}`", f.arithmetic));
@@ -210,8 +213,13 @@ fn parse_output(text: &str, name: &str) -> Result<Tokens, String> {
 
 /// A share of rows in percent, written for reading: `65`, `1.9`, `0.002`, `0`.
 pub fn pct(flips: u64, rows: u64) -> String {
-    let p = 100.0 * flips as f64 / rows as f64;
-    if flips == 0 {
+    share_pct(flips as f64 / rows as f64)
+}
+
+/// A share (0 to 1) in percent, written as [`pct`] writes it.
+pub fn share_pct(share: f64) -> String {
+    let p = 100.0 * share;
+    if share == 0.0 {
         "0".into()
     } else if p >= 10.0 {
         format!("{p:.0}")
@@ -531,6 +539,11 @@ pub fn generate(root: &Path) -> Result<Vec<Generated>, String> {
         f.add(format!("{s}_pct"), pct(x.flips, x.rows), FLIPS);
         f.add(format!("{s}_flips"), thousands(x.flips), FLIPS);
         f.add(format!("{s}_key_err"), small(x.key_err), FLIPS);
+        f.add(
+            format!("{s}_weight_pct"),
+            share_pct(x.weight_outside),
+            FLIPS,
+        );
     }
     let col = |i: usize| tokens.iter().map(|t| t[i]).collect::<Vec<f64>>();
     let (flip_m, bf16_m) = (median(col(2)), median(col(3)));
@@ -606,9 +619,9 @@ pub fn generate(root: &Path) -> Result<Vec<Generated>, String> {
 mod tests {
     use super::*;
 
-    const FLIPS_CSV: &str = "shape,bias,arithmetic,rows,flips,key_err_median\n\
-        glm_h4096_e288_k8,glm53,fp32,1000,0,2.39e-7\n\
-        glm_h4096_e288_k8,glm53,bf16_bias,1000,650,1.50e-2\n";
+    const FLIPS_CSV: &str = "shape,bias,arithmetic,rows,flips,key_err_median,weight_outside\n\
+        glm_h4096_e288_k8,glm53,fp32,1000,0,2.39e-7,0\n\
+        glm_h4096_e288_k8,glm53,bf16_bias,1000,650,1.50e-2,7.6e-2\n";
     const CASES_CSV: &str = "shape,hidden,experts,k,bias,bias_lo,bias_hi,bias_distinct_bf16,rows,gap_median,orders_sets_differ,max_logit_diff_orders,max_logit_err_sequential,max_logit_err_tiny,logit_std\n\
         glm_h4096_e288_k8,4096,288,8,glm53,11.54,11.96,7,1000,7.12e-3,0,1.43e-5,1.38e-5,7.20e-7,1\n";
 
@@ -640,13 +653,13 @@ mod tests {
     #[test]
     fn bad_csvs_are_errors() {
         let e = parse_flips(
-            "shape,bias,arithmetic,rows,flips,key_err_median\ns,b,fp16,10,1,1e-3\n",
+            "shape,bias,arithmetic,rows,flips,key_err_median,weight_outside\ns,b,fp16,10,1,1e-3,0\n",
             "f.csv",
         )
         .unwrap_err();
         assert!(e.contains("unknown arithmetic `fp16`"), "{e}");
         let e = parse_flips(
-            "shape,bias,arithmetic,rows,flips,key_err_median\ns,b,fp32,10,11,1e-3\n",
+            "shape,bias,arithmetic,rows,flips,key_err_median,weight_outside\ns,b,fp32,10,11,1e-3,0\n",
             "f.csv",
         )
         .unwrap_err();
@@ -660,6 +673,7 @@ mod tests {
         assert_eq!(pct(544, 100000), "0.54");
         assert_eq!(pct(2, 100000), "0.002");
         assert_eq!(pct(0, 100000), "0");
+        assert_eq!(share_pct(0.076), "7.6");
         assert_eq!(small(1.5e-2), "0.015");
         assert_eq!(small(1.5e-4), "0.00015");
         assert_eq!(small(2.39e-7), "2.4e−7");
