@@ -10,6 +10,7 @@ pub mod ch04;
 pub mod ch05;
 pub mod ch06;
 pub mod ch07;
+pub mod ch10;
 pub mod emu_hopper;
 pub mod equality;
 pub mod facts;
@@ -30,8 +31,9 @@ pub struct Generated {
 }
 
 /// The groups of generated files, by the page that uses them.
-pub const GROUPS: [&str; 11] = [
+pub const GROUPS: [&str; 12] = [
     "runtime", "primer", "ch01", "ch02", "ch03", "ch04", "ch05", "ch06", "ch07", "ch08", "ch09",
+    "ch10",
 ];
 
 /// A committed file of the repository at `root`, as text.
@@ -101,6 +103,8 @@ pub fn generate(root: &Path, group: &str) -> Result<Vec<Generated>, String> {
         // The example and the tree; the measured section joins them with `bench ch08`'s CSV.
         "ch08" => example_and_tree(root, 8),
         "ch09" => example_and_tree(root, 9),
+        // The CPU run's figure, tables and facts (ch10-flips), with the example and tree.
+        "ch10" => ch10::generate(root),
         "runtime" => Ok([runtime(root)?, emu_hopper::generate(root)?].concat()),
         "primer" => primer_example(root),
         other => Err(format!(
