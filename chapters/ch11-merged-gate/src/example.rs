@@ -1,0 +1,168 @@
+//! The chapter's main, as a library: `examples/ch11.rs` calls [`run`].
+//!
+//! It shows radix select on one row step by step (the host's literal loop), the kernel against
+//! chapter 5's fused router on every named regime, the front of a Kimi K3 layer in its separate
+//! and merged forms at [`TOUR_ROWS`] rows, and how many of those rows the bf16-output variant
+//! moves. Everything on stdout is the same on both backends except the values in `⟨ ⟩`, which
+//! depend on the library GEMM (cuBLAS or the emulator's reference) and are checked by the tests.
+
+use crate::front::{FrontInputs, KIMI_K3};
+use crate::host::{rows_with_other_sets, run_bf16, run_merged, run_separate};
+use crate::merged::describe;
+use crate::radix::{order, radix_select_row, route_logits_radix};
+use ch01_router::regimes::{regime, REGIMES};
+use ch05_fused_router::route_logits_fused;
+use half::bf16;
+use moe_kernels::Device;
+use std::io::Write;
+
+/// Rows of the Kimi K3 front the example runs (few: the emulator multiplies 4,480 × 7,168 per
+/// row).
+pub const TOUR_ROWS: usize = 2;
+
+type Out<'a> = &'a mut dyn Write;
+
+fn w(out: Out, s: std::fmt::Arguments) -> Result<(), String> {
+    out.write_fmt(s).map_err(|e| e.to_string())
+}
+
+macro_rules! say {
+    ($out:expr, $($t:tt)*) => { w($out, format_args!("{}\n", format_args!($($t)*)))? };
+}
+
+/// bf16 values that differ, and the largest distance between two of them in bf16 steps.
+pub fn bf16_steps_apart(a: &[bf16], b: &[bf16]) -> (usize, u32) {
+    let step = |x: bf16, y: bf16| {
+        let o = |v: bf16| {
+            let u = v.to_bits() as i32;
+            if u & 0x8000 != 0 {
+                -(u & 0x7fff)
+            } else {
+                u
+            }
+        };
+        (o(x) - o(y)).unsigned_abs()
+    };
+    let differ = a.iter().zip(b).filter(|(x, y)| x != y).count();
+    let most = a.iter().zip(b).map(|(&x, &y)| step(x, y)).max().unwrap_or(0);
+    (differ, most)
+}
+
+/// Runs the tour, writing it to `out`.
+pub fn run(device: &'static Device, out: Out) -> Result<(), String> {
+    let e = |e: ch01_router::chain::DeviceRouterError| e.to_string();
+    // 1. One row by hand: 12 keys, three of them equal at the cut.
+    say!(out, "radix select on one row (the host's literal loop):");
+    let keys = [
+        0.61f32, 0.75, 0.52, 0.75, 0.75, 0.13, 0.98, -0.2, 0.75, 0.40, 0.87, 0.02,
+    ];
+    let ordered: Vec<u32> = keys.iter().map(|&k| order(k)).collect();
+    let (ids, passes) = radix_select_row(&ordered, 4);
+    say!(
+        out,
+        "  keys {}",
+        keys.iter()
+            .map(|k| format!("{k:.2}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    say!(
+        out,
+        "  top 4: experts {} after {passes} passes (of the four 0.75s, the lowest ids 1 3)",
+        ids.iter()
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+
+    // 2. The kernel against chapter 5's on every regime.
+    say!(
+        out,
+        "\nradix_topk against chapter 5's fused router, the same fp32 logits:"
+    );
+    for name in REGIMES {
+        let r = regime(name).expect("a named regime");
+        let logits = r.logits_f32();
+        let b = r.bias.as_deref();
+        let radix =
+            route_logits_radix(device, &r.config, r.rows, r.experts, &logits, b).map_err(e)?;
+        let fused =
+            route_logits_fused(device, &r.config, r.rows, r.experts, &logits, b).map_err(e)?;
+        let same_ids = radix.ids == fused.ids;
+        let same_w = radix
+            .weights
+            .iter()
+            .zip(&fused.weights)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        say!(
+            out,
+            "  {name:30} {:3} rows, {:3} experts, k {:2}: ids {}, weights {}",
+            r.rows,
+            r.experts,
+            r.k,
+            if same_ids { "same" } else { "DIFFER" },
+            if same_w { "same bits" } else { "DIFFER" }
+        );
+    }
+
+    // 3. The Kimi K3 front, separate and merged.
+    let shape = KIMI_K3;
+    let config = crate::front::kimi_config(shape.k);
+    let inputs = FrontInputs::random(shape, TOUR_ROWS, 11);
+    say!(out, "\nthe front of a Kimi K3 layer, {}:", describe(shape));
+    say!(out, "  router: {config}");
+    let sep = run_separate(device, &config, shape, &inputs).map_err(e)?;
+    let (mer, _) = run_merged(device, &config, shape, &inputs).map_err(e)?;
+    say!(
+        out,
+        "  separate launches {}: {}",
+        sep.launches.len(),
+        sep.launches.join(" ")
+    );
+    say!(
+        out,
+        "  merged launches {}: {}",
+        mer.launches.len(),
+        mer.launches.join(" ")
+    );
+    for t in 0..TOUR_ROWS {
+        let ids = mer.routing.row_ids(t);
+        say!(
+            out,
+            "  row {t}: experts {}",
+            ids.iter()
+                .map(|i| i.to_string())
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+    }
+    let same_ids = sep.routing.ids == mer.routing.ids;
+    let same_w = sep
+        .routing
+        .weights
+        .iter()
+        .zip(&mer.routing.weights)
+        .all(|(a, b)| a.to_bits() == b.to_bits());
+    say!(
+        out,
+        "  merged against separate: ids {}, weights {}",
+        if same_ids { "same" } else { "DIFFER" },
+        if same_w { "same bits" } else { "DIFFER" }
+    );
+    let (differ, most) = bf16_steps_apart(&sep.proj, &mer.proj);
+    say!(
+        out,
+        "  projection [{TOUR_ROWS}, {}] bf16: ⟨{differ}⟩ values differ, by at most {} bf16 step",
+        shape.proj,
+        most.min(1)
+    );
+
+    // 4. The bf16-output variant.
+    let rounded = run_bf16(device, &config, shape, &inputs).map_err(e)?;
+    say!(
+        out,
+        "\nthe bf16-output variant (the logits rounded to bf16 before the selection): ⟨{}⟩ of {TOUR_ROWS} rows select another set",
+        rows_with_other_sets(&mer.routing, &rounded)
+    );
+    Ok(())
+}
