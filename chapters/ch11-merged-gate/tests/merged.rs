@@ -11,16 +11,18 @@
 //! - the ids and weights, bit for bit: equal logits, and radix select gives chapter 5's bits;
 //! - the projection: the merged kernel's bf16 is the GEMM's fp32 rounded to nearest even, bit for
 //!   bit; against the separate GEMM's bf16 output (the library GEMM, rounded once at its end),
-//!   every value is equal or one bf16 step away, since the two sum the same products in
-//!   different orders (the tiny GEMM's tree, the library GEMM's own) and a difference of a few
-//!   fp32 ulps moves a rounding only where it falls on a bf16 midpoint. With the library GEMM on
-//!   both sides, on the emulator, they are equal.
+//!   every value is equal, one bf16 step away, or within 2^-16 (`SUM_ORDER_TOL`): the two sum
+//!   the same products in different orders (the tiny GEMM's tree, the library GEMM's own), so
+//!   their fp32 sums differ by some ulps of the partial sums; that moves a rounding by one step
+//!   where it falls near a bf16 midpoint, and by more only for results near zero, whose bf16
+//!   steps are finer than the partial sums' ulps. With the library GEMM on both sides, on the
+//!   emulator, they are equal.
 
 use ch01_router::chain::DeviceRouterError;
 use ch01_router::literal::LiteralRouter;
 use ch01_router::RouterConfig;
 use ch05_fused_router::route_logits_fused;
-use ch11_merged_gate::example::bf16_steps_apart;
+use ch11_merged_gate::example::bf16_apart;
 use ch11_merged_gate::front::{kimi_config, to_bf16, FrontInputs, FrontShape, KIMI_K3};
 use ch11_merged_gate::host::{
     flip_rates, rows_with_other_sets, run_bf16, run_merged, run_separate, FrontResult,
@@ -75,8 +77,8 @@ fn compare_fronts(dev: &'static Device, shape: FrontShape, rows: usize, salt: u6
     // The projection: the cast exactly, then against the separate GEMM.
     let cast: Vec<bf16> = to_bf16(&proj32);
     assert_same_bits("the cast", &mer.proj, &cast);
-    let (differ, most) = bf16_steps_apart(&mer.proj, &sep.proj);
-    assert!(most <= 1, "{rows} rows: {differ} values differ, by up to {most} steps");
+    let (differ, outside) = bf16_apart(&mer.proj, &sep.proj);
+    assert_eq!(outside, 0, "{rows} rows: {differ} values differ, {outside} past the bound");
     if gemm_for(rows) == ch05_fused_router::LogitsFrom::Blas && dev.kind() == moe_kernels::BackendKind::Emu {
         assert_eq!(differ, 0, "{rows} rows: the same library GEMM");
     }
@@ -89,7 +91,7 @@ fn compare_fronts(dev: &'static Device, shape: FrontShape, rows: usize, salt: u6
 
 // ANCHOR: merged_equals_separate
 /// Kimi K3's front at 1, 2 and 16 rows: merged and separate give the same ids and weights, bit
-/// for bit, and projections one bf16 step apart at most, on few values.
+/// for bit, and projections apart by one bf16 step (or 2^-16 near zero) at most, on few values.
 fn merged_equals_separate_at_kimi_shapes(dev: &'static Device) {
     for rows in [1, 2, 16] {
         let differ = compare_fronts(dev, KIMI_K3, rows, 3);
@@ -229,7 +231,7 @@ moe_kernels::backend_tests!(
 /// On the GPU at 1,024 rows (cuBLAS for both GEMMs): the merged kernel's ids and weights are
 /// chapter 5's on the merged GEMM's own logits, bit for bit, and its projection is that GEMM's
 /// fp32 rounded; against the separate front (cuBLAS may sum the two shapes in other orders) the
-/// projection is within one bf16 step and the selected sets differ only where the logits do.
+/// projection is within one bf16 step or 2^-16 and the selected sets differ only where the logits do.
 #[test]
 #[ignore = "needs a GPU (1,024 rows at Kimi K3's shapes)"]
 fn merged_at_1024_rows_on_the_gpu() {
@@ -245,8 +247,8 @@ fn merged_at_1024_rows_on_the_gpu() {
     assert_eq!(mer.routing.ids, fused.ids);
     assert_same_bits("weights", &mer.routing.weights, &fused.weights);
     assert_same_bits("the cast", &mer.proj, &to_bf16(&proj32));
-    let (_, most) = bf16_steps_apart(&mer.proj, &sep.proj);
-    assert!(most <= 1, "{most}");
+    let (_, outside) = bf16_apart(&mer.proj, &sep.proj);
+    assert_eq!(outside, 0);
     let moved = rows_with_other_sets(&mer.routing, &sep.routing);
     assert!(moved * 100 <= rows, "{moved} of {rows} rows moved");
 }
