@@ -15,6 +15,7 @@
 //! tools/bench/run ch05 [--peers S --out-dir D] [--quick]
 //! tools/bench/run ch06 [--out-dir D] [--quick]
 //! tools/bench/run ch07 [--out-dir D] [--quick] [--fixtures DIR]
+//! tools/bench/run ch11 [--out-dir D] [--quick]
 //! ```
 
 mod cases;
@@ -27,6 +28,7 @@ mod ch04_tune;
 mod ch05;
 mod ch06;
 mod ch07;
+mod ch11;
 mod common;
 mod emu;
 mod emu_hopper;
@@ -74,6 +76,10 @@ enum Cmd {
     /// Chapter 7: a full-size decode step (Qwen3-30B-A3B's shapes) and its parts at batch 1, 8
     /// and 64 (GPU), and what bf16 changes on the fixtures (any backend; `--quick` without a GPU).
     Ch07(ch07::Ch07Args),
+    /// Chapter 11: a Kimi K3 layer's front separate, merged and with bf16 output at 1, 16 and
+    /// 1,024 rows, and radix select against the k-round argmax (GPU); `--quick` without a GPU:
+    /// a smoke test.
+    Ch11(GpuArgs),
     /// The emulator's GEMM rate on this CPU (no GPU needed).
     Emu(EmuArgs),
     /// Chapter 4's Hopper versions on the emulator beside the portable path (no GPU needed).
@@ -266,6 +272,7 @@ fn main() -> ExitCode {
         Cmd::Ch05(a) => ch05::run(a),
         Cmd::Ch06(a) => ch06::run(a),
         Cmd::Ch07(a) => ch07::run(a),
+        Cmd::Ch11(a) => ch11::run(a),
         Cmd::Emu(a) => emu(a),
         Cmd::EmuHopper(a) => emu_hopper(a),
     };

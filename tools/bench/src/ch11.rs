@@ -1,0 +1,298 @@
+//! Chapter 11: the front of a Kimi K3 layer (hidden 7,168; 896 experts, k = 16; a projection of
+//! 3,584 rows reading the same hidden state), and radix select against the k-round argmax.
+//!
+//! | shape | impl | what is timed | floor's bytes and FLOPs |
+//! |---|---|---|---|
+//! | `kimi_k3_h7168_e896_p3584_k16` | `separate` | [`SeparateGate`]: the projection GEMM (bf16 out), then chapter 5's pair | hidden states and both weights read once, ids, weights and the bf16 projection written; the two GEMMs' FLOPs |
+//! | the same | `merged` | [`MergedGate`]: one GEMM over the stacked weight (fp32 out), then `merged_gate` | the same |
+//! | the same | `merged_bf16` | [`Bf16Gate`]: the stacked GEMM with bf16 out, then radix select on bf16 logits | the same |
+//! | `kimi_e896_k16` | `radix` | `radix_topk` alone on fp32 logits | the logits and the bias read, ids and weights written |
+//! | the same | `argmax` | chapter 5's k-round argmax alone (`fused_router_e1024`, [`RowForm::WarpPerRow`]) | the same |
+//! | the same | `fused` | chapter 5's router in its default form for the rows ([`form_for`]) | the same |
+//!
+//! Each case's floor is the runner's (one launch plus the bytes at the copy bandwidth or the
+//! FLOPs at the bf16 rate, whichever is longer), printed beside it in `ch11.csv`.
+//!
+//! ```text
+//! tools/bench/run ch11 [--out-dir D] [--quick]
+//! ```
+//!
+//! Without a GPU, `--quick` builds every case at one row on the emulator and checks that merged
+//! and separate agree (a smoke test of this file; nothing is timed).
+
+use crate::cases::{Case, Work};
+use crate::common::GpuArgs;
+use ch01_router::chain::RouterOutputs;
+use ch01_router::inputs::patterned;
+use ch05_fused_router::fused::{form_for, FusedTopk, RowForm};
+use ch11_merged_gate::front::{bias_in, kimi_config, to_bf16, FrontInputs, KIMI_BIAS_RANGE};
+use ch11_merged_gate::merged::{Bf16Gate, FrontOutputs, MergedGate, SeparateGate};
+use ch11_merged_gate::radix::{Logits, RadixTopk};
+use ch11_merged_gate::KIMI_K3;
+use half::bf16;
+use moe_kernels::{BackendKind, Device, DeviceBuffer};
+
+/// The front's rows: one decode token, 16 rows (the tiny GEMM's last), a prefill chunk of 1,024
+/// (SGLang's last row count for the merged form, the router article says).
+pub const FRONT_ROWS: [usize; 3] = [1, 16, 1024];
+
+/// The selection's rows, from one token to a prefill chunk.
+pub const TOPK_ROWS: [usize; 6] = [1, 16, 96, 1024, 4096, 8192];
+
+const FRONT_SHAPE: &str = "kimi_k3_h7168_e896_p3584_k16";
+const TOPK_SHAPE: &str = "kimi_e896_k16";
+
+/// The three forms of the front.
+#[derive(Clone, Copy)]
+enum Front {
+    Separate,
+    Merged,
+    MergedBf16,
+}
+
+const FRONTS: [(Front, &str); 3] = [
+    (Front::Separate, "separate"),
+    (Front::Merged, "merged"),
+    (Front::MergedBf16, "merged_bf16"),
+];
+
+enum Gate {
+    Separate(SeparateGate),
+    Merged(MergedGate),
+    Bf16(Bf16Gate),
+}
+
+struct FrontWork {
+    gate: Gate,
+    hidden: DeviceBuffer<bf16>,
+    gate_w: DeviceBuffer<bf16>,
+    proj_w: DeviceBuffer<bf16>,
+    stacked: DeviceBuffer<bf16>,
+    bias: DeviceBuffer<f32>,
+    ids: DeviceBuffer<i32>,
+    weights: DeviceBuffer<f32>,
+    proj: DeviceBuffer<bf16>,
+}
+
+impl Work for FrontWork {
+    fn enqueue(&self) -> Result<(), String> {
+        let out = FrontOutputs {
+            ids: &self.ids,
+            weights: &self.weights,
+            proj: &self.proj,
+        };
+        let bias = Some(&self.bias);
+        match &self.gate {
+            Gate::Separate(g) => g.enqueue(&self.hidden, &self.gate_w, &self.proj_w, bias, &out),
+            Gate::Merged(g) => g.enqueue(&self.hidden, &self.stacked, bias, &out),
+            Gate::Bf16(g) => g.enqueue(
+                &self.hidden,
+                &self.stacked,
+                bias,
+                &RouterOutputs {
+                    ids: &self.ids,
+                    weights: &self.weights,
+                },
+            ),
+        }
+        .map_err(|e| e.to_string())
+    }
+}
+
+fn build_front(dev: &'static Device, front: Front, rows: usize) -> Result<FrontWork, String> {
+    let s = KIMI_K3;
+    let config = kimi_config(s.k);
+    // The weights from salt 1 (the same for every case); the hidden states per row count.
+    let inputs = FrontInputs::random(s, rows, 1);
+    let e = |e: ch01_router::chain::DeviceRouterError| e.to_string();
+    let b = Some(&inputs.bias[..]);
+    let gate = match front {
+        Front::Separate => Gate::Separate(SeparateGate::new(dev, &config, s, rows, b).map_err(e)?),
+        Front::Merged => Gate::Merged(MergedGate::new(dev, &config, s, rows, b).map_err(e)?),
+        Front::MergedBf16 => Gate::Bf16(Bf16Gate::new(dev, &config, s, rows, b).map_err(e)?),
+    };
+    let up = |v: &[f32]| dev.upload(&to_bf16(v)).map_err(|e| e.to_string());
+    // Only the form's own weights are on the device, as a real layer would hold them.
+    let (gate_w, proj_w, stacked) = match front {
+        Front::Separate => (up(&inputs.gate)?, up(&inputs.proj)?, up(&[])?),
+        _ => (up(&[])?, up(&[])?, up(&inputs.stacked())?),
+    };
+    let k = |e: moe_kernels::KernelError| e.to_string();
+    Ok(FrontWork {
+        gate,
+        hidden: up(&inputs.hidden)?,
+        gate_w,
+        proj_w,
+        stacked,
+        bias: dev.upload(&inputs.bias).map_err(k)?,
+        ids: dev.alloc(rows * s.k).map_err(k)?,
+        weights: dev.alloc(rows * s.k).map_err(k)?,
+        proj: dev.alloc(rows * s.proj).map_err(k)?,
+    })
+}
+
+/// The selection alone, three ways.
+#[derive(Clone, Copy)]
+enum Select {
+    Radix,
+    Argmax,
+    Fused,
+}
+
+const SELECTS: [(Select, &str); 3] = [
+    (Select::Radix, "radix"),
+    (Select::Argmax, "argmax"),
+    (Select::Fused, "fused"),
+];
+
+enum Topk {
+    Radix(RadixTopk),
+    Fused(FusedTopk),
+}
+
+struct TopkWork {
+    topk: Topk,
+    logits: DeviceBuffer<f32>,
+    bias: DeviceBuffer<f32>,
+    ids: DeviceBuffer<i32>,
+    weights: DeviceBuffer<f32>,
+}
+
+impl Work for TopkWork {
+    fn enqueue(&self) -> Result<(), String> {
+        let out = RouterOutputs {
+            ids: &self.ids,
+            weights: &self.weights,
+        };
+        match &self.topk {
+            Topk::Radix(t) => t.enqueue(
+                Logits::F32 {
+                    buf: &self.logits,
+                    ld: KIMI_K3.experts,
+                },
+                Some(&self.bias),
+                &out,
+            ),
+            Topk::Fused(t) => t.enqueue(&self.logits, Some(&self.bias), &out),
+        }
+        .map_err(|e| e.to_string())
+    }
+}
+
+fn build_topk(dev: &'static Device, select: Select, rows: usize) -> Result<TopkWork, String> {
+    let (e, k) = (KIMI_K3.experts, KIMI_K3.k);
+    let config = kimi_config(k);
+    let bias = bias_in(e, KIMI_BIAS_RANGE, 2);
+    let b = Some(&bias[..]);
+    let err = |e: ch01_router::chain::DeviceRouterError| e.to_string();
+    let topk = match select {
+        Select::Radix => Topk::Radix(RadixTopk::new(dev, &config, rows, e, b).map_err(err)?),
+        Select::Argmax => Topk::Fused(
+            FusedTopk::with_form(dev, &config, rows, e, b, RowForm::WarpPerRow).map_err(err)?,
+        ),
+        Select::Fused => Topk::Fused(
+            FusedTopk::with_form(dev, &config, rows, e, b, form_for(&config, rows))
+                .map_err(err)?,
+        ),
+    };
+    let kerr = |e: moe_kernels::KernelError| e.to_string();
+    Ok(TopkWork {
+        topk,
+        // Logits spread as Kimi K3's random front spreads them (about ±1).
+        logits: dev
+            .upload(&patterned(rows * e, 3 + rows as u64, 1.0))
+            .map_err(kerr)?,
+        bias: dev.upload(&bias).map_err(kerr)?,
+        ids: dev.alloc(rows * k).map_err(kerr)?,
+        weights: dev.alloc(rows * k).map_err(kerr)?,
+    })
+}
+
+pub fn cases() -> Vec<Case> {
+    let s = KIMI_K3;
+    let mut v = Vec::new();
+    for (front, imp) in FRONTS {
+        for rows in FRONT_ROWS {
+            let (h, e, p, k) = (s.hidden, s.experts, s.proj, s.k);
+            // Hidden states, both weights (bf16) and the bias read once; ids, weights and the
+            // bf16 projection written once.
+            let read = (2 * (rows * h + (e + p) * h) + 4 * e) as f64;
+            let bytes = read + (8 * rows * k + 2 * rows * p) as f64;
+            v.push(Case {
+                chapter: "ch11",
+                shape: FRONT_SHAPE,
+                imp,
+                rows,
+                bytes,
+                read_bytes: read,
+                flops: 2.0 * (rows * h * (e + p)) as f64,
+                steps: true,
+                build: Box::new(move |dev: &'static Device| {
+                    Ok(Box::new(build_front(dev, front, rows)?) as Box<dyn Work>)
+                }),
+            });
+        }
+    }
+    for (select, imp) in SELECTS {
+        for rows in TOPK_ROWS {
+            let (e, k) = (s.experts, s.k);
+            let read = (4 * (rows * e + e)) as f64;
+            v.push(Case {
+                chapter: "ch11",
+                shape: TOPK_SHAPE,
+                imp,
+                rows,
+                bytes: read + (8 * rows * k) as f64,
+                read_bytes: read,
+                flops: 0.0,
+                steps: false,
+                build: Box::new(move |dev: &'static Device| {
+                    Ok(Box::new(build_topk(dev, select, rows)?) as Box<dyn Work>)
+                }),
+            });
+        }
+    }
+    v
+}
+
+/// `bench ch11`: every case on the GPU (`ch11.csv`, `ch11_steps.csv`), or with `--quick` and no
+/// GPU, each case built and run once at one row on the emulator, and merged against separate.
+pub fn run(args: &GpuArgs) -> Result<(), String> {
+    let quick = args.quick || crate::cases::quick_from_env();
+    let (dev, why) = Device::select().map_err(|e| e.to_string())?;
+    match dev.kind() {
+        BackendKind::Cuda => crate::gpu_chapter("ch11", cases(), args),
+        BackendKind::Emu if quick => emu_smoke(dev),
+        BackendKind::Emu => Err(format!(
+            "bench ch11 measures on the GPU, and the backend is the emulator ({why}); \
+             --quick (or MOE_BENCH_QUICK=1) runs a smoke test of the same path on the emulator"
+        )),
+    }
+}
+
+/// Each front and each selection at one row, once, on the emulator; merged and radix must give
+/// separate's and argmax's ids.
+fn emu_smoke(dev: &'static Device) -> Result<(), String> {
+    let mut front_ids = Vec::new();
+    for (front, imp) in FRONTS {
+        let w = build_front(dev, front, 1)?;
+        w.enqueue()?;
+        front_ids.push(w.ids.to_vec().map_err(|e| e.to_string())?);
+        eprintln!("bench ch11 --quick: {imp} at 1 row ran");
+    }
+    if front_ids[0] != front_ids[1] {
+        return Err("merged and separate selected other experts".into());
+    }
+    let mut topk_ids = Vec::new();
+    for (select, imp) in SELECTS {
+        let w = build_topk(dev, select, 16)?;
+        w.enqueue()?;
+        topk_ids.push(w.ids.to_vec().map_err(|e| e.to_string())?);
+        eprintln!("bench ch11 --quick: {imp} at 16 rows ran");
+    }
+    if topk_ids.iter().any(|ids| *ids != topk_ids[0]) {
+        return Err("radix select and the argmax selected other experts".into());
+    }
+    println!("bench ch11 --quick: every case ran once on the emulator; nothing timed");
+    Ok(())
+}
