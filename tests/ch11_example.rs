@@ -12,12 +12,16 @@ fn example_stdout() {
     run(device(), &mut out).unwrap_or_else(|e| panic!("{e}"));
     let text = String::from_utf8(out).unwrap();
     // Checked by value before the snapshot freezes the layout.
-    assert!(
-        text.contains("top 4: experts 6 10 1 3 after"),
+    assert!(text.contains("top 4: experts 6 10 1 3 after"), "{text}");
+    assert_eq!(
+        text.matches(": ids same, weights same bits").count(),
+        10,
         "{text}"
     );
-    assert_eq!(text.matches(": ids same, weights same bits").count(), 10, "{text}");
-    assert!(text.contains("each by one bf16 step or less than 2^-16"), "{text}");
+    assert!(
+        text.contains("each by one bf16 step or less than 2^-16"),
+        "{text}"
+    );
     assert!(
         text.contains("merged against separate: ids same, weights same bits"),
         "{text}"

@@ -52,7 +52,12 @@ impl Uploaded {
         }
     }
 
-    fn result(&self, rows: usize, k: usize, launches: Vec<String>) -> Result<FrontResult, DeviceRouterError> {
+    fn result(
+        &self,
+        rows: usize,
+        k: usize,
+        launches: Vec<String>,
+    ) -> Result<FrontResult, DeviceRouterError> {
         Ok(FrontResult {
             routing: download(rows, k, &self.ids, &self.weights)?,
             proj: self.proj.to_vec()?,
@@ -72,9 +77,8 @@ pub fn run_separate(
     let u = upload(device, shape, config.k, inputs)?;
     let gate = device.upload(&to_bf16(&inputs.gate))?;
     let proj_w = device.upload(&to_bf16(&inputs.proj))?;
-    let (r, launches) = record_launches(|| {
-        front.enqueue(&u.hidden, &gate, &proj_w, Some(&u.bias), &u.outputs())
-    });
+    let (r, launches) =
+        record_launches(|| front.enqueue(&u.hidden, &gate, &proj_w, Some(&u.bias), &u.outputs()));
     r?;
     u.result(inputs.rows, config.k, launches)
 }
@@ -93,7 +97,10 @@ pub fn run_merged(
     let (r, launches) =
         record_launches(|| front.enqueue(&u.hidden, &stacked, Some(&u.bias), &u.outputs()));
     r?;
-    Ok((u.result(inputs.rows, config.k, launches)?, front.y().to_vec()?))
+    Ok((
+        u.result(inputs.rows, config.k, launches)?,
+        front.y().to_vec()?,
+    ))
 }
 
 /// The bf16-output variant ([`Bf16Gate`]) on `inputs`: its routing.
@@ -115,7 +122,7 @@ pub fn run_bf16(
             weights: &u.weights,
         },
     )?;
-    Ok(download(inputs.rows, config.k, &u.ids, &u.weights)?)
+    download(inputs.rows, config.k, &u.ids, &u.weights)
 }
 
 // ANCHOR: flips

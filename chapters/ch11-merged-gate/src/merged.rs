@@ -12,8 +12,7 @@
 use crate::front::{FrontShape, KIMI_K3};
 use crate::radix::{Logits, RadixTopk};
 use ch01_router::chain::{
-    expect_len, DeviceMatrix, DeviceRouter, DeviceRouterError, GateInputs, GateShape,
-    RouterOutputs,
+    expect_len, DeviceMatrix, DeviceRouter, DeviceRouterError, GateInputs, GateShape, RouterOutputs,
 };
 use ch01_router::config::RouterConfig;
 use ch05_fused_router::tiny_gemm;
@@ -50,7 +49,10 @@ pub struct FrontOutputs<'a> {
 /// merged kernel's loads), H whole 16-byte slices of bf16 (the tiny GEMM's).
 fn check_front(shape: FrontShape) -> Result<(), DeviceRouterError> {
     tiny_gemm::check_hidden(shape.hidden)?;
-    for (what, n) in [("the experts (E)", shape.experts), ("the projection (P)", shape.proj)] {
+    for (what, n) in [
+        ("the experts (E)", shape.experts),
+        ("the projection (P)", shape.proj),
+    ] {
         #[allow(clippy::manual_is_multiple_of)] // the workspace's MSRV is 1.85
         if n % 4 != 0 {
             return Err(DeviceRouterError::NotMultiple {
@@ -172,7 +174,11 @@ impl MergedGate {
         } = self.shape;
         let rows = self.rows;
         expect_len("hidden [T, H]", hidden.len(), rows * h)?;
-        expect_len("stacked weight [E + P, H]", stacked.len(), (experts + proj) * h)?;
+        expect_len(
+            "stacked weight [E + P, H]",
+            stacked.len(),
+            (experts + proj) * h,
+        )?;
         expect_len("projection out [T, P]", out.proj.len(), rows * proj)?;
         let outputs = RouterOutputs {
             ids: out.ids,
@@ -348,7 +354,11 @@ impl Bf16Gate {
             proj,
             ..
         } = self.shape;
-        expect_len("stacked weight [E + P, H]", stacked.len(), (experts + proj) * h)?;
+        expect_len(
+            "stacked weight [E + P, H]",
+            stacked.len(),
+            (experts + proj) * h,
+        )?;
         self.topk.check(bias, outputs)?;
         if self.rows == 0 {
             return Ok(());

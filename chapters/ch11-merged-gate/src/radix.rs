@@ -244,6 +244,7 @@ pub fn route_logits_radix(
     )
 }
 
+// ANCHOR: literal
 /// The literal loop of radix select on the host, for one row of ordered keys (0: not a
 /// candidate): the pass at each digit, as the kernel runs it. Returns the selected ids in
 /// selection order and the number of passes. What the book's listing and the example show; the
@@ -286,11 +287,15 @@ pub fn radix_select_row(ordered: &[u32], k: usize) -> (Vec<usize>, usize) {
         shift = next;
         passes += 1;
     }
-    let mut chosen: Vec<u64> = packed.into_iter().filter(|p| p >> shift >= prefix).collect();
+    let mut chosen: Vec<u64> = packed
+        .into_iter()
+        .filter(|p| p >> shift >= prefix)
+        .collect();
     chosen.sort_unstable_by(|a, b| b.cmp(a));
     let ids = chosen.iter().map(|p| (top - (p & top)) as usize).collect();
     (ids, passes)
 }
+// ANCHOR_END: literal
 
 /// A rank key as the kernel orders it (`rs_order`): the float's bits made monotone, -0 as +0.
 pub fn order(key: f32) -> u32 {

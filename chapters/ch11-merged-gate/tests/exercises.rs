@@ -27,7 +27,10 @@ fn exercise_1_passes_match_the_literal_loop() {
     assert_eq!(exercises::passes_needed(&all, 8), 0);
     // Every key equal: the ids decide, down to the last bits.
     let equal = vec![order(0.25); 100];
-    assert_eq!(exercises::passes_needed(&equal, 7), radix_select_row(&equal, 7).1);
+    assert_eq!(
+        exercises::passes_needed(&equal, 7),
+        radix_select_row(&equal, 7).1
+    );
 }
 
 /// Exercise 2: the sort's top-k is radix select's, ties and -inf included.

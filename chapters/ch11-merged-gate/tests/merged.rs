@@ -63,8 +63,15 @@ fn compare_fronts(dev: &'static Device, shape: FrontShape, rows: usize, salt: u6
     let (mer, y) = run_merged(dev, &config, shape, &inputs).unwrap();
     let (logits, proj32) = split(&y, shape);
     // The logits: the same bits as the pair's own (chapter 5's router on them gives the pair's).
-    let fused =
-        route_logits_fused(dev, &config, rows, shape.experts, &logits, Some(&inputs.bias)).unwrap();
+    let fused = route_logits_fused(
+        dev,
+        &config,
+        rows,
+        shape.experts,
+        &logits,
+        Some(&inputs.bias),
+    )
+    .unwrap();
     assert_eq!(fused.ids, sep.routing.ids, "{rows} rows: logits differ");
     assert_same_bits("weights", &fused.weights, &sep.routing.weights);
     // The ids and weights.
@@ -78,13 +85,22 @@ fn compare_fronts(dev: &'static Device, shape: FrontShape, rows: usize, salt: u6
     let cast: Vec<bf16> = to_bf16(&proj32);
     assert_same_bits("the cast", &mer.proj, &cast);
     let (differ, outside) = bf16_apart(&mer.proj, &sep.proj);
-    assert_eq!(outside, 0, "{rows} rows: {differ} values differ, {outside} past the bound");
-    if gemm_for(rows) == ch05_fused_router::LogitsFrom::Blas && dev.kind() == moe_kernels::BackendKind::Emu {
+    assert_eq!(
+        outside, 0,
+        "{rows} rows: {differ} values differ, {outside} past the bound"
+    );
+    if gemm_for(rows) == ch05_fused_router::LogitsFrom::Blas
+        && dev.kind() == moe_kernels::BackendKind::Emu
+    {
         assert_eq!(differ, 0, "{rows} rows: the same library GEMM");
     }
     if rows > 0 {
         assert_eq!(mer.launches.len(), 2, "{:?}", mer.launches);
-        assert!(mer.launches[1].ends_with("::merged_gate"), "{:?}", mer.launches);
+        assert!(
+            mer.launches[1].ends_with("::merged_gate"),
+            "{:?}",
+            mer.launches
+        );
     }
     differ
 }
@@ -142,10 +158,16 @@ fn bf16_variant_and_its_flips(dev: &'static Device) {
     front
         .enqueue(&hidden, &stacked, Some(&bias), &outputs)
         .unwrap();
-    let y16: Vec<f32> = front.y16().to_vec().unwrap().iter().map(|x| x.to_f32()).collect();
+    let y16: Vec<f32> = front
+        .y16()
+        .to_vec()
+        .unwrap()
+        .iter()
+        .map(|x| x.to_f32())
+        .collect();
     let (l16, _) = split(&y16, shape);
-    let radix = route_logits_radix(dev, &config, rows, shape.experts, &l16, Some(&inputs.bias))
-        .unwrap();
+    let radix =
+        route_logits_radix(dev, &config, rows, shape.experts, &l16, Some(&inputs.bias)).unwrap();
     assert_eq!(rounded.ids, radix.ids);
     assert_same_bits("bf16 variant weights", &rounded.weights, &radix.weights);
     // The flips, against the oracle.
@@ -154,8 +176,12 @@ fn bf16_variant_and_its_flips(dev: &'static Device) {
     let lit = LiteralRouter {
         config: config.clone(),
     };
-    let a = lit.route_rows(&l32, rows, shape.experts, Some(&inputs.bias)).unwrap();
-    let b = lit.route_rows(&l16, rows, shape.experts, Some(&inputs.bias)).unwrap();
+    let a = lit
+        .route_rows(&l32, rows, shape.experts, Some(&inputs.bias))
+        .unwrap();
+    let b = lit
+        .route_rows(&l16, rows, shape.experts, Some(&inputs.bias))
+        .unwrap();
     let set = |d: &ch01_router::RowDetail| {
         let mut v = d.ids.clone();
         v.sort_unstable();
@@ -181,22 +207,37 @@ fn bad_inputs_are_typed_errors(dev: &'static Device) {
         experts: 90,
         ..SMALL
     };
-    let e = MergedGate::new(dev, &config, odd_e, 2, Some(&bias[..90])).err().unwrap();
+    let e = MergedGate::new(dev, &config, odd_e, 2, Some(&bias[..90]))
+        .err()
+        .unwrap();
     assert!(msg(e).contains("the experts (E) must be a multiple of 4"));
     let odd_p = FrontShape { proj: 42, ..SMALL };
-    let e = SeparateGate::new(dev, &config, odd_p, 2, Some(&bias)).err().unwrap();
+    let e = SeparateGate::new(dev, &config, odd_p, 2, Some(&bias))
+        .err()
+        .unwrap();
     assert!(msg(e).contains("the projection (P) must be a multiple of 4"));
     let odd_h = FrontShape {
         hidden: 60,
         ..SMALL
     };
-    let e = Bf16Gate::new(dev, &config, odd_h, 2, Some(&bias)).err().unwrap();
+    let e = Bf16Gate::new(dev, &config, odd_h, 2, Some(&bias))
+        .err()
+        .unwrap();
     assert!(msg(e).contains("the hidden size must be a multiple of 8"));
-    let e = MergedGate::new(dev, &config, SMALL, 2, Some(&bias[..95])).err().unwrap();
-    assert_eq!(msg(e), "bias has 95 values but there are 96 experts (one bias per expert)");
-    let e = MergedGate::new(dev, &RouterConfig::glm5(97), SMALL, 2, None).err().unwrap();
+    let e = MergedGate::new(dev, &config, SMALL, 2, Some(&bias[..95]))
+        .err()
+        .unwrap();
+    assert_eq!(
+        msg(e),
+        "bias has 95 values but there are 96 experts (one bias per expert)"
+    );
+    let e = MergedGate::new(dev, &RouterConfig::glm5(97), SMALL, 2, None)
+        .err()
+        .unwrap();
     assert_eq!(msg(e), "k = 97 exceeds the number of experts (96)");
-    let e = MergedGate::new(dev, &RouterConfig::glm5(0), SMALL, 2, None).err().unwrap();
+    let e = MergedGate::new(dev, &RouterConfig::glm5(0), SMALL, 2, None)
+        .err()
+        .unwrap();
     assert_eq!(msg(e), "k = 0: a router must select at least one expert");
     let wide = FrontShape {
         experts: 1028,
@@ -217,7 +258,10 @@ fn bad_inputs_are_typed_errors(dev: &'static Device) {
         proj: &proj,
     };
     let b = dev.upload(&inputs.bias).unwrap();
-    let e = front.enqueue(&hidden, &short, Some(&b), &out).err().unwrap();
+    let e = front
+        .enqueue(&hidden, &short, Some(&b), &out)
+        .err()
+        .unwrap();
     assert!(msg(e).contains("stacked weight [E + P, H]"));
 }
 
@@ -242,8 +286,15 @@ fn merged_at_1024_rows_on_the_gpu() {
     let sep = run_separate(dev, &config, shape, &inputs).unwrap();
     let (mer, y) = run_merged(dev, &config, shape, &inputs).unwrap();
     let (logits, proj32) = split(&y, shape);
-    let fused =
-        route_logits_fused(dev, &config, rows, shape.experts, &logits, Some(&inputs.bias)).unwrap();
+    let fused = route_logits_fused(
+        dev,
+        &config,
+        rows,
+        shape.experts,
+        &logits,
+        Some(&inputs.bias),
+    )
+    .unwrap();
     assert_eq!(mer.routing.ids, fused.ids);
     assert_same_bits("weights", &mer.routing.weights, &fused.weights);
     assert_same_bits("the cast", &mer.proj, &to_bf16(&proj32));

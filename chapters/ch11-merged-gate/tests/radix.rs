@@ -37,9 +37,16 @@ fn check_against_fused(
     let fused = route_logits_fused(dev, config, rows, experts, logits, bias).unwrap();
     assert_same(what, &radix, &fused);
     if config.grouping.is_none() {
-        let block =
-            route_logits_fused_as(dev, config, rows, experts, logits, bias, RowForm::BlockPerRow)
-                .unwrap();
+        let block = route_logits_fused_as(
+            dev,
+            config,
+            rows,
+            experts,
+            logits,
+            bias,
+            RowForm::BlockPerRow,
+        )
+        .unwrap();
         assert_same(&format!("{what} (block form)"), &radix, &block);
     }
 }
@@ -52,7 +59,15 @@ fn same_bits_as_chapter_5_on_every_regime(dev: &'static Device) {
     for name in REGIMES {
         let r = regime(name).unwrap();
         let logits = r.logits_f32();
-        check_against_fused(dev, name, &r.config, r.rows, r.experts, &logits, r.bias.as_deref());
+        check_against_fused(
+            dev,
+            name,
+            &r.config,
+            r.rows,
+            r.experts,
+            &logits,
+            r.bias.as_deref(),
+        );
     }
 }
 // ANCHOR_END: identity_regimes
@@ -91,7 +106,15 @@ fn same_bits_with_every_switch(dev: &'static Device) {
             ..RouterConfig::deepseek_v3()
         };
         let what = format!("groups {n_group}:{topk_group} k {k}");
-        check_against_fused(dev, &what, &config, 64, 128, &logits[..64 * 128], Some(&bias));
+        check_against_fused(
+            dev,
+            &what,
+            &config,
+            64,
+            128,
+            &logits[..64 * 128],
+            Some(&bias),
+        );
     }
 }
 
@@ -129,7 +152,15 @@ fn same_bits_on_kimi_rows_made_of_ties(dev: &'static Device) {
     }
     // Keys equal after the bias: the bias undoes the logits' order exactly in a few places.
     let k_all = RouterConfig::glm5(32);
-    check_against_fused(dev, "k = E", &k_all, 2, 32, &logits[..64], Some(&bias[..32]));
+    check_against_fused(
+        dev,
+        "k = E",
+        &k_all,
+        2,
+        32,
+        &logits[..64],
+        Some(&bias[..32]),
+    );
 }
 
 /// Random rows at Kimi K3's width and at the other widths chapter 5 compiles, sigmoid + bias and
@@ -139,8 +170,24 @@ fn same_bits_on_random_rows(dev: &'static Device) {
         let logits = patterned(rows * experts, experts as u64, 4.0);
         let bias = bias_in(experts, KIMI_BIAS_RANGE, 9);
         let what = format!("{experts} experts k {k}");
-        check_against_fused(dev, &what, &RouterConfig::glm5(k), rows, experts, &logits, Some(&bias));
-        check_against_fused(dev, &what, &RouterConfig::qwen3(k), rows, experts, &logits, None);
+        check_against_fused(
+            dev,
+            &what,
+            &RouterConfig::glm5(k),
+            rows,
+            experts,
+            &logits,
+            Some(&bias),
+        );
+        check_against_fused(
+            dev,
+            &what,
+            &RouterConfig::qwen3(k),
+            rows,
+            experts,
+            &logits,
+            None,
+        );
     }
 }
 
@@ -198,7 +245,10 @@ fn bad_inputs_are_typed_errors(dev: &'static Device) {
     );
     let wide = vec![0.0f32; 4 * 64];
     let e = route_logits_radix(dev, &RouterConfig::glm5(33), 4, 64, &wide, None).unwrap_err();
-    assert!(msg(e.clone()).contains("k (radix select orders the picks with one warp) is 33"), "{e}");
+    assert!(
+        msg(e.clone()).contains("k (radix select orders the picks with one warp) is 33"),
+        "{e}"
+    );
     // A stride shorter than a row, and logits of the wrong length.
     let topk = RadixTopk::new(dev, &RouterConfig::glm5(2), 4, 8, None).unwrap();
     let buf = dev.upload(&logits).unwrap();
@@ -208,9 +258,13 @@ fn bad_inputs_are_typed_errors(dev: &'static Device) {
         ids: &ids,
         weights: &weights,
     };
-    let e = topk.enqueue(Logits::F32 { buf: &buf, ld: 6 }, None, &out).unwrap_err();
+    let e = topk
+        .enqueue(Logits::F32 { buf: &buf, ld: 6 }, None, &out)
+        .unwrap_err();
     assert!(msg(e.clone()).contains("row stride"), "{e}");
-    let e = topk.enqueue(Logits::F32 { buf: &buf, ld: 9 }, None, &out).unwrap_err();
+    let e = topk
+        .enqueue(Logits::F32 { buf: &buf, ld: 9 }, None, &out)
+        .unwrap_err();
     assert!(msg(e.clone()).contains("logits [T, ld]"), "{e}");
     // An empty batch is valid and launches nothing.
     let none = route_logits_radix(dev, &RouterConfig::glm5(2), 0, 8, &[], None).unwrap();

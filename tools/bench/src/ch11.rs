@@ -191,8 +191,7 @@ fn build_topk(dev: &'static Device, select: Select, rows: usize) -> Result<TopkW
             FusedTopk::with_form(dev, &config, rows, e, b, RowForm::WarpPerRow).map_err(err)?,
         ),
         Select::Fused => Topk::Fused(
-            FusedTopk::with_form(dev, &config, rows, e, b, form_for(&config, rows))
-                .map_err(err)?,
+            FusedTopk::with_form(dev, &config, rows, e, b, form_for(&config, rows)).map_err(err)?,
         ),
     };
     let kerr = |e: moe_kernels::KernelError| e.to_string();
