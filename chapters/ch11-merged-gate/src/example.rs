@@ -6,10 +6,11 @@
 //! moves. Everything on stdout is the same on both backends except the values in `⟨ ⟩`, which
 //! depend on the library GEMM (cuBLAS or the emulator's reference) and are checked by the tests.
 
-use crate::front::{FrontInputs, KIMI_K3};
+use crate::front::{bias_in, FrontInputs, KIMI_BIAS_RANGE, KIMI_K3};
 use crate::host::{rows_with_other_sets, run_bf16, run_merged, run_separate};
 use crate::merged::describe;
 use crate::radix::{order, radix_select_row, route_logits_radix};
+use ch01_router::inputs::patterned;
 use ch01_router::regimes::{regime, REGIMES};
 use ch05_fused_router::route_logits_fused;
 use half::bf16;
@@ -19,6 +20,9 @@ use std::io::Write;
 /// Rows of the Kimi K3 front the example runs (few: the emulator multiplies 4,480 × 7,168 per
 /// row).
 pub const TOUR_ROWS: usize = 2;
+
+/// Random Kimi-like rows whose passes the example counts (on the host).
+pub const PASS_ROWS: usize = 1000;
 
 type Out<'a> = &'a mut dyn Write;
 
@@ -85,6 +89,29 @@ pub fn run(device: &'static Device, out: Out) -> Result<(), String> {
             .map(|i| i.to_string())
             .collect::<Vec<_>>()
             .join(" ")
+    );
+
+    // How many passes rows like Kimi K3's take: a score in (0.25, 0.75) (a sigmoid's middle,
+    // without a transcendental, so that every platform prints the same) plus a bias in the
+    // article's range.
+    let (rows, width) = (PASS_ROWS, KIMI_K3.experts);
+    let x = patterned(rows * width, 12, 1.0);
+    let bias = bias_in(width, KIMI_BIAS_RANGE, 13);
+    let mut count = [0usize; 7];
+    for t in 0..rows {
+        let ordered: Vec<u32> = (0..width)
+            .map(|j| order(0.5 + 0.25 * x[t * width + j] + bias[j]))
+            .collect();
+        count[radix_select_row(&ordered, KIMI_K3.k).1] += 1;
+    }
+    say!(
+        out,
+        "  {rows} random Kimi-like rows, 16 of 896: {}",
+        (0..count.len())
+            .filter(|&p| count[p] > 0)
+            .map(|p| format!("{} rows in {p} passes", count[p]))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
 
     // 2. The kernel against chapter 5's on every regime.

@@ -298,3 +298,49 @@ fn literal_loop_matches_a_sort() {
         assert!(passes <= 6, "{passes}");
     }
 }
+
+/// A routing case: name, config, rows, experts, logits, bias.
+type Case = (
+    String,
+    RouterConfig,
+    usize,
+    usize,
+    Vec<f32>,
+    Option<Vec<f32>>,
+);
+
+/// On a GPU machine: radix select on the GPU gives the emulator's bits, on every regime and on
+/// random rows at Kimi K3's width.
+#[test]
+#[ignore = "needs a GPU"]
+fn gpu_matches_the_emulator_bit_for_bit() {
+    let (gpu, emu) = (moe_kernels::testing::cuda(), moe_kernels::testing::emu());
+    let mut cases: Vec<Case> = REGIMES
+        .iter()
+        .map(|name| {
+            let r = regime(name).unwrap();
+            let logits = r.logits_f32();
+            (
+                name.to_string(),
+                r.config,
+                r.rows,
+                r.experts,
+                logits,
+                r.bias,
+            )
+        })
+        .collect();
+    cases.push((
+        "kimi random".into(),
+        RouterConfig::glm5(16),
+        500,
+        896,
+        patterned(500 * 896, 31, 4.0),
+        Some(bias_in(896, KIMI_BIAS_RANGE, 32)),
+    ));
+    for (name, config, rows, experts, logits, bias) in cases {
+        let a = route_logits_radix(gpu, &config, rows, experts, &logits, bias.as_deref()).unwrap();
+        let b = route_logits_radix(emu, &config, rows, experts, &logits, bias.as_deref()).unwrap();
+        assert_same(&name, &a, &b);
+    }
+}
