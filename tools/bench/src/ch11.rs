@@ -15,22 +15,40 @@
 //!
 //! ```text
 //! tools/bench/run ch11 [--out-dir D] [--quick]
+//! tools/bench/run ch11 --flips 1,16,1024 [--flips-out F.csv]
 //! ```
 //!
 //! Without a GPU, `--quick` builds every case at one row on the emulator and checks that merged
-//! and separate agree (a smoke test of this file; nothing is timed).
+//! and separate agree (a smoke test of this file; nothing is timed). `--flips` times nothing: on
+//! any backend (the emulator: the CPU) it counts, at each row count, the rows whose experts the
+//! bf16-output variant changes ([`flip_rates`]); the first rows are the same rows at every count.
 
 use crate::cases::{Case, Work};
-use crate::common::GpuArgs;
+use crate::common::{write, GpuArgs};
 use ch01_router::chain::RouterOutputs;
 use ch01_router::inputs::patterned;
 use ch05_fused_router::fused::{form_for, FusedTopk, RowForm};
 use ch11_merged_gate::front::{bias_in, kimi_config, to_bf16, FrontInputs, KIMI_BIAS_RANGE};
+use ch11_merged_gate::host::flip_rates;
 use ch11_merged_gate::merged::{Bf16Gate, FrontOutputs, MergedGate, SeparateGate};
 use ch11_merged_gate::radix::{Logits, RadixTopk};
 use ch11_merged_gate::KIMI_K3;
 use half::bf16;
 use moe_kernels::{BackendKind, Device, DeviceBuffer};
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct Ch11Args {
+    #[command(flatten)]
+    pub gpu: GpuArgs,
+    /// Instead of timing: the bf16-output variant's flip count at these row counts
+    /// (comma-separated), on the selected backend (the emulator runs on the CPU).
+    #[arg(long, value_delimiter = ',')]
+    pub flips: Option<Vec<usize>>,
+    /// With `--flips`: also write the table here as CSV.
+    #[arg(long, requires = "flips")]
+    pub flips_out: Option<PathBuf>,
+}
 
 /// The front's rows: one decode token, 16 rows (the tiny GEMM's last), a prefill chunk of 1,024
 /// (SGLang's last row count for the merged form, the router article says).
@@ -255,10 +273,15 @@ pub fn cases() -> Vec<Case> {
 }
 
 /// `bench ch11`: every case on the GPU (`ch11.csv`, `ch11_steps.csv`), or with `--quick` and no
-/// GPU, each case built and run once at one row on the emulator, and merged against separate.
-pub fn run(args: &GpuArgs) -> Result<(), String> {
+/// GPU, each case built and run once at one row on the emulator, and merged against separate;
+/// with `--flips`, the flip table instead.
+pub fn run(a: &Ch11Args) -> Result<(), String> {
+    let args = &a.gpu;
     let quick = args.quick || crate::cases::quick_from_env();
     let (dev, why) = Device::select().map_err(|e| e.to_string())?;
+    if let Some(rows) = &a.flips {
+        return flips(dev, rows, a.flips_out.as_ref());
+    }
     match dev.kind() {
         BackendKind::Cuda => crate::gpu_chapter("ch11", cases(), args),
         BackendKind::Emu if quick => emu_smoke(dev),
@@ -293,5 +316,32 @@ fn emu_smoke(dev: &'static Device) -> Result<(), String> {
         return Err("radix select and the argmax selected other experts".into());
     }
     println!("bench ch11 --quick: every case ran once on the emulator; nothing timed");
+    Ok(())
+}
+
+/// The flip table: for each row count, the rows whose set of experts the bf16-output variant
+/// changes against the merged form (fp32 logits), at Kimi K3's shapes with random weights.
+fn flips(dev: &'static Device, rows: &[usize], out: Option<&PathBuf>) -> Result<(), String> {
+    eprintln!(
+        "bench ch11 --flips: Kimi K3's front on {} (nothing timed)",
+        dev.describe()
+    );
+    let config = kimi_config(KIMI_K3.k);
+    let table = flip_rates(dev, &config, KIMI_K3, rows, 1).map_err(|e| e.to_string())?;
+    let mut csv = String::from("shape,rows,flipped,rate,device\n");
+    for r in &table {
+        csv += &format!(
+            "{FRONT_SHAPE},{},{},{:.6},{}\n",
+            r.rows,
+            r.flipped,
+            r.rate(),
+            dev.name()
+        );
+    }
+    print!("{csv}");
+    if let Some(p) = out {
+        write(p, &csv)?;
+        println!("wrote {}", p.display());
+    }
     Ok(())
 }

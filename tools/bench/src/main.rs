@@ -15,7 +15,7 @@
 //! tools/bench/run ch05 [--peers S --out-dir D] [--quick]
 //! tools/bench/run ch06 [--out-dir D] [--quick]
 //! tools/bench/run ch07 [--out-dir D] [--quick] [--fixtures DIR]
-//! tools/bench/run ch11 [--out-dir D] [--quick]
+//! tools/bench/run ch11 [--out-dir D] [--quick] | --flips 1,16,1024 [--flips-out F]
 //! ```
 
 mod cases;
@@ -78,8 +78,8 @@ enum Cmd {
     Ch07(ch07::Ch07Args),
     /// Chapter 11: a Kimi K3 layer's front separate, merged and with bf16 output at 1, 16 and
     /// 1,024 rows, and radix select against the k-round argmax (GPU); `--quick` without a GPU:
-    /// a smoke test.
-    Ch11(GpuArgs),
+    /// a smoke test; `--flips`: the bf16-output variant's flip count along the rows (any backend).
+    Ch11(ch11::Ch11Args),
     /// The emulator's GEMM rate on this CPU (no GPU needed).
     Emu(EmuArgs),
     /// Chapter 4's Hopper versions on the emulator beside the portable path (no GPU needed).
