@@ -18,10 +18,7 @@ fn example_stdout() {
         10,
         "{text}"
     );
-    assert!(
-        text.contains("each by one bf16 step or less than 2^-16"),
-        "{text}"
-    );
+    assert!(text.contains("each by 1 bf16 step or < 2^-16"), "{text}");
     assert!(
         text.contains("merged against separate: ids same, weights same bits"),
         "{text}"

@@ -106,10 +106,10 @@ pub fn run(device: &'static Device, out: Out) -> Result<(), String> {
     }
     say!(
         out,
-        "  {rows} random Kimi-like rows, 16 of 896: {}",
+        "  passes on {rows} random Kimi-like rows (16 of 896):\n    {}",
         (0..count.len())
             .filter(|&p| count[p] > 0)
-            .map(|p| format!("{} rows in {p} passes", count[p]))
+            .map(|p| format!("{p} passes: {} rows", count[p]))
             .collect::<Vec<_>>()
             .join(", ")
     );
@@ -152,17 +152,24 @@ pub fn run(device: &'static Device, out: Out) -> Result<(), String> {
     say!(out, "  router: {config}");
     let sep = run_separate(device, &config, shape, &inputs).map_err(e)?;
     let (mer, _) = run_merged(device, &config, shape, &inputs).map_err(e)?;
+    // The kernels' names without their families (`ch05_tiny_gemm::tiny_gemm_r2`).
+    let names = |v: &[String]| {
+        v.iter()
+            .map(|n| n.rsplit("::").next().unwrap_or(n).to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
     say!(
         out,
         "  separate launches {}: {}",
         sep.launches.len(),
-        sep.launches.join(" ")
+        names(&sep.launches)
     );
     say!(
         out,
         "  merged launches {}: {}",
         mer.launches.len(),
-        mer.launches.join(" ")
+        names(&mer.launches)
     );
     for t in 0..TOUR_ROWS {
         let ids = mer.routing.row_ids(t);
@@ -190,13 +197,13 @@ pub fn run(device: &'static Device, out: Out) -> Result<(), String> {
     );
     let (differ, outside) = bf16_apart(&sep.proj, &mer.proj);
     let by = if outside == 0 {
-        "each by one bf16 step or less than 2^-16".to_string()
+        "each by 1 bf16 step or < 2^-16".to_string()
     } else {
-        format!("{outside} of them by more than one bf16 step and 2^-16")
+        format!("{outside} by more than 1 step and 2^-16")
     };
     say!(
         out,
-        "  projection [{TOUR_ROWS}, {}] bf16: ⟨{differ}⟩ values differ from the separate GEMM's, {by}",
+        "  projection [{TOUR_ROWS}, {}] bf16: ⟨{differ}⟩ differ from separate's, {by}",
         shape.proj
     );
 
@@ -204,7 +211,11 @@ pub fn run(device: &'static Device, out: Out) -> Result<(), String> {
     let rounded = run_bf16(device, &config, shape, &inputs).map_err(e)?;
     say!(
         out,
-        "\nthe bf16-output variant (the logits rounded to bf16 before the selection): ⟨{}⟩ of {TOUR_ROWS} rows select another set",
+        "\nthe bf16-output variant (the logits rounded to bf16 before the selection):"
+    );
+    say!(
+        out,
+        "  ⟨{}⟩ of {TOUR_ROWS} rows select another set of experts than the merged form",
         rows_with_other_sets(&mer.routing, &rounded)
     );
     Ok(())
