@@ -80,12 +80,18 @@ enum Gate {
     Bf16(Bf16Gate),
 }
 
+/// The weights on the device: the form's own only, as a layer would hold them.
+enum Weights {
+    /// The gate `[E, H]` and the projection `[P, H]`.
+    Apart(DeviceBuffer<bf16>, DeviceBuffer<bf16>),
+    /// The stacked weight `[E + P, H]`.
+    Stacked(DeviceBuffer<bf16>),
+}
+
 struct FrontWork {
     gate: Gate,
     hidden: DeviceBuffer<bf16>,
-    gate_w: DeviceBuffer<bf16>,
-    proj_w: DeviceBuffer<bf16>,
-    stacked: DeviceBuffer<bf16>,
+    weights_in: Weights,
     bias: DeviceBuffer<f32>,
     ids: DeviceBuffer<i32>,
     weights: DeviceBuffer<f32>,
@@ -100,18 +106,21 @@ impl Work for FrontWork {
             proj: &self.proj,
         };
         let bias = Some(&self.bias);
-        match &self.gate {
-            Gate::Separate(g) => g.enqueue(&self.hidden, &self.gate_w, &self.proj_w, bias, &out),
-            Gate::Merged(g) => g.enqueue(&self.hidden, &self.stacked, bias, &out),
-            Gate::Bf16(g) => g.enqueue(
+        match (&self.gate, &self.weights_in) {
+            (Gate::Separate(g), Weights::Apart(gate, proj)) => {
+                g.enqueue(&self.hidden, gate, proj, bias, &out)
+            }
+            (Gate::Merged(g), Weights::Stacked(w)) => g.enqueue(&self.hidden, w, bias, &out),
+            (Gate::Bf16(g), Weights::Stacked(w)) => g.enqueue(
                 &self.hidden,
-                &self.stacked,
+                w,
                 bias,
                 &RouterOutputs {
                     ids: &self.ids,
                     weights: &self.weights,
                 },
             ),
+            _ => unreachable!("build_front pairs each form with its weights"),
         }
         .map_err(|e| e.to_string())
     }
@@ -130,18 +139,15 @@ fn build_front(dev: &'static Device, front: Front, rows: usize) -> Result<FrontW
         Front::MergedBf16 => Gate::Bf16(Bf16Gate::new(dev, &config, s, rows, b).map_err(e)?),
     };
     let up = |v: &[f32]| dev.upload(&to_bf16(v)).map_err(|e| e.to_string());
-    // Only the form's own weights are on the device, as a real layer would hold them.
-    let (gate_w, proj_w, stacked) = match front {
-        Front::Separate => (up(&inputs.gate)?, up(&inputs.proj)?, up(&[])?),
-        _ => (up(&[])?, up(&[])?, up(&inputs.stacked())?),
+    let weights_in = match front {
+        Front::Separate => Weights::Apart(up(&inputs.gate)?, up(&inputs.proj)?),
+        _ => Weights::Stacked(up(&inputs.stacked())?),
     };
     let k = |e: moe_kernels::KernelError| e.to_string();
     Ok(FrontWork {
         gate,
         hidden: up(&inputs.hidden)?,
-        gate_w,
-        proj_w,
-        stacked,
+        weights_in,
         bias: dev.upload(&inputs.bias).map_err(k)?,
         ids: dev.alloc(rows * s.k).map_err(k)?,
         weights: dev.alloc(rows * s.k).map_err(k)?,
