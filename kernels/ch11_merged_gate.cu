@@ -50,9 +50,10 @@
 #define RS_SCORING_SQRT_SOFTPLUS 2
 
 // ANCHOR: order
-// A rank key as an unsigned number in the same order: a negative float's bits reversed, a
-// positive float's sign bit set; -0 counted as +0 (as == counts them). Keys are never NaN (a
-// non-finite logit ranks -inf), and -inf maps to 0x007fffff, so 0 is free for "not a candidate".
+// A rank key as an unsigned number in the same order (the idea of chapter 5's fr_order, written
+// again here): a negative float's bits reversed, a positive float's sign bit set; -0 counted as
+// +0 (as == counts them). Keys are never NaN (a non-finite logit ranks -inf), and -inf maps to
+// 0x007fffff, so 0 is free for "not a candidate".
 __device__ __forceinline__ unsigned rs_order(float key) {
     const unsigned u = __float_as_uint(key + 0.0f);  // -0 + 0 = +0
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
