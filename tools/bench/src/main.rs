@@ -17,6 +17,7 @@
 //! tools/bench/run ch07 [--out-dir D] [--quick] [--fixtures DIR]
 //! tools/bench/run ch08 [--out-dir D] [--quick]
 //! tools/bench/run ch09 [--out-dir D] [--quick]
+//! tools/bench/run ch11 [--out-dir D] [--quick] | --flips 1,16,1024 [--flips-out F]
 //! ```
 
 mod cases;
@@ -31,6 +32,7 @@ mod ch06;
 mod ch07;
 mod ch08;
 mod ch09;
+mod ch11;
 mod common;
 mod emu;
 mod emu_hopper;
@@ -85,6 +87,10 @@ enum Cmd {
     /// Chapter 9: the one-launch router along the row axis beside the pair + align and the
     /// GEMM + stage, and the layer with it (GPU); `--quick` without a GPU: a smoke test.
     Ch09(GpuArgs),
+    /// Chapter 11: a Kimi K3 layer's front separate, merged and with bf16 output at 1, 16 and
+    /// 1,024 rows, and radix select against the k-round argmax (GPU); `--quick` without a GPU:
+    /// a smoke test; `--flips`: the bf16-output variant's flip count along the rows (any backend).
+    Ch11(ch11::Ch11Args),
     /// The emulator's GEMM rate on this CPU (no GPU needed).
     Emu(EmuArgs),
     /// Chapter 4's Hopper versions on the emulator beside the portable path (no GPU needed).
@@ -279,6 +285,7 @@ fn main() -> ExitCode {
         Cmd::Ch07(a) => ch07::run(a),
         Cmd::Ch08(a) => ch08::run(a),
         Cmd::Ch09(a) => ch09::run(a),
+        Cmd::Ch11(a) => ch11::run(a),
         Cmd::Emu(a) => emu(a),
         Cmd::EmuHopper(a) => emu_hopper(a),
     };

@@ -1,0 +1,397 @@
+//! The layer's front three ways, for one shape on one device:
+//!
+//! | form | launches | what it runs |
+//! |---|---|---|
+//! | [`SeparateGate`] | 3 (cuBLAS's own count above 16 rows) | the projection GEMM (bf16 out), then chapter 5's pair: its GEMM (fp32 logits) and its fused router |
+//! | [`MergedGate`] | 2 | one GEMM over the stacked weight `[E + P, H]` with fp32 out, then `merged_gate`: radix select of the E logits and the cast of the P projection columns to bf16 |
+//! | [`Bf16Gate`] | 2 | one GEMM over the stacked weight with bf16 out, then radix select on the bf16 logits: the variant that rounds the logits |
+//!
+//! Every GEMM is the tiny GEMM up to [`TINY_MAX_ROWS`] rows and the library GEMM above
+//! ([`gemm_for`]); the bf16 variant's is the library GEMM always (the tiny GEMM writes fp32).
+
+use crate::front::{FrontShape, KIMI_K3};
+use crate::radix::{Logits, RadixTopk};
+use ch01_router::chain::{
+    expect_len, DeviceMatrix, DeviceRouter, DeviceRouterError, GateInputs, GateShape, RouterOutputs,
+};
+use ch01_router::config::RouterConfig;
+use ch05_fused_router::tiny_gemm;
+use ch05_fused_router::{FusedRouter, LogitsFrom};
+use half::bf16;
+use moe_kernels::blas::{linear, Linear};
+use moe_kernels::{args, Device, DeviceBuffer, KernelArg, Module};
+use std::sync::Arc;
+
+// ANCHOR: gemm_for
+/// Up to how many rows the front's GEMMs are chapter 5's tiny GEMM; the library GEMM above.
+/// SGLang's limit for its tiny GEMM (the router article, section 5.1); nobody has measured this
+/// shape's crossover yet (`bench ch11` times both GEMMs at 16 rows and above).
+pub const TINY_MAX_ROWS: usize = 16;
+
+/// The GEMM for `rows` rows: the tiny GEMM up to [`TINY_MAX_ROWS`], the library GEMM above.
+pub fn gemm_for(rows: usize) -> LogitsFrom {
+    if rows <= TINY_MAX_ROWS {
+        LogitsFrom::TinyGemm
+    } else {
+        LogitsFrom::Blas
+    }
+}
+// ANCHOR_END: gemm_for
+
+/// What the front writes: ids `[T, k]`, weights `[T, k]` and the projection `[T, P]` in bf16.
+pub struct FrontOutputs<'a> {
+    pub ids: &'a DeviceBuffer<i32>,
+    pub weights: &'a DeviceBuffer<f32>,
+    pub proj: &'a DeviceBuffer<bf16>,
+}
+
+/// The shape checks every form shares: E ≥ 1, and E and P whole 16-byte steps of fp32 (the
+/// merged kernel's loads), H whole 16-byte slices of bf16 (the tiny GEMM's).
+fn check_front(shape: FrontShape) -> Result<(), DeviceRouterError> {
+    tiny_gemm::check_hidden(shape.hidden)?;
+    for (what, n) in [
+        ("the experts (E)", shape.experts),
+        ("the projection (P)", shape.proj),
+    ] {
+        #[allow(clippy::manual_is_multiple_of)] // the workspace's MSRV is 1.85
+        if n % 4 != 0 {
+            return Err(DeviceRouterError::NotMultiple {
+                what,
+                of: 4,
+                why: "the merged kernel loads the fp32 row in 16-byte steps",
+                got: n,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The GEMM `y [rows, out] = hidden [rows, H] · w [out, H]ᵀ` with fp32 out, by `from`.
+#[allow(clippy::too_many_arguments)]
+fn gemm_f32(
+    device: &'static Device,
+    tiny: &Module,
+    from: LogitsFrom,
+    hidden: &DeviceBuffer<bf16>,
+    w: &DeviceBuffer<bf16>,
+    y: &DeviceBuffer<f32>,
+    rows: usize,
+    h: usize,
+    out: usize,
+) -> Result<(), DeviceRouterError> {
+    match from {
+        LogitsFrom::TinyGemm => tiny_gemm::enqueue(tiny, hidden, w, y, rows, h, out),
+        LogitsFrom::Blas => Ok(linear(
+            device,
+            Linear {
+                rows,
+                in_features: h,
+                out_features: out,
+            },
+            &hidden.as_view(),
+            &w.as_view(),
+            &y.as_view(),
+            false,
+        )?),
+    }
+}
+
+// ANCHOR: merged_gate
+/// The merged front: one GEMM over the stacked weight `[E + P, H]` into fp32 `y [T, E + P]`,
+/// then `merged_gate`, which selects k of each row's E logits by radix select and casts its P
+/// projection columns to bf16.
+pub struct MergedGate {
+    device: &'static Device,
+    tiny: Arc<Module>,
+    topk: RadixTopk,
+    shape: FrontShape,
+    rows: usize,
+    from: LogitsFrom,
+    y: DeviceBuffer<f32>, // [T, E + P] fp32
+}
+
+impl MergedGate {
+    /// Checks the shape, `config` and the bias ([`crate::radix::check_limits`]); allocates `y`.
+    pub fn new(
+        device: &'static Device,
+        config: &RouterConfig,
+        shape: FrontShape,
+        rows: usize,
+        bias: Option<&[f32]>,
+    ) -> Result<Self, DeviceRouterError> {
+        check_front(shape)?;
+        let topk = RadixTopk::new(device, config, rows, shape.experts, bias)?;
+        Ok(MergedGate {
+            device,
+            tiny: device.load(&tiny_gemm::KERNELS)?,
+            topk,
+            shape,
+            rows,
+            from: gemm_for(rows),
+            y: device.alloc(rows * (shape.experts + shape.proj))?,
+        })
+    }
+
+    /// The same front with the GEMM `from` at any row count (the bench times both).
+    pub fn with_gemm(mut self, from: LogitsFrom) -> Self {
+        self.from = from;
+        self
+    }
+
+    /// The GEMM's fp32 output of the last call, `[T, E + P]`.
+    pub fn y(&self) -> &DeviceBuffer<f32> {
+        &self.y
+    }
+
+    /// The kernels one call launches, in order (cuBLAS's own kernels are one entry, `blas`).
+    pub fn launch_names(&self) -> Vec<&'static str> {
+        let gemm = match self.from {
+            LogitsFrom::TinyGemm => {
+                let out = self.shape.experts + self.shape.proj;
+                tiny_gemm::launch(tiny_gemm::form_for(self.rows), self.rows, out).0
+            }
+            LogitsFrom::Blas => "blas",
+        };
+        vec![gemm, "merged_gate"]
+    }
+
+    /// Queues the front: `hidden [T, H]` bf16, `stacked [E + P, H]` bf16 (gate rows first),
+    /// `bias [E]` f32. Kernel: `merged_gate(const float* y, const float* bias, int* ids, float*
+    /// weights, bf16* proj, int T, int E, int P, int k, int scoring, int n_group, int
+    /// topk_group, int renormalize, float scale)`, grid T, blocks of `RS_THREADS` threads.
+    pub fn enqueue(
+        &self,
+        hidden: &DeviceBuffer<bf16>,
+        stacked: &DeviceBuffer<bf16>,
+        bias: Option<&DeviceBuffer<f32>>,
+        out: &FrontOutputs<'_>,
+    ) -> Result<(), DeviceRouterError> {
+        let FrontShape {
+            hidden: h,
+            experts,
+            proj,
+            ..
+        } = self.shape;
+        let rows = self.rows;
+        expect_len("hidden [T, H]", hidden.len(), rows * h)?;
+        expect_len(
+            "stacked weight [E + P, H]",
+            stacked.len(),
+            (experts + proj) * h,
+        )?;
+        expect_len("projection out [T, P]", out.proj.len(), rows * proj)?;
+        let outputs = RouterOutputs {
+            ids: out.ids,
+            weights: out.weights,
+        };
+        self.topk.check(bias, &outputs)?;
+        if rows == 0 {
+            return Ok(());
+        }
+        gemm_f32(
+            self.device,
+            &self.tiny,
+            self.from,
+            hidden,
+            stacked,
+            &self.y,
+            rows,
+            h,
+            experts + proj,
+        )?;
+        let bias = bias.map_or(KernelArg::Ptr(0), KernelArg::from); // null: no bias
+        let mut a = args![&self.y, bias, out.ids, out.weights, out.proj].to_vec();
+        let tail = self.topk.tail_args(); // T, E, k, scoring, n_group, topk_group, renorm, scale
+        a.extend_from_slice(&tail[..2]);
+        a.push(KernelArg::from(proj as i32));
+        a.extend_from_slice(&tail[2..]);
+        let cfg = moe_kernels::LaunchConfig::blocks(
+            rows as u32,
+            crate::radix::geometry::RS_THREADS as u32,
+        )
+        .dependent();
+        self.topk.module().launch("merged_gate", cfg, &a)?;
+        Ok(())
+    }
+}
+// ANCHOR_END: merged_gate
+
+// ANCHOR: separate_gate
+/// The separate front: the projection GEMM with bf16 out, then chapter 5's pair (its GEMM into
+/// fp32 logits, its fused router), both GEMMs by [`gemm_for`] (the projection's is the library
+/// GEMM at every row count: the tiny GEMM writes fp32 only).
+pub struct SeparateGate {
+    device: &'static Device,
+    pair: FusedRouter,
+    shape: FrontShape,
+    rows: usize,
+}
+
+impl SeparateGate {
+    pub fn new(
+        device: &'static Device,
+        config: &RouterConfig,
+        shape: FrontShape,
+        rows: usize,
+        bias: Option<&[f32]>,
+    ) -> Result<Self, DeviceRouterError> {
+        check_front(shape)?;
+        let gate = GateShape {
+            rows,
+            hidden: shape.hidden,
+            experts: shape.experts,
+        };
+        Ok(SeparateGate {
+            device,
+            pair: FusedRouter::with_logits(device, config, gate, bias, gemm_for(rows))?,
+            shape,
+            rows,
+        })
+    }
+
+    /// The kernels one call launches, in order.
+    pub fn launch_names(&self) -> Vec<&'static str> {
+        let mut v = vec!["blas"];
+        v.extend(self.pair.launch_names());
+        v
+    }
+
+    /// The pair's fp32 logits of the last call, `[T, E]`.
+    pub fn logits(&self) -> &DeviceBuffer<f32> {
+        self.pair.logits()
+    }
+
+    /// Queues the front: `hidden [T, H]`, `gate [E, H]`, `proj_w [P, H]` bf16, `bias [E]` f32.
+    pub fn enqueue(
+        &self,
+        hidden: &DeviceBuffer<bf16>,
+        gate: &DeviceBuffer<bf16>,
+        proj_w: &DeviceBuffer<bf16>,
+        bias: Option<&DeviceBuffer<f32>>,
+        out: &FrontOutputs<'_>,
+    ) -> Result<(), DeviceRouterError> {
+        let FrontShape {
+            hidden: h, proj, ..
+        } = self.shape;
+        expect_len("projection weight [P, H]", proj_w.len(), proj * h)?;
+        expect_len("projection out [T, P]", out.proj.len(), self.rows * proj)?;
+        if self.rows > 0 {
+            linear(
+                self.device,
+                Linear {
+                    rows: self.rows,
+                    in_features: h,
+                    out_features: proj,
+                },
+                &hidden.as_view(),
+                &proj_w.as_view(),
+                &out.proj.as_view(),
+                false,
+            )?;
+        }
+        self.pair.enqueue(
+            &GateInputs {
+                hidden: DeviceMatrix::Bf16(hidden),
+                weight: DeviceMatrix::Bf16(gate),
+                bias,
+            },
+            &RouterOutputs {
+                ids: out.ids,
+                weights: out.weights,
+            },
+        )
+    }
+}
+// ANCHOR_END: separate_gate
+
+// ANCHOR: bf16_gate
+/// The bf16-output variant: one library GEMM over the stacked weight with bf16 out (the logits
+/// rounded too), then radix select on the bf16 logits, widened exactly to fp32. The projection
+/// stays where the GEMM wrote it, columns E.. of `y16` (an expert kernel would read it at that
+/// stride).
+pub struct Bf16Gate {
+    device: &'static Device,
+    topk: RadixTopk,
+    shape: FrontShape,
+    rows: usize,
+    y16: DeviceBuffer<bf16>, // [T, E + P] bf16
+}
+
+impl Bf16Gate {
+    pub fn new(
+        device: &'static Device,
+        config: &RouterConfig,
+        shape: FrontShape,
+        rows: usize,
+        bias: Option<&[f32]>,
+    ) -> Result<Self, DeviceRouterError> {
+        check_front(shape)?;
+        Ok(Bf16Gate {
+            device,
+            topk: RadixTopk::new(device, config, rows, shape.experts, bias)?,
+            shape,
+            rows,
+            y16: device.alloc(rows * (shape.experts + shape.proj))?,
+        })
+    }
+
+    /// The GEMM's bf16 output of the last call, `[T, E + P]`.
+    pub fn y16(&self) -> &DeviceBuffer<bf16> {
+        &self.y16
+    }
+
+    /// Queues the variant: the stacked GEMM (bf16 out), then `radix_topk_bf16` at stride E + P.
+    pub fn enqueue(
+        &self,
+        hidden: &DeviceBuffer<bf16>,
+        stacked: &DeviceBuffer<bf16>,
+        bias: Option<&DeviceBuffer<f32>>,
+        outputs: &RouterOutputs<'_>,
+    ) -> Result<(), DeviceRouterError> {
+        let FrontShape {
+            hidden: h,
+            experts,
+            proj,
+            ..
+        } = self.shape;
+        expect_len(
+            "stacked weight [E + P, H]",
+            stacked.len(),
+            (experts + proj) * h,
+        )?;
+        self.topk.check(bias, outputs)?;
+        if self.rows == 0 {
+            return Ok(());
+        }
+        linear(
+            self.device,
+            Linear {
+                rows: self.rows,
+                in_features: h,
+                out_features: experts + proj,
+            },
+            &hidden.as_view(),
+            &stacked.as_view(),
+            &self.y16.as_view(),
+            false,
+        )?;
+        self.topk.enqueue(
+            Logits::Bf16 {
+                buf: &self.y16,
+                ld: experts + proj,
+            },
+            bias,
+            outputs,
+        )
+    }
+}
+// ANCHOR_END: bf16_gate
+
+/// The shape the chapter is about, for messages: `H 7168, E 896 + P 3584, k 16`.
+pub fn describe(shape: FrontShape) -> String {
+    let name = if shape == KIMI_K3 { " (Kimi K3)" } else { "" };
+    format!(
+        "H {}, E {} + P {}, k {}{name}",
+        shape.hidden, shape.experts, shape.proj, shape.k
+    )
+}

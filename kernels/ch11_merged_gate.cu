@@ -1,0 +1,394 @@
+// ch11_merged_gate.cu — the top-k by radix select, and the kernel behind a gate merged into the
+// GEMM in front of the experts (Kimi K3's shapes: 896 experts, k = 16, a 3,584-row projection).
+//
+// Radix select. Chapter 5's router finds the k largest rank keys of a row in k rounds of warp
+// argmax: k dependent rounds, each a reduction over the whole row. Here the keys become unsigned
+// numbers in the same order (rs_order), each with the expert's id below it, and the k-th largest
+// such number is found digit by digit from the top: a histogram of the leading 8 bits of every
+// candidate, a scan from the highest bin down to the bin that holds the cut (the k-th largest),
+// then the same over the next 8 bits of only the numbers in that bin, until the bin holding the
+// cut holds exactly as many numbers as are still missing. Every number above the cut is
+// selected; the k selected are then put in chapter 5's order (the larger key first, of equal keys
+// the lower id) by counting, and their weights computed as chapter 5 computes them.
+//
+// The merged gate. The GEMM in front writes one fp32 row of E logits then P projection columns
+// per token ([T, E + P], the stacked weight's rows: the gate's first). merged_gate runs one
+// block per row: its threads cast the row's P projection columns to bf16 ([T, P], what the
+// experts read) and radix-select k of the E logits, in one launch.
+//
+// Upstream: SGLang's fused front for Kimi K3 (the router article, section 7: one GEMM over the
+// stacked gate and projection weights with fp32 output, then one kernel that selects 16 of 896
+// by radix select and casts the projection's columns to bf16).
+//
+// Differences:
+// - The ids and weights are chapter 5's fused router's (kernels/ch05_fused_router.cu), bit for
+//   bit, on both backends, for every family (softmax, sigmoid + bias, sqrt-softplus, grouped):
+//   the same score arithmetic (common.cuh's moe_sigmoidf, moe_softplusf, moe_expf, written
+//   again here element by element), the same keys, the same order, the weights' sum taken in
+//   selection order plus 1e-20, then scaled. A full softmax (not renormalised, or with a bias
+//   or groups) sums its exponentials in chapter 5's warp order (rs_softmax_stats) so that the
+//   scores too are the same bits.
+// - Ties at the cut need no rule of their own: the expert's id sits below the key in the number
+//   that is selected (rs_pack), so every number of a row is distinct and a larger number is a
+//   larger key or an equal key with a lower id.
+// - The histograms are integer counts in shared memory (integer atomics: the counts, and so
+//   the result, do not depend on the order of arrival; no float atomics anywhere).
+// - Limits: E <= 1024 (ids fit 10 bits; a row's keys fit shared memory), k <= 32 (one warp
+//   orders the picks), at most 32 groups. The host refuses larger sizes with a typed error.
+// - merged_gate needs E and P multiples of 4 (16-byte loads of the fp32 row); the host checks.
+#include "common.cuh"
+
+#define RS_MAX_EXPERTS 1024  // ids fit RS_ID_BITS bits; the row's keys fit shared memory
+#define RS_MAX_K 32          // one warp orders the picks, a lane each
+#define RS_MAX_GROUPS 32     // lane g of warp 0 keeps group g's value
+#define RS_ID_BITS 10        // bits of the expert id below the key in a packed number
+#define RS_DIGIT_BITS 8      // bits binned per pass
+#define RS_BINS 256          // 1 << RS_DIGIT_BITS
+#define RS_THREADS 256       // most threads of one block (one row)
+#define RS_SCORING_SOFTMAX 0  // the `scoring` argument, as chapter 5's
+#define RS_SCORING_SIGMOID 1
+#define RS_SCORING_SQRT_SOFTPLUS 2
+
+// ANCHOR: order
+// A rank key as an unsigned number in the same order (the idea of chapter 5's fr_order, written
+// again here): a negative float's bits reversed, a positive float's sign bit set; -0 counted as
+// +0 (as == counts them). Keys are never NaN (a non-finite logit ranks -inf), and -inf maps to
+// 0x007fffff, so 0 is free for "not a candidate".
+__device__ __forceinline__ unsigned rs_order(float key) {
+    const unsigned u = __float_as_uint(key + 0.0f);  // -0 + 0 = +0
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// The number radix select ranks: the ordered key in the high bits, and below it the id
+// reversed (RS_MAX_EXPERTS - 1 - id), so that of two equal keys the lower id is the larger
+// number. 42 bits; every expert of a row gets a distinct one.
+__device__ __forceinline__ unsigned long long rs_pack(unsigned ordered, int id) {
+    return ((unsigned long long)ordered << RS_ID_BITS) | (unsigned)(RS_MAX_EXPERTS - 1 - id);
+}
+__device__ __forceinline__ int rs_id(unsigned long long packed) {
+    return RS_MAX_EXPERTS - 1 - (int)(packed & (RS_MAX_EXPERTS - 1));
+}
+// ANCHOR_END: order
+
+// One logit of the row, fp32 or bf16 widened (exactly), read through the L2: the kernel may be a
+// programmatic dependent of the GEMM that writes it (common.cuh, moe_grid_wait).
+__device__ __forceinline__ float rs_load(const float* x, int e) { return __ldcg(x + e); }
+__device__ __forceinline__ float rs_load(const __nv_bfloat16* x, int e) {
+    const unsigned short u = __ldcg(reinterpret_cast<const unsigned short*>(x) + e);
+    return __uint_as_float((unsigned)u << 16);
+}
+
+// A full softmax's row max and sum of exponentials, by warp 0, in chapter 5's order: lane l adds
+// experts l, l + 32, l + 64, ... in turn, then the 32 lanes' sums meet in a xor tree. The max is
+// exact in any order; the sum is not, so this order is what makes the scores the same bits.
+// `x` holds the logits (-inf where not finite).
+__device__ __forceinline__ void rs_softmax_stats(const float* x, int E, float* stats) {
+    const int lane = threadIdx.x & 31;
+    const float neg_inf = -__int_as_float(0x7f800000);
+    float m = neg_inf;
+    for (int e = lane; e < E; e += 32)
+        if (x[e] > neg_inf) m = fmaxf(m, x[e]);
+    for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(MOE_FULL_MASK, m, off));
+    float sum = 0.0f;
+    for (int e = lane; e < E; e += 32) {
+        const bool finite = x[e] > neg_inf;
+        const float ex = moe_expf((finite ? x[e] : 0.0f) - m);
+        sum += finite ? ex : 0.0f;
+    }
+    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(MOE_FULL_MASK, sum, off);
+    if (lane == 0) {
+        stats[0] = m;
+        stats[1] = sum;
+    }
+}
+
+// DeepSeek-V3's grouped selection, by warp 0: group g's value is the sum of its two best keys
+// (its one key when groups have one expert), and the topk_group best groups stay, ties to the
+// lower group id (chapter 5's rule). Returns the bit mask of the kept groups. `keyf` holds the
+// float keys.
+__device__ __forceinline__ unsigned rs_kept_groups(const float* keyf, int E, int n_group,
+                                                   int topk_group) {
+    const int lane = threadIdx.x & 31;
+    const int per = E / n_group;
+    const float neg_inf = -__int_as_float(0x7f800000);
+    float v = neg_inf;
+    if (lane < n_group) {
+        float b1 = neg_inf, b2 = neg_inf;
+        for (int e = lane * per; e < (lane + 1) * per; ++e) {
+            const float key = keyf[e];
+            if (key > b1) {
+                b2 = b1;
+                b1 = key;
+            } else if (key > b2) {
+                b2 = key;
+            }
+        }
+        v = per >= 2 ? b1 + b2 : b1;
+    }
+    // A group's rank: the groups ahead of it (a larger value, or the same and a lower id).
+    int rank = 0;
+    for (int g = 0; g < n_group; ++g) {
+        const float o = __shfl_sync(MOE_FULL_MASK, v, g);
+        rank += (o > v || (o == v && g < lane)) ? 1 : 0;
+    }
+    return __ballot_sync(MOE_FULL_MASK, lane < n_group && rank < topk_group);
+}
+
+// ANCHOR: store_weights
+// Lane r < k holds pick r's id and unbiased score: the weights are the scores over their sum
+// (taken in selection order, from 0) plus 1e-20, times the routed scaling factor; chapter 5's
+// fr_store_weights, rule for rule.
+__device__ __forceinline__ void rs_store_weights(int* __restrict__ ids, float* __restrict__ weights,
+                                                 int t, int k, int lane, int my_id, float my_score,
+                                                 int renormalize, float scale) {
+    float total = 0.0f;
+    if (renormalize)
+        for (int r = 0; r < k; ++r) total += __shfl_sync(MOE_FULL_MASK, my_score, r);
+    if (lane < k) {
+        float w = my_score;
+        if (renormalize) {
+            w = my_score / (total + 1e-20f) * scale;
+        } else if (scale != 1.0f) {
+            w = my_score * scale;
+        }
+        ids[(size_t)t * k + lane] = my_id;
+        weights[(size_t)t * k + lane] = w;
+    }
+}
+// ANCHOR_END: store_weights
+
+// ANCHOR: radix_row
+// Routes row t with the whole block: `x` is the row's E logits (fp32 or bf16), `bias` [E] f32
+// or null; ids [T, k] i32 and weights [T, k] f32 out. Thread i owns experts i, i + blockDim,
+// ... Every thread of the block must call it (it holds barriers).
+template <typename In>
+__device__ __forceinline__ void rs_row(const In* x, const float* __restrict__ bias,
+                                       int* __restrict__ ids, float* __restrict__ weights, int t,
+                                       int E, int k, int scoring, int n_group, int topk_group,
+                                       int renormalize, float scale) {
+    __shared__ unsigned s_key[RS_MAX_EXPERTS];    // float key bits, then ordered (0: dropped)
+    __shared__ float s_score[RS_MAX_EXPERTS];     // unbiased scores (by_logit: the logits)
+    __shared__ int s_hist[RS_BINS];
+    __shared__ unsigned long long s_pick[RS_MAX_K];    // the selected, in arrival order
+    __shared__ unsigned long long s_sorted[RS_MAX_K];  // the same in selection order
+    __shared__ float s_stats[2];
+    __shared__ unsigned long long s_prefix;
+    __shared__ int s_remaining, s_done, s_picked;
+    __shared__ unsigned s_kept;
+    const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5;
+    const float neg_inf = -__int_as_float(0x7f800000);
+    const bool has_bias = bias != nullptr;
+    const bool grouped = n_group > 1;
+    // A renormalised softmax without bias or groups is ranked by its logits and only the picks
+    // are exponentiated (chapter 5's fr_by_logit: the row's sum cancels).
+    const bool by_logit = scoring == RS_SCORING_SOFTMAX && renormalize && !has_bias && !grouped;
+    const bool full_softmax = scoring == RS_SCORING_SOFTMAX && !by_logit;
+    for (int b = tid; b < RS_BINS; b += nt) s_hist[b] = 0;
+    if (tid == 0) s_picked = 0;
+    moe_grid_wait();  // the logits are the kernel ahead's output
+
+    // 1. Step 2, element by element: a non-finite logit scores 0 and ranks -inf.
+    for (int e = tid; e < E; e += nt) {
+        const float v = rs_load(x, e);
+        const bool finite = moe_isfinite(v);
+        float s;
+        if (scoring == RS_SCORING_SOFTMAX) {
+            s = finite ? v : neg_inf;  // the logit; a full softmax's score comes below
+        } else if (scoring == RS_SCORING_SIGMOID) {
+            s = finite ? moe_sigmoidf(v) : 0.0f;
+        } else {
+            s = finite ? sqrtf(moe_softplusf(v)) : 0.0f;
+        }
+        s_score[e] = s;
+        const float b = has_bias ? bias[e] : 0.0f;
+        s_key[e] = __float_as_uint(finite ? (has_bias ? s + b : s) : neg_inf);
+    }
+    __syncthreads();
+    if (full_softmax) {
+        if (warp == 0) rs_softmax_stats(s_score, E, s_stats);
+        __syncthreads();
+        const float m = s_stats[0], sum = s_stats[1];
+        for (int e = tid; e < E; e += nt) {
+            const float v = s_score[e];
+            const bool finite = v > neg_inf;
+            const float p = moe_expf((finite ? v : 0.0f) - m) / sum;
+            const float s = (finite && sum > 0.0f) ? p : 0.0f;
+            s_score[e] = s;
+            const float b = has_bias ? bias[e] : 0.0f;
+            s_key[e] = __float_as_uint(finite ? (has_bias ? s + b : s) : neg_inf);
+        }
+        __syncthreads();
+    }
+    if (grouped) {
+        if (warp == 0) {
+            const unsigned kept = rs_kept_groups(reinterpret_cast<const float*>(s_key), E,
+                                                 n_group, topk_group);
+            if (lane == 0) s_kept = kept;
+        }
+        __syncthreads();
+    }
+    const int per = grouped ? E / n_group : E;
+    const unsigned kept = grouped ? s_kept : 1u;
+    for (int e = tid; e < E; e += nt)
+        s_key[e] = (kept >> (e / per) & 1u) ? rs_order(__uint_as_float(s_key[e])) : 0u;
+    // Every expert of a kept group is a candidate (a key of -inf too): the host checked k <= it.
+    const int candidates = grouped ? topk_group * per : E;
+    const int want = min(k, candidates);
+    __syncthreads();
+
+    // ANCHOR: passes
+    // 2. The cut. `prefix` is the leading bits of the want-th largest number found so far, down
+    //    to bit `shift`; `remaining` how many of those with that prefix are still to select.
+    unsigned long long prefix = 0;
+    int shift = 32 + RS_ID_BITS;  // 42: no bit known yet
+    int remaining = want;
+    bool done = want == candidates;  // all of them: every number is at or above the cut
+    while (!done) {
+        const int width = shift < RS_DIGIT_BITS ? shift : RS_DIGIT_BITS;
+        const int next = shift - width;
+        const int mask = (1 << width) - 1;
+        // The histogram of the next `width` bits of the numbers that share the prefix.
+        for (int e = tid; e < E; e += nt) {
+            const unsigned o = s_key[e];
+            if (o == 0u) continue;
+            const unsigned long long p = rs_pack(o, e);
+            if ((p >> shift) == prefix) atomicAdd(&s_hist[(int)(p >> next) & mask], 1);
+        }
+        __syncthreads();
+        // The bin holding the cut, by warp 0: lane l sums 8 bins from the top (bin 255 - 8l
+        // down), a scan over the lanes gives the count above each lane's bins, and the lane whose
+        // bins reach `remaining` finds the bin. It clears its bins for the next pass.
+        if (warp == 0) {
+            const int bins = mask + 1;
+            int c[8], mine = 0;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                const int b = bins - 1 - (8 * lane + i);
+                c[i] = b >= 0 ? s_hist[b] : 0;
+                mine += c[i];
+            }
+            int incl = mine;  // inclusive scan over the lanes, from the top bins down
+            for (int off = 1; off < 32; off <<= 1) {
+                const int o = __shfl_up_sync(MOE_FULL_MASK, incl, off);
+                if (lane >= off) incl += o;
+            }
+            int above = incl - mine;
+            if (above < remaining && remaining <= incl) {
+                for (int i = 0; i < 8; ++i) {
+                    if (above + c[i] >= remaining) {
+                        const int b = bins - 1 - (8 * lane + i);
+                        s_prefix = (prefix << width) | (unsigned)b;
+                        s_remaining = remaining - above;
+                        s_done = c[i] == remaining - above;
+                        break;
+                    }
+                    above += c[i];
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                const int b = bins - 1 - (8 * lane + i);
+                if (b >= 0) s_hist[b] = 0;
+            }
+        }
+        __syncthreads();
+        prefix = s_prefix;
+        remaining = s_remaining;
+        done = s_done != 0;
+        shift = next;
+    }
+    // ANCHOR_END: passes
+
+    // 3. The selected: every number whose leading bits are at or above the prefix (exactly
+    //    `want` of them), in arrival order; then warp 0 puts them in selection order by counting
+    //    (a number's place: how many selected numbers are larger).
+    for (int e = tid; e < E; e += nt) {
+        const unsigned o = s_key[e];
+        if (o == 0u) continue;
+        const unsigned long long p = rs_pack(o, e);
+        if ((p >> shift) >= prefix) s_pick[atomicAdd(&s_picked, 1)] = p;
+    }
+    __syncthreads();
+    if (warp != 0) return;
+    const unsigned long long mine = lane < want ? s_pick[lane] : 0ull;
+    int place = 0;
+    for (int j = 0; j < want; ++j) place += s_pick[j] > mine ? 1 : 0;
+    if (lane < want) s_sorted[place] = mine;
+    __syncwarp();
+    const int my_id = lane < want ? rs_id(s_sorted[lane]) : -1;
+    float my_score = my_id >= 0 ? s_score[my_id] : 0.0f;
+    if (by_logit) {
+        // e_r = exp(l_r - l_0), l_0 the first pick's logit; 0 for a non-finite logit or no pick.
+        const float l0 = __shfl_sync(MOE_FULL_MASK, my_score, 0);
+        const float ex = moe_expf(my_score - l0);
+        my_score = (my_id >= 0 && my_score > neg_inf) ? ex : 0.0f;
+    }
+    rs_store_weights(ids, weights, t, k, lane, my_id, my_score, renormalize, scale);
+}
+// ANCHOR_END: radix_row
+
+// ANCHOR: radix_topk
+// Radix select for T rows, one block per row (grid T, blocks of min(256, 32 ceil(E / 32))
+// threads): logits [T, ld] f32 (row t's E logits at t * ld), bias [E] f32 or null; ids [T, k]
+// i32 and weights [T, k] f32 out. The same arguments as chapter 5's fused router but the stride.
+extern "C" __global__ void __launch_bounds__(RS_THREADS)
+radix_topk(const float* logits, int ld, const float* __restrict__ bias, int* __restrict__ ids,
+           float* __restrict__ weights, int T, int E, int k, int scoring, int n_group,
+           int topk_group, int renormalize, float scale) {
+    const int t = blockIdx.x;
+    if (t >= T) return;
+    rs_row(logits + (size_t)t * ld, bias, ids, weights, t, E, k, scoring, n_group, topk_group,
+           renormalize, scale);
+}
+// ANCHOR_END: radix_topk
+
+// The same from bf16 logits [T, ld] (the bf16-output variant: a GEMM that rounds every column,
+// the logits too, to bf16; each is widened back to fp32 exactly before it is scored).
+extern "C" __global__ void __launch_bounds__(RS_THREADS)
+radix_topk_bf16(const __nv_bfloat16* logits, int ld, const float* __restrict__ bias,
+                int* __restrict__ ids, float* __restrict__ weights, int T, int E, int k,
+                int scoring, int n_group, int topk_group, int renormalize, float scale) {
+    const int t = blockIdx.x;
+    if (t >= T) return;
+    rs_row(logits + (size_t)t * ld, bias, ids, weights, t, E, k, scoring, n_group, topk_group,
+           renormalize, scale);
+}
+
+// ANCHOR: merged_gate
+// The kernel after the merged GEMM, one block per row (grid T, RS_THREADS threads):
+//   y [T, E + P] f32 (the stacked weight's output: E logits, then P projection columns),
+//   bias [E] f32 or null -> ids [T, k] i32, weights [T, k] f32, proj [T, P] bf16.
+// The block first casts its row's P columns (16-byte loads, 8-byte stores, round to nearest
+// even), then selects. E % 4 == 0 and P % 4 == 0 (the host checks).
+extern "C" __global__ void __launch_bounds__(RS_THREADS)
+merged_gate(const float* y, const float* __restrict__ bias, int* __restrict__ ids,
+            float* __restrict__ weights, __nv_bfloat16* __restrict__ proj, int T, int E, int P,
+            int k, int scoring, int n_group, int topk_group, int renormalize, float scale) {
+    const int t = blockIdx.x;
+    if (t >= T) return;
+    const float* row = y + (size_t)t * (E + P);
+    moe_grid_wait();  // y is the GEMM's output
+    const float4* src = reinterpret_cast<const float4*>(row + E);
+    uint2* dst = reinterpret_cast<uint2*>(proj + (size_t)t * P);
+    for (int i = threadIdx.x; i < P / 4; i += blockDim.x) {
+        const float4 v = __ldcg(src + i);
+        const unsigned a = __bfloat16_as_ushort(__float2bfloat16_rn(v.x));
+        const unsigned b = __bfloat16_as_ushort(__float2bfloat16_rn(v.y));
+        const unsigned c = __bfloat16_as_ushort(__float2bfloat16_rn(v.z));
+        const unsigned d = __bfloat16_as_ushort(__float2bfloat16_rn(v.w));
+        dst[i] = make_uint2(a | (b << 16), c | (d << 16));
+    }
+    rs_row(row, bias, ids, weights, t, E, k, scoring, n_group, topk_group, renormalize, scale);
+}
+// ANCHOR_END: merged_gate
+
+// The cast alone, [T, P] f32 at stride ld -> [T, P] bf16, one block per row: what a GEMM with
+// fp32 output needs after it when nothing else is merged (the bench's two-step form).
+extern "C" __global__ void __launch_bounds__(RS_THREADS)
+cast_rows_bf16(const float* y, int ld, __nv_bfloat16* __restrict__ out, int T, int P) {
+    const int t = blockIdx.x;
+    if (t >= T) return;
+    moe_grid_wait();
+    for (int i = threadIdx.x; i < P; i += blockDim.x)
+        out[(size_t)t * P + i] = __float2bfloat16_rn(__ldcg(y + (size_t)t * ld + i));
+}
