@@ -13,8 +13,10 @@
 //! - [`keys`]: rank keys in fp64 and fp32, and chapter 1's selection over them;
 //! - [`hist`]: a log-scale histogram (medians of millions of errors without keeping them);
 //! - [`flips`]: the run, and the CSVs it writes (`cargo run -p ch10-precision --bin ch10-flips`);
-//! - [`output`]: one flip through chapter 2's layer.
+//! - [`output`]: one flip through chapter 2's layer;
+//! - [`deterministic`]: the batch decides the kernel, and a mode in which it does not.
 
+pub mod deterministic;
 pub mod example;
 #[cfg_attr(feature = "answers", path = "../answers/exercises.rs")]
 pub mod exercises;

@@ -17,6 +17,7 @@
 //! tools/bench/run ch07 [--out-dir D] [--quick] [--fixtures DIR]
 //! tools/bench/run ch08 [--out-dir D] [--quick]
 //! tools/bench/run ch09 [--out-dir D] [--quick]
+//! tools/bench/run ch10 [--out-dir D] [--quick]
 //! tools/bench/run ch11 [--out-dir D] [--quick] | --flips 1,16,1024 [--flips-out F]
 //! ```
 
@@ -32,6 +33,7 @@ mod ch06;
 mod ch07;
 mod ch08;
 mod ch09;
+mod ch10;
 mod ch11;
 mod common;
 mod emu;
@@ -87,6 +89,10 @@ enum Cmd {
     /// Chapter 9: the one-launch router along the row axis beside the pair + align and the
     /// GEMM + stage, and the layer with it (GPU); `--quick` without a GPU: a smoke test.
     Ch09(GpuArgs),
+    /// Chapter 10: the batch decides the kernel (64 probe tokens at batch sizes 1 to 8,192,
+    /// chapter 6's layer and the deterministic mode), and the mode's cost along T (GPU);
+    /// `--quick` without a GPU: a smoke test.
+    Ch10(GpuArgs),
     /// Chapter 11: a Kimi K3 layer's front separate, merged and with bf16 output at 1, 16 and
     /// 1,024 rows, and radix select against the k-round argmax (GPU); `--quick` without a GPU:
     /// a smoke test; `--flips`: the bf16-output variant's flip count along the rows (any backend).
@@ -285,6 +291,7 @@ fn main() -> ExitCode {
         Cmd::Ch07(a) => ch07::run(a),
         Cmd::Ch08(a) => ch08::run(a),
         Cmd::Ch09(a) => ch09::run(a),
+        Cmd::Ch10(a) => ch10::run(a),
         Cmd::Ch11(a) => ch11::run(a),
         Cmd::Emu(a) => emu(a),
         Cmd::EmuHopper(a) => emu_hopper(a),
