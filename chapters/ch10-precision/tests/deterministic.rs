@@ -63,13 +63,22 @@ fn same_token_same_bits_in_every_batch(dev: &'static Device) {
                 "{name}: {differ} output values differ in a batch of {b}"
             );
         }
-        // Chapter 6's layer, for comparison: its kernels follow the batch size.
+        // Chapter 6's layer, for comparison: its kernels follow the batch size. At 7 tokens they
+        // are those of one token (the tiny GEMM's CUDA cores, the decode path); at 64 and 4,096
+        // they are others, and at least half of the token's output values move.
         let plain = probe(&AssembledLayer::new(dev, &r.weights).unwrap(), &r);
+        let h = r.weights.config.hidden;
         for (b, g) in BATCHES.iter().zip(&plain).skip(1) {
             let differ = g.0.iter().zip(&plain[0].0).filter(|(x, y)| x != y).count();
-            eprintln!(
-                "{name}: chapter 6's layer, batch {b} against 1: {differ} output values differ"
-            );
+            eprintln!("{name}: chapter 6's layer, batch {b} against 1: {differ} of {h} differ");
+            if *b == 7 {
+                assert_eq!(differ, 0, "{name}: chapter 6's layer at 7 tokens");
+            } else {
+                assert!(
+                    2 * differ >= h,
+                    "{name}: chapter 6's layer at {b}: {differ} of {h}"
+                );
+            }
         }
     }
 }
