@@ -1,0 +1,117 @@
+//! Tensor parallelism: every rank holds a slice of every expert's intermediate dimension (and of
+//! the shared expert's), runs chapter 6's whole layer on the same tokens with its slice, and an
+//! all-reduce sums the ranks' partial outputs.
+//!
+//! What it gives, against chapter 6's layer on one GPU:
+//! - the routing, bit for bit: the router's gate is whole on every rank;
+//! - each expert's activations `SwiGLU(x · w13ᵀ)` for the rank's columns, bit for bit on the same
+//!   path (a column's sum over H does not depend on which other columns a GEMM computes);
+//! - the output within [`TP_TOLERANCE`]: the down projection's sum over I is split into R sums
+//!   of I/R terms, each weighted, summed over k and shared, then added across ranks. One GPU
+//!   adds the same products in one fp32 sum per pair; R ranks round R partial sums. A different
+//!   order of fp32 additions, nothing else.
+
+use crate::comm::Communicator;
+use crate::error::{check_rank, ParallelError};
+use crate::shard::tensor_slice;
+use ch02_grouped::compare::Tolerance;
+use ch02_grouped::layer::{rows_of, LayerOutput};
+use ch02_grouped::MoeWeights;
+use ch04_fused_moe::FusedDevice;
+use ch06_layer::{AssembledLayer, LayerWorkspace};
+use half::bf16;
+use moe_kernels::{Device, DeviceBuffer};
+
+// ANCHOR: tp_tolerance
+/// Tensor parallelism against one GPU, max |difference| over the rms of the output: fp32 sums in
+/// another order (R partial dot products over I/R terms, each rounded, then added). Measured on
+/// the regimes on the emulator (`tests/tensor.rs` prints the worst): a few units of 1e-7, the
+/// size of fp32 rounding; the tolerance leaves a factor of ten and more above it, and stays far
+/// below a wrong expert or weight (of the order of the rms itself).
+pub const TP_TOLERANCE: Tolerance = Tolerance(1e-5);
+// ANCHOR_END: tp_tolerance
+
+/// One rank of a tensor-parallel layer.
+pub struct TensorParallel {
+    rank: usize,
+    world: usize,
+    layer: AssembledLayer,
+}
+
+impl TensorParallel {
+    /// Rank `rank` of `world`: chapter 6's layer on this rank's slice of `weights`
+    /// ([`tensor_slice`]). A typed error when I or the shared expert's I does not split, or the
+    /// rank is out of range.
+    pub fn new(
+        device: &'static Device,
+        weights: &MoeWeights,
+        rank: usize,
+        world: usize,
+    ) -> Result<Self, ParallelError> {
+        check_rank(rank, world)?;
+        let slice = tensor_slice(weights, rank, world)?;
+        Ok(TensorParallel {
+            rank,
+            world,
+            layer: AssembledLayer::new(device, &slice)?,
+        })
+    }
+
+    /// The same rank with chapter 4's experts changed by `f` (a path, a tile configuration).
+    pub fn map_experts(
+        mut self,
+        f: impl FnOnce(FusedDevice) -> Result<FusedDevice, ch02_grouped::MoeError>,
+    ) -> Result<Self, ParallelError> {
+        self.layer = self.layer.map_experts(f)?;
+        Ok(self)
+    }
+
+    /// This rank's chapter 6 layer (its slice of the weights).
+    pub fn layer(&self) -> &AssembledLayer {
+        &self.layer
+    }
+
+    /// Checks that `comm` is this layer's rank of this layer's world.
+    fn check_comm(&self, comm: &impl Communicator) -> Result<(), ParallelError> {
+        crate::expert::check_comm(self.rank, self.world, comm)
+    }
+
+    // ANCHOR: tp_enqueue
+    /// Queues this rank's partial layer on `hidden` `[T, H]` bf16 into `out` `[T, H]` f32 (the
+    /// same tokens on every rank), then sums `out` over the ranks: afterwards every rank holds
+    /// the layer's output.
+    pub fn enqueue(
+        &self,
+        comm: &impl Communicator,
+        ws: &LayerWorkspace,
+        hidden: &DeviceBuffer<bf16>,
+        out: &mut DeviceBuffer<f32>,
+    ) -> Result<(), ParallelError> {
+        self.check_comm(comm)?;
+        self.layer.enqueue(ws, hidden, out)?; // chapter 6, on this rank's columns of I
+        comm.all_reduce_sum(out) // Σ over ranks, in rank order
+    }
+    // ANCHOR_END: tp_enqueue
+
+    /// [`Self::enqueue`] from host f32 (rounded to bf16, as chapter 6's `forward`), with the
+    /// routing downloaded: every rank returns the same output.
+    pub fn forward(
+        &self,
+        comm: &impl Communicator,
+        hidden: &[f32],
+    ) -> Result<LayerOutput, ParallelError> {
+        self.check_comm(comm)?;
+        let c = ch02_grouped::MoeLayer::config(&self.layer);
+        let rows = rows_of(c, hidden)?;
+        let dev = self.layer.device();
+        let ws = self.layer.workspace(rows)?;
+        let x: Vec<bf16> = hidden.iter().map(|&v| bf16::from_f32(v)).collect();
+        let x = dev.upload(&x)?;
+        let mut out = dev.alloc::<f32>(hidden.len())?;
+        self.enqueue(comm, &ws, &x, &mut out)?;
+        Ok(LayerOutput {
+            routing: ws.routing(c.router.k)?,
+            out: out.to_vec()?,
+        })
+    }
+}
