@@ -29,8 +29,8 @@ use crate::dispatch::DispatchPlan;
 use crate::error::{check_rank, ParallelError};
 use crate::kernels::{combine, gather_rows, KERNELS};
 use crate::shard::{expert_range, expert_subset, shared_only};
-use ch01_router::chain::{download, DeviceMatrix, DeviceRouter, GateInputs, GateShape};
 use ch01_router::chain::RouterOutputs;
+use ch01_router::chain::{download, DeviceMatrix, DeviceRouter, GateInputs, GateShape};
 use ch01_router::Routing;
 use ch02_grouped::layer::{rows_of, LayerOutput};
 use ch02_grouped::{Dtype, MoeConfig, MoeError, MoeWeights};
@@ -290,11 +290,26 @@ impl ExpertParallel {
         gather_rows(&self.module, &x, &dev.upload(&plan.rows)?, &send_x, h)?;
         let rows_h = |v: &[usize]| v.iter().map(|n| n * h).collect::<Vec<_>>();
         let mut recv_x = dev.alloc::<bf16>(n_recv * h)?;
-        comm.all_to_all(&send_x, &rows_h(&plan.counts), &mut recv_x, &rows_h(&received))?;
+        comm.all_to_all(
+            &send_x,
+            &rows_h(&plan.counts),
+            &mut recv_x,
+            &rows_h(&received),
+        )?;
         let mut recv_ids = dev.alloc::<i32>(n_recv)?;
-        comm.all_to_all(&dev.upload(&plan.local_ids)?, &plan.counts, &mut recv_ids, &received)?;
+        comm.all_to_all(
+            &dev.upload(&plan.local_ids)?,
+            &plan.counts,
+            &mut recv_ids,
+            &received,
+        )?;
         let mut recv_w = dev.alloc::<f32>(n_recv)?;
-        comm.all_to_all(&dev.upload(&plan.weights)?, &plan.counts, &mut recv_w, &received)?;
+        comm.all_to_all(
+            &dev.upload(&plan.weights)?,
+            &plan.counts,
+            &mut recv_w,
+            &received,
+        )?;
         // 3. This rank's experts on every pair it received, each a token of k = 1.
         let y = dev.alloc::<f32>(n_recv * h)?;
         self.run_experts(&recv_x, &recv_ids, &recv_w, &y)?;
@@ -305,7 +320,14 @@ impl ExpertParallel {
         let shared = self.run_shared(rows, &x)?;
         let out = dev.alloc::<f32>(rows * h)?;
         let at = dev.upload(&plan.at)?;
-        combine(&self.module, &back, &at, shared.as_ref(), &out, (rows, h, k))?;
+        combine(
+            &self.module,
+            &back,
+            &at,
+            shared.as_ref(),
+            &out,
+            (rows, h, k),
+        )?;
         Ok(EpOutput {
             layer: LayerOutput {
                 routing,

@@ -173,7 +173,11 @@ fn read_id(file: &Path, wait: Duration) -> Result<[u8; 128], ParallelError> {
         if start.elapsed() > wait {
             return Err(ParallelError::Comm {
                 op: "reading MOE_NCCL_ID_FILE",
-                why: format!("{} did not appear within {} s", file.display(), wait.as_secs()),
+                why: format!(
+                    "{} did not appear within {} s",
+                    file.display(),
+                    wait.as_secs()
+                ),
             });
         }
         std::thread::sleep(Duration::from_millis(50));

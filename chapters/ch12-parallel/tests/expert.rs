@@ -49,7 +49,9 @@ fn check(name: &str, w: &MoeWeights, hidden: &[f32], world: usize, path: Option<
     let mut pairs = 0;
     for (rank, (o, rows)) in got.iter().zip(&split).enumerate() {
         let what = format!("{name}, {world} ranks, rank {rank}, path {path:?}");
-        let want = single.forward(&hidden[rows.start * h..rows.end * h]).unwrap();
+        let want = single
+            .forward(&hidden[rows.start * h..rows.end * h])
+            .unwrap();
         assert_eq!(o.layer.routing.ids, want.routing.ids, "{what}: ids");
         assert_same_bits(
             &format!("{what}: weights"),
@@ -64,9 +66,17 @@ fn check(name: &str, w: &MoeWeights, hidden: &[f32], world: usize, path: Option<
         }
         // No pair is dropped: each rank ran all it was sent.
         pairs += o.received.iter().sum::<usize>();
-        assert_eq!(o.sent.iter().sum::<usize>(), want.routing.ids.len(), "{what}");
+        assert_eq!(
+            o.sent.iter().sum::<usize>(),
+            want.routing.ids.len(),
+            "{what}"
+        );
     }
-    assert_eq!(pairs, hidden.len() / h * w.config.router.k, "{name}: pairs run");
+    assert_eq!(
+        pairs,
+        hidden.len() / h * w.config.router.k,
+        "{name}: pairs run"
+    );
 }
 
 // ANCHOR: ep_every_regime

@@ -14,7 +14,11 @@ pub fn every_regime() -> impl Iterator<Item = MoeRegime> {
     REGIMES
         .iter()
         .chain(ch04_fused_moe::regimes::FUSED_REGIMES)
-        .map(|n| regime(n).or_else(|| ch04_fused_moe::regimes::fused_regime(n)).unwrap())
+        .map(|n| {
+            regime(n)
+                .or_else(|| ch04_fused_moe::regimes::fused_regime(n))
+                .unwrap()
+        })
 }
 
 /// Chapter 4's layer on `path` with the default tile configuration, whatever the batch.
@@ -46,7 +50,11 @@ pub fn split_rows(rows: usize, world: usize) -> Vec<Range<usize>> {
         .iter()
         .enumerate()
         .map(|(r, s)| {
-            let end = if r + 1 == world { rows } else { at + rows * s / total };
+            let end = if r + 1 == world {
+                rows
+            } else {
+                at + rows * s / total
+            };
             let range = at..end;
             at = end;
             range
