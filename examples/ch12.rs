@@ -10,7 +10,7 @@ use std::process::ExitCode;
 /// Chapter 12: the layer across GPUs. Spreads one small layer over 2 and 4 in-process ranks with
 /// tensor and with expert parallelism and checks both against the one-GPU layer (on the GPU when
 /// there is one, else on the CPU emulator; MOE_BACKEND=cuda|emu forces it). The NCCL path needs
-/// two GPUs: `cargo test -p ch12-parallel --features nccl --test nccl -- --ignored`.
+/// two GPUs: `cargo test -p ch12-parallel --test nccl -- --ignored`.
 #[derive(Parser)]
 #[command(name = "ch12")]
 struct Args {}

@@ -2,7 +2,7 @@
 //! how many are we, a sum over every rank (tensor parallelism), and an exchange of
 //! variable-length blocks between every pair of ranks (expert parallelism).
 //!
-//! Two implementations: [`crate::nccl::Nccl`] (feature `nccl`), the real one, with NVIDIA's
+//! Two implementations: [`crate::nccl::Nccl`], the real one, with NVIDIA's
 //! collective library through cudarc's bindings, one process per GPU; and
 //! [`crate::in_process::InProcess`], ranks as threads of one process on the emulator, which
 //! exists only so that the tests and the example can check the layers' arithmetic without two

@@ -32,6 +32,7 @@ use crate::shard::{expert_range, expert_subset, shared_only};
 use ch01_router::chain::RouterOutputs;
 use ch01_router::chain::{download, DeviceMatrix, DeviceRouter, GateInputs, GateShape};
 use ch01_router::Routing;
+use ch02_grouped::error::expect_len;
 use ch02_grouped::layer::{rows_of, LayerOutput};
 use ch02_grouped::{Dtype, MoeConfig, MoeError, MoeWeights};
 use ch04_fused_moe::device::Hidden;
@@ -145,6 +146,59 @@ impl ExpertParallel {
             logits: None,
             local,
             shared,
+            workspaces: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// A rank whose experts are made on the device (chapter 4's `patterned_on_device`, seed
+    /// `seed + rank`) with chapter 4's router gate for `config` and `bias`: the bench's
+    /// production shapes, too big to cut on the host. No shared expert (the bench's shapes have
+    /// none; a config with one is refused).
+    pub fn patterned_on_device(
+        device: &'static Device,
+        config: &MoeConfig,
+        seed: u64,
+        bias: Option<&[f32]>,
+        rank: usize,
+        world: usize,
+    ) -> Result<Self, ParallelError> {
+        check_rank(rank, world)?;
+        let experts = expert_range(config.experts, rank, world)?;
+        if config.shared.is_some() {
+            return Err(MoeError::Config {
+                field: "shared expert",
+                expected: "none in a layer made on the device (cut a host layer instead)".into(),
+                found: "one".into(),
+            }
+            .into());
+        }
+        config.validate(bias)?;
+        ch05_fused_router::fused::check_limits(&config.router, config.experts, bias)
+            .map_err(MoeError::from)?;
+        let local_config = MoeConfig {
+            experts: experts.len(),
+            router: ch01_router::RouterConfig::qwen3(1),
+            shared: None,
+            ..config.clone()
+        };
+        let local = FusedDevice::patterned_on_device(device, &local_config, seed + rank as u64)?;
+        let gate = ch04_fused_moe::fill::router_gate(config, seed);
+        Ok(ExpertParallel {
+            device,
+            rank,
+            world,
+            config: config.clone(),
+            experts,
+            module: device.load(&KERNELS)?,
+            gate: upload_bf16(device, &gate)?,
+            bias: match bias {
+                Some(b) => Some(device.upload(b)?),
+                None => None,
+            },
+            bias_host: bias.map(<[f32]>::to_vec),
+            logits: None,
+            local,
+            shared: None,
             workspaces: Mutex::new(HashMap::new()),
         })
     }
@@ -265,29 +319,32 @@ impl ExpertParallel {
     }
 
     // ANCHOR: ep_forward
-    /// The layer on this rank's tokens `hidden` `[T, H]` f32 (rounded to bf16; T may differ
-    /// between ranks, and be 0). Every rank of the group must call it together: the ranks'
-    /// pairs travel between them.
-    pub fn forward(
+    /// The layer on this rank's `rows` tokens `x` `[T, H]` bf16 on the device, into `out`
+    /// `[T, H]` f32 (T may differ between ranks, and be 0). Every rank of the group must call it
+    /// together: the ranks' pairs travel between them. Returns the routing and the pairs sent
+    /// to and received from each rank.
+    pub fn run(
         &self,
         comm: &impl Communicator,
-        hidden: &[f32],
-    ) -> Result<EpOutput, ParallelError> {
+        rows: usize,
+        x: &DeviceBuffer<bf16>,
+        out: &DeviceBuffer<f32>,
+    ) -> Result<(Routing, Vec<usize>, Vec<usize>), ParallelError> {
         check_comm(self.rank, self.world, comm)?;
         let (c, dev) = (&self.config, self.device);
         let (h, k) = (c.hidden, c.router.k);
-        let rows = rows_of(c, hidden)?;
-        let x = upload_bf16(dev, hidden)?;
+        expect_len("x [T, H]", x.len(), rows * h)?;
+        expect_len("out [T, H]", out.len(), rows * h)?;
         // 1. Route this rank's tokens (the same gate on every rank), and bring the routing to
         //    the host: NCCL's block sizes are host numbers.
-        let routing = self.route_on(rows, &x)?;
+        let routing = self.route_on(rows, x)?;
         let plan = DispatchPlan::new(&routing, self.experts.len(), self.world);
         let received = comm.exchange_counts(&plan.counts)?;
         let n_recv: usize = received.iter().sum();
         // 2. Gather one bf16 row per pair, grouped by destination, and send the rows, the
         //    local expert ids and the weights.
         let send_x = dev.alloc::<bf16>(plan.pairs() * h)?;
-        gather_rows(&self.module, &x, &dev.upload(&plan.rows)?, &send_x, h)?;
+        gather_rows(&self.module, x, &dev.upload(&plan.rows)?, &send_x, h)?;
         let rows_h = |v: &[usize]| v.iter().map(|n| n * h).collect::<Vec<_>>();
         let mut recv_x = dev.alloc::<bf16>(n_recv * h)?;
         comm.all_to_all(
@@ -317,27 +374,34 @@ impl ExpertParallel {
         let mut back = dev.alloc::<f32>(plan.pairs() * h)?;
         comm.all_to_all(&y, &rows_h(&received), &mut back, &rows_h(&plan.counts))?;
         // 5. The shared expert here, then Σⱼ in slot order + shared.
-        let shared = self.run_shared(rows, &x)?;
-        let out = dev.alloc::<f32>(rows * h)?;
+        let shared = self.run_shared(rows, x)?;
         let at = dev.upload(&plan.at)?;
-        combine(
-            &self.module,
-            &back,
-            &at,
-            shared.as_ref(),
-            &out,
-            (rows, h, k),
-        )?;
+        combine(&self.module, &back, &at, shared.as_ref(), out, (rows, h, k))?;
+        Ok((routing, plan.counts, received))
+    }
+    // ANCHOR_END: ep_forward
+
+    /// [`Self::run`] from host f32 (rounded to bf16, as chapter 6's `forward`), the output
+    /// downloaded.
+    pub fn forward(
+        &self,
+        comm: &impl Communicator,
+        hidden: &[f32],
+    ) -> Result<EpOutput, ParallelError> {
+        check_comm(self.rank, self.world, comm)?;
+        let rows = rows_of(&self.config, hidden)?;
+        let x = upload_bf16(self.device, hidden)?;
+        let out = self.device.alloc::<f32>(hidden.len())?;
+        let (routing, sent, received) = self.run(comm, rows, &x, &out)?;
         Ok(EpOutput {
             layer: LayerOutput {
                 routing,
                 out: out.to_vec()?,
             },
-            sent: plan.counts,
+            sent,
             received,
         })
     }
-    // ANCHOR_END: ep_forward
 
     /// The routing of `rows` tokens already on the device in bf16.
     fn route_on(&self, rows: usize, x: &DeviceBuffer<bf16>) -> Result<Routing, ParallelError> {

@@ -13,7 +13,7 @@
 //!   answered first.
 //!
 //! The communication is a trait ([`Communicator`]) with NCCL as its implementation
-//! ([`nccl::Nccl`], feature `nccl`; one process per GPU) and an in-process one
+//! ([`nccl::Nccl`]; one process per GPU) and an in-process one
 //! ([`in_process::InProcess`]: ranks as threads on the emulator) that exists only for the tests
 //! and the example.
 
@@ -26,7 +26,6 @@ pub mod exercises;
 pub mod expert;
 pub mod in_process;
 pub mod kernels;
-#[cfg(feature = "nccl")]
 pub mod nccl;
 pub mod shard;
 pub mod tensor;

@@ -12,7 +12,7 @@
 //!   order of fp32 additions, nothing else.
 
 use crate::comm::Communicator;
-use crate::error::{check_rank, ParallelError};
+use crate::error::{check_rank, check_split, ParallelError};
 use crate::shard::tensor_slice;
 use ch02_grouped::compare::Tolerance;
 use ch02_grouped::layer::{rows_of, LayerOutput};
@@ -57,6 +57,38 @@ impl TensorParallel {
             rank,
             world,
             layer: AssembledLayer::new(device, &slice)?,
+        })
+    }
+
+    /// A rank whose slice is made on the device (chapter 6's `patterned_with_bias` on the
+    /// config with I/R, seed `seed + rank`): the bench's production shapes, too big to cut on
+    /// the host. Timing only: the slices are not cut from one layer.
+    pub fn patterned_on_device(
+        device: &'static Device,
+        config: &ch02_grouped::MoeConfig,
+        seed: u64,
+        bias: Option<&[f32]>,
+        rank: usize,
+        world: usize,
+    ) -> Result<Self, ParallelError> {
+        check_rank(rank, world)?;
+        let local = check_split("intermediate", config.intermediate, world)?;
+        let shared = match config.shared {
+            Some(s) => Some(ch02_grouped::SharedExpert {
+                intermediate: check_split("shared expert intermediate", s.intermediate, world)?,
+                ..s
+            }),
+            None => None,
+        };
+        let slice = ch02_grouped::MoeConfig {
+            intermediate: local,
+            shared,
+            ..config.clone()
+        };
+        Ok(TensorParallel {
+            rank,
+            world,
+            layer: AssembledLayer::patterned_with_bias(device, &slice, seed + rank as u64, bias)?,
         })
     }
 

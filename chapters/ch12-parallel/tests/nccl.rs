@@ -1,17 +1,30 @@
 //! The same checks over NCCL, one process per GPU: every test here starts two copies of this
 //! test binary (`MOE_RANK` 0 and 1, `CUDA_VISIBLE_DEVICES` 0 and 1), and each rank compares its
-//! output with chapter 6's layer on its own GPU. They need two GPUs and the `nccl` feature:
-//! `cargo test -p ch12-parallel --features nccl --test nccl -- --ignored`.
+//! output with chapter 6's layer on its own GPU. They need two GPUs:
+//! `cargo test -p ch12-parallel --test nccl -- --ignored`.
 
-#[cfg(feature = "nccl")]
 mod common;
 
 /// Runs `test` as two ranks (child processes), or, in a child, returns true: run the rank.
-#[cfg(feature = "nccl")]
 fn as_two_ranks(test: &str) -> bool {
     if std::env::var("MOE_RANK").is_ok() {
         return true;
     }
+    // SAFETY: only tries to load the driver library.
+    let gpus = match unsafe { cudarc::driver::sys::is_culib_present() }
+        && cudarc::driver::result::init().is_ok()
+    {
+        true => cudarc::driver::result::device::get_count().unwrap_or(0),
+        false => 0,
+    };
+    assert!(
+        gpus >= 2,
+        "needs two GPUs (nvidia-h200-x2); this machine has {gpus}"
+    );
+    assert!(
+        ch12_parallel::nccl::nccl_present(),
+        "needs NCCL (libnccl.so.2)"
+    );
     let id = std::env::temp_dir().join(format!("ch12-nccl-{}-{test}", std::process::id()));
     let _ = std::fs::remove_file(&id);
     let exe = std::env::current_exe().unwrap();
@@ -44,7 +57,6 @@ fn as_two_ranks(test: &str) -> bool {
     false
 }
 
-#[cfg(feature = "nccl")]
 mod two_gpus {
     use super::common::{every_regime, one_gpu, pin, split_rows};
     use ch02_grouped::compare::check_output;
@@ -106,22 +118,16 @@ mod two_gpus {
 #[test]
 #[ignore = "needs two GPUs (nvidia-h200-x2)"]
 fn nccl_expert_parallel_gives_the_one_gpu_bits() {
-    #[cfg(feature = "nccl")]
     if as_two_ranks("nccl_expert_parallel_gives_the_one_gpu_bits") {
         two_gpus::expert_parallel_gives_the_one_gpu_bits();
     }
-    #[cfg(not(feature = "nccl"))]
-    panic!("build with --features nccl");
 }
 
 #[test]
 #[ignore = "needs two GPUs (nvidia-h200-x2)"]
 fn nccl_tensor_parallel_within_the_tolerance() {
-    #[cfg(feature = "nccl")]
     if as_two_ranks("nccl_tensor_parallel_within_the_tolerance") {
         two_gpus::tensor_parallel_within_the_tolerance();
     }
-    #[cfg(not(feature = "nccl"))]
-    panic!("build with --features nccl");
 }
 // ANCHOR_END: nccl_tests
