@@ -3,6 +3,9 @@
 //! output with chapter 6's layer on its own GPU. They need two GPUs:
 //! `cargo test -p ch12-parallel --test nccl -- --ignored`.
 
+// `is_multiple_of` needs Rust 1.87; the workspace's MSRV is 1.85.
+#![allow(clippy::manual_is_multiple_of)]
+
 mod common;
 
 /// Runs `test` as two ranks (child processes), or, in a child, returns true: run the rank.

@@ -170,13 +170,16 @@ fn stats(v: &mut [f64]) -> (f64, f64, f64) {
     (at(0.5), at(0.1), at(0.9))
 }
 
+/// Wall times and the collective's part of each, µs.
+type Samples = (Vec<f64>, Vec<f64>);
+
 /// Times `f` (which returns the µs it spent in collectives): `warm` calls, then `samples`.
 fn time(
     dev: &'static Device,
     warm: usize,
     samples: usize,
     mut f: impl FnMut() -> Result<f64, String>,
-) -> Result<(Vec<f64>, Vec<f64>), String> {
+) -> Result<Samples, String> {
     for _ in 0..warm {
         f()?;
     }
@@ -245,7 +248,7 @@ fn run_rank(rank: usize, quick: bool, out_dir: &std::path::Path) -> Result<(), S
                 f().map_err(e)?;
                 Ok(timed.spent_us.get())
             };
-            let runs: [(&str, usize, (Vec<f64>, Vec<f64>)); 3] = [
+            let runs: [(&str, usize, Samples); 3] = [
                 (
                     "one_gpu",
                     t,
