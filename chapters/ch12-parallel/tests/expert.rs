@@ -90,7 +90,7 @@ fn every_regime_gives_the_one_gpu_bits_on_2_and_4_ranks() {
             if r.weights.config.experts % world != 0 {
                 continue; // refused with a typed error: tests/errors.rs
             }
-            for path in [Path::Tiled, Path::Decode] {
+            for path in Path::ALL {
                 check(r.name, &r.weights, &r.hidden, world, Some(path));
             }
         }

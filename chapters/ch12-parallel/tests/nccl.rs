@@ -78,7 +78,7 @@ mod two_gpus {
             let h = r.weights.config.hidden;
             let mine = split_rows(r.rows, world)[rank].clone();
             let x = &r.hidden[mine.start * h..mine.end * h];
-            for path in [Path::Tiled, Path::Decode] {
+            for path in Path::ALL {
                 let ep = ExpertParallel::new(dev, &r.weights, rank, world)
                     .unwrap()
                     .map_experts(pin(path))
@@ -100,7 +100,7 @@ mod two_gpus {
             let c = &r.weights.config;
             c.intermediate % world == 0 && c.shared.is_none_or(|s| s.intermediate % world == 0)
         }) {
-            for path in [Path::Tiled, Path::Decode] {
+            for path in Path::ALL {
                 let tp = TensorParallel::new(dev, &r.weights, rank, world)
                     .unwrap()
                     .map_experts(pin(path))

@@ -75,7 +75,7 @@ fn every_regime_within_the_tolerance_on_2_and_4_ranks() {
             if !splits(&r.weights, world) {
                 continue;
             }
-            for path in [Path::Tiled, Path::Decode] {
+            for path in Path::ALL {
                 let e = check(r.name, &r.weights, &r.hidden, world, Some(path));
                 if e > worst.0 {
                     worst = (e, format!("{} on {world} ranks, {path} path", r.name));
