@@ -19,6 +19,7 @@
 //! tools/bench/run ch09 [--out-dir D] [--quick]
 //! tools/bench/run ch10 [--out-dir D] [--quick]
 //! tools/bench/run ch11 [--out-dir D] [--quick] | --flips 1,16,1024 [--flips-out F]
+//! tools/bench/run ch12 [--out-dir D] [--quick]   (two GPUs: one process per GPU, started by itself)
 //! ```
 
 mod cases;
@@ -35,6 +36,7 @@ mod ch08;
 mod ch09;
 mod ch10;
 mod ch11;
+mod ch12;
 mod common;
 mod emu;
 mod emu_hopper;
@@ -97,6 +99,10 @@ enum Cmd {
     /// 1,024 rows, and radix select against the k-round argmax (GPU); `--quick` without a GPU:
     /// a smoke test; `--flips`: the bf16-output variant's flip count along the rows (any backend).
     Ch11(ch11::Ch11Args),
+    /// Chapter 12: tensor against expert parallelism on two GPUs over NCCL, beside the one-GPU
+    /// layer, at 1 to 4,096 tokens, with the collective's share (needs two GPUs: refused
+    /// otherwise).
+    Ch12(ch12::Ch12Args),
     /// The emulator's GEMM rate on this CPU (no GPU needed).
     Emu(EmuArgs),
     /// Chapter 4's Hopper versions on the emulator beside the portable path (no GPU needed).
@@ -293,6 +299,7 @@ fn main() -> ExitCode {
         Cmd::Ch09(a) => ch09::run(a),
         Cmd::Ch10(a) => ch10::run(a),
         Cmd::Ch11(a) => ch11::run(a),
+        Cmd::Ch12(a) => ch12::run(a),
         Cmd::Emu(a) => emu(a),
         Cmd::EmuHopper(a) => emu_hopper(a),
     };

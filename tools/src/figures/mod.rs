@@ -31,9 +31,9 @@ pub struct Generated {
 }
 
 /// The groups of generated files, by the page that uses them.
-pub const GROUPS: [&str; 13] = [
+pub const GROUPS: [&str; 14] = [
     "runtime", "primer", "ch01", "ch02", "ch03", "ch04", "ch05", "ch06", "ch07", "ch08", "ch09",
-    "ch10", "ch11",
+    "ch10", "ch11", "ch12",
 ];
 
 /// A committed file of the repository at `root`, as text.
@@ -107,6 +107,8 @@ pub fn generate(root: &Path, group: &str) -> Result<Vec<Generated>, String> {
         "ch10" => ch10::generate(root),
         // The example and the tree; the measured section joins them with `bench ch11`'s CSV.
         "ch11" => example_and_tree(root, 11),
+        // The example and the tree; no measured section until `bench ch12` runs on two GPUs.
+        "ch12" => example_and_tree(root, 12),
         "runtime" => Ok([runtime(root)?, emu_hopper::generate(root)?].concat()),
         "primer" => primer_example(root),
         other => Err(format!(
