@@ -395,3 +395,78 @@ impl From<moe_kernels::KernelError> for BenchError {
         BenchError(e.to_string())
     }
 }
+
+/// A case's work as a closure: for a case whose work is one call on what it captured (a layer
+/// and its workspace), instead of a struct or an enum per kind of layer.
+pub struct WorkFn<F: Fn() -> Result<(), String>>(pub F);
+
+impl<F: Fn() -> Result<(), String>> Work for WorkFn<F> {
+    fn enqueue(&self) -> Result<(), String> {
+        (self.0)()
+    }
+}
+
+/// The refusal of a GPU bench on the emulator without `--quick`.
+pub fn emulator_refusal(chapter: &str, why: &str) -> String {
+    format!(
+        "bench {chapter} measures on the GPU, and the backend is the emulator ({why}); \
+         --quick (or MOE_BENCH_QUICK=1) runs a smoke test of the same cases on the emulator"
+    )
+}
+
+/// The end of a chapter's bench once its cases are made. On the emulator (`--quick`): every
+/// case built and run once, nothing timed or written. On the GPU: every case timed in one
+/// session, `<chapter>.csv` and `<chapter>_ceilings.csv` written into `out`, the summary
+/// printed.
+pub fn time_or_smoke(
+    dev: &'static Device,
+    quick: bool,
+    chapter: &'static str,
+    rows_name: &'static str,
+    cases: &[Case],
+    out: &std::path::Path,
+) -> Result<(), String> {
+    if dev.kind() == moe_kernels::BackendKind::Emu {
+        for c in cases {
+            (c.build)(dev)?.enqueue()?;
+        }
+        println!(
+            "bench {chapter} --quick on the emulator: {} cases built and run once ({}); nothing timed",
+            cases.len(),
+            dev.describe()
+        );
+        return Ok(());
+    }
+    let session = Session::start(dev, quick)?;
+    eprintln!("{}", session.describe());
+    let (rows, _steps) = session.run_all(chapter, rows_name, cases, None)?;
+    crate::common::write(&out.join(format!("{chapter}.csv")), &csv(&rows))?;
+    crate::common::write(
+        &out.join(format!("{chapter}_ceilings.csv")),
+        &session.ceilings_csv(),
+    )?;
+    let imp_w = cases.iter().map(|c| c.imp.len()).max().unwrap_or(0).max(12);
+    print!(
+        "{}",
+        summary(
+            &rows,
+            &SummaryLayout {
+                shape_w: 26,
+                rows_name,
+                rows_w: 6,
+                imp_w,
+                tflops_digits: 1,
+            }
+        )
+    );
+    println!(
+        "wrote {chapter}.csv and {chapter}_ceilings.csv in {}{}",
+        out.display(),
+        if quick {
+            " (--quick: not numbers to publish)"
+        } else {
+            ""
+        }
+    );
+    Ok(())
+}

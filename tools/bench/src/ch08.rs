@@ -19,24 +19,20 @@
 //! Without a GPU, `--quick` builds and runs every case once on the emulator at small sizes, and
 //! checks that the stage and the pair + align agree on each (nothing is timed).
 
-use crate::cases::{self, Case, Session, Work};
+use crate::cases::{self, Case, Work, WorkFn};
 use crate::ch01::bias;
 use crate::ch06::{self, Shape};
-use crate::common::{write, GpuArgs};
+use crate::common::GpuArgs;
 use ch01_router::chain::RouterOutputs;
 use ch01_router::inputs::patterned;
 use ch03_align::choose_block_m;
 use ch03_align::device::{AlignBuffers, DeviceAlign};
 use ch05_fused_router::FusedTopk;
-use ch06_layer::{AssembledLayer, LayerWorkspace};
 use ch08_routing_stage::stage::{route_stage_as, StageBuffers};
 use ch08_routing_stage::{
-    arrangement_for, pair_then_align, Arrangement, RoutingStage, StagedLayer, StagedWorkspace,
+    arrangement_for, pair_then_align, Arrangement, RoutingStage, StagedLayer,
 };
-use half::bf16;
 use moe_kernels::{BackendKind, Device, DeviceBuffer};
-use moe_tools::bench_row::BenchRow;
-use std::rc::Rc;
 
 /// The row axis of the stage: every count the issue names (1 … 16, 96, 8,192) and the steps
 /// between.
@@ -182,29 +178,6 @@ fn pair_case(shape: &'static Shape, rows: usize) -> Case {
     }
 }
 
-enum LayerWork {
-    Pair(
-        Box<(Rc<AssembledLayer>, LayerWorkspace)>,
-        DeviceBuffer<bf16>,
-        DeviceBuffer<f32>,
-    ),
-    Stage(
-        Box<(Rc<StagedLayer>, StagedWorkspace)>,
-        DeviceBuffer<bf16>,
-        DeviceBuffer<f32>,
-    ),
-}
-
-impl Work for LayerWork {
-    fn enqueue(&self) -> Result<(), String> {
-        match self {
-            LayerWork::Pair(l, x, out) => l.0.enqueue(&l.1, x, out),
-            LayerWork::Stage(l, x, out) => l.0.enqueue(&l.1, x, out),
-        }
-        .map_err(|e| e.to_string())
-    }
-}
-
 fn layer_case(shape: &'static Shape, t: usize, staged: bool, (bytes, flops): (f64, f64)) -> Case {
     Case {
         chapter: "ch08",
@@ -219,14 +192,17 @@ fn layer_case(shape: &'static Shape, t: usize, staged: bool, (bytes, flops): (f6
             let e = |e: ch02_grouped::MoeError| e.to_string();
             let layer = ch06::new_layer(dev, shape)?;
             let x = ch06::hidden(dev, shape, t)?;
-            let out = dev.alloc(t * shape.hidden).map_err(|e| e.to_string())?;
-            Ok(Box::new(if staged {
-                let l = Rc::new(StagedLayer::new(layer).map_err(e)?);
-                LayerWork::Stage(Box::new((l.clone(), l.workspace(t).map_err(e)?)), x, out)
+            let out = dev
+                .alloc::<f32>(t * shape.hidden)
+                .map_err(|e| e.to_string())?;
+            Ok(if staged {
+                let l = StagedLayer::new(layer).map_err(e)?;
+                let ws = l.workspace(t).map_err(e)?;
+                Box::new(WorkFn(move || l.enqueue(&ws, &x, &out).map_err(e))) as Box<dyn Work>
             } else {
-                let l = Rc::new(layer);
-                LayerWork::Pair(Box::new((l.clone(), l.workspace(t).map_err(e)?)), x, out)
-            }) as Box<dyn Work>)
+                let ws = layer.workspace(t).map_err(e)?;
+                Box::new(WorkFn(move || layer.enqueue(&ws, &x, &out).map_err(e)))
+            })
         }),
     }
 }
@@ -319,53 +295,9 @@ pub fn run(args: &GpuArgs) -> Result<(), String> {
     let (shapes, rows, tokens): (&'static [Shape], &[usize], &[usize]) = match dev.kind() {
         BackendKind::Cuda => (&ch06::SHAPES, &ROWS, &ch06::TOKENS),
         BackendKind::Emu if quick => (&ch06::TINY, &TINY_ROWS, &ch06::TINY_TOKENS),
-        BackendKind::Emu => {
-            return Err(format!(
-                "bench ch08 measures on the GPU, and the backend is the emulator ({why}); \
-                 --quick (or MOE_BENCH_QUICK=1) runs a smoke test of the same cases on the emulator"
-            ))
-        }
+        BackendKind::Emu => return Err(cases::emulator_refusal("ch08", &why)),
     };
     check_agreement(dev, shapes, rows)?;
     let cases = cases(dev, shapes, rows, tokens)?;
-    if dev.kind() == BackendKind::Emu {
-        for c in &cases {
-            (c.build)(dev)?.enqueue()?;
-        }
-        println!(
-            "bench ch08 --quick on the emulator: {} cases built and run once ({}); nothing timed",
-            cases.len(),
-            dev.describe()
-        );
-        return Ok(());
-    }
-    let session = Session::start(dev, quick)?;
-    eprintln!("{}", session.describe());
-    let (rows, _steps): (Vec<BenchRow>, _) = session.run_all("ch08", "rows", &cases, None)?;
-    let out = &args.out_dir;
-    write(&out.join("ch08.csv"), &cases::csv(&rows))?;
-    write(&out.join("ch08_ceilings.csv"), &session.ceilings_csv())?;
-    print!(
-        "{}",
-        cases::summary(
-            &rows,
-            &cases::SummaryLayout {
-                shape_w: 26,
-                rows_name: "rows",
-                rows_w: 6,
-                imp_w: 18,
-                tflops_digits: 1,
-            }
-        )
-    );
-    println!(
-        "wrote ch08.csv and ch08_ceilings.csv in {}{}",
-        out.display(),
-        if quick {
-            " (--quick: not numbers to publish)"
-        } else {
-            ""
-        }
-    );
-    Ok(())
+    cases::time_or_smoke(dev, quick, "ch08", "rows", &cases, &args.out_dir)
 }

@@ -15,22 +15,20 @@
 //! tools/bench/run ch09 [--out-dir D] [--quick]
 //! ```
 
-use crate::cases::{self, Case, Session, Work};
+use crate::cases::{self, Case, Work, WorkFn};
 use crate::ch01::bias;
 use crate::ch06::{self, Shape};
-use crate::common::{write, GpuArgs};
+use crate::common::GpuArgs;
 use ch01_router::chain::{DeviceMatrix, DeviceRouter, GateInputs, GateShape, RouterOutputs};
 use ch03_align::choose_block_m;
 use ch03_align::device::{AlignBuffers, DeviceAlign};
 use ch05_fused_router::{tiny_gemm, FusedRouter, LogitsFrom};
 use ch06_layer::logits_for;
 use ch08_routing_stage::{RoutingStage, StageBuffers};
-use ch09_one_launch::{OneLaunch, OneLaunchLayer, OneLaunchWorkspace};
+use ch09_one_launch::{OneLaunch, OneLaunchLayer};
 use half::bf16;
 use moe_kernels::blas::{linear, Linear};
 use moe_kernels::{BackendKind, Device, DeviceBuffer};
-use moe_tools::bench_row::BenchRow;
-use std::rc::Rc;
 
 /// Chapter 8's row axis.
 pub const ROWS: [usize; 16] = crate::ch08::ROWS;
@@ -215,21 +213,6 @@ fn router_case(shape: &'static Shape, rows: usize, imp: &'static str) -> Case {
     }
 }
 
-struct LayerWork(
-    Rc<OneLaunchLayer>,
-    OneLaunchWorkspace,
-    DeviceBuffer<bf16>,
-    DeviceBuffer<f32>,
-);
-
-impl Work for LayerWork {
-    fn enqueue(&self) -> Result<(), String> {
-        self.0
-            .enqueue(&self.1, &self.2, &self.3)
-            .map_err(|e| e.to_string())
-    }
-}
-
 fn layer_case(shape: &'static Shape, t: usize, (bytes, flops): (f64, f64)) -> Case {
     Case {
         chapter: "ch09",
@@ -242,11 +225,13 @@ fn layer_case(shape: &'static Shape, t: usize, (bytes, flops): (f64, f64)) -> Ca
         steps: false,
         build: Box::new(move |dev| {
             let e = |e: ch02_grouped::MoeError| e.to_string();
-            let l = Rc::new(OneLaunchLayer::new(ch06::new_layer(dev, shape)?));
+            let l = OneLaunchLayer::new(ch06::new_layer(dev, shape)?);
             let ws = l.workspace(t).map_err(e)?;
             let x = ch06::hidden(dev, shape, t)?;
-            let out = dev.alloc(t * shape.hidden).map_err(|e| e.to_string())?;
-            Ok(Box::new(LayerWork(l, ws, x, out)) as Box<dyn Work>)
+            let out = dev
+                .alloc::<f32>(t * shape.hidden)
+                .map_err(|e| e.to_string())?;
+            Ok(Box::new(WorkFn(move || l.enqueue(&ws, &x, &out).map_err(e))) as Box<dyn Work>)
         }),
     }
 }
@@ -257,12 +242,7 @@ pub fn run(args: &GpuArgs) -> Result<(), String> {
     let (shapes, rows, tokens): (&'static [Shape], &[usize], &[usize]) = match dev.kind() {
         BackendKind::Cuda => (&ch06::SHAPES, &ROWS, &ch06::TOKENS),
         BackendKind::Emu if quick => (&ch06::TINY, &TINY_ROWS, &ch06::TINY_TOKENS),
-        BackendKind::Emu => {
-            return Err(format!(
-                "bench ch09 measures on the GPU, and the backend is the emulator ({why}); \
-                 --quick (or MOE_BENCH_QUICK=1) runs a smoke test of the same cases on the emulator"
-            ))
-        }
+        BackendKind::Emu => return Err(cases::emulator_refusal("ch09", &why)),
     };
     let mut cases = Vec::new();
     for shape in shapes {
@@ -275,44 +255,5 @@ pub fn run(args: &GpuArgs) -> Result<(), String> {
             cases.push(layer_case(shape, t, ch06::layer_floor(dev, shape, t)?));
         }
     }
-    if dev.kind() == BackendKind::Emu {
-        for c in &cases {
-            (c.build)(dev)?.enqueue()?;
-        }
-        println!(
-            "bench ch09 --quick on the emulator: {} cases built and run once ({}); nothing timed",
-            cases.len(),
-            dev.describe()
-        );
-        return Ok(());
-    }
-    let session = Session::start(dev, quick)?;
-    eprintln!("{}", session.describe());
-    let (rows, _steps): (Vec<BenchRow>, _) = session.run_all("ch09", "rows", &cases, None)?;
-    let out = &args.out_dir;
-    write(&out.join("ch09.csv"), &cases::csv(&rows))?;
-    write(&out.join("ch09_ceilings.csv"), &session.ceilings_csv())?;
-    print!(
-        "{}",
-        cases::summary(
-            &rows,
-            &cases::SummaryLayout {
-                shape_w: 26,
-                rows_name: "rows",
-                rows_w: 6,
-                imp_w: 18,
-                tflops_digits: 1,
-            }
-        )
-    );
-    println!(
-        "wrote ch09.csv and ch09_ceilings.csv in {}{}",
-        out.display(),
-        if quick {
-            " (--quick: not numbers to publish)"
-        } else {
-            ""
-        }
-    );
-    Ok(())
+    cases::time_or_smoke(dev, quick, "ch09", "rows", &cases, &args.out_dir)
 }

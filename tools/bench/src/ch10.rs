@@ -11,18 +11,14 @@
 //! tools/bench/run ch10 [--out-dir D] [--quick]
 //! ```
 
-use crate::cases::{self, Case, Session, Work};
+use crate::cases::{self, Case, Work, WorkFn};
 use crate::ch06::{self, Shape};
 use crate::common::{write, GpuArgs};
 use ch02_grouped::{MoeError, MoeLayer};
-use ch06_layer::{AssembledLayer, LayerWorkspace};
-use ch09_one_launch::{OneLaunchLayer, OneLaunchWorkspace};
 use ch10_precision::deterministic::deterministic;
 use half::bf16;
-use moe_kernels::{BackendKind, Device, DeviceBuffer};
-use moe_tools::bench_row::BenchRow;
+use moe_kernels::{BackendKind, Device};
 use std::fmt::Write as _;
-use std::rc::Rc;
 
 /// The batch axis of `ch10_batch.csv`.
 pub const BATCHES: [usize; 12] = [1, 2, 4, 8, 16, 32, 64, 128, 512, 1024, 4096, 8192];
@@ -106,29 +102,6 @@ fn batch_rows(
     Ok(csv)
 }
 
-enum LayerWork {
-    Plain(
-        Box<(Rc<AssembledLayer>, LayerWorkspace)>,
-        DeviceBuffer<bf16>,
-        DeviceBuffer<f32>,
-    ),
-    Det(
-        Box<(Rc<OneLaunchLayer>, OneLaunchWorkspace)>,
-        DeviceBuffer<bf16>,
-        DeviceBuffer<f32>,
-    ),
-}
-
-impl Work for LayerWork {
-    fn enqueue(&self) -> Result<(), String> {
-        match self {
-            LayerWork::Plain(l, x, out) => l.0.enqueue(&l.1, x, out),
-            LayerWork::Det(l, x, out) => l.0.enqueue(&l.1, x, out),
-        }
-        .map_err(|e| e.to_string())
-    }
-}
-
 fn layer_case(shape: &'static Shape, t: usize, det: bool, (bytes, flops): (f64, f64)) -> Case {
     Case {
         chapter: "ch10",
@@ -142,15 +115,18 @@ fn layer_case(shape: &'static Shape, t: usize, det: bool, (bytes, flops): (f64, 
         build: Box::new(move |dev| {
             let e = |e: MoeError| e.to_string();
             let x = ch06::hidden(dev, shape, t)?;
-            let out = dev.alloc(t * shape.hidden).map_err(|e| e.to_string())?;
+            let out = dev
+                .alloc::<f32>(t * shape.hidden)
+                .map_err(|e| e.to_string())?;
             let layer = ch06::new_layer(dev, shape)?;
-            Ok(Box::new(if det {
-                let l = Rc::new(deterministic(layer).map_err(e)?);
-                LayerWork::Det(Box::new((l.clone(), l.workspace(t).map_err(e)?)), x, out)
+            Ok(if det {
+                let l = deterministic(layer).map_err(e)?;
+                let ws = l.workspace(t).map_err(e)?;
+                Box::new(WorkFn(move || l.enqueue(&ws, &x, &out).map_err(e))) as Box<dyn Work>
             } else {
-                let l = Rc::new(layer);
-                LayerWork::Plain(Box::new((l.clone(), l.workspace(t).map_err(e)?)), x, out)
-            }) as Box<dyn Work>)
+                let ws = layer.workspace(t).map_err(e)?;
+                Box::new(WorkFn(move || layer.enqueue(&ws, &x, &out).map_err(e)))
+            })
         }),
     }
 }
@@ -158,19 +134,13 @@ fn layer_case(shape: &'static Shape, t: usize, det: bool, (bytes, flops): (f64, 
 pub fn run(args: &GpuArgs) -> Result<(), String> {
     let quick = args.quick || cases::quick_from_env();
     let (dev, why) = Device::select().map_err(|e| e.to_string())?;
-    let (shapes, tokens, batches, probes): (&'static [Shape], &[usize], &[usize], usize) =
-        match dev.kind() {
-            BackendKind::Cuda => (&ch06::SHAPES, &ch06::TOKENS, &BATCHES, PROBES),
-            BackendKind::Emu if quick => {
-                (&ch06::TINY, &ch06::TINY_TOKENS, &TINY_BATCHES, TINY_PROBES)
-            }
-            BackendKind::Emu => {
-                return Err(format!(
-                    "bench ch10 measures on the GPU, and the backend is the emulator ({why}); \
-                     --quick (or MOE_BENCH_QUICK=1) runs a smoke test of the same cases on the emulator"
-                ))
-            }
-        };
+    let (shapes, tokens, batches, probes): (&'static [Shape], &[usize], &[usize], usize) = match dev
+        .kind()
+    {
+        BackendKind::Cuda => (&ch06::SHAPES, &ch06::TOKENS, &BATCHES, PROBES),
+        BackendKind::Emu if quick => (&ch06::TINY, &ch06::TINY_TOKENS, &TINY_BATCHES, TINY_PROBES),
+        BackendKind::Emu => return Err(cases::emulator_refusal("ch10", &why)),
+    };
     let mut batch_csv = String::from("shape,layer,batch,probes,set_changed,bits_changed\n");
     let mut cases = Vec::new();
     for shape in shapes {
@@ -181,46 +151,10 @@ pub fn run(args: &GpuArgs) -> Result<(), String> {
             cases.push(layer_case(shape, t, true, floor));
         }
     }
-    let out = &args.out_dir;
     if dev.kind() == BackendKind::Emu {
-        for c in &cases {
-            (c.build)(dev)?.enqueue()?;
-        }
         print!("{batch_csv}");
-        println!(
-            "bench ch10 --quick on the emulator: the batch table above and {} cases built and run once ({}); nothing timed or written",
-            cases.len(),
-            dev.describe()
-        );
-        return Ok(());
+    } else {
+        write(&args.out_dir.join("ch10_batch.csv"), &batch_csv)?;
     }
-    write(&out.join("ch10_batch.csv"), &batch_csv)?;
-    let session = Session::start(dev, quick)?;
-    eprintln!("{}", session.describe());
-    let (rows, _steps): (Vec<BenchRow>, _) = session.run_all("ch10", "tokens", &cases, None)?;
-    write(&out.join("ch10.csv"), &cases::csv(&rows))?;
-    write(&out.join("ch10_ceilings.csv"), &session.ceilings_csv())?;
-    print!(
-        "{}",
-        cases::summary(
-            &rows,
-            &cases::SummaryLayout {
-                shape_w: 26,
-                rows_name: "tokens",
-                rows_w: 6,
-                imp_w: 20,
-                tflops_digits: 1,
-            }
-        )
-    );
-    println!(
-        "wrote ch10_batch.csv, ch10.csv and ch10_ceilings.csv in {}{}",
-        out.display(),
-        if quick {
-            " (--quick: not numbers to publish)"
-        } else {
-            ""
-        }
-    );
-    Ok(())
+    cases::time_or_smoke(dev, quick, "ch10", "tokens", &cases, &args.out_dir)
 }
