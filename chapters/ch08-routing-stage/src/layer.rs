@@ -259,15 +259,27 @@ impl MoeLayer for StagedLayer {
 
     /// The whole layer ([`StagedLayer::enqueue`]) on `hidden` rounded to bf16.
     fn forward(&self, hidden: &[f32]) -> Result<LayerOutput, MoeError> {
-        let rows = rows_of(self.config(), hidden)?;
-        let ws = self.workspace(rows)?;
-        let b: Vec<bf16> = hidden.iter().map(|&x| bf16::from_f32(x)).collect();
-        let x = self.device().upload(&b)?;
-        let out = self.device().alloc::<f32>(hidden.len())?;
-        self.enqueue(&ws, &x, &out)?;
-        Ok(LayerOutput {
-            routing: ws.routing(self.config().router.k)?,
-            out: out.to_vec()?,
+        let ws = self.workspace(rows_of(self.config(), hidden)?)?;
+        forward_bf16(self.device(), hidden, |x, out| {
+            self.enqueue(&ws, x, out)?;
+            ws.routing(self.config().router.k)
         })
     }
+}
+
+/// Chapter 2's `forward` for a layer run from bf16 hidden states: `hidden` rounded to bf16 and
+/// uploaded, an output allocated, `run` queues the layer into it and returns the routing it made.
+pub fn forward_bf16(
+    device: &'static Device,
+    hidden: &[f32],
+    run: impl FnOnce(&DeviceBuffer<bf16>, &DeviceBuffer<f32>) -> Result<Routing, MoeError>,
+) -> Result<LayerOutput, MoeError> {
+    let b: Vec<bf16> = hidden.iter().map(|&x| bf16::from_f32(x)).collect();
+    let x = device.upload(&b)?;
+    let out = device.alloc::<f32>(hidden.len())?;
+    let routing = run(&x, &out)?;
+    Ok(LayerOutput {
+        routing,
+        out: out.to_vec()?,
+    })
 }

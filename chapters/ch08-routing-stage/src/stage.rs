@@ -115,6 +115,83 @@ pub struct StageBuffers {
     pub offsets: DeviceBuffer<i32>,
 }
 
+impl StageBuffers {
+    /// Buffers for `pairs` pairs of `experts` experts at `block_m`, filled with −2: a value no
+    /// kernel writes (they write ids, pair indices, the placeholder `P`, −1 and counts), so a slot
+    /// one forgot shows.
+    pub fn alloc(
+        device: &'static Device,
+        pairs: usize,
+        experts: usize,
+        block_m: usize,
+    ) -> Result<Self, StageError> {
+        let (p, e, bm) = (pairs, experts, block_m);
+        let filled = |n: usize| device.upload(&vec![-2i32; n]);
+        Ok(StageBuffers {
+            ids: filled(p)?,
+            weights: device.upload(&vec![-2.0f32; p])?,
+            sorted_ids: filled(capacity(p, e, bm))?,
+            expert_ids: filled(max_tiles(p, e, bm))?,
+            num_post: filled(1)?,
+            counts: filled(e)?,
+            offsets: filled(e + 1)?,
+        })
+    }
+
+    /// Checks every buffer's length for `pairs` pairs of `experts` experts at `block_m`.
+    pub fn check(
+        &self,
+        pairs: usize,
+        experts: usize,
+        block_m: usize,
+    ) -> Result<(), DeviceRouterError> {
+        let (p, e, bm) = (pairs, experts, block_m);
+        for (what, got, expected) in [
+            ("ids [T, k]", self.ids.len(), p),
+            ("weights [T, k]", self.weights.len(), p),
+            ("sorted_ids", self.sorted_ids.len(), capacity(p, e, bm)),
+            ("expert_ids", self.expert_ids.len(), max_tiles(p, e, bm)),
+            ("num_tokens_post_padded", self.num_post.len(), 1),
+            ("counts [E]", self.counts.len(), e),
+            ("offsets [E + 1]", self.offsets.len(), e + 1),
+        ] {
+            expect_len(what, got, expected)?;
+        }
+        Ok(())
+    }
+}
+
+/// The bias handed to a router built with one (`built_with`) or without: `[E]` when it was,
+/// absent when it was not; `who` names the router in the message.
+pub fn check_bias(
+    built_with: bool,
+    bias: Option<&DeviceBuffer<f32>>,
+    experts: usize,
+    who: Who,
+) -> Result<(), DeviceRouterError> {
+    match bias {
+        Some(b) if built_with => expect_len("bias [E]", b.len(), experts),
+        None if !built_with => Ok(()),
+        _ => Err(DeviceRouterError::Shape {
+            what: match (who, built_with) {
+                (Who::Stage, true) => "bias (the stage was built with one)",
+                (Who::Stage, false) => "bias (the stage was built without one)",
+                (Who::Router, true) => "bias (the router was built with one)",
+                (Who::Router, false) => "bias (the router was built without one)",
+            },
+            expected: if built_with { experts } else { 0 },
+            got: bias.map_or(0, |b| b.len()),
+        }),
+    }
+}
+
+/// Which kernel a bias error names: chapter 8's stage or chapter 9's router.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Who {
+    Stage,
+    Router,
+}
+
 /// The two launches' scratch: per-chunk counts and the ticket the last block takes. Both are zero
 /// between calls (allocated zeroed; the last block of `stage_scatter` zeroes them again).
 struct Scratch {
@@ -260,20 +337,14 @@ impl RoutingStage {
         self.kernel_names().len()
     }
 
-    /// Output buffers of the right sizes, filled with −2: a value the kernels never write (they
-    /// write ids, pair indices, the placeholder `P`, −1 and counts), so a slot they forgot shows.
+    /// Output buffers of this stage's sizes ([`StageBuffers::alloc`]).
     pub fn alloc_outputs(&self, device: &'static Device) -> Result<StageBuffers, StageError> {
-        let (p, e, bm) = (self.rows * self.config.k, self.experts, self.block_m);
-        let filled = |n: usize| device.upload(&vec![-2i32; n]);
-        Ok(StageBuffers {
-            ids: filled(p)?,
-            weights: device.upload(&vec![-2.0f32; p])?,
-            sorted_ids: filled(capacity(p, e, bm))?,
-            expert_ids: filled(max_tiles(p, e, bm))?,
-            num_post: filled(1)?,
-            counts: filled(e)?,
-            offsets: filled(e + 1)?,
-        })
+        StageBuffers::alloc(
+            device,
+            self.rows * self.config.k,
+            self.experts,
+            self.block_m,
+        )
     }
 
     fn check_buffers(
@@ -282,32 +353,9 @@ impl RoutingStage {
         bias: Option<&DeviceBuffer<f32>>,
         out: &StageBuffers,
     ) -> Result<(), DeviceRouterError> {
-        let (p, e, bm) = (self.rows * self.config.k, self.experts, self.block_m);
-        expect_len("logits [T, E]", logits.len(), self.rows * e)?;
-        for (what, got, expected) in [
-            ("ids [T, k]", out.ids.len(), p),
-            ("weights [T, k]", out.weights.len(), p),
-            ("sorted_ids", out.sorted_ids.len(), capacity(p, e, bm)),
-            ("expert_ids", out.expert_ids.len(), max_tiles(p, e, bm)),
-            ("num_tokens_post_padded", out.num_post.len(), 1),
-            ("counts [E]", out.counts.len(), e),
-            ("offsets [E + 1]", out.offsets.len(), e + 1),
-        ] {
-            expect_len(what, got, expected)?;
-        }
-        match bias {
-            Some(b) if self.has_bias => expect_len("bias [E]", b.len(), e),
-            None if !self.has_bias => Ok(()),
-            _ => Err(DeviceRouterError::Shape {
-                what: if self.has_bias {
-                    "bias (the stage was built with one)"
-                } else {
-                    "bias (the stage was built without one)"
-                },
-                expected: if self.has_bias { e } else { 0 },
-                got: bias.map_or(0, |b| b.len()),
-            }),
-        }
+        expect_len("logits [T, E]", logits.len(), self.rows * self.experts)?;
+        out.check(self.rows * self.config.k, self.experts, self.block_m)?;
+        check_bias(self.has_bias, bias, self.experts, Who::Stage)
     }
 
     // ANCHOR: enqueue
@@ -416,6 +464,23 @@ pub struct StageOutput {
     pub offsets: Vec<i32>,
 }
 
+impl StageOutput {
+    /// What an empty batch gives (nothing is launched, nothing written): the empty layout, every
+    /// count and offset 0.
+    pub fn empty(k: usize, experts: usize) -> Self {
+        StageOutput {
+            routing: Routing::empty(k),
+            aligned: Aligned {
+                sorted_ids: Vec::new(),
+                expert_ids: Vec::new(),
+                num_tokens_post_padded: 0,
+            },
+            counts: vec![0; experts],
+            offsets: vec![0; experts + 1],
+        }
+    }
+}
+
 /// Brings a call's outputs back to the host.
 pub fn download_stage(
     rows: usize,
@@ -465,17 +530,7 @@ pub fn route_stage_as(
         RoutingStage::with_arrangement(device, config, rows, experts, block_m, bias, arrangement)?;
     expect_len("logits [T, E]", logits.len(), rows * experts)?;
     if rows == 0 {
-        // Nothing to launch (an empty batch writes nothing): the empty layout, every count 0.
-        return Ok(StageOutput {
-            routing: Routing::empty(config.k),
-            aligned: Aligned {
-                sorted_ids: Vec::new(),
-                expert_ids: Vec::new(),
-                num_tokens_post_padded: 0,
-            },
-            counts: vec![0; experts],
-            offsets: vec![0; experts + 1],
-        });
+        return Ok(StageOutput::empty(config.k, experts));
     }
     let out = stage.alloc_outputs(device)?;
     let logits = device.upload(logits).map_err(DeviceRouterError::from)?;

@@ -14,7 +14,7 @@ use ch02_grouped::layer::{rows_of, LayerOutput, MoeLayer};
 use ch02_grouped::{Dtype, MoeConfig, MoeError};
 use ch04_fused_moe::FusedWorkspace;
 use ch06_layer::AssembledLayer;
-use ch08_routing_stage::layer::{experts_on, stage_block_m};
+use ch08_routing_stage::layer::{experts_on, forward_bf16, stage_block_m};
 use ch08_routing_stage::StageBuffers;
 use half::bf16;
 use moe_kernels::{Device, DeviceBuffer};
@@ -157,15 +157,10 @@ impl MoeLayer for OneLaunchLayer {
         self.layer.experts(hidden, routing)
     }
     fn forward(&self, hidden: &[f32]) -> Result<LayerOutput, MoeError> {
-        let rows = rows_of(self.config(), hidden)?;
-        let ws = self.workspace(rows)?;
-        let b: Vec<bf16> = hidden.iter().map(|&x| bf16::from_f32(x)).collect();
-        let x = self.device().upload(&b)?;
-        let out = self.device().alloc::<f32>(hidden.len())?;
-        self.enqueue(&ws, &x, &out)?;
-        Ok(LayerOutput {
-            routing: ws.routing(self.config().router.k)?,
-            out: out.to_vec()?,
+        let ws = self.workspace(rows_of(self.config(), hidden)?)?;
+        forward_bf16(self.device(), hidden, |x, out| {
+            self.enqueue(&ws, x, out)?;
+            ws.routing(self.config().router.k)
         })
     }
 }

@@ -10,9 +10,11 @@
 
 use ch01_router::chain::{expect_len, DeviceRouterError, GateShape};
 use ch01_router::config::{RouterConfig, Scoring};
-use ch03_align::layout::{capacity, max_tiles, Aligned};
+use ch03_align::layout::{capacity, max_tiles};
 use ch05_fused_router::tiny_gemm;
-use ch08_routing_stage::stage::{check_stage, download_stage, StageBuffers, StageOutput};
+use ch08_routing_stage::stage::{
+    check_bias, check_stage, download_stage, StageBuffers, StageOutput, Who,
+};
 use ch08_routing_stage::StageError;
 use half::bf16;
 use moe_kernels::{args, Device, DeviceBuffer, KernelArg, KernelSource, LaunchConfig, Module};
@@ -108,23 +110,10 @@ impl OneLaunch {
         &self.logits
     }
 
-    /// Output buffers of the right sizes, filled with −2 (a value the kernel never writes).
+    /// Output buffers of this router's sizes (chapter 8's [`StageBuffers::alloc`]).
     pub fn alloc_outputs(&self, device: &'static Device) -> Result<StageBuffers, StageError> {
-        let (p, e, bm) = (
-            self.shape.rows * self.config.k,
-            self.shape.experts,
-            self.block_m,
-        );
-        let filled = |n: usize| device.upload(&vec![-2i32; n]);
-        Ok(StageBuffers {
-            ids: filled(p)?,
-            weights: device.upload(&vec![-2.0f32; p])?,
-            sorted_ids: filled(capacity(p, e, bm))?,
-            expert_ids: filled(max_tiles(p, e, bm))?,
-            num_post: filled(1)?,
-            counts: filled(e)?,
-            offsets: filled(e + 1)?,
-        })
+        let (p, e) = (self.shape.rows * self.config.k, self.shape.experts);
+        StageBuffers::alloc(device, p, e, self.block_m)
     }
 
     fn check(
@@ -139,33 +128,10 @@ impl OneLaunch {
             hidden: h,
             experts: e,
         } = self.shape;
-        let (p, bm) = (rows * self.config.k, self.block_m);
-        for (what, got, expected) in [
-            ("hidden [T, H]", hidden.len(), rows * h),
-            ("gate weight [E, H]", gate.len(), e * h),
-            ("ids [T, k]", out.ids.len(), p),
-            ("weights [T, k]", out.weights.len(), p),
-            ("sorted_ids", out.sorted_ids.len(), capacity(p, e, bm)),
-            ("expert_ids", out.expert_ids.len(), max_tiles(p, e, bm)),
-            ("num_tokens_post_padded", out.num_post.len(), 1),
-            ("counts [E]", out.counts.len(), e),
-            ("offsets [E + 1]", out.offsets.len(), e + 1),
-        ] {
-            expect_len(what, got, expected)?;
-        }
-        match bias {
-            Some(b) if self.has_bias => expect_len("bias [E]", b.len(), e),
-            None if !self.has_bias => Ok(()),
-            _ => Err(DeviceRouterError::Shape {
-                what: if self.has_bias {
-                    "bias (the router was built with one)"
-                } else {
-                    "bias (the router was built without one)"
-                },
-                expected: if self.has_bias { e } else { 0 },
-                got: bias.map_or(0, |b| b.len()),
-            }),
-        }
+        expect_len("hidden [T, H]", hidden.len(), rows * h)?;
+        expect_len("gate weight [E, H]", gate.len(), e * h)?;
+        out.check(rows * self.config.k, e, self.block_m)?;
+        check_bias(self.has_bias, bias, e, Who::Router)
     }
 
     // ANCHOR: enqueue
@@ -256,19 +222,7 @@ pub fn route_one_launch(
         shape.experts * shape.hidden,
     )?;
     if shape.rows == 0 {
-        return Ok((
-            StageOutput {
-                routing: ch01_router::Routing::empty(config.k),
-                aligned: Aligned {
-                    sorted_ids: Vec::new(),
-                    expert_ids: Vec::new(),
-                    num_tokens_post_padded: 0,
-                },
-                counts: vec![0; shape.experts],
-                offsets: vec![0; shape.experts + 1],
-            },
-            Vec::new(),
-        ));
+        return Ok((StageOutput::empty(config.k, shape.experts), Vec::new()));
     }
     let up = |v: &[f32]| {
         let b: Vec<bf16> = v.iter().map(|&x| bf16::from_f32(x)).collect();
