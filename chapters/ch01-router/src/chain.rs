@@ -18,8 +18,8 @@
 
 use crate::config::{RouterConfig, Scoring};
 pub use crate::device_router::{
-    download, expect_len, route_logits_with, route_on_device, DeviceMatrix, DeviceRouter,
-    DeviceRouterError, GateDtype, GateInputs, GateShape, RouterOutputs,
+    download, expect_bias, expect_len, route_logits_with, route_on_device, BiasOwner, DeviceMatrix,
+    DeviceRouter, DeviceRouterError, GateDtype, GateInputs, GateShape, RouterOutputs,
 };
 use crate::error::RouterError;
 use crate::routing::Routing;

@@ -161,6 +161,37 @@ pub fn expect_len(
     }
 }
 
+/// Which kernel a bias error names: a router (chapters 5, 9 and 11) or chapter 8's routing stage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BiasOwner {
+    Router,
+    Stage,
+}
+
+/// The bias handed to a kernel built with one (`built_with`) or without: `[E]` f32 when it was,
+/// absent when it was not; the error names `owner`.
+pub fn expect_bias(
+    built_with: bool,
+    bias: Option<&DeviceBuffer<f32>>,
+    experts: usize,
+    owner: BiasOwner,
+) -> Result<(), DeviceRouterError> {
+    match bias {
+        Some(b) if built_with => expect_len("bias [E]", b.len(), experts),
+        None if !built_with => Ok(()),
+        _ => Err(DeviceRouterError::Shape {
+            what: match (owner, built_with) {
+                (BiasOwner::Router, true) => "bias (the router was built with one)",
+                (BiasOwner::Router, false) => "bias (the router was built without one)",
+                (BiasOwner::Stage, true) => "bias (the stage was built with one)",
+                (BiasOwner::Stage, false) => "bias (the stage was built without one)",
+            },
+            expected: if built_with { experts } else { 0 },
+            got: bias.map_or(0, |b| b.len()),
+        }),
+    }
+}
+
 // ANCHOR: device_router
 /// A router built for one shape on one device, with whatever intermediate buffers it needs
 /// allocated up front, so that [`DeviceRouter::enqueue`] only launches kernels.

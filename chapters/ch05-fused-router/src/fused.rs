@@ -12,8 +12,9 @@
 
 use crate::tiny_gemm::{self, GemmForm};
 use ch01_router::chain::{
-    expect_len, route_logits_with, route_on_device, DeviceMatrix, DeviceRouter, DeviceRouterError,
-    FiveLineChain, GateDtype, GateInputs, GateShape, RouterOutputs,
+    expect_bias, expect_len, route_logits_with, route_on_device, BiasOwner, DeviceMatrix,
+    DeviceRouter, DeviceRouterError, FiveLineChain, GateDtype, GateInputs, GateShape,
+    RouterOutputs,
 };
 use ch01_router::config::{RouterConfig, Scoring};
 use ch01_router::error::RouterError;
@@ -264,19 +265,7 @@ impl FusedTopk {
         let k = self.config.k;
         expect_len("ids [T, k]", outputs.ids.len(), self.rows * k)?;
         expect_len("weights [T, k]", outputs.weights.len(), self.rows * k)?;
-        match bias {
-            Some(b) if self.has_bias => expect_len("bias [E]", b.len(), self.experts),
-            None if !self.has_bias => Ok(()),
-            _ => Err(DeviceRouterError::Shape {
-                what: if self.has_bias {
-                    "bias (the router was built with one)"
-                } else {
-                    "bias (the router was built without one)"
-                },
-                expected: if self.has_bias { self.experts } else { 0 },
-                got: bias.map_or(0, |b| b.len()),
-            }),
-        }
+        expect_bias(self.has_bias, bias, self.experts, BiasOwner::Router)
     }
 
     // ANCHOR: enqueue_fused

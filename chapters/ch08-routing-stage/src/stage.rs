@@ -10,7 +10,7 @@
 //! W in 128, 256, 288, 320, 384, 512: the narrowest row width that holds E, as chapter 5's.
 
 use crate::error::StageError;
-use ch01_router::chain::{download, expect_len, DeviceRouterError};
+use ch01_router::chain::{download, expect_bias, expect_len, BiasOwner, DeviceRouterError};
 use ch01_router::config::{RouterConfig, Scoring};
 use ch01_router::routing::Routing;
 use ch03_align::device::align_on_device;
@@ -159,37 +159,6 @@ impl StageBuffers {
         }
         Ok(())
     }
-}
-
-/// The bias handed to a router built with one (`built_with`) or without: `[E]` when it was,
-/// absent when it was not; `who` names the router in the message.
-pub fn check_bias(
-    built_with: bool,
-    bias: Option<&DeviceBuffer<f32>>,
-    experts: usize,
-    who: Who,
-) -> Result<(), DeviceRouterError> {
-    match bias {
-        Some(b) if built_with => expect_len("bias [E]", b.len(), experts),
-        None if !built_with => Ok(()),
-        _ => Err(DeviceRouterError::Shape {
-            what: match (who, built_with) {
-                (Who::Stage, true) => "bias (the stage was built with one)",
-                (Who::Stage, false) => "bias (the stage was built without one)",
-                (Who::Router, true) => "bias (the router was built with one)",
-                (Who::Router, false) => "bias (the router was built without one)",
-            },
-            expected: if built_with { experts } else { 0 },
-            got: bias.map_or(0, |b| b.len()),
-        }),
-    }
-}
-
-/// Which kernel a bias error names: chapter 8's stage or chapter 9's router.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Who {
-    Stage,
-    Router,
 }
 
 /// The two launches' scratch: per-chunk counts and the ticket the last block takes. Both are zero
@@ -355,7 +324,7 @@ impl RoutingStage {
     ) -> Result<(), DeviceRouterError> {
         expect_len("logits [T, E]", logits.len(), self.rows * self.experts)?;
         out.check(self.rows * self.config.k, self.experts, self.block_m)?;
-        check_bias(self.has_bias, bias, self.experts, Who::Stage)
+        expect_bias(self.has_bias, bias, self.experts, BiasOwner::Stage)
     }
 
     // ANCHOR: enqueue

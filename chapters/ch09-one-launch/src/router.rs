@@ -8,13 +8,11 @@
 //! R is the smallest of 1, 4 and 16 that holds min(T, 16) rows; W the narrowest of 128, 256,
 //! 288, 320, 384 and 512 that holds E.
 
-use ch01_router::chain::{expect_len, DeviceRouterError, GateShape};
+use ch01_router::chain::{expect_bias, expect_len, BiasOwner, DeviceRouterError, GateShape};
 use ch01_router::config::{RouterConfig, Scoring};
 use ch03_align::layout::{capacity, max_tiles};
 use ch05_fused_router::tiny_gemm;
-use ch08_routing_stage::stage::{
-    check_bias, check_stage, download_stage, StageBuffers, StageOutput, Who,
-};
+use ch08_routing_stage::stage::{check_stage, download_stage, StageBuffers, StageOutput};
 use ch08_routing_stage::StageError;
 use half::bf16;
 use moe_kernels::{args, Device, DeviceBuffer, KernelArg, KernelSource, LaunchConfig, Module};
@@ -131,7 +129,7 @@ impl OneLaunch {
         expect_len("hidden [T, H]", hidden.len(), rows * h)?;
         expect_len("gate weight [E, H]", gate.len(), e * h)?;
         out.check(rows * self.config.k, e, self.block_m)?;
-        check_bias(self.has_bias, bias, e, Who::Router)
+        expect_bias(self.has_bias, bias, e, BiasOwner::Router)
     }
 
     // ANCHOR: enqueue

@@ -5,7 +5,9 @@
 //! [`RadixTopk`] takes fp32 logits (or bf16 ones, [`Logits::Bf16`]) at any row stride, so that
 //! it can read the logits where a merged GEMM leaves them: the first E columns of a wider row.
 
-use ch01_router::chain::{expect_len, route_logits_with, DeviceRouterError, RouterOutputs};
+use ch01_router::chain::{
+    expect_bias, expect_len, route_logits_with, BiasOwner, DeviceRouterError, RouterOutputs,
+};
 use ch01_router::config::{RouterConfig, Scoring};
 use ch01_router::routing::Routing;
 use half::bf16;
@@ -138,19 +140,7 @@ impl RadixTopk {
         let k = self.config.k;
         expect_len("ids [T, k]", outputs.ids.len(), self.rows * k)?;
         expect_len("weights [T, k]", outputs.weights.len(), self.rows * k)?;
-        match bias {
-            Some(b) if self.has_bias => expect_len("bias [E]", b.len(), self.experts),
-            None if !self.has_bias => Ok(()),
-            _ => Err(DeviceRouterError::Shape {
-                what: if self.has_bias {
-                    "bias (the router was built with one)"
-                } else {
-                    "bias (the router was built without one)"
-                },
-                expected: if self.has_bias { self.experts } else { 0 },
-                got: bias.map_or(0, |b| b.len()),
-            }),
-        }
+        expect_bias(self.has_bias, bias, self.experts, BiasOwner::Router)
     }
 
     /// The arguments every kernel of the family takes after its own: T, E, k, scoring, n_group,
