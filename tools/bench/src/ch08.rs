@@ -7,7 +7,7 @@
 //! | `stage_one_block`, `stage_two_launches` | the same in each arrangement (the one block up to 512 pairs) | the same |
 //! | `pair_align` | chapter 5's fused router from the same logits (its own form for the row count), then chapter 3's align | the same |
 //! | `layer_stage` | [`StagedLayer::enqueue`] at chapter 4's token counts | chapter 6's `layer` floor |
-//! | `layer_pair` | chapter 6's [`AssembledLayer::enqueue`], in the same session | the same |
+//! | `layer_pair` | chapter 6's [`ch06_layer::AssembledLayer::enqueue`], in the same session | the same |
 //!
 //! The floor of the stage is one launch and a cold read of the logits: what the issue's "≤ 1.25×
 //! the floor" compares with. BLOCK_M is chapter 3's rule for the pairs ([`choose_block_m`]).
