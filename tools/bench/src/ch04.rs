@@ -159,6 +159,13 @@ pub const PEER_TOLERANCE: f64 = 2e-2;
 /// round at the same places and sum in other orders ([`ch04_fused_moe::ACROSS_SUM_ORDERS`]).
 pub const OURS_VS_CH02: Tolerance = ch04_fused_moe::ACROSS_SUM_ORDERS;
 
+/// `fused_bf16y` against chapter 2's device loop (max |ours − theirs| over the rms of theirs):
+/// each of a token's k weighted terms is rounded to bf16 before the sum (a relative error up to
+/// 2⁻⁹ per term, as the engines round theirs), which [`OURS_VS_CH02`] (for layers that round
+/// where the loop rounds) does not allow; a wrong expert, weight or token is of the order of the
+/// output itself. [`PEER_TOLERANCE`]'s bound, on the rms.
+pub const BF16_Y_VS_CH02: Tolerance = Tolerance(PEER_TOLERANCE);
+
 /// How many values from each end of every generated tensor the routing file carries, so a peer
 /// can prove it made exactly ours.
 pub const CHECK_VALUES: usize = 64;
@@ -607,7 +614,6 @@ fn check_shape(
         tolerance: tol.1,
     };
     let between = ("rms", Tolerance::BF16_VS_BF16.0);
-    let ours_vs_ch02 = ("rms", OURS_VS_CH02.0);
     for (tokens, routing) in routings {
         let tokens = *tokens;
         let (_, grouped) = grouped_work(&layers.grouped, shape, tokens, routing)?;
@@ -631,8 +637,13 @@ fn check_shape(
                 v.imp,
                 layer.device().describe()
             );
-            let e = check_output(&what, &grouped, &out, OURS_VS_CH02)?;
-            rows.push(row(v.imp, (GROUPED, &grouped), tokens, e, ours_vs_ch02));
+            let tol = if v.imp == "fused_bf16y" {
+                BF16_Y_VS_CH02
+            } else {
+                OURS_VS_CH02
+            };
+            let e = check_output(&what, &grouped, &out, tol)?;
+            rows.push(row(v.imp, (GROUPED, &grouped), tokens, e, ("rms", tol.0)));
             outs.push((v.imp, out));
         }
         let out_of = |imp: &str| outs.iter().find(|o| o.0 == imp).map(|o| &o.1);
