@@ -11,6 +11,7 @@ pub mod ch05;
 pub mod ch06;
 pub mod ch07;
 pub mod ch10;
+pub mod ch11;
 pub mod emu_hopper;
 pub mod equality;
 pub mod facts;
@@ -105,8 +106,8 @@ pub fn generate(root: &Path, group: &str) -> Result<Vec<Generated>, String> {
         "ch09" => example_and_tree(root, 9),
         // The CPU run's figure, tables and facts (ch10-flips), with the example and tree.
         "ch10" => ch10::generate(root),
-        // The example and the tree; the measured section joins them with `bench ch11`'s CSV.
-        "ch11" => example_and_tree(root, 11),
+        // The GPU run's figure, tables and facts, Part II's closing figure, the example and tree.
+        "ch11" => ch11::generate(root),
         // The example and the tree; no measured section until `bench ch12` runs on two GPUs.
         "ch12" => example_and_tree(root, 12),
         "runtime" => Ok([runtime(root)?, emu_hopper::generate(root)?].concat()),
