@@ -135,6 +135,14 @@ fn front_steps<'a>(
         .collect()
 }
 
+/// A size in a shape's name: `dim("kimi_k3_h7168_e896_p3584_k16", 'p')` → 3584.
+fn dim(shape: &str, letter: char) -> Option<u64> {
+    shape
+        .split('_')
+        .filter_map(|p| p.strip_prefix(letter))
+        .find_map(|d| d.parse().ok())
+}
+
 fn verdict(ok: bool) -> &'static str {
     if ok {
         "met"
@@ -221,6 +229,23 @@ fn facts_and_tables(
             CSV,
         );
     }
+    // What the merged kernel moves that the separate form never does: the projection read back
+    // in fp32 and written in bf16 (4 + 2 bytes a value), and that at the copy bandwidth.
+    let proj = dim(FRONT, 'p').ok_or_else(|| format!("{FRONT}: no projection size (`p…`)"))?;
+    let gbs = ceilings.num(&[], "copy_gbs")?;
+    for &n in &front_counts {
+        let bytes = (6 * n * proj) as f64;
+        f.add(
+            format!("front_{n}_cast_mb"),
+            format!("{:.1}", bytes / 1e6),
+            CEILINGS,
+        );
+        f.add(
+            format!("front_{n}_cast_us"),
+            format!("{:.1}", bytes / (gbs * 1e3)),
+            CEILINGS,
+        );
+    }
     // Each front's launches: `step_{key}_{n}_{i}` (µs, cold) and the groups the text compares.
     for fs in steps {
         let key = FRONTS
@@ -244,14 +269,19 @@ fn facts_and_tables(
         f.add(format!("step_{key}_{n}_gemms"), fmt_us(before), STEPS);
         f.add(format!("step_{key}_{n}_last"), fmt_us(last.cold_us), STEPS);
     }
+    // What merging saves in the GEMMs and what the kernel after them costs more, per count.
+    let parts = |imp: &str, n: u64| {
+        steps
+            .iter()
+            .find(|fs| fs.imp == imp && fs.rows == n)
+            .map(|fs| {
+                let last = fs.steps.last().expect("a case has a step").cold_us;
+                let all: f64 = fs.steps.iter().map(|s| s.cold_us).sum();
+                (all - last, last)
+            })
+    };
     for &n in &front_counts {
-        let get = |name: String| -> Option<f64> { f.get(&name).and_then(|v| v.parse().ok()) };
-        if let (Some(sg), Some(mg), Some(sl), Some(ml)) = (
-            get(format!("step_separate_{n}_gemms")),
-            get(format!("step_merged_{n}_gemms")),
-            get(format!("step_separate_{n}_last")),
-            get(format!("step_merged_{n}_last")),
-        ) {
+        if let (Some((sg, sl)), Some((mg, ml))) = (parts("separate", n), parts("merged", n)) {
             f.add(
                 format!("step_{n}_gemm_saving"),
                 format!("{:.1}", sg - mg),
@@ -274,6 +304,14 @@ fn facts_and_tables(
             continue;
         };
         let x = cold(rows, FRONT, n, "merged")? / sep;
+        // What the target leaves above the floor, for everything the floor does not count.
+        let floor = super::find(rows, FRONT, n, "merged").map_or(0.0, |r| r.floor_us);
+        f.add(format!("front_{n}_target_us"), fmt_us(max * sep), CSV);
+        f.add(
+            format!("front_{n}_target_room"),
+            format!("{:.1}", max * sep - floor),
+            CSV,
+        );
         f.add(format!("front_{n}_merged_verdict"), verdict(x <= max), CSV);
         let _ = writeln!(
             targets,
@@ -617,6 +655,9 @@ mod tests {
         let names: Vec<(&str, usize)> = got.iter().map(|c| (c.imp, c.steps.len())).collect();
         assert_eq!(names, [("merged", 2), ("separate", 2)]);
         let bad = vec![step(1, 1, 12.0)];
+        assert_eq!(dim(FRONT, 'p'), Some(3584));
+        assert_eq!(dim(FRONT, 'e'), Some(896));
+        assert_eq!(dim("toy", 'p'), None);
         assert!(front_steps(&rows, &bad).is_err());
     }
 }
