@@ -48,17 +48,17 @@ const FRONTS: [(&str, &str, &str); 3] = [
     (
         "separate",
         "separate",
-        "separate: the projection GEMM (bf16 out), then chapter 5's pair",
+        "separate: projection GEMM, then chapter 5's pair",
     ),
     (
         "merged",
         "merged",
-        "merged: one GEMM over the stacked weight (fp32 out), then select + cast",
+        "merged: stacked GEMM (fp32 out), then select + cast",
     ),
     (
         "merged_bf16",
         "bf16",
-        "merged_bf16: the stacked GEMM with bf16 out, then radix select",
+        "merged_bf16: stacked GEMM (bf16 out), then select",
     ),
 ];
 /// The selections alone.
@@ -66,12 +66,9 @@ const SELECTS: [(&str, &str); 3] = [
     ("radix", "radix: radix select, a block per row"),
     (
         "argmax",
-        "argmax: chapter 5's k rounds of argmax, a warp per row",
+        "argmax: chapter 5's k-round argmax, a warp per row",
     ),
-    (
-        "fused",
-        "fused: chapter 5's router in its default form for the rows",
-    ),
+    ("fused", "fused: chapter 5's router, its default form"),
 ];
 
 fn cold(rows: &[BenchRow], shape: &str, n: u64, imp: &str) -> Result<f64, String> {
@@ -538,9 +535,9 @@ fn figure(rows: &[BenchRow]) -> String {
         ("separate", "#0072b2", Marker::Circle),
         ("merged", "#d55e00", Marker::Square),
         ("merged_bf16", "#cc79a7", Marker::Triangle),
-        ("radix", "#d55e00", Marker::Square),
-        ("argmax", "#0072b2", Marker::Circle),
-        ("fused", "#e69f00", Marker::Triangle),
+        ("radix", "#e69f00", Marker::Square),
+        ("argmax", "#56b4e9", Marker::Circle),
+        ("fused", "#000000", Marker::Triangle),
     ];
     let label = |imp: &str| {
         FRONTS

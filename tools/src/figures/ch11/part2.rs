@@ -309,6 +309,22 @@ fn tick(v: f64) -> String {
     }
 }
 
+/// The top of a panel's scale: a little above its largest bar, leaving out the bars more than
+/// eight times the smallest (they are drawn cut at the top), so that the small ones stay readable.
+fn scale_top(totals: &[f64]) -> f64 {
+    let least = totals.iter().copied().fold(f64::INFINITY, f64::min);
+    let kept = totals
+        .iter()
+        .copied()
+        .filter(|t| *t <= 8.0 * least)
+        .fold(0.0, f64::max);
+    if kept > 0.0 {
+        kept * 1.12
+    } else {
+        1.0
+    }
+}
+
 /// One band of panels (one per row count), its top at `top`.
 fn band(s: &mut String, title: &str, counts: &[u64], bars: &[Bar], top: f64) {
     let _ = writeln!(
@@ -316,20 +332,21 @@ fn band(s: &mut String, title: &str, counts: &[u64], bars: &[Bar], top: f64) {
         r#"<text x="16" y="{top}" font-size="14" font-weight="600">{}</text>"#,
         esc(title)
     );
-    let py = top + 30.0;
+    let py = top + 44.0;
     for (p, &n) in counts.iter().enumerate() {
         let px = 16.0 + LEFT + p as f64 * (LEFT + PANEL_W + GAP);
         let here: Vec<&Bar> = bars.iter().filter(|b| b.rows == n).collect();
-        let max = here.iter().map(|b| b.split.total).fold(0.0, f64::max);
-        let step = linear_step(max * 1.12);
-        let ymax = (max * 1.12 / step).ceil() * step;
-        let y = |v: f64| py + PANEL_H - v / ymax * PANEL_H;
+        let top_us = scale_top(&here.iter().map(|b| b.split.total).collect::<Vec<_>>());
+        let step = linear_step(top_us);
+        let ymax = (top_us / step).ceil() * step;
+        // A bar above the scale is cut at the panel's top (its value printed there).
+        let y = |v: f64| py + PANEL_H - v.min(ymax) / ymax * PANEL_H;
         let _ = writeln!(s, r#"<g class="panel" data-rows="{n}">"#);
         let _ = writeln!(
             s,
             r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-weight="600">{} row{}</text>"#,
             px + PANEL_W / 2.0,
-            py - 8.0,
+            py - 20.0,
             thousands(n),
             if n == 1 { "" } else { "s" }
         );
@@ -370,11 +387,25 @@ fn band(s: &mut String, title: &str, counts: &[u64], bars: &[Bar], top: f64) {
                 }
                 base += v;
             }
+            if sp.total > ymax {
+                // The cut: a white zigzag across the bar under the top.
+                let zy = py + 14.0;
+                let _ = writeln!(
+                    s,
+                    r#"<path class="cut" d="M{:.1},{:.1}l{:.1},-4l{:.1},8l{:.1},-4" stroke="white" stroke-width="3" fill="none"/>"#,
+                    x0 - 2.0,
+                    zy,
+                    (bw + 4.0) / 3.0,
+                    (bw + 4.0) / 3.0,
+                    (bw + 4.0) / 3.0
+                );
+            }
             let _ = writeln!(
                 s,
-                r#"<text x="{cx:.1}" y="{:.1}" text-anchor="middle" font-size="10" fill="{INK}">{}</text>"#,
+                r#"<text x="{cx:.1}" y="{:.1}" text-anchor="middle" font-size="10" fill="{INK}">{}{}</text>"#,
                 y(sp.total) - 3.0,
-                fmt_us(sp.total)
+                fmt_us(sp.total),
+                if sp.total > ymax { " ↑" } else { "" }
             );
             let _ = writeln!(
                 s,
@@ -404,7 +435,7 @@ fn render(groups: &[(&str, &[u64], &[Bar])], designs: &[&Design]) -> String {
     let legend_top = 66.0;
     let legend_rows = PARTS.len() + designs.len();
     let first_band = legend_top + 20.0 * legend_rows as f64 + 20.0;
-    let band_h = 30.0 + PANEL_H + 40.0;
+    let band_h = 44.0 + PANEL_H + 50.0;
     let height = first_band + band_h * groups.len() as f64;
     let mut s = String::new();
     let _ = writeln!(
@@ -421,7 +452,7 @@ fn render(groups: &[(&str, &[u64], &[Bar])], designs: &[&Design]) -> String {
     );
     let _ = writeln!(
         s,
-        r#"<text x="16" y="48" fill="{MUTED}">Each bar: a design's cold median (its value on top), split as the legend says; each panel one row count, its own linear scale.</text>"#
+        r#"<text x="16" y="48" fill="{MUTED}">Each bar: a design's cold median (its value on top), split as the legend says; each panel one row count, its own linear scale (↑: cut at the top).</text>"#
     );
     for (i, (name, color, _)) in PARTS.iter().enumerate() {
         let ly = legend_top + 20.0 * i as f64;
@@ -536,5 +567,8 @@ mod tests {
         assert_eq!(linear_step(9.0), 2.0);
         assert_eq!(list(&[1, 16, 8192]), "1, 16 and 8,192");
         assert_eq!(list(&[5]), "5");
+        assert!((scale_top(&[10.0, 5.0]) - 11.2).abs() < 1e-9);
+        assert!((scale_top(&[5.0, 100.0, 10.0]) - 11.2).abs() < 1e-9);
+        assert_eq!(scale_top(&[]), 1.0);
     }
 }
