@@ -204,7 +204,7 @@ fn pct(part: f64, total: f64) -> String {
 /// `_launch_us`, `_reads_us`, `_rest_us` and the shares `_launch_pct`, `_reads_pct`,
 /// `_rest_pct`; the counts `p2_{family}_counts`.
 fn add_facts(f: &mut Facts, family: &str, counts: &[u64], bars: &[Bar]) {
-    let src = "the split of tools/src/figures/part2.rs";
+    let src = "the split of tools/src/figures/ch11/part2.rs";
     f.add(format!("p2_{family}_counts"), list(counts), src);
     for b in bars {
         let (k, n, s) = (b.design.key, b.rows, b.split);
