@@ -10,6 +10,8 @@ pub mod ch04;
 pub mod ch05;
 pub mod ch06;
 pub mod ch07;
+pub mod ch08;
+pub mod ch09;
 pub mod ch10;
 pub mod ch11;
 pub mod emu_hopper;
@@ -101,9 +103,19 @@ pub fn generate(root: &Path, group: &str) -> Result<Vec<Generated>, String> {
         "ch06" => ch06::generate(root),
         // The full-size decode step's breakdown and what bf16 changes, with the example and tree.
         "ch07" => ch07::generate(root),
-        // The example and the tree; the measured section joins them with `bench ch08`'s CSV.
-        "ch08" => example_and_tree(root, 8),
-        "ch09" => example_and_tree(root, 9),
+        // The GPU run's figure, tables and facts (none until `ch08.csv` is committed), with the
+        // page's example and tree.
+        "ch08" => {
+            let mut v = ch08::generate(root)?;
+            v.extend(example_and_tree(root, 8)?);
+            Ok(v)
+        }
+        // The same from `ch09.csv`.
+        "ch09" => {
+            let mut v = ch09::generate(root)?;
+            v.extend(example_and_tree(root, 9)?);
+            Ok(v)
+        }
         // The CPU run's figure, tables and facts (ch10-flips), with the example and tree.
         "ch10" => ch10::generate(root),
         // The GPU run's figure, tables and facts, Part II's closing figure, the example and tree.
