@@ -21,6 +21,7 @@ use ch02_grouped::layer::{rows_of, LayerOutput, MoeLayer};
 use ch02_grouped::{Dtype, MoeConfig, MoeError, MoeWeights};
 use ch04_fused_moe::device::Hidden;
 use ch04_fused_moe::{BatchPlan, FusedDevice, FusedWorkspace};
+use ch05_fused_router::tiny_gemm::GemmForm;
 use ch05_fused_router::{FusedRouter, LogitsFrom};
 use half::bf16;
 use moe_kernels::{Device, DeviceBuffer};
@@ -43,6 +44,8 @@ pub struct AssembledLayer {
     bias_host: Option<Vec<f32>>,
     /// The logits GEMM chosen by the caller instead of [`logits_for`].
     logits: Option<LogitsFrom>,
+    /// The tiny GEMM's form chosen by the caller instead of chapter 5's `form_for`.
+    gemm_form: Option<GemmForm>,
 }
 
 /// What one call for a batch of T tokens needs beyond the weights: the router for T rows (its
@@ -151,6 +154,7 @@ impl AssembledLayer {
             config,
             experts,
             logits: None,
+            gemm_form: None,
         })
     }
 
@@ -158,6 +162,16 @@ impl AssembledLayer {
     /// [`logits_for`]'s switch.
     pub fn with_logits(mut self, from: LogitsFrom) -> Self {
         self.logits = Some(from);
+        self
+    }
+
+    /// The same layer with the tiny GEMM in `form` at every batch size (where it computes the
+    /// logits), instead of chapter 5's switch from CUDA cores to tensor cores at 8 rows. Either
+    /// form computes a row's logits the same whatever the other rows of its batch. A new
+    /// identity: old workspaces are refused.
+    pub fn with_gemm_form(mut self, form: GemmForm) -> Self {
+        self.gemm_form = Some(form);
+        self.id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         self
     }
 
@@ -206,17 +220,23 @@ impl AssembledLayer {
         let from = self.logits_for(rows);
         let router = match rows {
             0 => None,
-            _ => Some(FusedRouter::with_logits(
-                self.device,
-                &c.router,
-                GateShape {
-                    rows,
-                    hidden: c.hidden,
-                    experts: c.experts,
-                },
-                self.bias_host.as_deref(),
-                from,
-            )?),
+            _ => Some(
+                FusedRouter::with_logits(
+                    self.device,
+                    &c.router,
+                    GateShape {
+                        rows,
+                        hidden: c.hidden,
+                        experts: c.experts,
+                    },
+                    self.bias_host.as_deref(),
+                    from,
+                )
+                .map(|r| match self.gemm_form {
+                    Some(form) => r.with_gemm_form(form),
+                    None => r,
+                })?,
+            ),
         };
         let pairs = rows * c.router.k;
         Ok(LayerWorkspace {
