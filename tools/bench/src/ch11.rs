@@ -37,6 +37,7 @@ use ch11_merged_gate::KIMI_K3;
 use half::bf16;
 use moe_kernels::{BackendKind, Device, DeviceBuffer};
 use moe_tools::bench_row::BenchRow;
+use moe_tools::figures::ch11::{MERGED_OVER_SEPARATE_MAX, RADIX_FROM_ROWS};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -336,16 +337,14 @@ fn gpu(dev: &'static Device, args: &GpuArgs, quick: bool) -> Result<(), String> 
     Ok(())
 }
 
-/// The targets: merged at most 0.8 of separate at 16 rows and 0.9 at 1,024 (cold
-/// medians); radix select no slower than the k-round argmax from 16 rows up. Printed, not
+/// The targets' verdicts, read off the rows, with the constants the book's verdicts read
+/// (tools/src/figures/ch11.rs: merged at most 0.8 of separate at 16 rows and 0.9 at 1,024, cold
+/// medians; radix select no slower than the k-round argmax from 16 rows up). Printed, not
 /// enforced: the numbers are the result either way.
-const MERGED_OVER_SEPARATE_MAX: [(usize, f64); 2] = [(16, 0.8), (1024, 0.9)];
-
-/// The targets' verdicts, read off the rows.
 pub fn targets(rows: &[BenchRow]) -> String {
-    let cold = |shape: &str, t: usize, imp: &str| {
+    let cold = |shape: &str, t: u64, imp: &str| {
         rows.iter()
-            .find(|r| r.shape == shape && r.rows == t as u64 && r.imp == imp)
+            .find(|r| r.shape == shape && r.rows == t && r.imp == imp)
             .map(|r| r.cold_median_us)
     };
     let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
@@ -362,10 +361,10 @@ pub fn targets(rows: &[BenchRow]) -> String {
             );
         }
     }
-    for t in TOPK_ROWS.iter().filter(|&&t| t >= 16) {
+    for t in TOPK_ROWS.iter().filter(|&&t| t as u64 >= RADIX_FROM_ROWS) {
         if let (Some(r), Some(a)) = (
-            cold(TOPK_SHAPE, *t, "radix"),
-            cold(TOPK_SHAPE, *t, "argmax"),
+            cold(TOPK_SHAPE, *t as u64, "radix"),
+            cold(TOPK_SHAPE, *t as u64, "argmax"),
         ) {
             s += &format!(
                 "bench ch11: {t} rows: radix select {:.3} of the k-round argmax (target ≤ 1: {})\n",
