@@ -6,6 +6,8 @@
 //! a line per token): the gap figure (the router article's Figure 5 in shape), the flip-rate
 //! table, the key-error table, the layer table, the facts file, and the page's example and tree.
 
+mod gpu;
+
 use super::facts::{thousands, Facts};
 use super::{esc, example_and_tree, read, short, Generated};
 use crate::csv::Table;
@@ -611,6 +613,7 @@ pub fn generate(root: &Path) -> Result<Vec<Generated>, String> {
             content: f.render("Chapter 10's numbers"),
         },
     ];
+    v.extend(gpu::generate(root)?);
     v.extend(example_and_tree(root, 10)?);
     Ok(v)
 }
