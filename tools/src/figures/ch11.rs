@@ -8,7 +8,7 @@
 //! Made from them: the facts file, the targets table (each target of the chapter's issue, the
 //! measured ratio, met or missed), the timing table along the rows, the front's launch-by-launch
 //! table, the row-axis figure (the fronts beside their floor, and the selection alone), and Part
-//! II's closing figure ([`part2`]), with the page's example and tree.
+//! II's closing figure (`part2.rs`), with the page's example and tree.
 
 mod part2;
 
