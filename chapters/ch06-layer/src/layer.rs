@@ -220,23 +220,14 @@ impl AssembledLayer {
         let from = self.logits_for(rows);
         let router = match rows {
             0 => None,
-            _ => Some(
-                FusedRouter::with_logits(
-                    self.device,
-                    &c.router,
-                    GateShape {
-                        rows,
-                        hidden: c.hidden,
-                        experts: c.experts,
-                    },
-                    self.bias_host.as_deref(),
-                    from,
-                )
-                .map(|r| match self.gemm_form {
-                    Some(form) => r.with_gemm_form(form),
-                    None => r,
-                })?,
-            ),
+            _ => Some(router_for(
+                self.device,
+                c,
+                rows,
+                self.bias_host.as_deref(),
+                from,
+                self.gemm_form,
+            )?),
         };
         let pairs = rows * c.router.k;
         Ok(LayerWorkspace {
@@ -354,4 +345,27 @@ impl MoeLayer for AssembledLayer {
             out: out.to_vec()?,
         })
     }
+}
+
+/// Chapter 5's fused pair for a batch of `rows` tokens of a layer shaped `config`: its logits
+/// from `from`, the tiny GEMM in `form` where given (else chapter 5's choice by rows). The
+/// router [`AssembledLayer::workspace`] builds, and chapter 12's ranks with it.
+pub fn router_for(
+    device: &'static Device,
+    config: &MoeConfig,
+    rows: usize,
+    bias: Option<&[f32]>,
+    from: LogitsFrom,
+    form: Option<GemmForm>,
+) -> Result<FusedRouter, MoeError> {
+    let shape = GateShape {
+        rows,
+        hidden: config.hidden,
+        experts: config.experts,
+    };
+    let router = FusedRouter::with_logits(device, &config.router, shape, bias, from)?;
+    Ok(match form {
+        Some(form) => router.with_gemm_form(form),
+        None => router,
+    })
 }

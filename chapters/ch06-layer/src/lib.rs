@@ -25,5 +25,5 @@ pub mod exercises;
 pub mod layer;
 pub mod switch;
 
-pub use layer::{AssembledLayer, LayerWorkspace};
+pub use layer::{router_for, AssembledLayer, LayerWorkspace};
 pub use switch::{logits_for, switch_rows, SwitchPoint, DEFAULT_SWITCH_ROWS, SWITCH_POINTS};

@@ -30,14 +30,14 @@ use crate::error::{check_rank, ParallelError};
 use crate::kernels::{combine, gather_rows, KERNELS};
 use crate::shard::{expert_range, expert_subset, shared_only};
 use ch01_router::chain::RouterOutputs;
-use ch01_router::chain::{download, DeviceMatrix, DeviceRouter, GateInputs, GateShape};
+use ch01_router::chain::{download, DeviceMatrix, DeviceRouter, GateInputs};
 use ch01_router::Routing;
 use ch02_grouped::error::expect_len;
 use ch02_grouped::layer::{rows_of, LayerOutput};
 use ch02_grouped::{Dtype, MoeConfig, MoeError, MoeWeights};
 use ch04_fused_moe::device::Hidden;
 use ch04_fused_moe::{FusedDevice, FusedWorkspace};
-use ch05_fused_router::{FusedRouter, LogitsFrom};
+use ch05_fused_router::LogitsFrom;
 use half::bf16;
 use moe_kernels::{Device, DeviceBuffer, Module};
 use std::collections::HashMap;
@@ -246,18 +246,8 @@ impl ExpertParallel {
         let from = self
             .logits
             .unwrap_or_else(|| ch06_layer::logits_for(rows, c.hidden, c.experts));
-        let router = FusedRouter::with_logits(
-            self.device,
-            &c.router,
-            GateShape {
-                rows,
-                hidden: c.hidden,
-                experts: c.experts,
-            },
-            self.bias_host.as_deref(),
-            from,
-        )
-        .map_err(MoeError::from)?;
+        let router =
+            ch06_layer::router_for(self.device, c, rows, self.bias_host.as_deref(), from, None)?;
         router
             .enqueue(
                 &GateInputs {
