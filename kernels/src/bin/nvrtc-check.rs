@@ -6,6 +6,11 @@
 //!
 //! `--cubin` compiles each file on to machine code (NVRTC's CUBIN, what the CUDA backend loads),
 //! which also runs the assembler's checks, and says how long each file took.
+//! `--cache DIR` compiles each file to CUBIN through the kernel cache in `DIR` (the CUDA backend's
+//! `MOE_KERNEL_CACHE`), filling it: tools/gpu/build-pack ships such a folder so that a fresh GPU
+//! machine loads the binaries instead of spending minutes in NVRTC.
+//! `--include-dir` and `--nvrtc-version` print the CUDA include folder and NVRTC's version
+//! (major.minor) that the backend would use, and exit.
 //! `--ptx-dir DIR` also writes each file's PTX to `DIR/<file>.ptx`, for `ptxas -v` (registers,
 //! spills, shared memory per kernel; tools/gpu/run's `tests` stage runs it on the GPU machine).
 
@@ -18,6 +23,7 @@ fn main() -> ExitCode {
     let mut dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let mut ptx_dir: Option<PathBuf> = None;
     let mut cubin = false;
+    let mut cache: Option<PathBuf> = None;
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -31,9 +37,41 @@ fn main() -> ExitCode {
                 }
             },
             "--cubin" => cubin = true,
+            "--cache" => match it.next() {
+                Some(d) => cache = Some(PathBuf::from(d)),
+                None => {
+                    eprintln!("nvrtc-check: --cache needs a folder");
+                    return ExitCode::from(2);
+                }
+            },
+            "--include-dir" => {
+                // The CUDA include folder NVRTC is given (as the CUDA backend finds it).
+                return match moe_kernels::cuda::cuda_include_dir() {
+                    Some(d) => {
+                        println!("{}", d.display());
+                        ExitCode::SUCCESS
+                    }
+                    None => {
+                        eprintln!("nvrtc-check: no CUDA include folder found (CUDA_INCLUDE_DIR)");
+                        ExitCode::FAILURE
+                    }
+                };
+            }
+            "--nvrtc-version" => {
+                return match moe_kernels::cuda::nvrtc::nvrtc_version() {
+                    Some((major, minor)) => {
+                        println!("{major}.{minor}");
+                        ExitCode::SUCCESS
+                    }
+                    None => {
+                        eprintln!("nvrtc-check: NVRTC cannot be loaded");
+                        ExitCode::FAILURE
+                    }
+                };
+            }
             "-h" | "--help" => {
                 println!(
-                    "usage: nvrtc-check [--arch sm_90] [--dir kernels] [--ptx-dir DIR] [--cubin]"
+                    "usage: nvrtc-check [--arch sm_90] [--dir kernels] [--ptx-dir DIR] [--cubin] [--cache DIR]\n       nvrtc-check --include-dir | --nvrtc-version"
                 );
                 return ExitCode::SUCCESS;
             }
@@ -75,7 +113,14 @@ fn main() -> ExitCode {
             s.spawn(|| loop {
                 let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let Some(&i) = order.get(k) else { break };
-                let r = check_file(&files[i], &dir, arch, cubin, ptx_dir.as_deref());
+                let r = check_file(
+                    &files[i],
+                    &dir,
+                    arch,
+                    cubin,
+                    ptx_dir.as_deref(),
+                    cache.as_deref(),
+                );
                 *results[i].lock().unwrap() = Some(r);
             });
         }
@@ -114,13 +159,15 @@ enum Checked {
 }
 
 /// Compiles one kernel file as the CUDA backend would, and checks that every kernel it declares
-/// is in the PTX (or, with `cubin`, that the CUBIN builds).
+/// is in the PTX (or, with `cubin`, that the CUBIN builds; with `cache`, the CUBIN is taken from
+/// or stored in that kernel cache).
 fn check_file(
     path: &Path,
     dir: &Path,
     arch: &'static str,
     cubin: bool,
     ptx_dir: Option<&Path>,
+    cache: Option<&Path>,
 ) -> Checked {
     let family: &'static str = Box::leak(
         path.file_stem()
@@ -141,6 +188,18 @@ fn check_file(
     };
     let shown = path.strip_prefix(dir).unwrap_or(path).display();
     let start = std::time::Instant::now();
+    if let Some(c) = cache {
+        let c = moe_kernels::cuda::KernelCache::Dir(c.to_path_buf());
+        return match moe_kernels::cuda::cache::cubin(&source, arch, &c) {
+            Ok(_) => Checked::Ok(format!(
+                "ok   {shown}  {}  {} kernels, CUBIN in the cache in {:.1} s",
+                moe_kernels::cuda::target_arch(arch),
+                names.len(),
+                start.elapsed().as_secs_f64()
+            )),
+            Err(e) => Checked::Failed(format!("FAIL {e}")),
+        };
+    }
     if cubin {
         return match moe_kernels::cuda::compile_cubin(&source, arch) {
             Ok((image, _)) => Checked::Ok(format!(
