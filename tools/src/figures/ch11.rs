@@ -8,8 +8,12 @@
 //! Made from them: the facts file, the targets table (each target of the chapter's issue, the
 //! measured ratio, met or missed), the timing table along the rows, the front's launch-by-launch
 //! table, the row-axis figure (the fronts beside their floor, and the selection alone), and Part
-//! II's closing figure (`part2.rs`), with the page's example and tree.
+//! II's closing figure (`part2.rs`) and the decode-step share of its routers (`decode.rs`), with
+//! the page's example and tree; from `bench ch11 --flips`, the bf16 variant's flip-rate table
+//! (`flips.rs`, "not measured yet" until `bench/results/h200/ch11_flips.csv` is committed).
 
+mod decode;
+mod flips;
 mod part2;
 
 use super::facts::{thousands, Facts};
@@ -607,6 +611,8 @@ pub fn generate(root: &Path) -> Result<Vec<Generated>, String> {
         },
     ];
     out.extend(part2::generate(root, &mut f)?);
+    out.push(decode::generate(root, &mut f)?);
+    out.push(flips::generate(root, &mut f)?);
     out.insert(
         0,
         Generated {
