@@ -244,16 +244,28 @@ fn table_and_facts(batches: &[(u64, Step, Vec<Line>)], f: &mut Facts) -> Result<
                 src,
             );
         }
-        // The cheapest and the dearest design alone (cold), the reference aside.
+        // The cheapest and the dearest design by its warm time (the closer to what a design
+        // costs inside a step), the reference aside: names and shares.
         let designs = || ls.iter().filter(|x| x.key != "step_router");
         let least = designs()
-            .min_by(|a, c| a.cold.total_cmp(&c.cold))
+            .min_by(|a, c| a.warm.total_cmp(&c.warm))
             .ok_or("no design")?;
         let most = designs()
-            .max_by(|a, c| a.cold.total_cmp(&c.cold))
+            .max_by(|a, c| a.warm.total_cmp(&c.warm))
             .ok_or("no design")?;
-        f.add(format!("dec_b{b}_least"), least.name.as_str(), src);
-        f.add(format!("dec_b{b}_most"), most.name.as_str(), src);
+        for (which, x) in [("least", least), ("most", most)] {
+            f.add(format!("dec_b{b}_{which}"), x.name.as_str(), src);
+            f.add(
+                format!("dec_b{b}_{which}_pct"),
+                pct(l * x.warm, st.warm),
+                src,
+            );
+            f.add(
+                format!("dec_b{b}_{which}_rest_pct"),
+                pct(l * x.warm, st.rest_warm),
+                src,
+            );
+        }
     }
     Ok(s)
 }
@@ -373,6 +385,8 @@ mod tests {
         assert_eq!(f.get("dec_pair_1_warm_over_step"), Some("0.67"));
         assert_eq!(f.get("dec_one_launch_1_rows"), Some("6"));
         assert_eq!(f.get("dec_b1_least"), Some("the pair"));
+        assert_eq!(f.get("dec_b1_least_pct"), Some("2.0"));
+        assert_eq!(f.get("dec_b1_most_rest_pct"), Some("20.0"));
         assert_eq!(f.get("dec_b1_most"), Some("the one launch"));
         // A design never measured at the shape is an error.
         let e = lines(&decode, 1, &designs[..1], &[vec![]]).unwrap_err();

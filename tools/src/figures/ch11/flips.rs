@@ -184,7 +184,7 @@ fn paragraph(rows: &[Flips], f: &mut Facts) -> String {
     format!(
         "Over the {} row counts the rate runs from {}% (at {} row{}) to {}% (at {} row{}). At the \
          largest count, {} of {} rows flipped ({}%). Taken as one row's chance to flip, that rate \
-         puts {} of the {} rates within two sampling spreads of it. It lies {} the range that \
+         puts {} within two sampling spreads of it. It lies {} the range that \
          SGLang's comment gives, as the router article's section 7 quotes it: \
          <span class=\"cited\">{lo:.0}-{hi:.0}%</span>.\n",
         rows.len(),
@@ -197,8 +197,11 @@ fn paragraph(rows: &[Flips], f: &mut Facts) -> String {
         thousands(flipped),
         thousands(n),
         pct(p),
-        r.within,
-        rows.len(),
+        if r.within == rows.len() {
+            format!("all {} rates", rows.len())
+        } else {
+            format!("{} of the {} rates", r.within, rows.len())
+        },
         against_cited(p),
     )
 }
@@ -311,10 +314,16 @@ mod tests {
         // With it (written to a temporary folder, never the tree): the table.
         std::fs::create_dir_all(root.join("bench/results/h200")).unwrap();
         std::fs::write(root.join(CSV), csv(&[(16, 1), (256, 9)])).unwrap();
+        let mut f = Facts::default();
         let g = generate(&root, &mut f);
         std::fs::remove_dir_all(&root).unwrap();
         let g = g.unwrap();
         assert!(g.content.contains("| 256 | 9 | 3.5% |"), "{}", g.content);
+        assert!(
+            g.content.contains("puts all 2 rates within"),
+            "{}",
+            g.content
+        );
         assert_eq!(f.get("flips_counts"), Some("2"));
     }
 }
