@@ -30,8 +30,8 @@ const CH09: &str = "bench/results/h200/ch09.csv";
 const TABLE: &str = "book/src/figures/ch11-decode-share.md";
 
 /// Qwen3-30B-A3B's MoE layers (`num_hidden_layers`, every one MoE: chapter 7's
-/// `QWEN3_30B_A3B`). Checked against the step's `router` part, whose launches are these layers
-/// times chapter 5's pair's.
+/// `QWEN3_30B_A3B`). Checked against the step's `router` part, whose launches are a whole number
+/// per layer.
 pub const LAYERS: u64 = 48;
 
 /// A design: its facts name, its table label, its name in a sentence (the `tag`), where it was
@@ -284,15 +284,12 @@ pub fn generate(root: &Path, f: &mut Facts) -> Result<Generated, String> {
     for b in bs {
         let ls = lines(&decode, b, &QWEN3, &sources)?;
         let router = part(&decode, b, "router")?;
-        let pair = ls
-            .iter()
-            .find(|x| x.key == "pair")
-            .ok_or("chapter 5's pair is one of the designs")?;
-        if router.launches != LAYERS * pair.launches {
+        #[allow(clippy::manual_is_multiple_of)] // the workspace's MSRV is 1.85
+        if router.launches == 0 || router.launches % LAYERS != 0 {
             return Err(format!(
-                "{DECODE}: the router part at batch {b} has {} launches, not {LAYERS} layers × \
-                 chapter 5's pair's {}",
-                router.launches, pair.launches
+                "{DECODE}: the router part at batch {b} has {} launches, not a whole number per \
+                 layer of {LAYERS}",
+                router.launches
             ));
         }
         batches.push((b, step(&decode, b)?, ls));
