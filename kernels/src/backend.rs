@@ -83,4 +83,16 @@ pub(crate) trait Backend: AsAny + Send + Sync {
     ) -> Result<()>;
     /// One library GEMM (cuBLAS on the GPU, the reference GEMM on the emulator).
     fn gemm(&self, call: &GemmCall) -> Result<()>;
+    /// [`crate::Device::side_by_side`]'s three steps: `fork` makes a second stream wait for
+    /// everything queued so far and sends the calling thread's launches and GEMMs to it;
+    /// `unfork` sends them back to the main stream; `join` makes the main stream wait for
+    /// everything queued on the second. The emulator runs every launch to its end when it is
+    /// made, so one order of the two halves is already a correct schedule: no-ops there.
+    fn fork(&self) -> Result<()> {
+        Ok(())
+    }
+    fn unfork(&self) {}
+    fn join(&self) -> Result<()> {
+        Ok(())
+    }
 }

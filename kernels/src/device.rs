@@ -326,6 +326,30 @@ impl Device {
         Ok(buf)
     }
 
+    // ANCHOR: side_by_side
+    /// Queues `side`'s launches and library GEMMs on a second stream and `main`'s on the
+    /// device's stream, so the GPU may run the two at once; both start after everything queued
+    /// before the call, and anything queued after it starts after both (a fork and a join, by
+    /// events; inside a CUDA graph capture they become the graph's edges). Each half must not
+    /// read what the other writes. On the emulator the halves simply run one after the other
+    /// (`side` first), which is one of the orders the GPU may take: the same results.
+    pub fn side_by_side<A, B, E: From<KernelError>>(
+        &self,
+        side: impl FnOnce() -> std::result::Result<A, E>,
+        main: impl FnOnce() -> std::result::Result<B, E>,
+    ) -> std::result::Result<(A, B), E> {
+        self.backend.fork()?;
+        let a = side();
+        self.backend.unfork();
+        // The join comes whatever the halves did: a capture with a stream left forked cannot end.
+        let b = a.and_then(|a| main().map(|b| (a, b)));
+        let joined = self.backend.join();
+        let both = b?;
+        joined?;
+        Ok(both)
+    }
+    // ANCHOR_END: side_by_side
+
     /// Waits for all queued work (on the emulator, launches are synchronous already).
     pub fn synchronize(&self) -> Result<()> {
         self.backend.synchronize()

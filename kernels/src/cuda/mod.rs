@@ -2,7 +2,8 @@
 //! time (the binary builds and starts with no CUDA installed). Every call checks its result and
 //! turns a failure into a [`KernelError`] that names the call.
 //!
-//! - this file: the device, its one stream, memory, copies, module loading, launches;
+//! - this file: the device, its stream (and a second one for [`crate::Device::side_by_side`]),
+//!   memory, copies, module loading, launches;
 //! - [`nvrtc`]: compiling a family for the device's architecture;
 //! - [`cache`]: the compiled families kept on disk, so only a family's first run compiles it;
 //! - `graph`: CUDA graphs and events, for the measuring harness;
@@ -53,11 +54,16 @@ fn describe(e: &cu::DriverError) -> String {
     }
 }
 
-/// One GPU: its primary context, one stream on which everything of this process runs in order,
-/// and what the harness needs to know about it.
+/// One GPU: its primary context, one stream on which everything of this process runs in order
+/// (but the launches sent to the second stream between a fork and a join), and what the harness
+/// needs to know about it.
 pub struct Gpu {
     ctx: sys::CUcontext,
     pub(crate) stream: sys::CUstream,
+    /// The second stream, and the events of a fork (main to side) and a join (side to main).
+    side: sys::CUstream,
+    fork_event: sys::CUevent,
+    join_event: sys::CUevent,
     pub(crate) name: String,
     pub(crate) arch: &'static str,
     pub(crate) sms: u32,
@@ -66,6 +72,13 @@ pub struct Gpu {
     /// and not turned off with `MOE_DEPENDENT_LAUNCH=0`.
     dependent_launch: bool,
     blas: std::sync::OnceLock<std::result::Result<blas::Blas, KernelError>>,
+    /// A second cuBLAS handle, bound to the second stream (a handle's workspace belongs to it).
+    blas_side: std::sync::OnceLock<std::result::Result<blas::Blas, KernelError>>,
+}
+
+thread_local! {
+    /// Whether this thread's launches go to the second stream (between fork and unfork).
+    static ON_SIDE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 // The context and stream handles are usable from any thread once the context is made current
@@ -117,11 +130,25 @@ impl Gpu {
             cu::stream::create(cu::stream::StreamKind::NonBlocking),
             || "cuStreamCreate".into(),
         )?;
+        let side = check(
+            cu::stream::create(cu::stream::StreamKind::NonBlocking),
+            || "cuStreamCreate (the second stream)".into(),
+        )?;
+        let event = || {
+            check(
+                cu::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING),
+                || "cuEventCreate (fork and join)".into(),
+            )
+        };
+        let (fork_event, join_event) = (event()?, event()?);
         // NVRTC wants a &'static str; one string per process.
         let arch: &'static str = Box::leak(format!("sm_{major}{minor}").into_boxed_str());
         Ok(Gpu {
             ctx,
             stream,
+            side,
+            fork_event,
+            join_event,
             name,
             arch,
             sms,
@@ -131,7 +158,17 @@ impl Gpu {
             dependent_launch: major >= 9
                 && std::env::var("MOE_DEPENDENT_LAUNCH").map_or(true, |v| v.trim() != "0"),
             blas: std::sync::OnceLock::new(),
+            blas_side: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The stream this thread's launches go to now.
+    fn current(&self) -> sys::CUstream {
+        if ON_SIDE.with(|s| s.get()) {
+            self.side
+        } else {
+            self.stream
+        }
     }
 
     /// Makes this GPU's context current on the calling thread.
@@ -169,7 +206,7 @@ impl Gpu {
             blockDimY: cfg.block.1,
             blockDimZ: cfg.block.2,
             sharedMemBytes: cfg.shared_bytes,
-            hStream: self.stream,
+            hStream: self.current(),
             attrs: &mut attr,
             numAttrs: 1,
         };
@@ -358,7 +395,7 @@ impl Backend for Gpu {
                     cfg.grid,
                     cfg.block,
                     cfg.shared_bytes,
-                    self.stream,
+                    self.current(),
                     &mut params.ptrs,
                 )
             },
@@ -373,11 +410,53 @@ impl Backend for Gpu {
 
     fn gemm(&self, call: &GemmCall) -> Result<()> {
         self.bind()?;
-        let blas = self
-            .blas
-            .get_or_init(|| blas::Blas::new(self.stream))
-            .as_ref()
-            .map_err(|e| e.clone())?;
-        blas.gemm(call)
+        let blas = if ON_SIDE.with(|s| s.get()) {
+            self.blas_side.get_or_init(|| blas::Blas::new(self.side))
+        } else {
+            self.blas.get_or_init(|| blas::Blas::new(self.stream))
+        };
+        blas.as_ref().map_err(|e| e.clone())?.gemm(call)
+    }
+
+    fn fork(&self) -> Result<()> {
+        self.bind()?;
+        check(
+            unsafe { cu::event::record(self.fork_event, self.stream) },
+            || "cuEventRecord (fork)".into(),
+        )?;
+        check(
+            unsafe {
+                cu::stream::wait_event(
+                    self.side,
+                    self.fork_event,
+                    sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+                )
+            },
+            || "cuStreamWaitEvent (the second stream on the fork)".into(),
+        )?;
+        ON_SIDE.with(|s| s.set(true));
+        Ok(())
+    }
+
+    fn unfork(&self) {
+        ON_SIDE.with(|s| s.set(false));
+    }
+
+    fn join(&self) -> Result<()> {
+        self.bind()?;
+        check(
+            unsafe { cu::event::record(self.join_event, self.side) },
+            || "cuEventRecord (join)".into(),
+        )?;
+        check(
+            unsafe {
+                cu::stream::wait_event(
+                    self.stream,
+                    self.join_event,
+                    sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+                )
+            },
+            || "cuStreamWaitEvent (the main stream on the join)".into(),
+        )
     }
 }
