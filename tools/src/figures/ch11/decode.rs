@@ -15,7 +15,7 @@
 //! 11's fronts are at Kimi K3's shape, of which no decode step is measured here: they have no
 //! line.
 
-use super::part2::Design;
+use super::part2::{d, Design};
 use crate::bench_row::{parse_csv, BenchRow};
 use crate::figures::ch07::{parse_decode, Part};
 use crate::figures::facts::{thousands, Facts};
@@ -33,24 +33,6 @@ const TABLE: &str = "book/src/figures/ch11-decode-share.md";
 /// `QWEN3_30B_A3B`). Checked against the step's `router` part, whose launches are a whole number
 /// per layer.
 pub const LAYERS: u64 = 48;
-
-/// A design: its facts name, its table label, its name in a sentence (the `tag`), where it was
-/// measured.
-const fn d(
-    key: &'static str,
-    label: &'static str,
-    tag: &'static str,
-    csv: &'static str,
-    imp: &'static str,
-) -> Design {
-    Design {
-        key,
-        label,
-        tag,
-        csv,
-        imp,
-    }
-}
 
 /// The designs, from the hidden states: the first two give ids and weights only, the last three
 /// the experts' layout too (as in Part II's figure, `part2.rs`).

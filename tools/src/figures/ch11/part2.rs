@@ -37,7 +37,8 @@ pub struct Design {
     pub imp: &'static str,
 }
 
-const fn d(
+/// A [`Design`] from its fields in order (for the tables of designs here and in `decode.rs`).
+pub(super) const fn d(
     key: &'static str,
     label: &'static str,
     tag: &'static str,
