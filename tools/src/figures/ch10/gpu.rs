@@ -7,6 +7,7 @@
 //! and stderr says so.
 
 use super::super::facts::Facts;
+use super::super::tables::fmt_us;
 use super::super::{read, short, Generated};
 use crate::bench_row::{parse_csv, BenchRow};
 use crate::csv::Table;
@@ -123,20 +124,7 @@ pub fn batch_table(rows: &[BatchRow]) -> String {
 
 /// The cold median of `imp` at `t` tokens of `shape`.
 fn cold(rows: &[BenchRow], shape: &str, t: u64, imp: &str) -> Option<f64> {
-    rows.iter()
-        .find(|r| r.shape == shape && r.rows == t && r.imp == imp)
-        .map(|r| r.cold_median_us)
-}
-
-/// µs as the tables write them: three significant digits.
-fn us(v: f64) -> String {
-    if v >= 100.0 {
-        format!("{v:.0}")
-    } else if v >= 10.0 {
-        format!("{v:.1}")
-    } else {
-        format!("{v:.2}")
-    }
+    super::super::find(rows, shape, t, imp).map(|r| r.cold_median_us)
 }
 
 /// The cost table and its facts: both layers' cold medians at every token count, the ratio.
@@ -170,9 +158,14 @@ fn cost(rows: &[BenchRow], f: &mut Facts) -> String {
                 (worst, worst_at) = (r, t);
             }
             best = best.min(r);
-            let _ = writeln!(s, "| {shape} | {t} | {} | {} | {r:.2} |", us(a), us(b));
-            f.add(format!("{sh}_t{t}_layer_cold"), us(a), COST);
-            f.add(format!("{sh}_t{t}_det_cold"), us(b), COST);
+            let _ = writeln!(
+                s,
+                "| {shape} | {t} | {} | {} | {r:.2} |",
+                fmt_us(a),
+                fmt_us(b)
+            );
+            f.add(format!("{sh}_t{t}_layer_cold"), fmt_us(a), COST);
+            f.add(format!("{sh}_t{t}_det_cold"), fmt_us(b), COST);
             f.add(format!("{sh}_t{t}_det_ratio"), format!("{r:.2}"), COST);
         }
         if worst_at > 0 {
