@@ -205,8 +205,9 @@ fn run_rank(rank: usize, quick: bool, out_dir: &std::path::Path) -> Result<(), S
     };
     let (warm, samples) = if quick { (1, 3) } else { (5, 30) };
     let mut csv = String::from(
-        "shape,tokens,impl,world,rank_tokens,median_us,p10_us,p90_us,collective_median_us,samples\n",
+        "shape,tokens,impl,world,rank_tokens,median_us,p10_us,p90_us,collective_median_us,samples,device\n",
     );
+    let device = dev.name().replace(' ', "_");
     for shape in shapes {
         let config = shape.config();
         let b = shape.bias.then(|| bias(shape.experts));
@@ -278,7 +279,7 @@ fn run_rank(rank: usize, quick: bool, out_dir: &std::path::Path) -> Result<(), S
                 let (m, p10, p90) = stats(&mut total);
                 let (cm, _, _) = stats(&mut c);
                 csv.push_str(&format!(
-                    "{},{t},{name},{WORLD},{rank_tokens},{m:.2},{p10:.2},{p90:.2},{cm:.2},{samples}\n",
+                    "{},{t},{name},{WORLD},{rank_tokens},{m:.2},{p10:.2},{p90:.2},{cm:.2},{samples},{device}\n",
                     shape.name
                 ));
                 if rank == 0 {

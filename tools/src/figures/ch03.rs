@@ -19,7 +19,7 @@ use super::spec::{
     self, each, fact, Absent, Cell, Chart, Csv, Ctx, Data, Fmt, Item, Line, Loop, Make, Name, Over,
     Part, Pivot, Slot, Source, Style, Value,
 };
-use super::svg::Marker;
+use super::svg::{self, Marker, GRID, INK, MUTED};
 use super::tables::parse_steps;
 use super::{esc, Generated};
 use crate::csv::Table;
@@ -218,11 +218,6 @@ fn draw_padding(d: &Data) -> Result<Option<String>, String> {
     Ok(Some(padding_svg(&rows)))
 }
 
-const INK: &str = "#1f2328";
-const MUTED: &str = "#57606a";
-const GRID: &str = "#e4e7eb";
-const FONT: &str = "system-ui, -apple-system, 'Segoe UI', Helvetica, Arial, sans-serif";
-
 /// BLOCK_M's color (Okabe–Ito, in order of size).
 fn tile_color(k: usize) -> &'static str {
     [
@@ -255,17 +250,11 @@ pub fn padding_svg(rows: &[PadRow]) -> String {
     let (xlo, xhi) = ((tmin / 1.4).ln(), (tmax * 1.4).ln());
 
     let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0}" height="{height:.0}" viewBox="0 0 {width:.0} {height:.0}" font-family="{FONT}" font-size="13" fill="{INK}">"#
-    );
-    let _ = writeln!(
-        s,
-        r##"<rect x="0" y="0" width="{width:.0}" height="{height:.0}" fill="#ffffff"/>"##
-    );
-    let _ = writeln!(
-        s,
-        r#"<text x="16" y="26" font-size="17" font-weight="600">What padding costs: the share of padded slots against tokens (k = {k})</text>"#
+    svg::open(
+        &mut s,
+        width,
+        height,
+        &format!("What padding costs: the share of padded slots against tokens (k = {k})"),
     );
     for (i, line) in [
         "Each expert's run of pairs is padded to a multiple of BLOCK_M; pairs spread as evenly as they can over the E experts. Exact.",

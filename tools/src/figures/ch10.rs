@@ -9,6 +9,7 @@
 mod gpu;
 
 use super::facts::{thousands, Facts};
+use super::svg::{self, GRID, INK, MUTED};
 use super::{esc, example_and_tree, read, short, Generated};
 use crate::csv::Table;
 use std::fmt::Write as _;
@@ -334,10 +335,6 @@ pub fn error_table(cases: &[Case], flips: &[Flip]) -> String {
 /// arithmetic's median rank-key error. Bars carry `class="gap"`, lines `class="key-err"` with
 /// `data-arithmetic`, or `class="gap-median"`.
 pub fn gap_svg(cases: &[Case], gaps: &[GapBin], flips: &[Flip]) -> String {
-    const FONT: &str = "system-ui, -apple-system, 'Segoe UI', Helvetica, Arial, sans-serif";
-    const INK: &str = "#1f2328";
-    const MUTED: &str = "#57606a";
-    const GRID: &str = "#e4e7eb";
     const BAR: &str = "#b8c4d0";
     let (cols, pw, ph, left, gap, right) = (3usize, 300.0, 170.0, 30.0, 30.0, 20.0);
     let (xlo, xhi) = (-10.0f64, 1.0f64);
@@ -349,17 +346,11 @@ pub fn gap_svg(cases: &[Case], gaps: &[GapBin], flips: &[Flip]) -> String {
     let row_h = 34.0 + ph + 46.0;
     let height = top + n.div_ceil(cols) as f64 * row_h + 8.0;
     let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0}" height="{height:.0}" viewBox="0 0 {width:.0} {height:.0}" font-family="{FONT}" font-size="13" fill="{INK}">"#
-    );
-    let _ = writeln!(
-        s,
-        r##"<rect x="0" y="0" width="{width:.0}" height="{height:.0}" fill="#ffffff"/>"##
-    );
-    let _ = writeln!(
-        s,
-        r#"<text x="16" y="26" font-size="17" font-weight="600">The gap at the cut against the rounding error of the rank key</text>"#
+    svg::open(
+        &mut s,
+        width,
+        height,
+        "The gap at the cut against the rounding error of the rank key",
     );
     for (i, line) in [
         "Bars: the fp64 router's gap at the cut over the rows (synthetic rows; a tenth of a decade per bar, log axis). Solid line: its median.",

@@ -14,6 +14,7 @@ pub mod ch08;
 pub mod ch09;
 pub mod ch10;
 pub mod ch11;
+pub mod ch12;
 pub mod emu_hopper;
 pub mod equality;
 pub mod facts;
@@ -47,6 +48,15 @@ fn read(root: &Path, rel: &str) -> Result<String, String> {
 /// The short name of a shape: `glm_h4096_e288_k8` → `glm`.
 fn short(shape: &str) -> &str {
     shape.split('_').next().unwrap_or(shape)
+}
+
+/// The page's name of a shape, from its short name (`qwen3` → `Qwen3-30B-A3B`).
+fn title(s: &str) -> &str {
+    match s {
+        "qwen3" => "Qwen3-30B-A3B",
+        "glm" => "GLM-like",
+        other => other,
+    }
 }
 
 /// The bench row of `imp` at `n` rows (tokens) of `shape`.
@@ -120,8 +130,13 @@ pub fn generate(root: &Path, group: &str) -> Result<Vec<Generated>, String> {
         "ch10" => ch10::generate(root),
         // The GPU run's figure, tables and facts, Part II's closing figure, the example and tree.
         "ch11" => ch11::generate(root),
-        // The example and the tree; no measured section until `bench ch12` runs on two GPUs.
-        "ch12" => example_and_tree(root, 12),
+        // The measured section from `bench ch12` on two GPUs ("not measured yet" until its CSV
+        // is committed), with the example and tree.
+        "ch12" => {
+            let mut v = ch12::generate(root)?;
+            v.extend(example_and_tree(root, 12)?);
+            Ok(v)
+        }
         "runtime" => Ok([runtime(root)?, emu_hopper::generate(root)?].concat()),
         "primer" => primer_example(root),
         other => Err(format!(

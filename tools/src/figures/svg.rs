@@ -83,11 +83,30 @@ pub fn describe_shape(shape: &str) -> String {
 const GAP: f64 = 34.0;
 const RIGHT: f64 = 24.0;
 const BOTTOM: f64 = 58.0;
-const INK: &str = "#1f2328";
-const MUTED: &str = "#57606a";
-const GRID: &str = "#e4e7eb";
+/// The figures' palette and font: text and axes, notes and tick labels, grid lines.
+pub const INK: &str = "#1f2328";
+pub const MUTED: &str = "#57606a";
+pub const GRID: &str = "#e4e7eb";
 const FLOOR: &str = "#8c959f";
-const FONT: &str = "system-ui, -apple-system, 'Segoe UI', Helvetica, Arial, sans-serif";
+pub const FONT: &str = "system-ui, -apple-system, 'Segoe UI', Helvetica, Arial, sans-serif";
+
+/// The start of every hand-written figure: the `<svg>` element (its size, font and ink), a white
+/// background, and the title on the first line (escaped here).
+pub fn open(s: &mut String, width: f64, height: f64, title: &str) {
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0}" height="{height:.0}" viewBox="0 0 {width:.0} {height:.0}" font-family="{FONT}" font-size="13" fill="{INK}">"#
+    );
+    let _ = writeln!(
+        s,
+        r##"<rect x="0" y="0" width="{width:.0}" height="{height:.0}" fill="#ffffff"/>"##
+    );
+    let _ = writeln!(
+        s,
+        r#"<text x="16" y="26" font-size="17" font-weight="600">{}</text>"#,
+        esc(title)
+    );
+}
 
 /// Color, marker and legend label of an implementation (Okabe–Ito colors: distinct for the
 /// common color-vision deficiencies).
@@ -313,20 +332,11 @@ impl Figure<'_> {
             .map(|r| (r.chapter.clone(), r.device.clone()))
             .unwrap_or_default();
         let mut s = String::new();
-        let _ = writeln!(
-            s,
-            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0}" height="{height:.0}" viewBox="0 0 {width:.0} {height:.0}" font-family="{FONT}" font-size="13" fill="{INK}">"#
-        );
-        let _ = writeln!(
-            s,
-            r##"<rect x="0" y="0" width="{width:.0}" height="{height:.0}" fill="#ffffff"/>"##
-        );
-        let _ = writeln!(
-            s,
-            r#"<text x="16" y="26" font-size="17" font-weight="600">{} ({}, {})</text>"#,
-            esc(self.title),
-            esc(&chapter),
-            esc(&device)
+        open(
+            &mut s,
+            width,
+            height,
+            &format!("{} ({chapter}, {device})", self.title),
         );
         for (i, line) in self.notes.iter().enumerate() {
             let _ = writeln!(
@@ -531,6 +541,18 @@ impl Figure<'_> {
         }
         s.push_str("</g>\n");
     }
+}
+
+/// A readable step for a linear axis from 0 to `max`: 1, 2 or 5 times a power of ten, at most
+/// five steps.
+pub fn linear_step(max: f64) -> f64 {
+    let raw = max / 5.0;
+    let p = 10f64.powf(raw.log10().floor());
+    [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * p)
+        .find(|s| *s >= raw)
+        .unwrap_or(10.0 * p)
 }
 
 /// Draws chapter 1's figure: one panel per router shape, every implementation with the floor.

@@ -13,7 +13,7 @@
 
 use super::super::facts::Facts;
 use super::super::tables::{fmt_us, parse_steps};
-use super::super::{read, short, Generated};
+use super::super::{read, short, title, Generated};
 use super::crossover;
 use crate::bench_row::{parse_csv, BenchRow, StepRow};
 use std::path::Path;
@@ -67,15 +67,6 @@ fn cold(rows: &[BenchRow], csv: &str, s: &str, n: u64, imp: &str) -> Result<f64,
     at(rows, s, n, imp)
         .map(|r| r.cold_median_us)
         .ok_or_else(|| format!("{csv}: no {imp} row at {n} rows of {s}"))
-}
-
-/// The page's name of a shape.
-fn title(s: &str) -> &str {
-    match s {
-        "qwen3" => "Qwen3-30B-A3B",
-        "glm" => "GLM-like",
-        other => other,
-    }
 }
 
 /// A ratio to two places, or to four where two would print the limit itself: the number beside

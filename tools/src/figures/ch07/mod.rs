@@ -8,6 +8,7 @@
 //!   paths (tokens that follow transformers', logits' distance) and its facts.
 
 use super::facts::Facts;
+use super::svg;
 use super::{esc, read, Generated};
 use crate::csv::Table;
 use std::fmt::Write as _;
@@ -193,17 +194,11 @@ pub fn decode_svg(rows: &[Part]) -> Result<String, String> {
     let legend_top = top + bs.len() as f64 * (bar_h + gap) + 30.0;
     let height = legend_top + 4.0 * 22.0 + 10.0;
     let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0}" height="{height:.0}" viewBox="0 0 {width:.0} {height:.0}" font-family="system-ui, -apple-system, 'Segoe UI', Helvetica, Arial, sans-serif" font-size="13" fill="#1f2328">"##
-    );
-    let _ = writeln!(
-        s,
-        r##"<rect x="0" y="0" width="{width:.0}" height="{height:.0}" fill="#ffffff"/>"##
-    );
-    let _ = writeln!(
-        s,
-        r#"<text x="16" y="26" font-size="17" font-weight="600">Where a decode step's time goes: Qwen3-30B-A3B's shapes on the H200</text>"#
+    svg::open(
+        &mut s,
+        width,
+        height,
+        "Where a decode step's time goes: Qwen3-30B-A3B's shapes on the H200",
     );
     for (i, l) in [
         "Each bar: one step, cold (L2 flushed), split by its parts, each timed alone as a CUDA graph.",

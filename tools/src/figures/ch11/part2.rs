@@ -18,6 +18,7 @@
 
 use crate::bench_row::{parse_csv, BenchRow};
 use crate::figures::facts::{thousands, Facts};
+use crate::figures::svg::{self, linear_step, GRID, INK, MUTED};
 use crate::figures::tables::fmt_us;
 use crate::figures::{esc, read, short, Generated};
 use std::collections::BTreeSet;
@@ -262,10 +263,6 @@ fn table(groups: &[(&str, &[u64], &[Bar])]) -> String {
     s
 }
 
-const INK: &str = "#1f2328";
-const MUTED: &str = "#57606a";
-const GRID: &str = "#e4e7eb";
-const FONT: &str = "system-ui, -apple-system, 'Segoe UI', Helvetica, Arial, sans-serif";
 /// The three parts, bottom to top: name, color (Okabe–Ito), class.
 const PARTS: [(&str, &str, &str); 3] = [
     (
@@ -289,18 +286,6 @@ const PANEL_W: f64 = 150.0;
 const PANEL_H: f64 = 190.0;
 const LEFT: f64 = 48.0;
 const GAP: f64 = 18.0;
-
-/// A readable step for a linear axis from 0 to `max`: 1, 2 or 5 times a power of ten, at most
-/// five steps.
-fn linear_step(max: f64) -> f64 {
-    let raw = max / 5.0;
-    let p = 10f64.powf(raw.log10().floor());
-    [1.0, 2.0, 5.0, 10.0]
-        .into_iter()
-        .map(|m| m * p)
-        .find(|s| *s >= raw)
-        .unwrap_or(10.0 * p)
-}
 
 fn tick(v: f64) -> String {
     if v >= 1.0 || v == 0.0 {
@@ -439,17 +424,11 @@ fn render(groups: &[(&str, &[u64], &[Bar])], designs: &[&Design]) -> String {
     let band_h = 44.0 + PANEL_H + 50.0;
     let height = first_band + band_h * groups.len() as f64;
     let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0}" height="{height:.0}" viewBox="0 0 {width:.0} {height:.0}" font-family="{FONT}" font-size="13" fill="{INK}">"#
-    );
-    let _ = writeln!(
-        s,
-        r##"<rect x="0" y="0" width="{width:.0}" height="{height:.0}" fill="#ffffff"/>"##
-    );
-    let _ = writeln!(
-        s,
-        r#"<text x="16" y="26" font-size="17" font-weight="600">Where the time goes: every router of Part II along the row axis (H200)</text>"#
+    svg::open(
+        &mut s,
+        width,
+        height,
+        "Where the time goes: every router of Part II along the row axis (H200)",
     );
     let _ = writeln!(
         s,
