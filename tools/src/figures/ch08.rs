@@ -24,6 +24,7 @@ use super::spec::{
 use super::svg::{describe_shape, Marker};
 use super::Generated;
 use crate::figures::facts::thousands;
+use crate::figures::tables::fmt_us;
 use std::path::Path;
 
 /// This file, as the specs' errors name it.
@@ -178,6 +179,18 @@ const ONE_BLOCK_AHEAD: Value = Value::NamedText {
     csv: &CH08,
     f: one_block_ahead_up_to,
 };
+const STAGE_AHEAD_AT: Value = Value::NamedText {
+    csv: &CH08,
+    f: stage_ahead_at,
+};
+const STAGE_MOST_BEHIND: Value = Value::NamedText {
+    csv: &CH08,
+    f: stage_most_behind,
+};
+const MISSED: Value = Value::NamedText {
+    csv: &CH08,
+    f: missed,
+};
 const ONE_LAUNCH_UP_TO: Value = Value::NamedText {
     csv: &CH08,
     f: stage_one_launch_up_to,
@@ -193,8 +206,10 @@ const ONE_LAUNCH_UP_TO: Value = Value::NamedText {
 /// count where it is) and `{s}_{target}_verdict` (`met` or `**missed**`, from the unrounded
 /// ratio); `{s}_one_block_ahead_up_to` (the largest row count where one block is faster cold than
 /// two launches, or `none`), `{s}_stage_one_launch_up_to` (the largest row count where the stage
-/// as the chapter arranges it is one launch), `{s}_{imp}_launches`; and the targets' limits,
-/// `target_{target}`.
+/// as the chapter arranges it is one launch), `{s}_{imp}_launches`; for sentences,
+/// `{s}_stage_ahead_at` (the row counts where the stage is faster cold than the pair + align),
+/// `{s}_stage_most_behind` (where it is furthest behind) and `{s}_missed` (how many targets are
+/// missed); and the targets' limits, `target_{target}`.
 #[rustfmt::skip]
 const GPU_FACTS: &[Item] = &[
     fact!(? "empty_cold", cold("impl=empty_kernel"), Fmt::Us),
@@ -226,6 +241,9 @@ const GPU_FACTS: &[Item] = &[
             when!("target=layer", [fact!(? "{shape}_layer_verdict", WORST, Fmt::AtMost(LAYER_OVER_PAIR_MAX))]),
         ]),
         fact!(? "{shape}_one_block_ahead_up_to", ONE_BLOCK_AHEAD, Fmt::Raw),
+        fact!(? "{shape}_stage_ahead_at", STAGE_AHEAD_AT, Fmt::Raw),
+        fact!(? "{shape}_stage_most_behind", STAGE_MOST_BEHIND, Fmt::Raw),
+        fact!(? "{shape}_missed", MISSED, Fmt::Raw),
         fact!(? "{shape}_stage_one_launch_up_to", ONE_LAUNCH_UP_TO, Fmt::Raw),
         each!(IMPS, [
             fact!(? "{shape}_{imp}_launches", LAUNCHES, Fmt::Raw),
@@ -308,7 +326,11 @@ pub(crate) fn target<'t>(c: &Ctx, targets: &'t [Target]) -> Result<&'t Target, S
 /// A target's largest ratio over its row counts at `{shape}` and the count where it is (the
 /// first, where several tie); `None` where no count has both sides measured.
 pub(crate) fn worst_of(c: &Ctx, targets: &[Target]) -> Result<Option<(f64, u64)>, String> {
-    let t = target(c, targets)?;
+    worst_for(c, target(c, targets)?)
+}
+
+/// [`worst_of`] for the target `t`.
+pub(crate) fn worst_for(c: &Ctx, t: &Target) -> Result<Option<(f64, u64)>, String> {
     let mut w: Option<(f64, u64)> = None;
     for n in counts_of(c, t.imp)? {
         if n > t.up_to {
@@ -357,6 +379,107 @@ pub(crate) fn ahead_up_to(c: &Ctx, a: &str, b: &str) -> Result<Option<String>, S
     Ok(any.then(|| last.map_or("none".to_string(), thousands)))
 }
 
+/// `1 row`, `2, 4 and 8 rows`, with thousands separators.
+fn rows_list(counts: &[u64]) -> String {
+    let v: Vec<String> = counts.iter().map(|&n| thousands(n)).collect();
+    let list = match v.len() {
+        0 => String::new(),
+        1 => v[0].clone(),
+        n => format!("{} and {}", v[..n - 1].join(", "), v[n - 1]),
+    };
+    let plural = !(counts.len() == 1 && counts[0] == 1);
+    format!("{list} row{}", if plural { "s" } else { "" })
+}
+
+/// The row counts at `{shape}` where `a` is faster (cold) than `b`, for a sentence: `no row
+/// count`, `4 rows`, `2, 4 and 8 rows`. A count where `b`'s own time stands more than a quarter
+/// above both its neighbours' (a sample the page should not read as `a` winning) is named in a
+/// parenthesis, with `b_words` for `b`.
+pub(crate) fn ahead_at_text(
+    c: &Ctx,
+    a: &str,
+    b: &str,
+    b_words: &str,
+) -> Result<Option<String>, String> {
+    let mut b_times: Vec<(u64, f64)> = Vec::new();
+    for n in counts_of(c, b)? {
+        if let Some(y) = cold_at(c, b, n)? {
+            b_times.push((n, y));
+        }
+    }
+    let (mut ahead, mut jumps) = (Vec::new(), Vec::new());
+    let mut any = false;
+    for (i, &(n, y)) in b_times.iter().enumerate() {
+        let Some(x) = cold_at(c, a, n)? else { continue };
+        any = true;
+        if x < y {
+            ahead.push(n);
+            let jumped =
+                i > 0 && i + 1 < b_times.len() && y > 1.25 * b_times[i - 1].1.max(b_times[i + 1].1);
+            if jumped {
+                jumps.push(n);
+            }
+        }
+    }
+    if !any {
+        return Ok(None);
+    }
+    if ahead.is_empty() {
+        return Ok(Some("no row count".to_string()));
+    }
+    let mut s = rows_list(&ahead);
+    if !jumps.is_empty() {
+        let at = match jumps == ahead {
+            true => "where".to_string(),
+            false => format!("at {},", rows_list(&jumps)),
+        };
+        s += &format!(
+            " ({at} the {b_words}'s own time stands more than a quarter above both its \
+             neighbours')"
+        );
+    }
+    Ok(Some(s))
+}
+
+/// Where `a` is furthest behind `b` (cold) at `{shape}`, for a sentence: `at 24 rows (13.4 µs
+/// against 8.64)`, or `nowhere` where it is never behind.
+pub(crate) fn most_behind_text(c: &Ctx, a: &str, b: &str) -> Result<Option<String>, String> {
+    let mut w: Option<(f64, u64, f64, f64)> = None;
+    for n in counts_of(c, a)? {
+        if let (Some(x), Some(y)) = (cold_at(c, a, n)?, cold_at(c, b, n)?) {
+            if w.is_none_or(|(r, ..)| x / y > r) {
+                w = Some((x / y, n, x, y));
+            }
+        }
+    }
+    Ok(w.map(|(r, n, x, y)| match r > 1.0 {
+        true => format!(
+            "at {} ({} µs against {})",
+            rows_list(&[n]),
+            fmt_us(x),
+            fmt_us(y)
+        ),
+        false => "nowhere".to_string(),
+    }))
+}
+
+/// How many of `targets` `{shape}` misses, for a sentence: `every target is missed`, `2 of the 4
+/// targets are missed`, `no target is missed` (a target with nothing measured is left out).
+pub(crate) fn missed_text(c: &Ctx, targets: &[Target]) -> Result<Option<String>, String> {
+    let (mut measured, mut missed) = (0, 0);
+    for t in targets {
+        if let Some((w, _)) = worst_for(c, t)? {
+            measured += 1;
+            missed += usize::from(w > t.max);
+        }
+    }
+    Ok((measured > 0).then(|| match missed {
+        0 => "no target is missed".to_string(),
+        m if m == measured => "every target is missed".to_string(),
+        m => format!("{m} of the {measured} targets are missed"),
+    }))
+}
+
 fn worst(c: &Ctx) -> Result<Option<f64>, String> {
     Ok(worst_of(c, TARGETS)?.map(|w| w.0))
 }
@@ -371,6 +494,15 @@ fn limit(c: &Ctx) -> Result<Option<f64>, String> {
 }
 fn target_what(c: &Ctx) -> Result<Option<String>, String> {
     Ok(Some(target(c, TARGETS)?.what.to_string()))
+}
+fn stage_ahead_at(c: &Ctx) -> Result<Option<String>, String> {
+    ahead_at_text(c, "stage", "pair_align", "pair + align")
+}
+fn stage_most_behind(c: &Ctx) -> Result<Option<String>, String> {
+    most_behind_text(c, "stage", "pair_align")
+}
+fn missed(c: &Ctx) -> Result<Option<String>, String> {
+    missed_text(c, TARGETS)
 }
 fn one_block_ahead_up_to(c: &Ctx) -> Result<Option<String>, String> {
     ahead_up_to(c, "stage_one_block", "stage_two_launches")
@@ -661,6 +793,36 @@ mod tests {
     }
 
     #[test]
+    fn sentence_facts_say_where_and_how_many() {
+        assert_eq!(rows_list(&[1]), "1 row");
+        assert_eq!(rows_list(&[16]), "16 rows");
+        assert_eq!(rows_list(&[2, 4, 4096]), "2, 4 and 4,096 rows");
+        // The stage slower at 1 row (9 against 8), so ahead only where the pair + align jumps;
+        // the layer with the stage faster than with the pair, so one target of four is met.
+        let text = csv()
+            .replace(
+                &line("ch08", "stage", 1, 1, 6.0, 5e3),
+                &line("ch08", "stage", 1, 1, 9.0, 5e3),
+            )
+            .replace(
+                &line("ch08", "layer_stage", 1, 5, 66.0, 2e8),
+                &line("ch08", "layer_stage", 1, 5, 50.0, 2e8),
+            );
+        let mut d = Data::default();
+        d.add(&CH08, &text).unwrap();
+        let f = gpu_facts(&d);
+        assert_eq!(
+            f.get("glm_stage_ahead_at"),
+            Some("16 rows (where the pair + align's own time stands more than a quarter above both its neighbours')")
+        );
+        assert_eq!(
+            f.get("glm_stage_most_behind"),
+            Some("at 24 rows (10.0 µs against 8.00)")
+        );
+        assert_eq!(f.get("glm_missed"), Some("3 of the 4 targets are missed"));
+    }
+
+    #[test]
     fn the_targets_list_is_the_loop_the_facts_run_over() {
         let keys: Vec<&str> = TARGETS.iter().map(|t| t.key).collect();
         assert_eq!(keys, TARGET_KEYS);
@@ -691,6 +853,17 @@ mod tests {
         assert_eq!(f.get("glm_layer_verdict"), Some("**missed**"));
         // One block is ahead at 1 and 16 rows, behind at 24.
         assert_eq!(f.get("glm_one_block_ahead_up_to"), Some("16"));
+        // The stage is faster than the pair + align at 1 and 16 rows; at 16 the pair + align's
+        // 12 µs stands more than a quarter above its neighbours' 8 and 8. Behind at 24 only.
+        assert_eq!(
+            f.get("glm_stage_ahead_at"),
+            Some("1 and 16 rows (at 16 rows, the pair + align's own time stands more than a quarter above both its neighbours')")
+        );
+        assert_eq!(
+            f.get("glm_stage_most_behind"),
+            Some("at 24 rows (10.0 µs against 8.00)")
+        );
+        assert_eq!(f.get("glm_missed"), Some("every target is missed"));
         assert_eq!(f.get("glm_stage_one_launch_up_to"), Some("16"));
         assert_eq!(f.get("glm_stage_launches"), Some("1–2"));
         assert_eq!(f.get("target_pair_small"), Some("0.75"));

@@ -18,7 +18,8 @@
 //! comparison across two sessions, named so wherever it is written).
 
 use super::ch08::{
-    ahead_up_to, layer_probe, router_probe, shape_title, target, where_text, worst_of, Over, Target,
+    ahead_at_text, ahead_up_to, layer_probe, missed_text, router_probe, shape_title, target,
+    where_text, worst_of, Over, Target,
 };
 use super::spec::{
     self, each, fact, when, Absent, Cell, Chart, Csv, Ctx, Fmt, Item, Line, Loop, Make, Name, Part,
@@ -137,6 +138,14 @@ const AHEAD: Value = Value::NamedText {
     csv: &CH09,
     f: one_launch_ahead_up_to,
 };
+const AHEAD_AT: Value = Value::NamedText {
+    csv: &CH09,
+    f: one_launch_ahead_at,
+};
+const MISSED: Value = Value::NamedText {
+    csv: &CH09,
+    f: missed,
+};
 
 /// The numbers the page may quote. Per shape `s` (`glm`, `qwen3`) and row count `n`:
 /// `{s}_{n}_{imp}_cold` / `_warm` (imp: `one_launch`, `gemm_stage`, `pair_align`), `{s}_{n}_probe`
@@ -148,7 +157,9 @@ const AHEAD: Value = Value::NamedText {
 /// `{s}_{t}_ch08_layer_pair_cold` and `{s}_{t}_layer_one_launch_over_ch08_layer_pair`; per target
 /// (`probe`, `pair_small`, `pair`): `{s}_{target}_worst`, `{s}_{target}_worst_at`,
 /// `{s}_{target}_verdict`; `{s}_one_launch_ahead_up_to` (the largest row count where one launch
-/// is faster cold than the pair + align, or `none`); `{s}_{imp}_launches`; `target_{target}`.
+/// is faster cold than the pair + align, or `none`), and for sentences `{s}_one_launch_ahead_at`
+/// (every row count where it is) and `{s}_missed` (how many targets are missed);
+/// `{s}_{imp}_launches`; `target_{target}`.
 #[rustfmt::skip]
 const GPU_FACTS: &[Item] = &[
     fact!(? "empty_cold", cold("impl=empty_kernel"), Fmt::Us),
@@ -182,6 +193,8 @@ const GPU_FACTS: &[Item] = &[
             when!("target=pair", [fact!(? "{shape}_pair_verdict", WORST, Fmt::AtMost(ONE_LAUNCH_OVER_PAIR_MAX))]),
         ]),
         fact!(? "{shape}_one_launch_ahead_up_to", AHEAD, Fmt::Raw),
+        fact!(? "{shape}_one_launch_ahead_at", AHEAD_AT, Fmt::Raw),
+        fact!(? "{shape}_missed", MISSED, Fmt::Raw),
         each!(IMPS, [
             fact!(? "{shape}_{imp}_launches", LAUNCHES, Fmt::Raw),
         ]),
@@ -208,6 +221,12 @@ fn target_what(c: &Ctx) -> Result<Option<String>, String> {
 }
 fn one_launch_ahead_up_to(c: &Ctx) -> Result<Option<String>, String> {
     ahead_up_to(c, "one_launch", "pair_align")
+}
+fn one_launch_ahead_at(c: &Ctx) -> Result<Option<String>, String> {
+    ahead_at_text(c, "one_launch", "pair_align", "pair + align")
+}
+fn missed(c: &Ctx) -> Result<Option<String>, String> {
+    missed_text(c, TARGETS)
 }
 
 /// The routers' table: per shape, a line per router and a column per row count; cells

@@ -1,5 +1,5 @@
-//! Chapter 6's measured section, from the H200 run that timed the assembled layer and the
-//! engines' designs in one GPU call: `ch06.csv` (the layer, its router and its experts at
+//! Chapter 6's measured section, from the H200 runs that timed the assembled layer and, each in
+//! the call that timed the part of ours it faces, the engines' designs: `ch06.csv` (the layer, its router and its experts at
 //! T = 1, 8, 64, 512, 4096, each with its floor), `ch06_steps.csv` (the layer launch by launch),
 //! `ch04.csv` (chapter 4's experts `fused` beside the engines' Triton kernel `engines_triton`,
 //! and the portable path `fused_portable` beside version 1's rule `fused_tiled_v1`),

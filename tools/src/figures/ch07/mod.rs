@@ -1,5 +1,5 @@
 //! Chapter 7's generated files: the page's example output and tree ([`super::example_and_tree`]),
-//! and from the H200's runs of `tools/bench ch07`:
+//! and from the H200's runs of `tools/bench/run ch07`:
 //!
 //! - the full-size decode step's breakdown (`bench/results/h200/ch07_decode.csv`): a table of
 //!   every part at batch 1, 8 and 64 (cold and warm medians, share of the step, the floor of its

@@ -19,7 +19,8 @@ use std::path::Path;
 const CSV: &str = "bench/results/h200/ch11_flips.csv";
 const OUT: &str = "book/src/figures/ch11-flips.md";
 /// The command that writes the CSV, as the page's "not measured yet" line names it.
-const COMMAND: &str = "tools/bench ch11 --flips 1,16,64,256,1024,4096 --flips-out ch11_flips.csv";
+const COMMAND: &str =
+    "tools/bench/run ch11 --flips 1,16,64,256,1024,4096 --flips-out ch11_flips.csv";
 
 /// The range SGLang's comment gives, as the router article (section 7) quotes it: "bf16 rounds
 /// the router logits and moves the selected expert set on 2-25% of rows depending on T".
