@@ -696,6 +696,27 @@ fn not_a_folder_or_no_config() {
             what: "the model's config".into(),
         }
     );
+    // A folder of checkpoints: the error names the subfolders that hold a config.
+    for sub in ["per_expert", "fused"] {
+        std::fs::create_dir_all(dir.path().join(sub)).unwrap();
+        std::fs::write(dir.path().join(sub).join("config.json"), "{}").unwrap();
+    }
+    std::fs::create_dir_all(dir.path().join("notes")).unwrap();
+    let e = err(dir.path());
+    assert_eq!(
+        e,
+        CheckpointError::MissingFile {
+            path: dir.path().join("config.json"),
+            what:
+                "the model's config; the checkpoints are one level down, in fused/ and per_expert/"
+                    .into(),
+        }
+    );
+    assert!(
+        e.to_string()
+            .ends_with("in fused/ and per_expert/) does not exist"),
+        "{e}"
+    );
     std::fs::write(dir.path().join("config.json"), "{\"model_type\": ").unwrap();
     assert!(
         matches!(err(dir.path()), CheckpointError::Json { path, .. } if path == dir.path().join("config.json"))

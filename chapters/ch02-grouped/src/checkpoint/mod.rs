@@ -94,12 +94,36 @@ pub fn read_config(dir: &Path) -> Result<serde_json::Value, CheckpointError> {
     }
     let config_path = dir.join("config.json");
     if !config_path.exists() {
+        // A folder of checkpoints (tools/fixtures/ch02-hf/qwen3_moe holds `fused/` and
+        // `per_expert/`) is a likely mistake: name the subfolders that are checkpoints.
+        let below = checkpoints_below(dir);
+        let what = match below.is_empty() {
+            true => "the model's config".to_string(),
+            false => format!(
+                "the model's config; the checkpoints are one level down, in {}",
+                below.join(" and ")
+            ),
+        };
         return Err(CheckpointError::MissingFile {
             path: config_path,
-            what: "the model's config".to_string(),
+            what,
         });
     }
     files::read_json(&config_path)
+}
+
+/// The subfolders of `dir` that hold a config.json, as `name/`, sorted.
+fn checkpoints_below(dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut v: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().join("config.json").is_file())
+        .map(|e| format!("{}/", e.file_name().to_string_lossy()))
+        .collect();
+    v.sort();
+    v
 }
 
 /// The MoE layers of the checkpoint in `dir`, ascending (empty when it has none). Reads only the
