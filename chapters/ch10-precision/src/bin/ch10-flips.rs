@@ -3,7 +3,7 @@
 //! GEMM's order), counts how often each arithmetic selects another expert set than fp64, and
 //! runs one flip through chapter 2's layer; writes `ch10_flips.csv`, `ch10_cases.csv`,
 //! `ch10_gaps.csv` and `ch10_flip_output.csv`. Deterministic: the same files on every machine
-//! and with any `--threads`. A few minutes on 2 cores.
+//! and with any `--threads`. A minute or two on 2 cores (a progress bar on a terminal).
 
 use ch10_precision::flips::{cases_csv, flips_csv, gaps_csv, run_shape, Options};
 use ch10_precision::output::{one_flip, output_csv, TOKENS};
