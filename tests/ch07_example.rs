@@ -6,6 +6,8 @@
 
 #[path = "../examples/ch07/cli.rs"]
 mod cli;
+#[path = "support/example_bin.rs"]
+mod example_bin;
 
 use ch02_grouped::checkpoint::CheckpointError;
 use ch02_grouped::conformance::hf_fixture;
@@ -182,4 +184,70 @@ fn every_bad_input_is_a_typed_error() {
         .unwrap()
         .generate_run()
         .is_none());
+}
+
+/// A prompt and `--tokens` past the model's `max_position_embeddings` (64 in the fixtures'
+/// config.json) are refused before anything runs (`--tokens 1000000000` once generated on and
+/// on, far past the positions the model was made for, with no error).
+#[test]
+fn a_request_past_max_position_embeddings_is_refused_before_it_runs() {
+    let model = fixture_dir("glm4_moe").join("model");
+    let config = model.join("config.json");
+    let ask = |ids: &str, tokens: &str| {
+        try_run(&[
+            "ch07",
+            "--checkpoint",
+            s(&model),
+            "--prompt-ids",
+            ids,
+            "--tokens",
+            tokens,
+        ])
+    };
+    let e = ask("1", "1000000000").unwrap_err();
+    assert_eq!(
+        e,
+        ExampleError::TooLong {
+            prompt: 1,
+            tokens: 1_000_000_000,
+            max: 64,
+            given: true,
+            config: config.clone(),
+        }
+    );
+    let msg = e.to_string();
+    for words in [
+        "--tokens 1000000000 after a prompt of 1 id (--prompt-ids)",
+        "more than the model's 64 (max_position_embeddings in ",
+        "ask for at most --tokens 63",
+    ] {
+        assert!(msg.contains(words), "{words:?} not in {msg}");
+    }
+    // At the limit it runs; one past, it is refused; no overflow at the largest count.
+    let text = ask("1,2,3", "61").unwrap_or_else(|e| panic!("{e}"));
+    assert!(text.contains("token 61: "), "{text}");
+    let e = ask("1,2,3", "62").unwrap_err().to_string();
+    assert!(e.contains("ask for at most --tokens 61"), "{e}");
+    let e = ask("1", &usize::MAX.to_string()).unwrap_err();
+    assert!(matches!(e, ExampleError::TooLong { max: 64, .. }), "{e}");
+    // A prompt longer than the model: no room for a token.
+    let long = vec!["1"; 65].join(",");
+    let e = ask(&long, "0").unwrap_err().to_string();
+    assert!(e.contains("give a prompt of at most 63 ids"), "{e}");
+    // As a user sees it: exit code 1, the message, no token printed, at once.
+    let ran = example_bin::run_example(
+        "ch07",
+        &[
+            "--checkpoint",
+            s(&model),
+            "--prompt-ids",
+            "1",
+            "--tokens",
+            "1000000000",
+        ],
+        &[("MOE_BACKEND", "emu")],
+    );
+    ran.assert_refused(&["--tokens 1000000000", "max_position_embeddings", "64"]);
+    assert_eq!(ran.code, Some(1), "{ran:#?}");
+    assert!(ran.stdout.is_empty(), "{ran:#?}");
 }

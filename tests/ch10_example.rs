@@ -1,7 +1,11 @@
 //! Chapter 10's example, as the book shows it: its stdout is a snapshot (CPU only, the same on
 //! every run), with its counts checked by value first.
 
+#[path = "support/example_bin.rs"]
+mod example_bin;
+
 use ch10_precision::example::{run, EXAMPLE_ROWS};
+use example_bin::run_example;
 
 #[test]
 fn example_stdout() {
@@ -39,4 +43,41 @@ fn example_stdout() {
         }
     }
     insta::assert_snapshot!("ch10_example", text);
+}
+
+/// ch10 takes no options: `--help` says what it is instead of running, and any argument is
+/// clap's usage error with status 2 (it once ignored its arguments, ran the whole tour and
+/// exited 0 on `--bogus`).
+#[test]
+fn ch10_refuses_arguments_and_has_a_help() {
+    for help in ["--help", "-h"] {
+        let ran = run_example("ch10", &[help], &[]);
+        assert_eq!(ran.code, Some(0), "{ran:#?}");
+        assert!(ran.stdout.contains("Usage: ch10"), "{ran:#?}");
+        assert!(ran.stdout.contains("Chapter 10: precision"), "{ran:#?}");
+        assert!(!ran.stdout.contains("Synthetic biases"), "it ran: {ran:#?}");
+    }
+    for args in [&["--bogus"][..], &["stray"], &["--tokens", "5"]] {
+        let ran = run_example("ch10", args, &[]);
+        ran.assert_refused(&[&format!("unexpected argument '{}'", args[0])]);
+        assert_eq!(ran.code, Some(2), "{ran:#?}");
+        assert!(ran.stdout.is_empty(), "{ran:#?}");
+    }
+}
+
+/// The tour has no device code: MOE_BACKEND, which picks the device of every other example,
+/// changes nothing here, and the example says so instead of ignoring it silently.
+#[test]
+fn ch10_says_that_moe_backend_changes_nothing() {
+    let ran = run_example("ch10", &[], &[("MOE_BACKEND", "cuda")]);
+    assert_eq!(ran.code, Some(0), "{ran:#?}");
+    assert!(
+        ran.stderr
+            .contains("chapter 10's tour runs on the CPU whatever MOE_BACKEND says"),
+        "{ran:#?}"
+    );
+    assert!(ran.stdout.starts_with("Chapter 10: precision"), "{ran:#?}");
+    let ran = run_example("ch10", &[], &[("MOE_BACKEND", "")]);
+    assert_eq!(ran.code, Some(0), "{ran:#?}");
+    assert!(!ran.stderr.contains("MOE_BACKEND"), "{ran:#?}");
 }

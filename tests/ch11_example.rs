@@ -2,7 +2,11 @@
 //! on the emulator but the values in `⟨ ⟩`, which depend on the library GEMM and are checked here
 //! against their bounds instead).
 
+#[path = "support/example_bin.rs"]
+mod example_bin;
+
 use ch11_merged_gate::example::{run, TOUR_ROWS};
+use example_bin::run_example;
 use moe_kernels::testing::device;
 use moe_tools::snap::mask_measured;
 
@@ -11,6 +15,10 @@ fn example_stdout() {
     let mut out = Vec::new();
     run(device(), &mut out).unwrap_or_else(|e| panic!("{e}"));
     let text = String::from_utf8(out).unwrap();
+    assert!(
+        text.starts_with("Chapter 11: a gate merged into the GEMM in front\n\n"),
+        "{text}"
+    );
     // Checked by value before the snapshot freezes the layout.
     assert!(text.contains("top 4: experts 6 10 1 3 after"), "{text}");
     assert_eq!(
@@ -34,4 +42,24 @@ fn example_stdout() {
     assert!(measured[0] * 100 <= TOUR_ROWS * 3584, "{text}");
     assert!(measured[1] <= TOUR_ROWS, "{text}");
     insta::assert_snapshot!("ch11_example", mask_measured(&text));
+}
+
+/// ch11 takes no options: `--help` says what it is instead of running (it once answered
+/// "ch11 takes no arguments" with status 2 and no help), and any argument is clap's usage error
+/// with status 2.
+#[test]
+fn ch11_refuses_arguments_and_has_a_help() {
+    for help in ["--help", "-h"] {
+        let ran = run_example("ch11", &[help], &[]);
+        assert_eq!(ran.code, Some(0), "{ran:#?}");
+        assert!(ran.stdout.contains("Usage: ch11"), "{ran:#?}");
+        assert!(ran.stdout.contains("Chapter 11: a gate merged"), "{ran:#?}");
+        assert!(!ran.stdout.contains("keys 0.61"), "it ran: {ran:#?}");
+    }
+    for args in [&["--bogus"][..], &["stray"], &["-x"]] {
+        let ran = run_example("ch11", args, &[]);
+        ran.assert_refused(&[&format!("unexpected argument '{}'", args[0])]);
+        assert_eq!(ran.code, Some(2), "{ran:#?}");
+        assert!(ran.stdout.is_empty(), "{ran:#?}");
+    }
 }

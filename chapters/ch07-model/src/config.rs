@@ -50,6 +50,12 @@ pub struct ModelConfig {
     pub qk_norm: bool,
     /// `tie_word_embeddings`: the LM head is the embedding matrix.
     pub tied: bool,
+    /// `max_position_embeddings`: the most positions (prompt and generated tokens) the model
+    /// was made for. A config without it gets its family's default in transformers (Qwen3-MoE:
+    /// 32,768; GLM-4-MoE: 131,072), as transformers' config class would fill in.
+    pub max_positions: usize,
+    /// Whether `max_positions` was in config.json (false: the family's default).
+    pub max_positions_given: bool,
 }
 
 impl ModelConfig {
@@ -183,6 +189,15 @@ pub fn parse_model_config(json: &Value) -> Result<ModelConfig, ModelError> {
         ));
     }
     let attention_bias = flag(json, "attention_bias", false)?;
+    // The rotary embedding computes any position, but past this one the model was never trained
+    // (and a request that long is a typo, not a run): the example refuses it before generating.
+    let given = count(json, "max_position_embeddings")?;
+    let max_positions = match given {
+        None if glm => 131_072, // Glm4MoeConfig's default
+        None => 32_768,         // Qwen3MoeConfig's default
+        Some(0) => return Err(bad("max_position_embeddings", "a positive integer", 0)),
+        Some(n) => n,
+    };
     Ok(ModelConfig {
         vocab: positive(json, "vocab_size")?,
         hidden,
@@ -202,6 +217,8 @@ pub fn parse_model_config(json: &Value) -> Result<ModelConfig, ModelError> {
             true
         },
         tied: flag(json, "tie_word_embeddings", false)?,
+        max_positions,
+        max_positions_given: given.is_some(),
         moe,
     })
 }

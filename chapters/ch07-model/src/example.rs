@@ -14,7 +14,8 @@ use crate::error::ModelError;
 use crate::fixtures::{fixture_dir, Greedy, FIXTURES};
 use crate::load::load;
 use crate::model::{Model, Step};
-use crate::ModelWeights;
+use crate::{parse_model_config, ModelWeights};
+use ch02_grouped::checkpoint::read_config;
 use ch02_grouped::Dtype;
 use moe_kernels::Device;
 use std::fmt;
@@ -29,6 +30,15 @@ type Out<'a> = &'a mut dyn Write;
 pub enum ExampleError {
     /// The checkpoint, the prompt or the device refused.
     Model(ModelError),
+    /// The prompt and `--tokens` together are more positions than the model's
+    /// `max_position_embeddings` (`given`: read from `config`; else the family's default).
+    TooLong {
+        prompt: usize,
+        tokens: usize,
+        max: usize,
+        given: bool,
+        config: PathBuf,
+    },
     /// The f32 path's tokens are not transformers'.
     Check(String),
     /// stdout could not be written.
@@ -39,6 +49,34 @@ impl fmt::Display for ExampleError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ExampleError::Model(e) => write!(f, "{e}"),
+            ExampleError::TooLong {
+                prompt,
+                tokens,
+                max,
+                given,
+                config,
+            } => {
+                let from = if *given {
+                    format!("max_position_embeddings in {}", config.display())
+                } else {
+                    format!(
+                        "{} has no max_position_embeddings: this family's default in transformers",
+                        config.display()
+                    )
+                };
+                let ids = if *prompt == 1 { "id" } else { "ids" };
+                write!(
+                    f,
+                    "--tokens {tokens} after a prompt of {prompt} {ids} (--prompt-ids) makes {} \
+                     positions, more than the model's {max} ({from}): ",
+                    prompt.saturating_add(*tokens)
+                )?;
+                if prompt < max {
+                    write!(f, "ask for at most --tokens {}", max - prompt)
+                } else {
+                    write!(f, "give a prompt of at most {} ids", max - 1)
+                }
+            }
             ExampleError::Check(m) => write!(f, "{m}"),
             ExampleError::Stdout(m) => write!(f, "cannot write stdout: {m}"),
         }
@@ -233,11 +271,22 @@ fn run_checkpoint(
     if opts.prompt.is_empty() {
         return Err(ModelError::EmptyPrompt.into());
     }
-    let weights = load(&opts.dir, true)?;
-    let vocab = weights.config.vocab;
+    // The config alone (no tensor read yet) says whether the request fits the model.
+    let config = parse_model_config(&read_config(&opts.dir).map_err(ModelError::from)?)?;
+    let vocab = config.vocab;
     if let Some(&token) = opts.prompt.iter().find(|&&t| t as usize >= vocab) {
         return Err(ModelError::Token { token, vocab }.into());
     }
+    if opts.prompt.len().saturating_add(opts.tokens) > config.max_positions {
+        return Err(ExampleError::TooLong {
+            prompt: opts.prompt.len(),
+            tokens: opts.tokens,
+            max: config.max_positions,
+            given: config.max_positions_given,
+            config: opts.dir.join("config.json"),
+        });
+    }
+    let weights = load(&opts.dir, true)?;
     say!(out, "{}: {}", opts.dir.display(), describe(&weights));
     let model = Model::new(device, weights, opts.dtype)?;
     say!(out, "{}", path_text(opts.dtype));

@@ -7,7 +7,7 @@ use ch02_grouped::checkpoint::CheckpointError;
 use ch02_grouped::conformance::hf_fixture;
 use ch02_grouped::Dtype;
 use ch07_model::fixtures::fixture_dir;
-use ch07_model::{load, Model, ModelError};
+use ch07_model::{load, parse_model_config, Model, ModelError};
 use moe_kernels::safetensors::SafetensorsWriter;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -247,7 +247,7 @@ fn a_tensor_the_config_does_not_read_is_refused() {
 
 #[test]
 fn bad_config_fields_are_named() {
-    let cases: [ConfigCase; 5] = [
+    let cases: [ConfigCase; 6] = [
         (
             "sliding",
             |c| c["use_sliding_window"] = true.into(),
@@ -273,6 +273,11 @@ fn bad_config_fields_are_named() {
             |c| c["rope_parameters"]["partial_rotary_factor"] = 0.1.into(),
             "`partial_rotary_factor` is 0.1",
         ),
+        (
+            "positions",
+            |c| c["max_position_embeddings"] = 0.into(),
+            "`max_position_embeddings` is 0, expected a positive integer",
+        ),
     ];
     for (case, edit, want) in cases {
         let family = if case == "sliding" {
@@ -282,6 +287,32 @@ fn bad_config_fields_are_named() {
         };
         let e = refused(family, case, |_, c| edit(c));
         assert!(e.to_string().contains(want), "{case}: {e}");
+    }
+}
+
+/// `max_position_embeddings` is read as given (the fixtures': 64), and a config without it gets
+/// the family's default in transformers, marked as not given.
+#[test]
+fn max_position_embeddings_is_read_or_the_familys_default() {
+    for (name, default) in [("qwen3_moe", 32_768), ("glm4_moe", 131_072)] {
+        let path = fixture_dir(name).join("model").join("config.json");
+        let mut json: Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let c = parse_model_config(&json).unwrap();
+        assert_eq!(
+            (c.max_positions, c.max_positions_given),
+            (64, true),
+            "{name}"
+        );
+        json.as_object_mut()
+            .unwrap()
+            .remove("max_position_embeddings");
+        let c = parse_model_config(&json).unwrap();
+        assert_eq!(
+            (c.max_positions, c.max_positions_given),
+            (default, false),
+            "{name}"
+        );
     }
 }
 

@@ -67,6 +67,7 @@ pub fn bf16_apart(a: &[bf16], b: &[bf16]) -> (usize, usize) {
 /// Runs the tour, writing it to `out`.
 pub fn run(device: &'static Device, out: Out) -> Result<(), String> {
     let e = |e: ch01_router::chain::DeviceRouterError| e.to_string();
+    say!(out, "Chapter 11: a gate merged into the GEMM in front\n");
     // 1. One row by hand: 12 keys, three of them equal at the cut.
     say!(out, "radix select on one row (the host's literal loop):");
     let keys = [
