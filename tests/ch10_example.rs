@@ -5,7 +5,7 @@
 mod example_bin;
 
 use ch10_precision::example::{run, EXAMPLE_ROWS};
-use example_bin::run_example;
+use example_bin::{assert_no_options, run_example};
 
 #[test]
 fn example_stdout() {
@@ -50,19 +50,12 @@ fn example_stdout() {
 /// exited 0 on `--bogus`).
 #[test]
 fn ch10_refuses_arguments_and_has_a_help() {
-    for help in ["--help", "-h"] {
-        let ran = run_example("ch10", &[help], &[]);
-        assert_eq!(ran.code, Some(0), "{ran:#?}");
-        assert!(ran.stdout.contains("Usage: ch10"), "{ran:#?}");
-        assert!(ran.stdout.contains("Chapter 10: precision"), "{ran:#?}");
-        assert!(!ran.stdout.contains("Synthetic biases"), "it ran: {ran:#?}");
-    }
-    for args in [&["--bogus"][..], &["stray"], &["--tokens", "5"]] {
-        let ran = run_example("ch10", args, &[]);
-        ran.assert_refused(&[&format!("unexpected argument '{}'", args[0])]);
-        assert_eq!(ran.code, Some(2), "{ran:#?}");
-        assert!(ran.stdout.is_empty(), "{ran:#?}");
-    }
+    assert_no_options(
+        "ch10",
+        "Chapter 10: precision",
+        "Synthetic biases",
+        &[&["--bogus"], &["stray"], &["--tokens", "5"]],
+    );
 }
 
 /// The tour has no device code: MOE_BACKEND, which picks the device of every other example,

@@ -6,7 +6,7 @@
 mod example_bin;
 
 use ch11_merged_gate::example::{run, TOUR_ROWS};
-use example_bin::run_example;
+use example_bin::assert_no_options;
 use moe_kernels::testing::device;
 use moe_tools::snap::mask_measured;
 
@@ -49,17 +49,10 @@ fn example_stdout() {
 /// with status 2.
 #[test]
 fn ch11_refuses_arguments_and_has_a_help() {
-    for help in ["--help", "-h"] {
-        let ran = run_example("ch11", &[help], &[]);
-        assert_eq!(ran.code, Some(0), "{ran:#?}");
-        assert!(ran.stdout.contains("Usage: ch11"), "{ran:#?}");
-        assert!(ran.stdout.contains("Chapter 11: a gate merged"), "{ran:#?}");
-        assert!(!ran.stdout.contains("keys 0.61"), "it ran: {ran:#?}");
-    }
-    for args in [&["--bogus"][..], &["stray"], &["-x"]] {
-        let ran = run_example("ch11", args, &[]);
-        ran.assert_refused(&[&format!("unexpected argument '{}'", args[0])]);
-        assert_eq!(ran.code, Some(2), "{ran:#?}");
-        assert!(ran.stdout.is_empty(), "{ran:#?}");
-    }
+    assert_no_options(
+        "ch11",
+        "Chapter 11: a gate merged",
+        "keys 0.61",
+        &[&["--bogus"], &["stray"], &["-x"]],
+    );
 }

@@ -116,3 +116,22 @@ pub fn run_example(name: &str, args: &[&str], env: &[(&str, &str)]) -> Ran {
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
 }
+
+/// An example that takes no options (a fixed tour): `--help` and `-h` print its usage and
+/// `title` with status 0 and do not run the tour (`tour` is a line only the tour prints), and each
+/// of `bad` is clap's usage error, status 2, naming its first argument, with nothing on stdout.
+pub fn assert_no_options(name: &str, title: &str, tour: &str, bad: &[&[&str]]) {
+    for help in ["--help", "-h"] {
+        let ran = run_example(name, &[help], &[]);
+        assert_eq!(ran.code, Some(0), "{ran:#?}");
+        assert!(ran.stdout.contains(&format!("Usage: {name}")), "{ran:#?}");
+        assert!(ran.stdout.contains(title), "{ran:#?}");
+        assert!(!ran.stdout.contains(tour), "it ran: {ran:#?}");
+    }
+    for args in bad {
+        let ran = run_example(name, args, &[]);
+        ran.assert_refused(&[&format!("unexpected argument '{}'", args[0])]);
+        assert_eq!(ran.code, Some(2), "{ran:#?}");
+        assert!(ran.stdout.is_empty(), "{ran:#?}");
+    }
+}

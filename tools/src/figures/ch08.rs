@@ -23,7 +23,7 @@ use super::spec::{
 };
 use super::svg::{describe_shape, Marker};
 use super::Generated;
-use crate::figures::facts::thousands;
+use crate::figures::facts::{and_list, thousands};
 use crate::figures::tables::fmt_us;
 use std::path::Path;
 
@@ -381,12 +381,7 @@ pub(crate) fn ahead_up_to(c: &Ctx, a: &str, b: &str) -> Result<Option<String>, S
 
 /// `1 row`, `2, 4 and 8 rows`, with thousands separators.
 fn rows_list(counts: &[u64]) -> String {
-    let v: Vec<String> = counts.iter().map(|&n| thousands(n)).collect();
-    let list = match v.len() {
-        0 => String::new(),
-        1 => v[0].clone(),
-        n => format!("{} and {}", v[..n - 1].join(", "), v[n - 1]),
-    };
+    let list = and_list(&counts.iter().map(|&n| thousands(n)).collect::<Vec<_>>());
     let plural = !(counts.len() == 1 && counts[0] == 1);
     format!("{list} row{}", if plural { "s" } else { "" })
 }

@@ -11,7 +11,8 @@
 //! page stays valid either way.
 
 use crate::csv::Table;
-use crate::figures::svg::{self, linear_step, GRID, INK, MUTED};
+use crate::figures::facts::and_list;
+use crate::figures::svg::{self, first_seen, linear_step, GRID, INK, MUTED};
 use crate::figures::tables::fmt_us;
 use crate::figures::{esc, read, short, title, Generated};
 use std::fmt::Write as _;
@@ -199,17 +200,6 @@ impl Point {
     }
 }
 
-/// Shapes in the order they first appear.
-fn shape_order<'a>(shapes: impl IntoIterator<Item = &'a str>) -> Vec<String> {
-    let mut v: Vec<String> = Vec::new();
-    for s in shapes {
-        if !v.iter().any(|x| x == s) {
-            v.push(s.to_string());
-        }
-    }
-    v
-}
-
 /// The page's name of a shape with its dimensions: `Qwen3-30B-A3B (qwen3_h2048_i768_e128_k8)`.
 fn shape_title(shape: &str) -> String {
     format!("{} (`{shape}`)", title(short(shape)))
@@ -224,7 +214,7 @@ pub fn points(runs: &[Run]) -> Result<Vec<Point>, String> {
             keys.push((r.shape.clone(), r.tokens));
         }
     }
-    let order = shape_order(keys.iter().map(|(s, _)| s.as_str()));
+    let order = first_seen(keys.iter().map(|(s, _)| s.as_str()));
     keys.sort_by_key(|(s, t)| (order.iter().position(|o| o == s), *t));
     keys.into_iter()
         .map(|(shape, tokens)| {
@@ -293,19 +283,14 @@ fn tables(points: &[Point]) -> String {
 
 /// `1, 8 and 64`.
 fn list(t: &[u64]) -> String {
-    let v: Vec<String> = t.iter().map(u64::to_string).collect();
-    match v.len() {
-        0 => String::new(),
-        1 => v[0].clone(),
-        n => format!("{} and {}", v[..n - 1].join(", "), v[n - 1]),
-    }
+    and_list(&t.iter().map(u64::to_string).collect::<Vec<_>>())
 }
 
 /// The paragraph under the tables, one sentence group per shape: where each design is faster,
 /// the range of each over one GPU, and the range of each collective's share.
 fn paragraph(points: &[Point]) -> String {
     let mut s = String::new();
-    for shape in shape_order(points.iter().map(|p| p.shape.as_str())) {
+    for shape in first_seen(points.iter().map(|p| p.shape.as_str())) {
         let mine: Vec<&Point> = points.iter().filter(|p| p.shape == shape).collect();
         let at = |design: &str| -> Vec<u64> {
             mine.iter()
@@ -368,7 +353,7 @@ const BAR_W: f64 = 22.0;
 /// one-GPU layer's, the part spent in the collective drawn solid and the rest light; a line at 1
 /// (one GPU) and one at 1 / world (the work split evenly, nothing spent moving it).
 fn render(points: &[Point]) -> String {
-    let shapes = shape_order(points.iter().map(|p| p.shape.as_str()));
+    let shapes = first_seen(points.iter().map(|p| p.shape.as_str()));
     let n = shapes.len() as f64;
     let width = n * (LEFT + PANEL_W) + (n - 1.0) * GAP + 24.0;
     let top = 150.0;

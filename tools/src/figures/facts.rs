@@ -63,6 +63,14 @@ pub fn thousands(n: u64) -> String {
     out
 }
 
+/// `a`, `a and b`, `a, b and c`: items joined for a sentence (empty for none).
+pub fn and_list(items: &[String]) -> String {
+    match items.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+        _ => items.join(""),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,10 +11,15 @@ pub const IMPL_ORDER: [&str; 3] = ["chain", "torch_5line", "floor_probe"];
 
 /// Shapes in the order they first appear.
 pub fn shapes<'a>(rows: impl IntoIterator<Item = &'a Row>) -> Vec<String> {
+    first_seen(rows.into_iter().map(|r| r.shape.as_str()))
+}
+
+/// Names in the order they first appear, each once.
+pub fn first_seen<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<String> {
     let mut v: Vec<String> = Vec::new();
-    for r in rows {
-        if !v.contains(&r.shape) {
-            v.push(r.shape.clone());
+    for n in names {
+        if !v.iter().any(|x| x == n) {
+            v.push(n.to_string());
         }
     }
     v

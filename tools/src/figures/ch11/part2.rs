@@ -17,7 +17,7 @@
 //! of its CSVs measured, and Kimi K3's front (chapter 11) at its own row counts.
 
 use crate::bench_row::{parse_csv, BenchRow};
-use crate::figures::facts::{thousands, Facts};
+use crate::figures::facts::{and_list, thousands, Facts};
 use crate::figures::svg::{self, linear_step, GRID, INK, MUTED};
 use crate::figures::tables::fmt_us;
 use crate::figures::{esc, read, short, Generated};
@@ -191,11 +191,7 @@ fn group<'a>(
 
 /// `1, 6, 16, 96 and 8192`.
 fn list(counts: &[u64]) -> String {
-    let v: Vec<String> = counts.iter().map(|n| thousands(*n)).collect();
-    match v.split_last() {
-        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
-        _ => v.join(""),
-    }
+    and_list(&counts.iter().map(|n| thousands(*n)).collect::<Vec<_>>())
 }
 
 fn pct(part: f64, total: f64) -> String {
