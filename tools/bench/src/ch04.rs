@@ -223,7 +223,7 @@ pub const VARIANTS: &[Variant] = &[
         },
     },
     Variant {
-        imp: "fused_tiled_v4",
+        imp: "fused_tiled_v5",
         about: "the tiled path at every T on version 5 (sm_90a only): Hopper's wgmma, two \
                 warpgroups by 256 staged rows (g2_k64_n16_s4_x: the 128-byte swizzle, BLOCK_M 128)",
         max_tokens: None,
@@ -312,7 +312,7 @@ pub const VARIANTS: &[Variant] = &[
 /// Chapter 4's first tile, version 1 of the main loop: the `fused_tiled_v1` variant.
 const TILE_V1: TileConfig = ch04_fused_moe::tile_named("w4_k64_n1");
 
-/// Version 5's largest tile: the `fused_tiled_v4` variant.
+/// Version 5's largest tile: the `fused_tiled_v5` variant.
 const TILE_V4: TileConfig = ch04_fused_moe::tile_named("g2_k64_n16_s4_x");
 
 /// Variants that must give another's bits, not only agree within a tolerance: (variant, the one
@@ -322,7 +322,7 @@ const TILE_V4: TileConfig = ch04_fused_moe::tile_named("g2_k64_n16_s4_x");
 pub const SAME_BITS: &[(&str, &str)] = &[
     ("fused_decode_grouped", "fused_decode"),
     ("fused_tiled_v1", "fused_tiled"),
-    ("fused_tiled_v4", "fused_tiled"),
+    ("fused_tiled_v5", "fused_tiled"),
     ("fused_portable", "fused_tiled"),
     ("fused_ungrouped", "fused"),
 ];

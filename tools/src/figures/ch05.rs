@@ -173,7 +173,9 @@ const IMPS: Loop = Loop::list("imp", &TABLE_IMPLS).named(Name::Map(SHORT));
 /// `{s}_{n}_pair_over_probe`, `{s}_{n}_pair_minus_tiny` (what the fused kernel adds to the pair:
 /// the text compares forms by it); at 1 row `{s}_1_tiny_over_probe`; over the rows up to 96
 /// `{s}_chain_over_pair_min/_max` and `{s}_torch_over_pair_min/_max`; `{s}_pair_launches`,
-/// `{s}_chain_launches`; at 8192 rows `{s}_8192_fused_over_logits_probe`. Each target gets its
+/// `{s}_chain_launches`; `{s}_blas_faster_from` and `{s}_warp_form_faster_from` (the row count
+/// from which cuBLAS + fused beats the pair, and the warp-per-row form the block form, at every
+/// count measured); at 8192 rows `{s}_8192_fused_over_logits_probe`. Each target gets its
 /// verdict, `met` or `**missed**`, from the same unrounded ratio as `bench ch05` prints.
 #[rustfmt::skip]
 const GPU_FACTS: &[Item] = &[
@@ -206,6 +208,7 @@ const GPU_FACTS: &[Item] = &[
             ]),
         ]),
         fact!(? "{shape}_blas_faster_from", Value::named(&CH05, blas_faster_from), Fmt::Int),
+        fact!(? "{shape}_warp_form_faster_from", Value::named(&CH05, warp_form_faster_from), Fmt::Int),
         each!(Loop { over: Over::List(&["pair", "chain"]), ..IMPS }, [
             fact!(? "{shape}_{imp}_launches", LAUNCHES, Fmt::Raw),
         ]),
@@ -215,6 +218,18 @@ const GPU_FACTS: &[Item] = &[
 /// The row count from which cuBLAS + fused is faster (cold) than the pair at every measured
 /// count: where an engine would switch. A crossover is not a cell or a ratio: a named function.
 fn blas_faster_from(c: &Ctx) -> Result<Option<f64>, String> {
+    faster_from(c, "blas_fused", "pair")
+}
+
+/// The row count from which the fused kernel's warp-per-row form is faster (cold) than its
+/// block-per-row form at every measured count: the crossover `BLOCK_FORM_MAX_ROWS` stands for.
+fn warp_form_faster_from(c: &Ctx) -> Result<Option<f64>, String> {
+    faster_from(c, "fused_router_warp", "fused_router_block")
+}
+
+/// The smallest measured row count from which `fast` is faster (cold) than `slow` at every
+/// measured count of `{shape}` where both were timed; none when it is not faster at the last.
+fn faster_from(c: &Ctx, fast: &str, slow: &str) -> Result<Option<f64>, String> {
     let mut counts: Vec<u64> = Vec::new();
     for r in c.rows("shape={shape} rows>0")? {
         let n = c.num(r, "rows")? as u64;
@@ -229,11 +244,13 @@ fn blas_faster_from(c: &Ctx) -> Result<Option<f64>, String> {
             let rows = c.rows(&format!("shape={{shape}} rows={n} impl={imp}"))?;
             rows.first().map(|r| c.num(r, "cold_median_us")).transpose()
         };
-        faster.push(matches!((at("blas_fused")?, at("pair")?), (Some(b), Some(p)) if b < p));
+        if let (Some(f), Some(s)) = (at(fast)?, at(slow)?) {
+            faster.push((n, f < s));
+        }
     }
-    Ok((0..counts.len())
-        .find(|&i| faster[i..].iter().all(|&f| f))
-        .map(|i| counts[i] as f64))
+    Ok((0..faster.len())
+        .find(|&i| faster[i..].iter().all(|&(_, f)| f))
+        .map(|i| faster[i].0 as f64))
 }
 
 /// The floor probe of a read: the fastest cold median of the probe rows at this shape and row
@@ -646,6 +663,26 @@ mod tests {
         // Faster at both: from the first count.
         let f = gpu_facts(&data(&[blas(1, 3.0), blas(8192, 30.0)]));
         assert_eq!(f.get("glm_blas_faster_from"), Some("1"));
+        // The warp form against the block form: ahead at 1, behind at 512, ahead from 1024 on:
+        // the crossover is the first count of the run that lasts to the end, 1024.
+        let form = |imp: &str, n: u64, cold: f64| {
+            format!("ch05,{GLM},{imp},{n},1,{cold},{cold},{cold},1,1,1,3.0,1,0,0,0,200,H200")
+        };
+        let rows = [
+            form("fused_router_block", 1, 6.0),
+            form("fused_router_warp", 1, 5.0),
+            form("fused_router_block", 512, 8.0),
+            form("fused_router_warp", 512, 8.5),
+            form("fused_router_block", 1024, 10.0),
+            form("fused_router_warp", 1024, 9.0),
+            form("fused_router_block", 8192, 40.0),
+            form("fused_router_warp", 8192, 20.0),
+        ];
+        let f = gpu_facts(&data(&rows));
+        assert_eq!(f.get("glm_warp_form_faster_from"), Some("1024"));
+        // Never ahead at the last count: no crossover.
+        let f = gpu_facts(&data(&rows[..4]));
+        assert_eq!(f.get("glm_warp_form_faster_from"), None);
     }
 
     #[test]

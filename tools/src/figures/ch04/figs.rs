@@ -318,7 +318,7 @@ pub fn floor_svg(rows: &[BenchRow]) -> String {
     // The kernel versions (the tiled path's first main loop, the decode paths), not every fusion.
     const VERSIONS: [&str; 4] = [
         "fused_tiled_v1",
-        "fused_tiled_v4",
+        "fused_tiled_v5",
         "fused_decode",
         "fused_decode_grouped",
     ];

@@ -593,8 +593,8 @@ fn label(imp: &str) -> String {
         "fused_tiled_v1" => {
             "ours, tiled path, main loop v1 (w4_k64_n1: stage, wait, multiply)".into()
         }
-        "fused_tiled_v4" => {
-            "ours, tiled path, warpgroup MMA at every T (g2_k64_n16_s4_x, sm_90a)".into()
+        "fused_tiled_v5" => {
+            "ours, tiled path, version 5 at every T (g2_k64_n16_s4_x: warpgroup MMA, sm_90a)".into()
         }
         "fused_decode" => "ours, decode path forced (SwiGLU and the sum over k fused)".into(),
         "fused_decode_swiglu" => "ours, decode path, the sum over k in its own kernel".into(),
