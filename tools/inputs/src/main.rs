@@ -31,9 +31,9 @@ enum What {
     /// Chapter 1: `logits` [T, E] f32 in [-3, 3), and with --bias a `bias` `[E]` f32 around
     /// the toy layer's 8 (8 ± 0.05; GLM-5.3-Flash's lie near 11.7).
     Router(RouterArgs),
-    /// Chapter 5: `hidden` [T, H] and `gate` [E, H] bf16 (hidden states in [-1, 1), gate rows in
-    /// [-0.02, 0.02), a logit's spread about a checkpoint's), and with --bias a `bias` [E] f32
-    /// around 8 as `router` writes it.
+    /// Chapter 5: `hidden` `[T, H]` and `gate` `[E, H]` bf16 (hidden states in [-1, 1), gate
+    /// rows in [-0.02, 0.02), a logit's spread about a checkpoint's), and with --bias a `bias`
+    /// `[E]` f32 around 8 as `router` writes it.
     Gate(GateArgs),
 }
 
