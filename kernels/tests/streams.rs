@@ -142,16 +142,27 @@ mod emu {
 
 mod cuda {
     use super::*;
+    use std::sync::{Mutex, MutexGuard};
+
+    /// The GPU tests of this file take turns: they share the device's one stream, and a copy
+    /// queued on it by one test while another captures it into a graph breaks both (the harness
+    /// runs tests on two threads).
+    fn one_at_a_time() -> MutexGuard<'static, ()> {
+        static TURN: Mutex<()> = Mutex::new(());
+        TURN.lock().unwrap_or_else(|e| e.into_inner())
+    }
 
     #[test]
     #[ignore = "needs a GPU"]
     fn side_by_side_gives_the_sequential_results() {
+        let _turn = one_at_a_time();
         super::side_by_side_gives_the_sequential_results(moe_kernels::testing::cuda());
     }
 
     #[test]
     #[ignore = "needs a GPU"]
     fn a_failing_half_is_an_error() {
+        let _turn = one_at_a_time();
         super::a_failing_half_is_an_error(moe_kernels::testing::cuda());
     }
 
@@ -161,6 +172,7 @@ mod cuda {
     #[test]
     #[ignore = "needs a GPU"]
     fn side_by_side_captures_into_a_graph() {
+        let _turn = one_at_a_time();
         let dev = moe_kernels::testing::cuda();
         let mut work = Work::new(dev);
         work.gemm(dev, 0).unwrap();
