@@ -81,14 +81,13 @@ __device__ __forceinline__ int moe_computed(int v) { return (int)moe_computed((u
 // ANCHOR: moe_expf
 // e^x. Cody-Waite reduction x = n ln2 + r with |r| <= ln2/2, a degree-7 polynomial for e^r,
 // then exact scaling by 2^n. Handles NaN, ±inf, overflow (inf) and underflow (0).
-// Branch-free: the polynomial runs on x clamped into range and the special cases are chosen at
-// the end, so that a thread computing several exponentials gets one straight run of
-// instructions the compiler can interleave (early returns made each one a branch region that
-// the next had to wait for). For x in range the clamp changes nothing, so neither do the bits.
-__device__ __forceinline__ float moe_expf(float x) {
-    const bool is_nan = x != x;
-    const bool over = x > 88.72284f, under = x < -103.97208f;
-    const float xc = fminf(fmaxf(x, -103.97208f), 88.72284f);  // a NaN becomes -103.97208
+// The polynomial runs on x clamped into range and the special cases are chosen at the end, so
+// that a thread computing several exponentials gets one straight run of instructions the
+// compiler can interleave (early returns made each one a branch region that the next had to wait
+// for). For x in range the clamp changes nothing, so neither do the bits.
+// e^x of x clamped into [-103.97208, 88.72284] (a NaN becomes -103.97208): moe_expf's polynomial.
+__device__ __forceinline__ float moe_expf_clamped(float x) {
+    const float xc = fminf(fmaxf(x, -103.97208f), 88.72284f);
     const float log2e = 1.44269504088896341f;
     const float ln2_hi = 0.693145751953125f;       // 11 significant bits: n * ln2_hi is exact
     const float ln2_lo = 1.42860682030941723212e-6f;
@@ -104,8 +103,29 @@ __device__ __forceinline__ float moe_expf(float x) {
     p = fmaf(p, r, 0.5f);
     p = fmaf(p, r, 1.0f);
     p = fmaf(p, r, 1.0f);
-    const float y = moe_computed(moe_scale2(p, (int)n));
+    return moe_computed(moe_scale2(p, (int)n));
+}
+__device__ __forceinline__ float moe_expf(float x) {
+    const bool is_nan = x != x;
+    const bool over = x > 88.72284f, under = x < -103.97208f;
+    const float y = moe_expf_clamped(x);
     return is_nan ? x : (over ? __int_as_float(0x7f800000) : (under ? 0.0f : y));
+}
+// c ? a : b by masks, the mask hidden from the optimizer (moe_computed): the compiler cannot turn
+// it back into a branch. The same bits on both backends.
+__device__ __forceinline__ float moe_select_bits(bool c, float a, float b) {
+    const unsigned m = moe_computed(0u - (unsigned)c);
+    return __uint_as_float((__float_as_uint(a) & m) | (__float_as_uint(b) & ~m));
+}
+// moe_expf's bits, its last choice made by masks. moe_expf's choice is a select in the source,
+// but CUDA's compiler makes a branch around it: a region that the next exponential's
+// instructions do not cross, so a thread's exponentials run one after another. Here they
+// interleave (chapter 4's SwiGLU epilogue: 64 a thread).
+__device__ __forceinline__ float moe_expf_flat(float x) {
+    const bool is_nan = x != x;
+    const bool over = x > 88.72284f, under = x < -103.97208f;
+    const float y = moe_expf_clamped(x);
+    return moe_select_bits(is_nan, x, moe_select_bits(over, __int_as_float(0x7f800000), moe_select_bits(under, 0.0f, y)));
 }
 // ANCHOR_END: moe_expf
 
@@ -136,6 +156,30 @@ __device__ __forceinline__ float moe_rcp_approx(float x) {
 #endif
 }
 // ANCHOR_END: approx
+
+// ANCHOR: rcp_fast
+// 1/d rounded to nearest, as 1.0f / d gives it, for 2^-126 <= |d| < 2^126 only (moe_rcp_fast_ok):
+// the three instructions CUDA's own division by d runs for such d (in its machine code, MUFU.RCP
+// then one Newton step of two FMAs), without the test of d's exponent and the branch to the slow
+// path for other d that the division wraps them in. That branch makes a region the next
+// division's instructions do not cross; these interleave. The emulator divides: the same bits,
+// which kernels/tests/selftest.rs checks on the GPU for every such d. Outside the range the
+// result is not 1/d.
+__device__ __forceinline__ bool moe_rcp_fast_ok(float d) {
+    const float a = fabsf(d);
+    return a >= __int_as_float(0x00800000) && a < __int_as_float(0x7e800000);  // [2^-126, 2^126); NaN: no
+}
+__device__ __forceinline__ float moe_rcp_rn_fast(float d) {
+#ifdef MOE_EMU
+    return 1.0f / d;
+#else
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(d));
+    const float e = fmaf(d, y, -1.0f);  // d·y − 1
+    return fmaf(y, -e, y);              // y − y·e
+#endif
+}
+// ANCHOR_END: rcp_fast
 
 // ln(x). x = m 2^e with m in [sqrt(1/2), sqrt(2)); ln(m) = 2 atanh(s), s = (m-1)/(m+1).
 // Handles NaN, x < 0 (NaN), 0 (-inf), +inf and subnormal x.

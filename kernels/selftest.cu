@@ -112,6 +112,29 @@ extern "C" __global__ void selftest_math(const float* __restrict__ x, float* __r
     o[5] = fmaf(v, v, -1.0f);
 }
 
+// common.cuh's straight-line forms against the forms they stand in for, over count floats whose
+// bit patterns are first, first + stride, ... (mod 2^32): bad[0] counts the x where
+// moe_expf_flat(x) and moe_expf(x) differ in a bit, bad[1] those of moe_rcp_fast_ok's range where
+// moe_rcp_rn_fast(x) and 1.0f / x do; first_bad[j] is the smallest such bit pattern (0xffffffff
+// for none). Each thread takes every (gridDim.x · blockDim.x)-th float.
+extern "C" __global__ void selftest_flat_math(unsigned first, unsigned long long count, unsigned stride,
+                                              unsigned long long* __restrict__ bad,
+                                              unsigned* __restrict__ first_bad) {
+    const unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += step) {
+        const unsigned bits = first + (unsigned)i * stride;
+        const float x = __uint_as_float(bits);
+        if (__float_as_uint(moe_expf_flat(x)) != __float_as_uint(moe_expf(x))) {
+            atomicAdd(&bad[0], 1ull);
+            atomicMin(&first_bad[0], bits);
+        }
+        if (moe_rcp_fast_ok(x) && __float_as_uint(moe_rcp_rn_fast(x)) != __float_as_uint(1.0f / x)) {
+            atomicAdd(&bad[1], 1ull);
+            atomicMin(&first_bad[1], bits);
+        }
+    }
+}
+
 // Operations the emulator implements itself, at their edges, where a host C cast would differ
 // from the GPU: float -> integer conversions (saturating; NaN -> 0, or LLONG_MIN for 64-bit
 // results) into out[i*10 + j] as

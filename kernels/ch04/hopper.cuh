@@ -510,6 +510,16 @@ __device__ __forceinline__ void wg_store2(float* row, int col, int n, bool pair,
 // GEMM 1's epilogue on versions 4 to 11: SwiGLU of this thread's gate and up accumulators into
 // act's rows. rows[r]: the pair of the tile's row r (s_pair, or version 10's slice of
 // sorted_ids); a row that holds no pair (< 0 or ≥ P) is not stored.
+// The arithmetic is moe_sigmoidf's, (gate · 1/(1 + e^−gate)) · up, in two passes over SWIGLU_CH
+// fragments at a time (their 2·SWIGLU_CH values): every e^−gate, then every reciprocal. Written
+// value by value, CUDA's compiler wraps each exponential's last choice and each division's slow
+// path in a branch region (BSSY … BSYNC in the machine code) that the next value's instructions
+// do not cross: a thread's values run one after another, each a chain of dependent
+// instructions, while the tensor cores wait (the block holds the SM's shared memory: no other
+// block runs beside it). moe_expf_flat chooses by masks, and where every reciprocal of the pass
+// is in moe_rcp_rn_fast's range (all but gates below −87.3) the pass takes it: two straight runs
+// the compiler interleaves.
+constexpr int SWIGLU_CH = 4;
 template <class C>
 __device__ __forceinline__ void wg_store_swiglu(const float (&acc)[C::ACC], const int* rows, int P,
                                                 __nv_bfloat16* __restrict__ act, int n0, int I) {
@@ -518,23 +528,58 @@ __device__ __forceinline__ void wg_store_swiglu(const float (&acc)[C::ACC], cons
     // n0 + 8j + 2q (+ 1): the gate in fragment j, the up value in fragment j + BN1 / 8.
     const int lane = threadIdx.x & 31, w4 = (threadIdx.x >> 5) & 3, g = lane >> 2, q = lane & 3;
     const bool even = (I & 1) == 0;  // then two neighbouring columns are one aligned 4-byte store
+    constexpr int J = C::BN1 / 8;
+    static_assert(J % SWIGLU_CH == 0, "the passes cover the fragments");
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int p = rows[64 * wg + 16 * w4 + g + 8 * h];
         if (p < 0 || p >= P) continue;
         __nv_bfloat16* row = act + (size_t)p * I;
+#ifdef MOE_X_SWIGLU_VALUE_BY_VALUE
+        // Experiment (tools/gpu/run's swiglu-ab): the same values, one after another.
 #pragma unroll
-        for (int j = 0; j < C::BN1 / 8; ++j) {
+        for (int j = 0; j < J; ++j) {
             const int col = n0 + 8 * j + 2 * q;
             __nv_bfloat16 v[2];
 #pragma unroll
             for (int i = 0; i < 2; ++i) {
                 const float gate = __bfloat162float(__float2bfloat16(acc[4 * j + 2 * h + i]));
-                const float up = __bfloat162float(__float2bfloat16(acc[4 * (j + C::BN1 / 8) + 2 * h + i]));
+                const float up = __bfloat162float(__float2bfloat16(acc[4 * (j + J) + 2 * h + i]));
                 v[i] = __float2bfloat16((gate * moe_sigmoidf(gate)) * up);
             }
             wg_store2(row, col, I, even, v[0], v[1]);
         }
+#else
+#pragma unroll
+        for (int j0 = 0; j0 < J; j0 += SWIGLU_CH) {
+            float gate[2 * SWIGLU_CH], den[2 * SWIGLU_CH], s[2 * SWIGLU_CH];
+            bool fast = true;
+#pragma unroll
+            for (int c = 0; c < 2 * SWIGLU_CH; ++c) {
+                gate[c] = __bfloat162float(__float2bfloat16(acc[4 * (j0 + c / 2) + 2 * h + c % 2]));
+                den[c] = 1.0f + moe_expf_flat(-gate[c]);
+                fast &= moe_rcp_fast_ok(den[c]);
+            }
+            if (fast) {
+#pragma unroll
+                for (int c = 0; c < 2 * SWIGLU_CH; ++c) s[c] = moe_rcp_rn_fast(den[c]);
+            } else {
+#pragma unroll
+                for (int c = 0; c < 2 * SWIGLU_CH; ++c) s[c] = 1.0f / den[c];
+            }
+#pragma unroll
+            for (int jj = 0; jj < SWIGLU_CH; ++jj) {
+                const int j = j0 + jj;
+                __nv_bfloat16 v[2];
+#pragma unroll
+                for (int i = 0; i < 2; ++i) {
+                    const float up = __bfloat162float(__float2bfloat16(acc[4 * (j + J) + 2 * h + i]));
+                    v[i] = __float2bfloat16((gate[2 * jj + i] * s[2 * jj + i]) * up);
+                }
+                wg_store2(row, n0 + 8 * j + 2 * q, I, even, v[0], v[1]);
+            }
+        }
+#endif
     }
 }
 

@@ -6,7 +6,7 @@
 mod tiles;
 
 use moe_kernels::testing::{assert_same_bits, assert_same_bits_up_to_nan_payload};
-use moe_kernels::{args, Device, EmuErrorKind, KernelError, LaunchConfig};
+use moe_kernels::{args, BackendKind, Device, EmuErrorKind, KernelError, LaunchConfig};
 use tiles::{exact_dot, Family, Tiles};
 
 /// Everything the self-test kernels write, for one device.
@@ -544,6 +544,54 @@ fn emulator_and_gpu_agree_bit_for_bit() {
     );
 }
 // ANCHOR_END: emu_vs_gpu
+
+/// common.cuh's straight-line forms (chapter 4's SwiGLU epilogue) give the bits of the forms they
+/// stand in for: moe_expf_flat those of moe_expf, and moe_rcp_rn_fast those of `1.0f / x` over
+/// moe_rcp_fast_ok's range, on `count` floats spaced `stride` bit patterns apart from `first`.
+fn flat_math_gives_the_same_bits(dev: &'static Device, first: u32, count: u64, stride: u32) {
+    let m = dev.load(&moe_kernels::families::SELFTEST).unwrap();
+    let bad = dev.upload(&[0u64; 2]).unwrap();
+    let first_bad = dev.upload(&[u32::MAX; 2]).unwrap();
+    m.launch(
+        "selftest_flat_math",
+        LaunchConfig::blocks(
+            if dev.kind() == BackendKind::Emu {
+                4
+            } else {
+                132 * 16
+            },
+            256,
+        ),
+        &args![first, count, stride, &bad, &first_bad],
+    )
+    .unwrap();
+    let (bad, first_bad) = (bad.to_vec().unwrap(), first_bad.to_vec().unwrap());
+    assert_eq!(
+        bad,
+        [0, 0],
+        "floats whose bits differ: moe_expf_flat {} (first {:#010x}), moe_rcp_rn_fast {} (first {:#010x})",
+        bad[0],
+        first_bad[0],
+        bad[1],
+        first_bad[1]
+    );
+}
+
+/// On the emulator: 65,536 floats, every 65,537th bit pattern (every exponent, both signs, NaNs
+/// and infinities among them). There the reciprocal is the division itself; the exponential's
+/// masks are what this checks.
+#[test]
+fn flat_math_gives_the_same_bits_on_the_emulator() {
+    flat_math_gives_the_same_bits(moe_kernels::testing::emu(), 0, 1 << 16, 65_537);
+}
+
+/// On the GPU: every float. The reciprocal there is MUFU.RCP and one Newton step, against CUDA's
+/// own division; every d of [2^-126, 2^126) in either sign must give the division's bits.
+#[test]
+#[ignore = "needs a GPU"]
+fn flat_math_gives_the_same_bits_on_every_float_on_the_gpu() {
+    flat_math_gives_the_same_bits(moe_kernels::testing::cuda(), 0, 1 << 32, 1);
+}
 
 #[test]
 fn emulator_reports_a_barrier_that_not_every_thread_reaches() {

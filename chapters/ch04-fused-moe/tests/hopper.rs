@@ -140,11 +140,26 @@ fn hand_made_layer(
 /// [`hand_made_layer`] of any H and I.
 fn hand_made_layer_of(
     dev: &'static Device,
-    (hidden, intermediate): (usize, usize),
+    dims: (usize, usize),
     counts: &[usize],
     seeds: (u64, u64),
     version: impl Fn(&TileConfig) -> bool,
 ) -> (FusedDevice, Routing, Vec<f32>, Vec<TileConfig>) {
+    let (base, routing, hidden_states, tiles, _) =
+        hand_made_layer_scaled(dev, dims, counts, seeds, 1.0, version);
+    (base, routing, hidden_states, tiles)
+}
+
+/// [`hand_made_layer_of`] with every gate and up weight `w13_scale` times the usual; and those
+/// weights (`[E, 2I, H]`).
+fn hand_made_layer_scaled(
+    dev: &'static Device,
+    (hidden, intermediate): (usize, usize),
+    counts: &[usize],
+    seeds: (u64, u64),
+    w13_scale: f32,
+    version: impl Fn(&TileConfig) -> bool,
+) -> (FusedDevice, Routing, Vec<f32>, Vec<TileConfig>, Vec<f32>) {
     let config = MoeConfig {
         hidden,
         intermediate,
@@ -152,7 +167,8 @@ fn hand_made_layer_of(
         router: RouterConfig::qwen3(2),
         shared: None,
     };
-    let weights = MoeWeights::patterned(&config, seeds.0, 2.0 / (hidden as f32).sqrt(), false);
+    let mut weights = MoeWeights::patterned(&config, seeds.0, 2.0 / (hidden as f32).sqrt(), false);
+    weights.w13.iter_mut().for_each(|w| *w *= w13_scale);
     let base = FusedDevice::new(dev, &weights, Dtype::Bf16)
         .unwrap()
         .with_path(Path::Tiled);
@@ -161,7 +177,7 @@ fn hand_made_layer_of(
     let routing = routing_of_counts(counts);
     let hidden_states = ch01_router::inputs::patterned(routing.rows * hidden, seeds.1, 1.0);
     if dev.runs_hopper() {
-        return (base, routing, hidden_states, tiles);
+        return (base, routing, hidden_states, tiles, weights.w13);
     }
     for tile in tiles {
         let e = base.clone().with_tile(tile).err();
@@ -176,7 +192,7 @@ fn hand_made_layer_of(
             "{tile}: {e:?}"
         );
     }
-    (base, routing, hidden_states, Vec::new())
+    (base, routing, hidden_states, Vec::new(), weights.w13)
 }
 
 /// `tile` gives the bits of `v8`, its version-8 twin, and of the portable path at its BLOCK_M,
@@ -211,6 +227,53 @@ fn same_bits_as_version_8_and_portable(
             .unwrap();
         assert_same_bits(&format!("{what} vs the portable path"), &got, &portable);
         println!("{what}: the same bits as version 8 and the portable path");
+    }
+}
+
+/// GEMM 1's epilogue where its gates lie far out on both sides: the gate and up weights 300 times
+/// the usual scale, so that the gates (checked here on the host) reach past ±100. A pass of
+/// values with a gate below −87.3 takes the division (1 + e^−gate ≥ 2^126, outside
+/// moe_rcp_rn_fast's range), the others the fast reciprocal; either way version 8, one and two
+/// warpgroups, gives the portable path's bits (which divides every value), with either fusion.
+fn far_gates_give_the_portable_bits(dev: &'static Device) {
+    let counts = [40usize, 64, 2, 50];
+    let (hidden, intermediate) = (288, 160);
+    let (base, routing, hidden_states, v8, w13) = hand_made_layer_scaled(
+        dev,
+        (hidden, intermediate),
+        &counts,
+        (95, 9090),
+        300.0,
+        |c| c.version == ch04_fused_moe::Version::V8,
+    );
+    if v8.is_empty() {
+        return; // no sm_90a: hand_made_layer_scaled checked the refusals
+    }
+    // The gates on the host, in f64 from the bf16 operands the GPU multiplies.
+    let bf = |v: f32| half::bf16::from_f32(v).to_f64();
+    let (mut below, mut inside) = (0usize, 0usize);
+    for (pair, &e) in routing.ids.iter().enumerate() {
+        let x = &hidden_states[(pair / routing.k) * hidden..][..hidden];
+        for n in 0..intermediate {
+            let w = &w13[(e as usize * 2 * intermediate + n) * hidden..][..hidden];
+            let gate: f64 = x.iter().zip(w).map(|(&a, &b)| bf(a) * bf(b)).sum();
+            below += (gate < -100.0) as usize;
+            inside += (gate.abs() < 80.0) as usize;
+        }
+    }
+    assert!(
+        below > 0 && inside > 0,
+        "gates below −100: {below}, inside ±80: {inside}"
+    );
+    for tile in v8 {
+        same_bits_as_version_8_and_portable(
+            &base,
+            &routing,
+            &hidden_states,
+            tile,
+            tile,
+            "far gates",
+        );
     }
 }
 
@@ -386,6 +449,11 @@ fn every_configuration_gives_version_8s_bits_on_a_small_layer(dev: &'static Devi
 mod cuda {
     #[test]
     #[ignore = "needs a GPU"]
+    fn far_gates_give_the_portable_bits() {
+        super::far_gates_give_the_portable_bits(moe_kernels::testing::cuda())
+    }
+    #[test]
+    #[ignore = "needs a GPU"]
     fn hopper_tiles_give_the_portable_bits() {
         super::hopper_tiles_give_the_portable_bits(moe_kernels::testing::cuda())
     }
@@ -416,6 +484,10 @@ mod cuda {
 /// The emulator's: the small layer, and the clusters' layer (version 9 sharing its weight slices
 /// through TMA multicast and arrivals on the other block's barriers).
 mod emu {
+    #[test]
+    fn far_gates_give_the_portable_bits() {
+        super::far_gates_give_the_portable_bits(moe_kernels::testing::emu())
+    }
     #[test]
     fn every_configuration_gives_version_8s_bits_on_a_small_layer() {
         super::every_configuration_gives_version_8s_bits_on_a_small_layer(
