@@ -81,11 +81,10 @@ __device__ __forceinline__ int moe_computed(int v) { return (int)moe_computed((u
 // ANCHOR: moe_expf
 // e^x. Cody-Waite reduction x = n ln2 + r with |r| <= ln2/2, a degree-7 polynomial for e^r,
 // then exact scaling by 2^n. Handles NaN, ±inf, overflow (inf) and underflow (0).
-// The polynomial runs on x clamped into range and the special cases are chosen at the end, so
-// that a thread computing several exponentials gets one straight run of instructions the
-// compiler can interleave (early returns made each one a branch region that the next had to wait
-// for). For x in range the clamp changes nothing, so neither do the bits.
-// e^x of x clamped into [-103.97208, 88.72284] (a NaN becomes -103.97208): moe_expf's polynomial.
+// The polynomial runs on x clamped into range (for x in range the clamp changes nothing, so
+// neither do the bits) and the special cases are chosen at the end: early returns made each
+// exponential a branch region of its own. moe_expf_clamped is the polynomial: e^x of x clamped
+// into [-103.97208, 88.72284] (a NaN becomes -103.97208).
 __device__ __forceinline__ float moe_expf_clamped(float x) {
     const float xc = fminf(fmaxf(x, -103.97208f), 88.72284f);
     const float log2e = 1.44269504088896341f;
