@@ -485,9 +485,11 @@ __device__ __forceinline__ bool wg_tile_product(const __nv_bfloat16* __restrict_
 
 // Columns col and col + 1 of `row` (n columns): one aligned store of the pair when `pair` (n even,
 // so row + col is 2-element aligned) and both are inside, else each inside one on its own.
+// WHOLE: the caller knows both (wg_store_row), and there is no test.
+template <bool WHOLE = false>
 __device__ __forceinline__ void wg_store2(__nv_bfloat16* row, int col, int n, bool pair, __nv_bfloat16 v0,
                                           __nv_bfloat16 v1) {
-    if (pair && col + 1 < n) {
+    if (WHOLE || (pair && col + 1 < n)) {
         __nv_bfloat162 two;
         two.x = v0;
         two.y = v1;
@@ -497,8 +499,9 @@ __device__ __forceinline__ void wg_store2(__nv_bfloat16* row, int col, int n, bo
         if (col + 1 < n) row[col + 1] = v1;
     }
 }
+template <bool WHOLE = false>
 __device__ __forceinline__ void wg_store2(float* row, int col, int n, bool pair, float v0, float v1) {
-    if (pair && col + 1 < n) {
+    if (WHOLE || (pair && col + 1 < n)) {
         *reinterpret_cast<float2*>(row + col) = make_float2(v0, v1);
     } else {
         if (col < n) row[col] = v0;
@@ -536,7 +539,7 @@ __device__ __forceinline__ void wg_store_swiglu(const float (&acc)[C::ACC], cons
         if (p < 0 || p >= P) continue;
         __nv_bfloat16* row = act + (size_t)p * I;
 #ifdef MOE_X_SWIGLU_VALUE_BY_VALUE
-        // Experiment (tools/gpu/run's swiglu-ab): the same values, one after another.
+        // Experiment (tools/gpu/run's epilogue-ab): the same values, one after another.
 #pragma unroll
         for (int j = 0; j < J; ++j) {
             const int col = n0 + 8 * j + 2 * q;
@@ -583,36 +586,56 @@ __device__ __forceinline__ void wg_store_swiglu(const float (&acc)[C::ACC], cons
     }
 }
 
-// The plain GEMM's epilogue on versions 4 to 11: this thread's accumulators into out's rows (bf16,
-// or fp32 times the pair's weight, y_bf16: that rounded to bf16), rows[] as wg_store_swiglu's.
+// The plain GEMM's epilogue on versions 4 to 11, one row: this thread's accumulators of half h
+// into row p of out (bf16, or fp32 times the pair's weight wp, y_bf16: that rounded to bf16).
+// WHOLE: N is even and every column of the block is inside it, so each pair of columns is one
+// aligned store with no test (wg_store2's test and its branch, a region around every store, left
+// out).
+template <class C, bool BF16_OUT, bool WHOLE>
+__device__ __forceinline__ void wg_store_row(const float (&acc)[C::ACC], int h, int p, const float* __restrict__ weight,
+                                             float wp, void* __restrict__ out, int n0, int N, bool even, bool y_bf16) {
+    const int q = threadIdx.x & 3;
+#pragma unroll
+    for (int j = 0; j < C::BN / 8; ++j) {
+        const int col = n0 + 8 * j + 2 * q;
+        const float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+        if (BF16_OUT) {
+            wg_store2<WHOLE>(static_cast<__nv_bfloat16*>(out) + (size_t)p * N, col, N, even, __float2bfloat16(v0),
+                             __float2bfloat16(v1));
+        } else if (y_bf16) {
+            wg_store2<WHOLE>(static_cast<__nv_bfloat16*>(out) + (size_t)p * N, col, N, even,
+                             __float2bfloat16(weight ? wp * v0 : v0), __float2bfloat16(weight ? wp * v1 : v1));
+        } else {
+            // weight · v rounded as fused_gemm_impl rounds it (no weight: v itself).
+            wg_store2<WHOLE>(static_cast<float*>(out) + (size_t)p * N, col, N, even, weight ? wp * v0 : v0,
+                             weight ? wp * v1 : v1);
+        }
+    }
+}
+
+// The plain GEMM's epilogue on versions 4 to 11: this thread's accumulators into out's rows,
+// rows[] as wg_store_swiglu's; wg_store_row's WHOLE form where the block allows it.
 template <class C, bool BF16_OUT>
 __device__ __forceinline__ void wg_store_rows(const float (&acc)[C::ACC], const int* rows, int P,
                                               const float* __restrict__ weight, void* __restrict__ out, int n0,
                                               int N, bool y_bf16) {
     const int wg = threadIdx.x / 128;
-    const int lane = threadIdx.x & 31, w4 = (threadIdx.x >> 5) & 3, g = lane >> 2, q = lane & 3;
+    const int lane = threadIdx.x & 31, w4 = (threadIdx.x >> 5) & 3, g = lane >> 2;
     const bool even = (N & 1) == 0;
+#ifdef MOE_X_STORES_TESTED
+    const bool whole = false;  // experiment (tools/gpu/run's epilogue-ab): every store tested
+#else
+    const bool whole = even && n0 + C::BN <= N;
+#endif
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int p = rows[64 * wg + 16 * w4 + g + 8 * h];
         if (p < 0 || p >= P) continue;
         const float wp = (!BF16_OUT && weight) ? weight[p] : 1.0f;
-#pragma unroll
-        for (int j = 0; j < C::BN / 8; ++j) {
-            const int col = n0 + 8 * j + 2 * q;
-            const float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-            if (BF16_OUT) {
-                wg_store2(static_cast<__nv_bfloat16*>(out) + (size_t)p * N, col, N, even, __float2bfloat16(v0),
-                          __float2bfloat16(v1));
-            } else if (y_bf16) {
-                wg_store2(static_cast<__nv_bfloat16*>(out) + (size_t)p * N, col, N, even,
-                          __float2bfloat16(weight ? wp * v0 : v0), __float2bfloat16(weight ? wp * v1 : v1));
-            } else {
-                // weight · v rounded as fused_gemm_impl rounds it (no weight: v itself).
-                wg_store2(static_cast<float*>(out) + (size_t)p * N, col, N, even, weight ? wp * v0 : v0,
-                          weight ? wp * v1 : v1);
-            }
-        }
+        if (whole)
+            wg_store_row<C, BF16_OUT, true>(acc, h, p, weight, wp, out, n0, N, even, y_bf16);
+        else
+            wg_store_row<C, BF16_OUT, false>(acc, h, p, weight, wp, out, n0, N, even, y_bf16);
     }
 }
 // ANCHOR_END: wg_epilogues
