@@ -172,8 +172,7 @@ __device__ __forceinline__ float moe_rcp_rn_fast(float d) {
 #ifdef MOE_EMU
     return 1.0f / d;
 #else
-    float y;
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(d));
+    const float y = moe_rcp_approx(d);  // MUFU.RCP
     const float e = fmaf(d, y, -1.0f);  // d·y − 1
     return fmaf(y, -e, y);              // y − y·e
 #endif

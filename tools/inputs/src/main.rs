@@ -13,7 +13,7 @@ use candle_core::{DType, Device, Tensor};
 use ch01_router::inputs::{patterned, router_input};
 use clap::{Parser, Subcommand};
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -88,23 +88,34 @@ fn write_gate(a: &GateArgs) -> Result<String, String> {
             (experts, hidden),
         )?,
     );
-    if a.bias {
-        let (_, bias) = router_input(0, experts, a.seed);
+    let bias = a.bias.then(|| router_input(0, experts, a.seed).1);
+    save(
+        t,
+        bias,
+        &a.out,
+        &format!("hidden [{rows}, {hidden}] bf16, gate [{experts}, {hidden}] bf16"),
+    )
+}
+
+/// Writes `t`, with `bias` as the `bias` tensor when given, to `out`, and says what it wrote
+/// (`what`, then the bias).
+fn save(
+    mut t: HashMap<String, Tensor>,
+    bias: Option<Vec<f32>>,
+    out: &Path,
+    what: &str,
+) -> Result<String, String> {
+    let mut said = format!("wrote {}: {what}", out.display());
+    if let Some(bias) = bias {
+        let n = bias.len();
         t.insert(
             "bias".to_string(),
-            Tensor::from_vec(bias, experts, &cpu).map_err(|e| e.to_string())?,
+            Tensor::from_vec(bias, n, &Device::Cpu).map_err(|e| e.to_string())?,
         );
+        said += &format!(", bias [{n}] f32");
     }
-    candle_core::safetensors::save(&t, &a.out).map_err(|e| format!("{}: {e}", a.out.display()))?;
-    Ok(format!(
-        "wrote {}: hidden [{rows}, {hidden}] bf16, gate [{experts}, {hidden}] bf16{}",
-        a.out.display(),
-        if a.bias {
-            format!(", bias [{experts}] f32")
-        } else {
-            String::new()
-        }
-    ))
+    candle_core::safetensors::save(&t, out).map_err(|e| format!("{}: {e}", out.display()))?;
+    Ok(said)
 }
 
 #[derive(clap::Args)]
@@ -135,22 +146,12 @@ fn write_router(a: &RouterArgs) -> Result<String, String> {
         "logits".to_string(),
         Tensor::from_vec(logits, (rows, experts), &cpu).map_err(|e| e.to_string())?,
     );
-    if a.bias {
-        t.insert(
-            "bias".to_string(),
-            Tensor::from_vec(bias, experts, &cpu).map_err(|e| e.to_string())?,
-        );
-    }
-    candle_core::safetensors::save(&t, &a.out).map_err(|e| format!("{}: {e}", a.out.display()))?;
-    Ok(format!(
-        "wrote {}: logits [{rows}, {experts}] f32{}",
-        a.out.display(),
-        if a.bias {
-            format!(", bias [{experts}] f32")
-        } else {
-            String::new()
-        }
-    ))
+    save(
+        t,
+        a.bias.then_some(bias),
+        &a.out,
+        &format!("logits [{rows}, {experts}] f32"),
+    )
 }
 
 fn main() -> ExitCode {
