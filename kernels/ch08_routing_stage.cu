@@ -7,14 +7,16 @@
 // round trip through memory between them. Here the router and the bookkeeping are one stage:
 //
 //   one block (stage_one_block_e{W}, up to STAGE_ONE_BLOCK_MAX_PAIRS pairs, one launch):
-//            the block's 16 warps route the rows with chapter 5's fr_row (a warp per row, k
-//            rounds of warp argmax; ch05/router_row.cuh), the ids into shared memory; then the
+//            the block's 16 warps route the rows with chapter 5's row router (a warp per row:
+//            fr_row_screened, ch05/router_screen.cuh: sigmoid rows screened on approximate keys
+//            as chapter 5's few-row kernel does, the others by fr_row's k rounds of warp
+//            argmax), the ids into shared memory; then the
 //            same threads hold one pair each and sort them as chapter 3's one-block kernel does
 //            (ranks by ballots, per-warp counts, a scan over the experts, the scatter). The ids
 //            never leave the SM until they are final.
 //   two launches (more pairs):
 //      1. stage_route_count_e{W}: a block routes 16 rows (a warp per row, as chapter 5's
-//         kernel spreads them), counts its pairs per expert in shared memory and adds the counts
+//         many-row kernel: fr_row_screened without the second screen), counts its pairs per expert in shared memory and adds the counts
 //         into its chunk's row of chunk_counts [chunks, E] (integer atomics: a sum of whole
 //         numbers, the same in any order); it also fills every slot with the placeholder;
 //      2. stage_scatter: a block per chunk sums the chunks' counts per expert, scans, writes the
@@ -22,7 +24,8 @@
 //         scatter). The last block to finish (a ticket in device memory) sets chunk_counts and
 //         the ticket back to zero for the next call: no memset launch, nothing to wait for.
 //
-// Both give chapter 5's ids and weights (the same fr_row) and chapter 3's layout (a stable sort
+// Both give chapter 5's ids and weights (the screened and the exact router give the same bits)
+// and chapter 3's layout (a stable sort
 // is unique): the same bits as the pair + align, on every backend.
 //
 // Upstream: the routing kernels that FlashInfer took from TensorRT-LLM for its expert kernels
@@ -37,7 +40,7 @@
 //   function of the routing; the counts are integer sums; no float atomics anywhere.
 // - Limits: E <= STAGE_MAX_EXPERTS (one expert per thread in the scan), k <= 32 (chapter 5).
 #include "common.cuh"
-#include "ch05/router_row.cuh"
+#include "ch05/router_screen.cuh"
 #include "ch03/align.cuh"
 
 #define STAGE_THREADS 512              // threads of every block (16 warps)
@@ -64,6 +67,9 @@ __device__ void stage_one_block(const float* __restrict__ logits, const float* _
     __shared__ int s_warp_sum[STAGE_WARPS];
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
     const int P = T * k, warps = (P + 31) / 32;  // the warps that hold pairs
+    // A programmatic dependent of the logits GEMM (common.cuh): wait before the first write, so
+    // that nothing here can overtake the kernel ahead, whatever that kernel is.
+    moe_grid_wait();
     // Placeholders, -1 and zeros first; the barriers below order the overwrites.
     for (int s = t; s < capacity; s += STAGE_THREADS) sorted_ids[s] = P;
     for (int tile = t; tile < max_tiles; tile += STAGE_THREADS) expert_ids[tile] = -1;
@@ -73,10 +79,10 @@ __device__ void stage_one_block(const float* __restrict__ logits, const float* _
         counts[t] = 0;
     }
     // 1. Route: warp w routes rows w, w + 16, ...; lane r < k writes pick r into s_ids (chapter
-    //    5's fr_row takes any pointer: here one into shared memory) and its weight to memory.
+    //    5's row router takes any pointer: here one into shared memory) and its weight to memory.
     for (int row = warp; row < T; row += STAGE_WARPS)
-        fr_row<SLOTS>(logits, bias, s_ids, weights, row, E, k, scoring, n_group, topk_group,
-                      renormalize, scale);
+        fr_row_screened<SLOTS, true>(logits, bias, s_ids, weights, row, E, k, scoring, n_group,
+                                     topk_group, renormalize, scale);
     __syncthreads();
     // 2. From here thread t holds pair t, as in chapter 3's one-block kernel.
     const int e = t < P ? s_ids[t] : -1;
@@ -146,6 +152,10 @@ __device__ void stage_route_count(const float* __restrict__ logits,
     __shared__ int s_count[STAGE_MAX_EXPERTS];
     const int t = threadIdx.x, warp = t >> 5, b = blockIdx.x;
     const int P = T * k;
+    // A programmatic dependent, as stage_one_block; stage_scatter, a dependent of this launch,
+    // may have its blocks resident now (they wait for this grid to finish).
+    moe_grid_wait();
+    moe_launch_dependents();
     // Every slot the placeholder and every tile -1 (coalesced, over the grid): stage_scatter
     // overwrites the pairs' slots and the tiles that hold pairs.
     const int stride = gridDim.x * STAGE_THREADS, g = b * STAGE_THREADS + t;
@@ -153,9 +163,9 @@ __device__ void stage_route_count(const float* __restrict__ logits,
     for (int tile = g; tile < max_tiles; tile += stride) expert_ids[tile] = -1;
     for (int e = t; e < E; e += STAGE_THREADS) s_count[e] = 0;
     const int row0 = b * STAGE_ROWS_PER_BLOCK, row = row0 + warp;
-    if (row < T)  // the whole warp: fr_row is a warp's work
-        fr_row<SLOTS>(logits, bias, ids, weights, row, E, k, scoring, n_group, topk_group,
-                      renormalize, scale);
+    if (row < T)  // the whole warp: a row is a warp's work
+        fr_row_screened<SLOTS, false>(logits, bias, ids, weights, row, E, k, scoring, n_group,
+                                      topk_group, renormalize, scale);
     __syncthreads();  // the block's ids written (and visible to the block), s_count zeroed
     // The block's pairs, one per thread (16 rows * k <= 512 pairs).
     const int p = row0 * k + t, end = min(T, row0 + STAGE_ROWS_PER_BLOCK) * k;
@@ -180,7 +190,7 @@ __device__ void stage_route_count(const float* __restrict__ logits,
 // them 32 at a time, in order (chapter 3's align_scatter). Block 0 also writes counts and
 // offsets. The last block to finish zeroes chunk_counts and the ticket.
 extern "C" __global__ void __launch_bounds__(STAGE_THREADS) stage_scatter(
-    const int* __restrict__ ids, int P, int E, int block_m, int per_chunk,
+    const int* ids, int P, int E, int block_m, int per_chunk,
     int* __restrict__ chunk_counts, unsigned* __restrict__ ticket, int* __restrict__ sorted_ids,
     int* __restrict__ expert_ids, int* __restrict__ num_post, int* __restrict__ counts,
     int* __restrict__ offsets) {
@@ -190,6 +200,9 @@ extern "C" __global__ void __launch_bounds__(STAGE_THREADS) stage_scatter(
     __shared__ bool s_last;
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5, c = blockIdx.x;
     const int chunks = gridDim.x, bits = align_key_bits(E);
+    // A programmatic dependent of stage_route_count: the ids and the counts are its output, read
+    // after the wait through a plain pointer and __ldcg (see moe_grid_wait in common.cuh).
+    moe_grid_wait();
     // Expert t: its pairs in all chunks, and in the chunks before this one.
     int count = 0, earlier = 0;
     if (t < E)

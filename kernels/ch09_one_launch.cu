@@ -12,11 +12,13 @@
 //      its row group's counter (__threadfence first, so its logits are visible to whoever sees
 //      the ticket);
 //   2. the block that takes a row group's last ticket knows every logit of those rows is in
-//      memory: its 8 warps route the rows with chapter 5's fr_row (ch05/router_row.cuh), then it
+//      memory: its 8 warps route the rows with chapter 5's row router (fr_row_screened,
+//      ch05/router_screen.cuh: screened sigmoid rows, fr_row for the others), then it
 //      takes a ticket from the grid's counter;
 //   3. the block that takes the grid's last ticket knows every row is routed: it sorts every pair
 //      by expert (one_sort below: chapter 3's warp ranks, a scan, the scatter) and zeroes the
-//      counters for the next call.
+//      counters for the next call. With one row group (T <= ROWS: every decode batch) the block
+//      of step 2 is that block already, and goes on without the second ticket.
 //
 // No block waits for another: a block that is not last simply ends. So nothing assumes how many
 // blocks are resident at once, there is no grid-wide barrier, and the whole GPU computes the
@@ -35,7 +37,7 @@
 // Limits: E <= ONE_MAX_EXPERTS (the sort's table), k <= 32, H a multiple of 8 (chapter 5's).
 #include "common.cuh"
 #include "ch05/tiny_gemm.cuh"
-#include "ch05/router_row.cuh"
+#include "ch05/router_screen.cuh"
 #include "ch03/align.cuh"
 
 #define ONE_THREADS 256       // = TINY_THREADS: 8 warps
@@ -175,21 +177,27 @@ __device__ void one_launch(const __nv_bfloat16* __restrict__ hidden,
     __syncthreads();
     if (!s_last) return;  // another block will route these rows
     // 2. The row group's last block: every logit of its rows is in memory. Route them, a warp per
-    //    row (chapter 5's fr_row reads the logits through the L2), then take the grid's ticket.
+    //    row (chapter 5's row router reads the logits through the L2), then the grid's ticket.
     __threadfence();
     if (threadIdx.x == 0) group_tickets[blockIdx.y] = 0u;  // for the next call
     const int t0 = blockIdx.y * ROWS, rows = min(ROWS, T - t0);
     for (int r = warp; r < rows; r += ONE_WARPS)
-        fr_row<SLOTS>(logits, bias, ids, weights, t0 + r, E, k, scoring, n_group, topk_group,
-                      renormalize, scale);
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) s_last = atomicAdd(grid_ticket, 1u) == gridDim.y - 1;
-    __syncthreads();
-    if (!s_last) return;
+        fr_row_screened<SLOTS, true>(logits, bias, ids, weights, t0 + r, E, k, scoring, n_group,
+                                     topk_group, renormalize, scale);
+    if (gridDim.y > 1) {
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) s_last = atomicAdd(grid_ticket, 1u) == gridDim.y - 1;
+        __syncthreads();
+        if (!s_last) return;
+        __threadfence();
+        if (threadIdx.x == 0) *grid_ticket = 0u;
+    } else {
+        // One row group (T <= ROWS): this block routed every row, so it is the grid's last block
+        // already; the barrier makes its ids visible to all of its threads. No second ticket.
+        __syncthreads();
+    }
     // 3. The grid's last block: every row is routed. The bookkeeping of every pair.
-    __threadfence();
-    if (threadIdx.x == 0) *grid_ticket = 0u;
     one_sort(ids, T * k, E, block_m, capacity, max_tiles, sorted_ids, expert_ids, num_post, counts,
              offsets);
 }

@@ -32,7 +32,11 @@
 //   that is selected (rs_pack), so every number of a row is distinct and a larger number is a
 //   larger key or an equal key with a lower id.
 // - The histograms are integer counts in shared memory (integer atomics: the counts, and so
-//   the result, do not depend on the order of arrival; no float atomics anywhere).
+//   the result, do not depend on the order of arrival; no float atomics anywhere). The lanes of
+//   a warp whose numbers fall in one bin add their count once (rs_count): a row's numbers share
+//   their leading bits, and one address hit by every lane would serialise the atomics.
+// - Every warp scans each pass's histogram itself, so a pass needs one barrier; three
+//   histograms in turn let a pass clear the one two passes on without another.
 // - Limits: E <= 1024 (ids fit 10 bits; a row's keys fit shared memory), k <= 32 (one warp
 //   orders the picks), at most 32 groups. The host refuses larger sizes with a typed error.
 // - merged_gate needs E and P multiples of 4 (16-byte loads of the fp32 row); the host checks.
@@ -45,6 +49,10 @@
 #define RS_DIGIT_BITS 8      // bits binned per pass
 #define RS_BINS 256          // 1 << RS_DIGIT_BITS
 #define RS_THREADS 256       // most threads of one block (one row)
+#define RS_UNROLL 4          // experts a thread loads at once (RS_MAX_EXPERTS / RS_THREADS)
+#define RS_MERGED_THREADS 512  // merged_gate's block: two experts and two cast loads a thread
+#define RS_MERGED_UNROLL 2     // RS_MAX_EXPERTS / RS_MERGED_THREADS
+#define RS_AGGREGATE_ABOVE 8 // at most this many lanes of a warp count one by one (rs_count)
 #define RS_SCORING_SOFTMAX 0  // the `scoring` argument, as chapter 5's
 #define RS_SCORING_SIGMOID 1
 #define RS_SCORING_SQRT_SOFTPLUS 2
@@ -157,23 +165,57 @@ __device__ __forceinline__ void rs_store_weights(int* __restrict__ ids, float* _
 }
 // ANCHOR_END: store_weights
 
+// ANCHOR: count
+// Adds one number to bin `bin` of `hist` for every lane where `live`, a warp at a time (every lane
+// of the warp calls it). The numbers of a row share their leading bits, so most of a warp's lanes
+// can fall in one bin; 32 atomics on one address would wait for each other. When more than
+// RS_AGGREGATE_ABOVE lanes count, the lanes of a bin find each other (a ballot per bit of the
+// bin: the lanes that agree on every bit), and the lowest adds them all at once. Integer counts:
+// the same histogram either way, whatever the order of arrival.
+__device__ __forceinline__ void rs_count(int* hist, int bin, bool live, int width) {
+    const unsigned lanes = __ballot_sync(MOE_FULL_MASK, live);
+    if (__popc(lanes) <= RS_AGGREGATE_ABOVE) {  // the same for every lane of the warp
+        if (live) atomicAdd(&hist[bin], 1);
+        return;
+    }
+    unsigned peers = lanes;
+#pragma unroll
+    for (int b = 0; b < RS_DIGIT_BITS; ++b) {
+        if (b >= width) break;
+        const bool one = (bin >> b) & 1;
+        const unsigned ones = __ballot_sync(MOE_FULL_MASK, one);
+        peers &= one ? ones : ~ones;
+    }
+    const unsigned below = (1u << (threadIdx.x & 31)) - 1u;  // the lanes below this one
+    if (live && (peers & below) == 0u) atomicAdd(&hist[bin], __popc(peers));
+}
+// ANCHOR_END: count
+
+// What a block does beside the selection, its loads issued with the logits' (rs_row calls
+// load() before it loads its first logits, store() right after, once): nothing for radix
+// select alone; merged_gate's cast of the projection columns (rs_cast).
+struct rs_nothing {
+    __device__ __forceinline__ void load() {}
+    __device__ __forceinline__ void store() {}
+};
+
 // ANCHOR: radix_row
 // Routes row t with the whole block: `x` is the row's E logits (fp32 or bf16), `bias` [E] f32
 // or null; ids [T, k] i32 and weights [T, k] f32 out. Thread i owns experts i, i + blockDim,
-// ... Every thread of the block must call it (it holds barriers).
-template <typename In>
+// ... Every thread of the block must call it (it holds barriers). `side` is the block's other
+// work (rs_nothing, rs_cast). A thread loads U logits at once (U * blockDim >= E: one round).
+template <int U, typename In, typename Side>
 __device__ __forceinline__ void rs_row(const In* x, const float* __restrict__ bias,
                                        int* __restrict__ ids, float* __restrict__ weights, int t,
                                        int E, int k, int scoring, int n_group, int topk_group,
-                                       int renormalize, float scale) {
+                                       int renormalize, float scale, Side& side) {
     __shared__ unsigned s_key[RS_MAX_EXPERTS];    // float key bits, then ordered (0: dropped)
     __shared__ float s_score[RS_MAX_EXPERTS];     // unbiased scores (by_logit: the logits)
-    __shared__ int s_hist[RS_BINS];
+    __shared__ int s_hist[3][RS_BINS];            // pass i counts into s_hist[i % 3]
     __shared__ unsigned long long s_pick[RS_MAX_K];    // the selected, in arrival order
     __shared__ unsigned long long s_sorted[RS_MAX_K];  // the same in selection order
     __shared__ float s_stats[2];
-    __shared__ unsigned long long s_prefix;
-    __shared__ int s_remaining, s_done, s_picked;
+    __shared__ int s_picked;
     __shared__ unsigned s_kept;
     const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5;
     const float neg_inf = -__int_as_float(0x7f800000);
@@ -183,26 +225,46 @@ __device__ __forceinline__ void rs_row(const In* x, const float* __restrict__ bi
     // are exponentiated (chapter 5's fr_by_logit: the row's sum cancels).
     const bool by_logit = scoring == RS_SCORING_SOFTMAX && renormalize && !has_bias && !grouped;
     const bool full_softmax = scoring == RS_SCORING_SOFTMAX && !by_logit;
-    for (int b = tid; b < RS_BINS; b += nt) s_hist[b] = 0;
+    // Without a full softmax or groups, step 1's key is the rank key: ordered at once.
+    const bool direct = !full_softmax && !grouped;
+    for (int b = tid; b < 2 * RS_BINS; b += nt) s_hist[b / RS_BINS][b % RS_BINS] = 0;
     if (tid == 0) s_picked = 0;
     moe_grid_wait();  // the logits are the kernel ahead's output
+    side.load();
 
-    // 1. Step 2, element by element: a non-finite logit scores 0 and ranks -inf.
-    for (int e = tid; e < E; e += nt) {
-        const float v = rs_load(x, e);
-        const bool finite = moe_isfinite(v);
-        float s;
-        if (scoring == RS_SCORING_SOFTMAX) {
-            s = finite ? v : neg_inf;  // the logit; a full softmax's score comes below
-        } else if (scoring == RS_SCORING_SIGMOID) {
-            s = finite ? moe_sigmoidf(v) : 0.0f;
-        } else {
-            s = finite ? sqrtf(moe_softplusf(v)) : 0.0f;
+    // 1. Step 2, element by element: a non-finite logit scores 0 and ranks -inf. A thread's
+    //    U logits and biases are all loaded before any is used (one wait, not one each),
+    //    and the side's stores go out as soon as its loads, issued with those, are back.
+    bool side_done = false;
+    for (int e0 = tid; e0 < E; e0 += U * nt) {
+        float v[U], bv[U];
+#pragma unroll
+        for (int i = 0; i < U; ++i) {
+            const int e = e0 + i * nt;
+            v[i] = e < E ? rs_load(x, e) : 0.0f;
+            bv[i] = (has_bias && e < E) ? bias[e] : 0.0f;
         }
-        s_score[e] = s;
-        const float b = has_bias ? bias[e] : 0.0f;
-        s_key[e] = __float_as_uint(finite ? (has_bias ? s + b : s) : neg_inf);
+        if (!side_done) side.store();
+        side_done = true;
+#pragma unroll
+        for (int i = 0; i < U; ++i) {
+            const int e = e0 + i * nt;
+            if (e >= E) break;
+            const bool finite = moe_isfinite(v[i]);
+            float s;
+            if (scoring == RS_SCORING_SOFTMAX) {
+                s = finite ? v[i] : neg_inf;  // the logit; a full softmax's score comes below
+            } else if (scoring == RS_SCORING_SIGMOID) {
+                s = finite ? moe_sigmoidf(v[i]) : 0.0f;
+            } else {
+                s = finite ? sqrtf(moe_softplusf(v[i])) : 0.0f;
+            }
+            s_score[e] = s;
+            const float key = finite ? (has_bias ? s + bv[i] : s) : neg_inf;
+            s_key[e] = direct ? rs_order(key) : __float_as_uint(key);
+        }
     }
+    if (!side_done) side.store();  // a thread without experts
     __syncthreads();
     if (full_softmax) {
         if (warp == 0) rs_softmax_stats(s_score, E, s_stats);
@@ -227,14 +289,16 @@ __device__ __forceinline__ void rs_row(const In* x, const float* __restrict__ bi
         }
         __syncthreads();
     }
-    const int per = grouped ? E / n_group : E;
-    const unsigned kept = grouped ? s_kept : 1u;
-    for (int e = tid; e < E; e += nt)
-        s_key[e] = (kept >> (e / per) & 1u) ? rs_order(__uint_as_float(s_key[e])) : 0u;
+    if (!direct) {
+        const int per = grouped ? E / n_group : E;
+        const unsigned kept = grouped ? s_kept : 1u;
+        for (int e = tid; e < E; e += nt)
+            s_key[e] = (kept >> (e / per) & 1u) ? rs_order(__uint_as_float(s_key[e])) : 0u;
+        __syncthreads();
+    }
     // Every expert of a kept group is a candidate (a key of -inf too): the host checked k <= it.
-    const int candidates = grouped ? topk_group * per : E;
+    const int candidates = grouped ? topk_group * (E / n_group) : E;
     const int want = min(k, candidates);
-    __syncthreads();
 
     // ANCHOR: passes
     // 2. The cut. `prefix` is the leading bits of the want-th largest number found so far, down
@@ -243,59 +307,66 @@ __device__ __forceinline__ void rs_row(const In* x, const float* __restrict__ bi
     int shift = 32 + RS_ID_BITS;  // 42: no bit known yet
     int remaining = want;
     bool done = want == candidates;  // all of them: every number is at or above the cut
-    while (!done) {
+    for (int pass = 0; !done; ++pass) {
         const int width = shift < RS_DIGIT_BITS ? shift : RS_DIGIT_BITS;
         const int next = shift - width;
         const int mask = (1 << width) - 1;
-        // The histogram of the next `width` bits of the numbers that share the prefix.
-        for (int e = tid; e < E; e += nt) {
-            const unsigned o = s_key[e];
-            if (o == 0u) continue;
-            const unsigned long long p = rs_pack(o, e);
-            if ((p >> shift) == prefix) atomicAdd(&s_hist[(int)(p >> next) & mask], 1);
-        }
-        __syncthreads();
-        // The bin holding the cut, by warp 0: lane l sums 8 bins from the top (bin 255 - 8l
-        // down), a scan over the lanes gives the count above each lane's bins, and the lane whose
-        // bins reach `remaining` finds the bin. It clears its bins for the next pass.
-        if (warp == 0) {
-            const int bins = mask + 1;
-            int c[8], mine = 0;
+        int* hist = s_hist[pass % 3];
+        // The histogram of the next `width` bits of the numbers that share the prefix, a warp
+        // at a time (rs_count): e0 is the same for every lane of a warp.
+        for (int e0 = tid - lane; e0 < E; e0 += U * nt) {
 #pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                const int b = bins - 1 - (8 * lane + i);
-                c[i] = b >= 0 ? s_hist[b] : 0;
-                mine += c[i];
-            }
-            int incl = mine;  // inclusive scan over the lanes, from the top bins down
-            for (int off = 1; off < 32; off <<= 1) {
-                const int o = __shfl_up_sync(MOE_FULL_MASK, incl, off);
-                if (lane >= off) incl += o;
-            }
-            int above = incl - mine;
-            if (above < remaining && remaining <= incl) {
-                for (int i = 0; i < 8; ++i) {
-                    if (above + c[i] >= remaining) {
-                        const int b = bins - 1 - (8 * lane + i);
-                        s_prefix = (prefix << width) | (unsigned)b;
-                        s_remaining = remaining - above;
-                        s_done = c[i] == remaining - above;
-                        break;
-                    }
-                    above += c[i];
-                }
-            }
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                const int b = bins - 1 - (8 * lane + i);
-                if (b >= 0) s_hist[b] = 0;
+            for (int i = 0; i < U; ++i) {
+                if (e0 + i * nt >= E) break;  // no lane of the warp has an expert here
+                const int e = e0 + i * nt + lane;
+                const unsigned o = e < E ? s_key[e] : 0u;
+                const unsigned long long p = rs_pack(o, e);
+                rs_count(hist, (int)(p >> next) & mask, o != 0u && (p >> shift) == prefix, width);
             }
         }
         __syncthreads();
-        prefix = s_prefix;
-        remaining = s_remaining;
-        done = s_done != 0;
+        // The bin holding the cut, found by every warp alike (so no second barrier): lane l
+        // sums 8 bins from the top (bin 255 - 8l down), a scan over the lanes gives the count
+        // above each lane's bins, and the lane whose bins reach `remaining` finds the bin and
+        // hands it to the others.
+        const int bins = mask + 1;
+        int c[8], mine = 0;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int b = bins - 1 - (8 * lane + i);
+            c[i] = b >= 0 ? hist[b] : 0;
+            mine += c[i];
+        }
+        int incl = mine;  // inclusive scan over the lanes, from the top bins down
+        for (int off = 1; off < 32; off <<= 1) {
+            const int o = __shfl_up_sync(MOE_FULL_MASK, incl, off);
+            if (lane >= off) incl += o;
+        }
+        int above = incl - mine;
+        const bool holds = above < remaining && remaining <= incl;
+        const unsigned holder = __ballot_sync(MOE_FULL_MASK, holds);
+        int bin = 0, left = 0, held = 0;  // the cut's bin, what is still missing, what it holds
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            if (above + c[i] >= remaining) {
+                bin = bins - 1 - (8 * lane + i);
+                left = remaining - above;
+                held = c[i];
+                break;
+            }
+            above += c[i];
+        }
+        const int src = __ffs(holder) - 1;
+        bin = __shfl_sync(MOE_FULL_MASK, bin, src);
+        left = __shfl_sync(MOE_FULL_MASK, left, src);
+        held = __shfl_sync(MOE_FULL_MASK, held, src);
+        prefix = (prefix << width) | (unsigned)bin;
+        remaining = left;
+        done = held == left;
         shift = next;
+        // The histogram two passes on: every warp read it last pass, before this pass's barrier,
+        // and the next pass's barrier comes before anyone counts into it again.
+        for (int b = tid; b < RS_BINS; b += nt) s_hist[(pass + 2) % 3][b] = 0;
     }
     // ANCHOR_END: passes
 
@@ -312,6 +383,7 @@ __device__ __forceinline__ void rs_row(const In* x, const float* __restrict__ bi
     if (warp != 0) return;
     const unsigned long long mine = lane < want ? s_pick[lane] : 0ull;
     int place = 0;
+#pragma unroll 8
     for (int j = 0; j < want; ++j) place += s_pick[j] > mine ? 1 : 0;
     if (lane < want) s_sorted[place] = mine;
     __syncwarp();
@@ -337,8 +409,9 @@ radix_topk(const float* logits, int ld, const float* __restrict__ bias, int* __r
            int topk_group, int renormalize, float scale) {
     const int t = blockIdx.x;
     if (t >= T) return;
-    rs_row(logits + (size_t)t * ld, bias, ids, weights, t, E, k, scoring, n_group, topk_group,
-           renormalize, scale);
+    rs_nothing side;
+    rs_row<RS_UNROLL>(logits + (size_t)t * ld, bias, ids, weights, t, E, k, scoring, n_group,
+                      topk_group, renormalize, scale, side);
 }
 // ANCHOR_END: radix_topk
 
@@ -350,35 +423,69 @@ radix_topk_bf16(const __nv_bfloat16* logits, int ld, const float* __restrict__ b
                 int scoring, int n_group, int topk_group, int renormalize, float scale) {
     const int t = blockIdx.x;
     if (t >= T) return;
-    rs_row(logits + (size_t)t * ld, bias, ids, weights, t, E, k, scoring, n_group, topk_group,
-           renormalize, scale);
+    rs_nothing side;
+    rs_row<RS_UNROLL>(logits + (size_t)t * ld, bias, ids, weights, t, E, k, scoring, n_group,
+                      topk_group, renormalize, scale, side);
 }
 
+// Four fp32 as four bf16 (round to nearest even), packed for one 8-byte store.
+__device__ __forceinline__ uint2 rs_bf16x4(float4 v) {
+    const unsigned a = __bfloat16_as_ushort(__float2bfloat16_rn(v.x));
+    const unsigned b = __bfloat16_as_ushort(__float2bfloat16_rn(v.y));
+    const unsigned c = __bfloat16_as_ushort(__float2bfloat16_rn(v.z));
+    const unsigned d = __bfloat16_as_ushort(__float2bfloat16_rn(v.w));
+    return make_uint2(a | (b << 16), c | (d << 16));
+}
+
+// merged_gate's other work: the cast of a row's n = P / 4 groups of four projection columns.
+// load() issues a thread's first U 16-byte loads (together with the logits' loads: one wait for
+// both), store() writes them as bf16, then casts whatever is left, a load at a time.
+template <int U>
+struct rs_cast {
+    const float4* src;
+    uint2* dst;
+    int n;
+    float4 v[U];
+    __device__ __forceinline__ void load() {
+#pragma unroll
+        for (int i = 0; i < U; ++i) {
+            const int j = threadIdx.x + i * blockDim.x;
+            if (j < n) v[i] = __ldcg(src + j);
+        }
+    }
+    __device__ __forceinline__ void store() {
+#pragma unroll
+        for (int i = 0; i < U; ++i) {
+            const int j = threadIdx.x + i * blockDim.x;
+            if (j < n) dst[j] = rs_bf16x4(v[i]);
+        }
+        for (int j = threadIdx.x + U * blockDim.x; j < n; j += blockDim.x)
+            dst[j] = rs_bf16x4(__ldcg(src + j));
+    }
+};
+
 // ANCHOR: merged_gate
-// The kernel after the merged GEMM, one block per row (grid T, RS_THREADS threads):
+// The kernel after the merged GEMM, one block per row (grid T, RS_MERGED_THREADS threads):
 //   y [T, E + P] f32 (the stacked weight's output: E logits, then P projection columns),
 //   bias [E] f32 or null -> ids [T, k] i32, weights [T, k] f32, proj [T, P] bf16.
-// The block first casts its row's P columns (16-byte loads, 8-byte stores, round to nearest
-// even), then selects. E % 4 == 0 and P % 4 == 0 (the host checks).
-extern "C" __global__ void __launch_bounds__(RS_THREADS)
+// The block casts its row's P columns (16-byte loads, 8-byte stores, round to nearest even) and
+// selects: the cast's loads go out with the logits' (rs_cast), so the row costs one wait for
+// memory, not two. Twice radix select's threads, each with half the loads in flight, so that a
+// thread needs no more registers than 8 blocks an SM leave it (1,024 rows: one wave on an H200's
+// 132 SMs). E % 4 == 0 and P % 4 == 0 (the host checks).
+extern "C" __global__ void __launch_bounds__(RS_MERGED_THREADS, 4)
 merged_gate(const float* y, const float* __restrict__ bias, int* __restrict__ ids,
             float* __restrict__ weights, __nv_bfloat16* __restrict__ proj, int T, int E, int P,
             int k, int scoring, int n_group, int topk_group, int renormalize, float scale) {
     const int t = blockIdx.x;
     if (t >= T) return;
     const float* row = y + (size_t)t * (E + P);
-    moe_grid_wait();  // y is the GEMM's output
-    const float4* src = reinterpret_cast<const float4*>(row + E);
-    uint2* dst = reinterpret_cast<uint2*>(proj + (size_t)t * P);
-    for (int i = threadIdx.x; i < P / 4; i += blockDim.x) {
-        const float4 v = __ldcg(src + i);
-        const unsigned a = __bfloat16_as_ushort(__float2bfloat16_rn(v.x));
-        const unsigned b = __bfloat16_as_ushort(__float2bfloat16_rn(v.y));
-        const unsigned c = __bfloat16_as_ushort(__float2bfloat16_rn(v.z));
-        const unsigned d = __bfloat16_as_ushort(__float2bfloat16_rn(v.w));
-        dst[i] = make_uint2(a | (b << 16), c | (d << 16));
-    }
-    rs_row(row, bias, ids, weights, t, E, k, scoring, n_group, topk_group, renormalize, scale);
+    rs_cast<RS_MERGED_UNROLL> cast;
+    cast.src = reinterpret_cast<const float4*>(row + E);
+    cast.dst = reinterpret_cast<uint2*>(proj + (size_t)t * P);
+    cast.n = P / 4;
+    rs_row<RS_MERGED_UNROLL>(row, bias, ids, weights, t, E, k, scoring, n_group, topk_group,
+                             renormalize, scale, cast);
 }
 // ANCHOR_END: merged_gate
 

@@ -329,7 +329,10 @@ impl RoutingStage {
 
     // ANCHOR: enqueue
     /// Queues the stage on `logits [T, E]` f32 and the bias (only launches: no allocation, copy
-    /// or wait). An empty batch launches nothing and writes nothing.
+    /// or wait). An empty batch launches nothing and writes nothing. Every launch is a
+    /// programmatic dependent (the first of the kernel that wrote the logits, the scatter of the
+    /// route-and-count launch), as chapter 5's router is of its GEMM: each kernel waits before it
+    /// reads or writes anything.
     pub fn enqueue(
         &self,
         logits: &DeviceBuffer<f32>,
@@ -381,7 +384,7 @@ impl RoutingStage {
                     &out.offsets
                 ]);
                 self.module
-                    .launch(names[0], LaunchConfig::blocks(1, threads), &a)?;
+                    .launch(names[0], LaunchConfig::blocks(1, threads).dependent(), &a)?;
             }
             Some(s) => {
                 a.extend(args![
@@ -394,12 +397,15 @@ impl RoutingStage {
                     &out.expert_ids,
                     &s.chunk_counts
                 ]);
-                self.module
-                    .launch(names[0], LaunchConfig::blocks(s.blocks as u32, threads), &a)?;
+                self.module.launch(
+                    names[0],
+                    LaunchConfig::blocks(s.blocks as u32, threads).dependent(),
+                    &a,
+                )?;
                 let per_chunk = (s.blocks_per_chunk * STAGE_ROWS_PER_BLOCK * c.k) as i32;
                 self.module.launch(
                     names[1],
-                    LaunchConfig::blocks(s.chunks as u32, threads),
+                    LaunchConfig::blocks(s.chunks as u32, threads).dependent(),
                     &args![
                         &out.ids,
                         p as i32,

@@ -73,7 +73,22 @@ pub fn run_separate(
     shape: FrontShape,
     inputs: &FrontInputs,
 ) -> Result<FrontResult, DeviceRouterError> {
-    let front = SeparateGate::new(device, config, shape, inputs.rows, Some(&inputs.bias))?;
+    run_separate_on(device, config, shape, inputs, false)
+}
+
+/// The separate front on `inputs`, on two streams when `two_streams`
+/// ([`SeparateGate::on_two_streams`]).
+pub fn run_separate_on(
+    device: &'static Device,
+    config: &RouterConfig,
+    shape: FrontShape,
+    inputs: &FrontInputs,
+    two_streams: bool,
+) -> Result<FrontResult, DeviceRouterError> {
+    let mut front = SeparateGate::new(device, config, shape, inputs.rows, Some(&inputs.bias))?;
+    if two_streams {
+        front = front.on_two_streams();
+    }
     let u = upload(device, shape, config.k, inputs)?;
     let gate = device.upload(&to_bf16(&inputs.gate))?;
     let proj_w = device.upload(&to_bf16(&inputs.proj))?;

@@ -6,8 +6,10 @@
 //! | [`MergedGate`] | 2 | one GEMM over the stacked weight `[E + P, H]` with fp32 out, then `merged_gate`: radix select of the E logits and the cast of the P projection columns to bf16 |
 //! | [`Bf16Gate`] | 2 | one GEMM over the stacked weight with bf16 out, then radix select on the bf16 logits: the variant that rounds the logits |
 //!
-//! Every GEMM is the tiny GEMM up to [`TINY_MAX_ROWS`] rows and the library GEMM above
-//! ([`gemm_for`]); the bf16 variant's is the library GEMM always (the tiny GEMM writes fp32).
+//! The separate form's GEMMs are the tiny GEMM up to [`TINY_MAX_ROWS`] rows and the library GEMM
+//! above ([`gemm_for`]); the merged form's one GEMM has its own switch, [`STACKED_TINY_MAX_ROWS`]
+//! ([`stacked_gemm_for`]): its weight is five times the gate's. The bf16 variant's is the library
+//! GEMM always (the tiny GEMM writes fp32).
 
 use crate::front::{FrontShape, KIMI_K3};
 use crate::radix::{Logits, RadixTopk};
@@ -23,14 +25,34 @@ use moe_kernels::{args, Device, DeviceBuffer, KernelArg, Module};
 use std::sync::Arc;
 
 // ANCHOR: gemm_for
-/// Up to how many rows the front's GEMMs are chapter 5's tiny GEMM; the library GEMM above.
-/// SGLang's limit for its tiny GEMM (the router article, section 5.1); nobody has measured this
-/// shape's crossover yet (`bench ch11` times both GEMMs at 16 rows and above).
+/// Up to how many rows the separate form's GEMMs are chapter 5's tiny GEMM; the library GEMM
+/// above. SGLang's limit for its tiny GEMM (the router article, section 5.1).
 pub const TINY_MAX_ROWS: usize = 16;
 
-/// The GEMM for `rows` rows: the tiny GEMM up to [`TINY_MAX_ROWS`], the library GEMM above.
+/// The separate form's GEMM for `rows` rows: the tiny GEMM up to [`TINY_MAX_ROWS`], the library
+/// GEMM above.
 pub fn gemm_for(rows: usize) -> LogitsFrom {
     if rows <= TINY_MAX_ROWS {
+        LogitsFrom::TinyGemm
+    } else {
+        LogitsFrom::Blas
+    }
+}
+
+/// Up to how many rows the merged form's GEMM (the stacked weight `[E + P, H]`, fp32 out) is
+/// chapter 5's tiny GEMM, in the form chapter 5 picks for the rows; the library GEMM above. Set
+/// from `bench ch11`'s sweep of that GEMM alone, both ways (`ch11_gemm.csv`; the bench prints
+/// the crossover it measures and whether this constant agrees). Before that sweep ran, the
+/// fronts' own timings bounded it: on this weight the tiny GEMM's CUDA-core form beat the
+/// library GEMM at one row, and its tensor-core form lost to it at 16 rows (the bf16 variant's
+/// library GEMM over the same weight). Nothing was measured between, so the switch sits where
+/// chapter 5 leaves its CUDA-core form (`TC_FROM_ROWS`, 8 rows).
+pub const STACKED_TINY_MAX_ROWS: usize = 7;
+
+/// The merged form's GEMM for `rows` rows: the tiny GEMM up to [`STACKED_TINY_MAX_ROWS`], the
+/// library GEMM above.
+pub fn stacked_gemm_for(rows: usize) -> LogitsFrom {
+    if rows <= STACKED_TINY_MAX_ROWS {
         LogitsFrom::TinyGemm
     } else {
         LogitsFrom::Blas
@@ -66,9 +88,11 @@ fn check_front(shape: FrontShape) -> Result<(), DeviceRouterError> {
     Ok(())
 }
 
-/// The GEMM `y [rows, out] = hidden [rows, H] · w [out, H]ᵀ` with fp32 out, by `from`.
+/// The GEMM `y [rows, out] = hidden [rows, H] · w [out, H]ᵀ` with fp32 out, by `from`: chapter
+/// 5's tiny GEMM (`tiny`, its module, in the form chapter 5 picks for the rows) or the library
+/// GEMM. The merged form's GEMM; `bench ch11` times it alone both ways.
 #[allow(clippy::too_many_arguments)]
-fn gemm_f32(
+pub fn gemm_f32(
     device: &'static Device,
     tiny: &Module,
     from: LogitsFrom,
@@ -97,9 +121,9 @@ fn gemm_f32(
 }
 
 // ANCHOR: merged_gate
-/// The merged front: one GEMM over the stacked weight `[E + P, H]` into fp32 `y [T, E + P]`,
-/// then `merged_gate`, which selects k of each row's E logits by radix select and casts its P
-/// projection columns to bf16.
+/// The merged front: one GEMM over the stacked weight `[E + P, H]` into fp32 `y [T, E + P]`
+/// ([`stacked_gemm_for`]), then `merged_gate`, which selects k of each row's E logits by radix
+/// select and casts its P projection columns to bf16.
 pub struct MergedGate {
     device: &'static Device,
     tiny: Arc<Module>,
@@ -127,7 +151,7 @@ impl MergedGate {
             topk,
             shape,
             rows,
-            from: gemm_for(rows),
+            from: stacked_gemm_for(rows),
             y: device.alloc(rows * (shape.experts + shape.proj))?,
         })
     }
@@ -158,7 +182,7 @@ impl MergedGate {
     /// Queues the front: `hidden [T, H]` bf16, `stacked [E + P, H]` bf16 (gate rows first),
     /// `bias [E]` f32. Kernel: `merged_gate(const float* y, const float* bias, int* ids, float*
     /// weights, bf16* proj, int T, int E, int P, int k, int scoring, int n_group, int
-    /// topk_group, int renormalize, float scale)`, grid T, blocks of `RS_THREADS` threads.
+    /// topk_group, int renormalize, float scale)`, grid T, blocks of `RS_MERGED_THREADS` threads.
     pub fn enqueue(
         &self,
         hidden: &DeviceBuffer<bf16>,
@@ -207,7 +231,7 @@ impl MergedGate {
         a.extend_from_slice(&tail[2..]);
         let cfg = moe_kernels::LaunchConfig::blocks(
             rows as u32,
-            crate::radix::geometry::RS_THREADS as u32,
+            crate::radix::geometry::RS_MERGED_THREADS as u32,
         )
         .dependent();
         self.topk.module().launch("merged_gate", cfg, &a)?;
@@ -225,6 +249,7 @@ pub struct SeparateGate {
     pair: FusedRouter,
     shape: FrontShape,
     rows: usize,
+    two_streams: bool,
 }
 
 impl SeparateGate {
@@ -246,7 +271,16 @@ impl SeparateGate {
             pair: FusedRouter::with_logits(device, config, gate, bias, gemm_for(rows))?,
             shape,
             rows,
+            two_streams: false,
         })
+    }
+
+    /// The two-stream variant: the projection GEMM on a second stream beside the pair
+    /// ([`Device::side_by_side`]), so the GPU may run the two at once: neither reads what the
+    /// other writes. The same outputs, bit for bit.
+    pub fn on_two_streams(mut self) -> Self {
+        self.two_streams = true;
+        self
     }
 
     /// The kernels one call launches, in order.
@@ -275,31 +309,42 @@ impl SeparateGate {
         } = self.shape;
         expect_len("projection weight [P, H]", proj_w.len(), proj * h)?;
         expect_len("projection out [T, P]", out.proj.len(), self.rows * proj)?;
-        if self.rows > 0 {
-            linear(
-                self.device,
-                Linear {
-                    rows: self.rows,
-                    in_features: h,
-                    out_features: proj,
+        let projection = || -> Result<(), DeviceRouterError> {
+            if self.rows > 0 {
+                linear(
+                    self.device,
+                    Linear {
+                        rows: self.rows,
+                        in_features: h,
+                        out_features: proj,
+                    },
+                    &hidden.as_view(),
+                    &proj_w.as_view(),
+                    &out.proj.as_view(),
+                    false,
+                )?;
+            }
+            Ok(())
+        };
+        let pair = || {
+            self.pair.enqueue(
+                &GateInputs {
+                    hidden: DeviceMatrix::Bf16(hidden),
+                    weight: DeviceMatrix::Bf16(gate),
+                    bias,
                 },
-                &hidden.as_view(),
-                &proj_w.as_view(),
-                &out.proj.as_view(),
-                false,
-            )?;
+                &RouterOutputs {
+                    ids: out.ids,
+                    weights: out.weights,
+                },
+            )
+        };
+        if self.two_streams {
+            self.device.side_by_side(projection, pair).map(|_| ())
+        } else {
+            projection()?;
+            pair()
         }
-        self.pair.enqueue(
-            &GateInputs {
-                hidden: DeviceMatrix::Bf16(hidden),
-                weight: DeviceMatrix::Bf16(gate),
-                bias,
-            },
-            &RouterOutputs {
-                ids: out.ids,
-                weights: out.weights,
-            },
-        )
     }
 }
 // ANCHOR_END: separate_gate

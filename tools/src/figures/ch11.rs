@@ -1,6 +1,6 @@
 //! Chapter 11's generated files, from the GPU run of `bench ch11` (`tools/bench/src/ch11.rs`):
-//! `bench/results/h200/ch11.csv` (Kimi K3's front three ways, `separate`, `merged` and
-//! `merged_bf16`; the selection alone, `radix`, `argmax` (chapter 5's k-round argmax, a warp per
+//! `bench/results/h200/ch11.csv` (Kimi K3's front four ways, `separate`, `separate_2s` (on two
+//! streams), `merged` and `merged_bf16`; the selection alone, `radix`, `argmax` (chapter 5's k-round argmax, a warp per
 //! row) and `fused` (chapter 5's router in its default form); a floor probe after each; one empty
 //! launch), `ch11_steps.csv` (each front stopped after each of its launches) and
 //! `ch11_ceilings.csv`.
@@ -10,10 +10,12 @@
 //! table, the row-axis figure (the fronts beside their floor, and the selection alone), and Part
 //! II's closing figure (`part2.rs`) and the decode-step share of its routers (`decode.rs`), with
 //! the page's example and tree; from `bench ch11 --flips`, the bf16 variant's flip-rate table
-//! (`flips.rs`, "not measured yet" until `bench/results/h200/ch11_flips.csv` is committed).
+//! (`flips.rs`, "not measured yet" until `bench/results/h200/ch11_flips.csv` is committed); from
+//! `ch11_gemm.csv`, the stacked GEMM's switch (`gemm.rs`, the same until it is committed).
 
 mod decode;
 mod flips;
+mod gemm;
 mod part2;
 
 use super::facts::{thousands, Facts};
@@ -48,11 +50,16 @@ pub const MERGED_OVER_SEPARATE_MAX: [(u64, f64); 2] = [(16, 0.8), (1024, 0.9)];
 pub const RADIX_FROM_ROWS: u64 = 16;
 
 /// The fronts, each with its facts name and its legend line.
-const FRONTS: [(&str, &str, &str); 3] = [
+const FRONTS: [(&str, &str, &str); 4] = [
     (
         "separate",
         "separate",
         "separate: projection GEMM, then chapter 5's pair",
+    ),
+    (
+        "separate_2s",
+        "sep2s",
+        "separate_2s: the same, the projection GEMM on a second stream",
     ),
     (
         "merged",
@@ -537,6 +544,7 @@ fn figure(rows: &[BenchRow]) -> String {
     }
     let colors = [
         ("separate", "#0072b2", Marker::Circle),
+        ("separate_2s", "#009e73", Marker::Circle),
         ("merged", "#d55e00", Marker::Square),
         ("merged_bf16", "#cc79a7", Marker::Triangle),
         ("radix", "#e69f00", Marker::Square),
@@ -613,6 +621,7 @@ pub fn generate(root: &Path) -> Result<Vec<Generated>, String> {
     out.extend(part2::generate(root, &mut f)?);
     out.push(decode::generate(root, &mut f)?);
     out.push(flips::generate(root, &mut f)?);
+    out.push(gemm::generate(root, &mut f)?);
     out.insert(
         0,
         Generated {

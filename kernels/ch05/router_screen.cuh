@@ -1,0 +1,286 @@
+// ch05/router_screen.cuh — chapter 5's screened one-warp router (kernels/ch05_fused_router.cu's
+// fused_router_screen* kernels): approximate rank keys first, the exact ones only for the picks
+// and for the rows whose cut is too close to trust, the same bits as fr_row. In a header, as
+// ch05/router_row.cuh is, so that chapter 8's routing stage and chapter 9's one launch route a
+// row with the very same instructions (fr_row_screened) instead of a copy.
+#pragma once
+#include "common.cuh"
+#include "ch05/router_row.cuh"
+
+// ANCHOR: screened
+// The one-warp router for many sigmoid rows, screened. At 8192 GLM-like rows the exact kernel
+// above issues some 1,300 instructions a row, a third of them the 288 exact sigmoids (each an
+// exponential of ~25 instructions and a correctly rounded division) and another third the rounds
+// and their ties. Here:
+//   1. every expert gets an approximate key, sigma~(x) + (b - c) with
+//      sigma~(x) = rcp~(1 + ex2~(-x log2 e)) (two MUFU instructions; common.cuh) and c the bias of
+//      expert 0 (any constant would do: it keeps the keys near zero, where a float is finest),
+//      as an ordered number (fr_order_fast) whose low bits are replaced by the expert's id, so
+//      that every key of the row is distinct and a round needs no tie test and no vote;
+//   2. each lane keeps its three best packed keys, and k rounds of one redux.sync each take the
+//      warp's k best (the lane holding the round's key sees it by itself; a lane that wins a
+//      third time takes its next three);
+//   3. the cut is checked: if the k-th approximate key is not clear of the (k+1)-th by more than
+//      the approximations' error (fr_clear), the warp routes the row with fr_row, exactly; in
+//      the few-row kernels (fr_screen's SECOND) it first screens the row once more with c moved
+//      to the k-th key's value, where the keys at the cut are near 0 and their id bits cost
+//      little precision, and goes to fr_row only if the cut is still too close;
+//   4. lane r computes pick r's exact score (fr_scores' arithmetic, the same bits); if two picks
+//      lie too close to trust their order, the picks are ordered by their exact keys (chapter
+//      1's order: the larger key, then the lower id).
+// So the approximations only ever decide which exact numbers to compute: the ids and weights are
+// fr_row's, bit for bit, on both backends (the emulator's approximations are other numbers, and
+// may send other rows to the exact path, with the same result). Rows with a non-finite logit or
+// bias, other scorings, grouped selection and k >= E take fr_row directly.
+
+// sigma~(x) + b, the screen's key: within 2^-20 of fr_scores' sigma(x) + b before the add's
+// rounding (both sigmoids within about 2^-22 of the true value).
+__device__ __forceinline__ float fr_approx_key(float x, float b) {
+    return moe_rcp_approx(1.0f + moe_ex2_approx(x * -1.44269504f)) + b;
+}
+
+// A float as an unsigned number with the same order (a negative float's bits reversed, a
+// positive float's sign bit set): fr_order without its care for -0, which a screen can do without.
+__device__ __forceinline__ unsigned fr_order_fast(float a) {
+    const unsigned u = __float_as_uint(a);
+    return u ^ ((unsigned)((int)u >> 31) | 0x80000000u);
+}
+
+// The float a packed key stands for, its id bits cleared (which lowers the ordered number, so
+// the float too): the inverse of fr_order_fast.
+__device__ __forceinline__ float fr_unpack(unsigned p, unsigned id_mask) {
+    const unsigned u = p & ~id_mask;
+    return __uint_as_float((u & 0x80000000u) ? (u ^ 0x80000000u) : ~u);
+}
+
+// Are the exact keys behind packed approximate keys hi > lo surely in that order, and distinct?
+// With M the larger magnitude of the two unpacked values: an approximate key a lies in
+// [f, f + q), f = fr_unpack, q = 2^ID_BITS ulp(a) <= 2^(ID_BITS - 23) M (the id bits); a sits
+// within e = 2^-20 + 2^-24 (3M + |c| + 2) of the exact key minus c (the sigmoids' difference,
+// measured on the GPU at 2^-22.4 by the test screen_approximation_is_within_its_bound, plus the
+// roundings of b - c, of the approximate sum and of the exact one). The keys are in order when
+// the gap exceeds q + 2e; the margin, 2^(ID_BITS - 22) M + 2^-21 |c| + 2^-17, is q plus at least
+// twice 2e.
+__device__ __forceinline__ bool fr_clear(unsigned hi, unsigned lo, unsigned id_mask, float rel,
+                                         float c) {
+    const float a = fr_unpack(hi, id_mask), b = fr_unpack(lo, id_mask);
+    return a - b > fmaxf(fabsf(a), fabsf(b)) * rel + fabsf(c) * 0x1p-21f + 0x1p-17f;
+}
+
+// A lane's three largest packed keys below `below` (0 where there are fewer).
+template <int SLOTS>
+__device__ __forceinline__ void fr_top3(const unsigned* pk, unsigned below, unsigned& h0,
+                                        unsigned& h1, unsigned& h2) {
+    h0 = h1 = h2 = 0u;
+#pragma unroll
+    for (int j = 0; j < SLOTS; ++j) {
+        const unsigned v = pk[j] < below ? pk[j] : 0u;
+        h2 = max(h2, min(h1, v));
+        h1 = max(h1, min(h0, v));
+        h0 = max(h0, v);
+    }
+}
+
+// The screen's ID_BITS low bits of a packed key hold the expert's id: 9 (ids up to 511) or 10
+// (up to 1023). fr_id_mask: those bits; fr_id_rel: their share of a key's magnitude in
+// fr_clear's margin, 2^(ID_BITS - 22).
+template <int SLOTS>
+__device__ __forceinline__ constexpr unsigned fr_id_mask() {
+    return (1u << (SLOTS <= 16 ? 9 : 10)) - 1u;
+}
+template <int SLOTS>
+__device__ __forceinline__ constexpr float fr_id_rel() {
+    return SLOTS <= 16 ? 0x1p-13f : 0x1p-12f;
+}
+
+// The packed approximate keys of one row, sigma~(x) + (b - shift), in lane l's slots j
+// (expert l + 32 j): ordered numbers whose low ID_BITS bits are the expert's id. Slots past E
+// (when !FULL) get 0, below every real key (at least fr_order_fast(-FLT_MAX)).
+template <int SLOTS, bool FULL>
+__device__ __forceinline__ void fr_pack_keys(const float* s, const float* b, float shift, int lane,
+                                             int E, unsigned* pk) {
+    constexpr unsigned id_mask = fr_id_mask<SLOTS>();
+#pragma unroll
+    for (int j = 0; j < SLOTS; ++j) {
+        const unsigned o = fr_order_fast(fr_approx_key(s[j], b[j] - shift));
+        pk[j] = (FULL || lane + 32 * j < E) ? (o & ~id_mask) | (unsigned)(lane + 32 * j) : 0u;
+    }
+}
+
+// k rounds over a row's packed keys (step 2 below) and the clearance of each pick from the next
+// (step 3): lane r gets round r's key in `mine`; the result is a ballot of the picks r < k not
+// clear of the key after them (bit k-1: the cut, pick k against the best key left).
+template <int SLOTS, int K>
+__device__ __forceinline__ unsigned fr_select(const unsigned* pk, int k, int lane, float shift,
+                                              unsigned& mine) {
+    unsigned h0, h1, h2;
+    fr_top3<SLOTS>(pk, 0xffffffffu, h0, h1, h2);
+    mine = 0u;
+    int wins = 0;
+#pragma unroll(K ? K : 2)
+    for (int round = 0; round < k; ++round) {
+        const unsigned top = __reduce_max_sync(MOE_FULL_MASK, h0);
+        mine = lane == round ? top : mine;
+        // The holder moves its next key up: selects, not a branch (every round has a holder,
+        // so a branch would cost the warp its jump and its reconvergence every round).
+        const bool won = h0 == top;
+        h0 = won ? h1 : h0;
+        h1 = won ? h2 : h1;
+        h2 = won ? 0u : h2;
+        wins += won ? 1 : 0;
+        if (wins == 3) {  // its third win: its next three, below this pick
+            wins = 0;
+            fr_top3<SLOTS>(pk, top, h0, h1, h2);
+        }
+    }
+    const unsigned rest = __reduce_max_sync(MOE_FULL_MASK, h0);
+    const unsigned after = __shfl_down_sync(MOE_FULL_MASK, mine, 1);
+    const bool clear =
+        lane >= k ||
+        fr_clear(mine, lane == k - 1 ? rest : after, fr_id_mask<SLOTS>(), fr_id_rel<SLOTS>(), shift);
+    return __ballot_sync(MOE_FULL_MASK, !clear);
+}
+
+// The second screen of a row whose cut the first could not call: the id bits cost up to 2^9 ulp
+// of keys near 1, so the keys again less `shift`, the k-th key's value, are near 0 at the cut,
+// where a float is finest, and the rounds again. Returns the ballot of unclear picks and this
+// lane's pick (fr_select's). Out of line, with its own loads (from the L1 or the L2 by now): the
+// 2% of rows that need it must not keep the first screen's logits in registers through every
+// row's rounds (inlined, the compiler kept them). Even so, at 8192 rows the kernel with it took
+// some 5% longer than without it in a same-run A/B (inlined, some 3% across runs), so only the
+// few-row kernels have it (fr_screen's SECOND).
+template <int SLOTS, bool FULL, int K>
+__device__ __noinline__ uint2 fr_screen_again(const float* __restrict__ xl,
+                                              const float* __restrict__ bias, int lane, int E,
+                                              int k, float shift) {
+    float b[SLOTS], s[SLOTS];
+#pragma unroll
+    for (int j = 0; j < SLOTS; ++j) {
+        const bool in = FULL || lane + 32 * j < E;
+        b[j] = (bias != nullptr && in) ? bias[lane + 32 * j] : 0.0f;
+        s[j] = in ? __ldcg(xl + 32 * j) : 0.0f;
+    }
+    unsigned pk[SLOTS], mine;
+    fr_pack_keys<SLOTS, FULL>(s, b, shift, lane, E, pk);
+    const unsigned unclear = fr_select<SLOTS, K>(pk, k, lane, shift, mine);
+    return make_uint2(unclear, mine);
+}
+
+// Routes row t of a sigmoid config without groups, 1 <= k < E: 1 when the first screen decided
+// the row, 2 when the second did, 0 (nothing stored) when the row needs the exact router.
+// FULL: E = 32 * SLOTS, every slot an expert (288 experts in e288), so that no load or key needs
+// a test. K: k known when compiled (8, the common case: the rounds and the weights' sum
+// unroll), or 0 for k from the argument. SECOND: whether a cut too close to
+// call is screened again (fr_screen_again) before the exact router; only the kernels for a few
+// rows do (fused_router_screen_e{W}), since at many rows its mere presence cost the kernel some
+// 5% (the many-row kernels, fused_router_screen_many_e{W}, leave it out).
+template <int SLOTS, bool FULL, int K, bool SECOND>
+__device__ __forceinline__ int fr_screen(const float* __restrict__ logits,
+                                          const float* __restrict__ bias, int* __restrict__ ids,
+                                          float* __restrict__ weights, int t, int E, int k_arg,
+                                          int renormalize, float scale) {
+    const int k = K ? K : k_arg;
+    constexpr unsigned ID_MASK = fr_id_mask<SLOTS>();
+    const int lane = threadIdx.x & 31;
+    const float* x = logits + (size_t)t * E;
+    const bool has_bias = bias != nullptr;
+    // The bias before the wait, as fr_row; c = the bias of expert 0.
+    const float c = has_bias ? bias[0] : 0.0f;
+    float b[SLOTS], s[SLOTS];
+#pragma unroll
+    for (int j = 0; j < SLOTS; ++j)
+        b[j] = (has_bias && (FULL || lane + 32 * j < E)) ? bias[lane + 32 * j] : 0.0f;
+    moe_grid_wait();
+    const float* xl = x + lane;
+#pragma unroll
+    for (int j = 0; j < SLOTS; ++j) s[j] = (FULL || lane + 32 * j < E) ? __ldcg(xl + 32 * j) : 0.0f;
+    // 1. The packed approximate keys. x * 0 is 0 for a finite x and NaN for an infinite or NaN
+    //    one, so `bad` stays 0 exactly when every logit and bias value of the row is finite.
+    unsigned pk[SLOTS];
+    fr_pack_keys<SLOTS, FULL>(s, b, c, lane, E, pk);
+    float bad = 0.0f;
+#pragma unroll
+    for (int j = 0; j < SLOTS; ++j) bad = fmaf(s[j], 0.0f, fmaf(b[j], 0.0f, bad));
+    if (!__all_sync(MOE_FULL_MASK, bad == 0.0f)) return 0;  // chapter 1's rules: exactly
+    // 2. and 3. k rounds of one redux.sync each (the round's id is in its key's low bits, and the
+    //    lane holding it is the one whose best key it is), then the cut and the picks' order.
+    unsigned mine;  // lane r: round r's packed key
+    unsigned unclear = fr_select<SLOTS, K>(pk, k, lane, c, mine);
+    int screen = 1;
+    if (unclear >> (k - 1) & 1u) {
+        if (!SECOND) return 0;  // the many-row kernels: no second screen, the exact router
+        // 3b. The cut is too close to call at this precision: screen once more, centred on the
+        //     k-th key's value (fr_screen_again).
+        const float shift = c + __shfl_sync(MOE_FULL_MASK, fr_unpack(mine, ID_MASK), k - 1);
+        const uint2 again = fr_screen_again<SLOTS, FULL, K>(xl, bias, lane, E, k, shift);
+        unclear = again.x;
+        mine = again.y;
+        if (unclear >> (k - 1) & 1u) return 0;  // still too close: the exact router
+        screen = 2;
+    }
+    // 4. The picks' exact scores: fr_scores' arithmetic on the same logit.
+    int my_id = lane < k ? (int)(mine & ID_MASK) : -1;
+    float my_score = 0.0f;
+    if (lane < k) my_score = moe_sigmoidf(__ldcg(&x[my_id]));
+    if (unclear) {  // two picks too close to order by their approximations: rank them exactly
+        const float key = (lane < k && has_bias) ? my_score + bias[my_id] : my_score;
+        const unsigned ko = fr_order(key);
+        int rank = 0;
+        for (int j = 0; j < k; ++j) {
+            const unsigned oj = __shfl_sync(MOE_FULL_MASK, ko, j);
+            const int ij = __shfl_sync(MOE_FULL_MASK, my_id, j);
+            rank += (oj > ko || (oj == ko && ij < my_id)) ? 1 : 0;
+        }
+        int src = 0;  // the lane holding the pick of rank `lane`
+        for (int j = 0; j < k; ++j)
+            if (__shfl_sync(MOE_FULL_MASK, rank, j) == lane) src = j;
+        my_id = __shfl_sync(MOE_FULL_MASK, my_id, src);
+        my_score = __shfl_sync(MOE_FULL_MASK, my_score, src);
+    }
+    fr_store_weights(ids, weights, t, k, lane, my_id, my_score, renormalize, scale);
+    return screen;
+}
+
+// One row, t, by the warp that calls it: screened where the row allows it (sigmoid scoring, no
+// grouped selection, k < E), else, or where the screen cannot trust its cut, fr_row. Returns
+// the fr_screen result that decided the row, 0 for the exact router. SECOND: the few-row form's
+// second screen. Chapter 8's routing stage and chapter 9's one launch route their rows with it.
+template <int SLOTS, bool SECOND>
+__device__ __forceinline__ int fr_row_screened(const float* __restrict__ logits,
+                                               const float* __restrict__ bias,
+                                               int* __restrict__ ids, float* __restrict__ weights,
+                                               int t, int E, int k, int scoring, int n_group,
+                                               int topk_group, int renormalize, float scale) {
+    const bool screenable = scoring == FR_SCORING_SIGMOID && n_group <= 1 && k >= 1 && k < E;
+    int screen = 0;
+    if (screenable) {
+        if (E == 32 * SLOTS && k == 8)
+            screen = fr_screen<SLOTS, true, 8, SECOND>(logits, bias, ids, weights, t, E, k, renormalize, scale);
+        else if (E == 32 * SLOTS)
+            screen = fr_screen<SLOTS, true, 0, SECOND>(logits, bias, ids, weights, t, E, k, renormalize, scale);
+        else
+            screen = fr_screen<SLOTS, false, 0, SECOND>(logits, bias, ids, weights, t, E, k, renormalize, scale);
+    }
+    if (!screen)
+        fr_row<SLOTS>(logits, bias, ids, weights, t, E, k, scoring, n_group, topk_group,
+                      renormalize, scale);
+    return screen;
+}
+
+// path (the test kernel's; null in the others): lane 0 stores the fr_screen result that decided
+// the row, 0 for the exact router.
+template <int SLOTS, bool SECOND>
+__device__ __forceinline__ void fused_router_screened(const float* __restrict__ logits,
+                                                      const float* __restrict__ bias,
+                                                      int* __restrict__ ids,
+                                                      float* __restrict__ weights, int T, int E,
+                                                      int k, int scoring, int n_group,
+                                                      int topk_group, int renormalize,
+                                                      float scale, int* __restrict__ path = nullptr) {
+    const int t = blockIdx.x * FR_ROWS_PER_BLOCK + (threadIdx.x >> 5);
+    if (t >= T) return;
+    const int screen = fr_row_screened<SLOTS, SECOND>(logits, bias, ids, weights, t, E, k, scoring,
+                                                      n_group, topk_group, renormalize, scale);
+    if (path != nullptr && (threadIdx.x & 31) == 0) path[t] = screen;
+}
+// ANCHOR_END: screened
