@@ -52,7 +52,9 @@
 #define RS_UNROLL 4          // experts a thread loads at once (RS_MAX_EXPERTS / RS_THREADS)
 #define RS_MERGED_THREADS 512  // merged_gate's block: two experts and two cast loads a thread
 #define RS_MERGED_UNROLL 2     // RS_MAX_EXPERTS / RS_MERGED_THREADS
+#ifndef RS_AGGREGATE_ABOVE  // MOE_NVRTC_DEFINES=RS_AGGREGATE_ABOVE=32 turns rs_count's aggregation off
 #define RS_AGGREGATE_ABOVE 8 // at most this many lanes of a warp count one by one (rs_count)
+#endif
 #define RS_SCORING_SOFTMAX 0  // the `scoring` argument, as chapter 5's
 #define RS_SCORING_SIGMOID 1
 #define RS_SCORING_SQRT_SOFTPLUS 2
