@@ -44,6 +44,13 @@
 #include "ch03/align.cuh"
 
 #define STAGE_THREADS 512              // threads of every block (16 warps)
+// Two switches for one GPU call to time each change on its own (MOE_NVRTC_DEFINES=NAME=0):
+#ifndef STAGE_SCREEN  // 1: route with chapter 5's screened row router; 0: fr_row alone
+#define STAGE_SCREEN 1
+#endif
+#ifndef STAGE_EARLY_TRIGGER  // 1: stage_route_count lets stage_scatter's blocks start at once
+#define STAGE_EARLY_TRIGGER 1
+#endif
 #define STAGE_WARPS 16                 // = STAGE_THREADS / 32
 #define STAGE_MAX_EXPERTS 512          // one expert per thread in the scan
 #define STAGE_ONE_BLOCK_MAX_PAIRS 512  // one pair per thread: the one-block arrangement's limit
@@ -81,8 +88,13 @@ __device__ void stage_one_block(const float* __restrict__ logits, const float* _
     // 1. Route: warp w routes rows w, w + 16, ...; lane r < k writes pick r into s_ids (chapter
     //    5's row router takes any pointer: here one into shared memory) and its weight to memory.
     for (int row = warp; row < T; row += STAGE_WARPS)
+#if STAGE_SCREEN
         fr_row_screened<SLOTS, true>(logits, bias, s_ids, weights, row, E, k, scoring, n_group,
                                      topk_group, renormalize, scale);
+#else
+        fr_row<SLOTS>(logits, bias, s_ids, weights, row, E, k, scoring, n_group, topk_group,
+                      renormalize, scale);
+#endif
     __syncthreads();
     // 2. From here thread t holds pair t, as in chapter 3's one-block kernel.
     const int e = t < P ? s_ids[t] : -1;
@@ -155,7 +167,9 @@ __device__ void stage_route_count(const float* __restrict__ logits,
     // A programmatic dependent, as stage_one_block; stage_scatter, a dependent of this launch,
     // may have its blocks resident now (they wait for this grid to finish).
     moe_grid_wait();
+#if STAGE_EARLY_TRIGGER
     moe_launch_dependents();
+#endif
     // Every slot the placeholder and every tile -1 (coalesced, over the grid): stage_scatter
     // overwrites the pairs' slots and the tiles that hold pairs.
     const int stride = gridDim.x * STAGE_THREADS, g = b * STAGE_THREADS + t;
@@ -164,8 +178,13 @@ __device__ void stage_route_count(const float* __restrict__ logits,
     for (int e = t; e < E; e += STAGE_THREADS) s_count[e] = 0;
     const int row0 = b * STAGE_ROWS_PER_BLOCK, row = row0 + warp;
     if (row < T)  // the whole warp: a row is a warp's work
+#if STAGE_SCREEN
         fr_row_screened<SLOTS, false>(logits, bias, ids, weights, row, E, k, scoring, n_group,
                                       topk_group, renormalize, scale);
+#else
+        fr_row<SLOTS>(logits, bias, ids, weights, row, E, k, scoring, n_group, topk_group,
+                      renormalize, scale);
+#endif
     __syncthreads();  // the block's ids written (and visible to the block), s_count zeroed
     // The block's pairs, one per thread (16 rows * k <= 512 pairs).
     const int p = row0 * k + t, end = min(T, row0 + STAGE_ROWS_PER_BLOCK) * k;

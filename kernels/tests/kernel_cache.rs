@@ -491,3 +491,19 @@ fn experiment_defines_become_options_or_a_typed_error() {
         assert!(e.contains(names), "{bad}: {e}");
     }
 }
+
+/// A define reaches only the files that name its macro as a whole word, so that a variant's
+/// cache keys for every other file are the default's (and the pack's kernel cache serves them).
+#[test]
+fn a_define_reaches_only_the_files_that_name_it() {
+    use moe_kernels::cuda::defines_for;
+    let defs = || vec!["-DSTAGE_SCREEN=0".to_string(), "-DRS_X=32".to_string()];
+    let src = "#ifndef STAGE_SCREEN\n#define STAGE_SCREEN 1\n#endif\nint RS_XY; // RS_X_\n";
+    assert_eq!(defines_for(src, defs()), ["-DSTAGE_SCREEN=0"]);
+    assert_eq!(defines_for("int x = (RS_X);", defs()), ["-DRS_X=32"]);
+    assert!(defines_for("// neither", defs()).is_empty());
+    assert_eq!(
+        defines_for("STAGE_SCREEN RS_X", defs()),
+        ["-DSTAGE_SCREEN=0", "-DRS_X=32"]
+    );
+}

@@ -185,7 +185,7 @@ const QUIET: Duration = Duration::from_secs(1);
 /// took.
 pub fn cubin(src: &KernelSource, arch: &'static str, cache: &KernelCache) -> Result<Binary> {
     let target = target_arch(arch);
-    let options = option_list(target)?;
+    let options = option_list(src.cuda_source, target)?;
     let headers = cuda_include_dir()
         .map(|d| header_fingerprint(&d))
         .unwrap_or_default();

@@ -16,7 +16,7 @@ pub mod nvrtc;
 
 pub use cache::KernelCache;
 pub use nvrtc::{
-    compile_cubin, compile_ptx, cuda_include_dir, experiment_defines, nvrtc_compiles,
+    compile_cubin, compile_ptx, cuda_include_dir, defines_for, experiment_defines, nvrtc_compiles,
     nvrtc_options, nvrtc_version, target_arch,
 };
 

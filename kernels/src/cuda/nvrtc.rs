@@ -81,9 +81,10 @@ pub fn nvrtc_version() -> Option<(i32, i32)> {
     Some((major, minor))
 }
 
-/// The exact option list NVRTC gets for `arch` (already [`target_arch`]), in the order
-/// `cudarc`'s `CompileOptions` writes it, so the PTX is the one earlier versions made.
-pub(crate) fn option_list(arch: &'static str) -> Result<Vec<String>> {
+/// The exact option list NVRTC gets for `source` (a family's text, includes pasted in) and `arch`
+/// (already [`target_arch`]), in the order `cudarc`'s `CompileOptions` writes it, so the PTX is
+/// the one earlier versions made.
+pub(crate) fn option_list(source: &str, arch: &'static str) -> Result<Vec<String>> {
     let opts = nvrtc_options(arch)?;
     let mut list = vec!["--fmad=false".to_string()];
     list.extend(
@@ -93,15 +94,39 @@ pub(crate) fn option_list(arch: &'static str) -> Result<Vec<String>> {
     );
     list.push(format!("--gpu-architecture={arch}"));
     list.extend(opts.options.iter().cloned());
-    list.extend(experiment_defines(
-        std::env::var("MOE_NVRTC_DEFINES").ok().as_deref(),
-    )?);
+    list.extend(defines_for(
+        source,
+        experiment_defines(std::env::var("MOE_NVRTC_DEFINES").ok().as_deref())?,
+    ));
     Ok(list)
+}
+
+/// The `-D` options of `defines` whose macro `source` names (as a whole word): a switch meant for
+/// one kernel file leaves every other file's options, and so its cache key, as they were, so a
+/// variant recompiles only the files it can change. (The macros are ours; CUDA's own headers,
+/// not pasted into `source`, never read them.)
+pub fn defines_for(source: &str, defines: Vec<String>) -> Vec<String> {
+    let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let names = |name: &str| {
+        source.match_indices(name).any(|(at, _)| {
+            let before = source[..at].chars().next_back();
+            let after = source[at + name.len()..].chars().next();
+            !before.is_some_and(is_word) && !after.is_some_and(is_word)
+        })
+    };
+    defines
+        .into_iter()
+        .filter(|d| {
+            let name = d.trim_start_matches("-D");
+            names(name.split_once('=').map_or(name, |(n, _)| n))
+        })
+        .collect()
 }
 
 /// `-D` options from `MOE_NVRTC_DEFINES` (space-separated `NAME` or `NAME=VALUE`): the switches a
 /// speed experiment flips in the kernel source (`#ifdef MOE_X_...`), so that several variants
-/// run in one GPU call, one process each. They are part of the cache key, like every option.
+/// run in one GPU call, one process each. A file gets the ones it names ([`defines_for`]); they
+/// are part of its cache key, like every option.
 /// The CUDA backend only: the emulator's kernels are compiled once, when the crate is built.
 /// Unset or empty: none, and the option list is the one every earlier version used.
 pub fn experiment_defines(value: Option<&str>) -> Result<Vec<String>> {
@@ -200,7 +225,7 @@ unsafe fn compiled(
 /// returns the PTX and the options used. Needs only NVRTC (no GPU), which is how CI checks every
 /// kernel for sm_90 (sm_90a).
 pub fn compile_ptx(src: &KernelSource, arch: &'static str) -> Result<(String, Vec<String>)> {
-    let options = option_list(target_arch(arch))?;
+    let options = option_list(src.cuda_source, target_arch(arch))?;
     let ptx = run_nvrtc(src, &options, Output::Ptx)?;
     Ok((String::from_utf8_lossy(&ptx).into_owned(), options))
 }
@@ -209,7 +234,7 @@ pub fn compile_ptx(src: &KernelSource, arch: &'static str) -> Result<(String, Ve
 /// the whole tool chain, PTX and the assembler, so loading the result asks nothing of the
 /// driver's JIT compiler. Same options as [`compile_ptx`]; returns the CUBIN and the options.
 pub fn compile_cubin(src: &KernelSource, arch: &'static str) -> Result<(Vec<u8>, Vec<String>)> {
-    let options = option_list(target_arch(arch))?;
+    let options = option_list(src.cuda_source, target_arch(arch))?;
     let image = run_nvrtc(src, &options, Output::Cubin)?;
     Ok((image, options))
 }
