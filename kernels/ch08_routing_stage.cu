@@ -44,12 +44,15 @@
 #include "ch03/align.cuh"
 
 #define STAGE_THREADS 512              // threads of every block (16 warps)
-// Two switches for one GPU call to time each change on its own (MOE_NVRTC_DEFINES=NAME=0):
+// Two switches, each timed on its own on the H200 (MOE_NVRTC_DEFINES=NAME=VALUE; the results
+// README has the runs): the screened row router won at most row counts of sigmoid rows, so it
+// stays; the early trigger made the stage a quarter slower from 4096 rows and is off (the
+// suspect, not measured: stage_scatter's blocks, started at once, hold SMs while they wait).
 #ifndef STAGE_SCREEN  // 1: route with chapter 5's screened row router; 0: fr_row alone
 #define STAGE_SCREEN 1
 #endif
 #ifndef STAGE_EARLY_TRIGGER  // 1: stage_route_count lets stage_scatter's blocks start at once
-#define STAGE_EARLY_TRIGGER 1
+#define STAGE_EARLY_TRIGGER 0
 #endif
 #define STAGE_WARPS 16                 // = STAGE_THREADS / 32
 #define STAGE_MAX_EXPERTS 512          // one expert per thread in the scan
