@@ -536,6 +536,10 @@ __device__ __forceinline__ void wg_store_swiglu(const float (&acc)[C::ACC], cons
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int p = rows[64 * wg + 16 * w4 + g + 8 * h];
+#ifdef MOE_X_SWIGLU_PAIRED_STORES
+        // The lanes with a row to store (a quad shares its row, so a lane's partner q ^ 1 too).
+        const unsigned live = __ballot_sync(MOE_FULL_MASK, p >= 0 && p < P);
+#endif
         if (p < 0 || p >= P) continue;
         __nv_bfloat16* row = act + (size_t)p * I;
 #ifdef MOE_X_SWIGLU_VALUE_BY_VALUE
@@ -570,6 +574,43 @@ __device__ __forceinline__ void wg_store_swiglu(const float (&acc)[C::ACC], cons
 #pragma unroll
                 for (int c = 0; c < 2 * SWIGLU_CH; ++c) s[c] = 1.0f / den[c];
             }
+#ifdef MOE_X_SWIGLU_PAIRED_STORES
+            // Experiment (not yet timed): fragments j and j + 1 of a quad, 16 columns, as four
+            // 8-byte stores (whole 32-byte sectors) instead of eight 4-byte ones (half sectors,
+            // which Nsight Compute flags on this store). Thread q keeps its own pair of one
+            // fragment and takes the other's from lane q ^ 1: even q writes columns 2q .. 2q + 3
+            // of fragment j's 8 (its own, then lane q + 1's), odd q columns 8 + 2(q − 1) .. of
+            // fragment j + 1 (lane q − 1's, then its own). Needs I % 4 == 0 and the block inside I.
+            __nv_bfloat162 v[SWIGLU_CH];
+#pragma unroll
+            for (int jj = 0; jj < SWIGLU_CH; ++jj) {
+                const int j = j0 + jj;
+#pragma unroll
+                for (int i = 0; i < 2; ++i) {
+                    const float up = __bfloat162float(__float2bfloat16(acc[4 * (j + J) + 2 * h + i]));
+                    (i ? v[jj].y : v[jj].x) = __float2bfloat16((gate[2 * jj + i] * s[2 * jj + i]) * up);
+                }
+            }
+            if ((I & 3) == 0 && n0 + C::BN1 <= I) {
+#pragma unroll
+                for (int jj = 0; jj < SWIGLU_CH; jj += 2) {
+                    const __nv_bfloat162 mine = (q & 1) ? v[jj + 1] : v[jj];
+                    const __nv_bfloat162 send = (q & 1) ? v[jj] : v[jj + 1];
+                    unsigned bits = *reinterpret_cast<const unsigned*>(&send);
+                    bits = __shfl_xor_sync(live, bits, 1);
+                    const __nv_bfloat162 got = *reinterpret_cast<const __nv_bfloat162*>(&bits);
+                    uint2 four;
+                    four.x = *reinterpret_cast<const unsigned*>((q & 1) ? &got : &mine);
+                    four.y = *reinterpret_cast<const unsigned*>((q & 1) ? &mine : &got);
+                    const int col = n0 + 8 * (j0 + jj) + 2 * (q & ~1) + 8 * (q & 1);
+                    *reinterpret_cast<uint2*>(row + col) = four;
+                }
+            } else {
+#pragma unroll
+                for (int jj = 0; jj < SWIGLU_CH; ++jj)
+                    wg_store2(row, n0 + 8 * (j0 + jj) + 2 * q, I, even, v[jj].x, v[jj].y);
+            }
+#else
 #pragma unroll
             for (int jj = 0; jj < SWIGLU_CH; ++jj) {
                 const int j = j0 + jj;
@@ -581,6 +622,7 @@ __device__ __forceinline__ void wg_store_swiglu(const float (&acc)[C::ACC], cons
                 }
                 wg_store2(row, n0 + 8 * j + 2 * q, I, even, v[0], v[1]);
             }
+#endif
         }
 #endif
     }
