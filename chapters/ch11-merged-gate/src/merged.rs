@@ -32,7 +32,12 @@ pub const TINY_MAX_ROWS: usize = 16;
 /// The separate form's GEMM for `rows` rows: the tiny GEMM up to [`TINY_MAX_ROWS`], the library
 /// GEMM above.
 pub fn gemm_for(rows: usize) -> LogitsFrom {
-    if rows <= TINY_MAX_ROWS {
+    tiny_up_to(rows, TINY_MAX_ROWS)
+}
+
+/// The tiny GEMM up to `max_rows` rows, the library GEMM above: both forms' switch.
+fn tiny_up_to(rows: usize, max_rows: usize) -> LogitsFrom {
+    if rows <= max_rows {
         LogitsFrom::TinyGemm
     } else {
         LogitsFrom::Blas
@@ -52,11 +57,7 @@ pub const STACKED_TINY_MAX_ROWS: usize = 7;
 /// The merged form's GEMM for `rows` rows: the tiny GEMM up to [`STACKED_TINY_MAX_ROWS`], the
 /// library GEMM above.
 pub fn stacked_gemm_for(rows: usize) -> LogitsFrom {
-    if rows <= STACKED_TINY_MAX_ROWS {
-        LogitsFrom::TinyGemm
-    } else {
-        LogitsFrom::Blas
-    }
+    tiny_up_to(rows, STACKED_TINY_MAX_ROWS)
 }
 // ANCHOR_END: gemm_for
 

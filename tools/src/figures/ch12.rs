@@ -477,15 +477,15 @@ fn format_tick(v: f64) -> String {
 /// committed, the page's file is one marked line.
 pub fn generate(root: &Path) -> Result<Vec<Generated>, String> {
     if !root.join(CSV).exists() {
-        eprintln!("plot: no {CSV} yet: chapter 12's measured section says \"not measured yet\"");
-        return Ok(vec![Generated {
-            path: OUT.into(),
-            content: format!(
-                "*Not measured yet: `{CSV}` is not committed. On a machine with two GPUs, \
-                 `{COMMAND}` runs the NCCL tests and `bench ch12`, and `tools/plot` makes this \
-                 section's figure and tables from the CSV it writes.*\n"
+        return Ok(vec![super::not_measured_yet(
+            OUT,
+            CSV,
+            "chapter 12's measured section",
+            &format!(
+                "On a machine with two GPUs, `{COMMAND}` runs the NCCL tests and `bench ch12`, and \
+                 `tools/plot` makes this section's figure and tables from the CSV it writes."
             ),
-        }]);
+        )]);
     }
     let runs = parse(&read(root, CSV)?, CSV)?;
     let points = points(&runs)?;

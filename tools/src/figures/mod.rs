@@ -34,6 +34,17 @@ pub struct Generated {
     pub content: String,
 }
 
+/// What a figure module writes to `out` until `csv` is committed: one marked line that starts
+/// `*Not measured yet:` and ends with `how` (the command that makes the CSV, and what `tools/plot`
+/// then makes of it), and a note on stderr naming `what` says so.
+pub fn not_measured_yet(out: &str, csv: &str, what: &str, how: &str) -> Generated {
+    eprintln!("plot: no {csv} yet: {what} says \"not measured yet\"");
+    Generated {
+        path: out.into(),
+        content: format!("*Not measured yet: `{csv}` is not committed. {how}*\n"),
+    }
+}
+
 /// The groups of generated files, by the page that uses them.
 pub const GROUPS: [&str; 14] = [
     "runtime", "primer", "ch01", "ch02", "ch03", "ch04", "ch05", "ch06", "ch07", "ch08", "ch09",

@@ -12,7 +12,7 @@
 
 use crate::csv::Table;
 use crate::figures::facts::{thousands, Facts};
-use crate::figures::{read, Generated};
+use crate::figures::{not_measured_yet, read, Generated};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -211,14 +211,14 @@ fn paragraph(rows: &[Flips], f: &mut Facts) -> String {
 /// is one marked line.
 pub fn generate(root: &Path, f: &mut Facts) -> Result<Generated, String> {
     if !root.join(CSV).exists() {
-        eprintln!("plot: no {CSV} yet: chapter 11's flip-rate table says \"not measured yet\"");
-        return Ok(Generated {
-            path: OUT.into(),
-            content: format!(
-                "*Not measured yet: `{CSV}` is not committed. `{COMMAND}` on the H200 writes it, \
-                 and `tools/plot` makes this table from it.*\n"
+        return Ok(not_measured_yet(
+            OUT,
+            CSV,
+            "chapter 11's flip-rate table",
+            &format!(
+                "`{COMMAND}` on the H200 writes it, and `tools/plot` makes this table from it."
             ),
-        });
+        ));
     }
     let rows = parse_flips(&read(root, CSV)?, CSV)?;
     let mut s = format!(

@@ -13,7 +13,7 @@
 use crate::bench_row::{parse_csv, BenchRow};
 use crate::figures::facts::Facts;
 use crate::figures::tables::fmt_us;
-use crate::figures::{read, Generated};
+use crate::figures::{not_measured_yet, read, Generated};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -110,14 +110,12 @@ pub fn table_and_facts(pairs: &[(u64, f64, f64)], switch: u64, f: &mut Facts) ->
 
 pub fn generate(root: &Path, f: &mut Facts) -> Result<Generated, String> {
     if !root.join(CSV).exists() {
-        eprintln!("plot: no {CSV} yet: chapter 11's stacked-GEMM table says \"not measured yet\"");
-        return Ok(Generated {
-            path: OUT.into(),
-            content: format!(
-                "*Not measured yet: `{CSV}` is not committed. `tools/bench ch11` on the H200 \
-                 writes it, and `tools/plot` makes this table from it.*\n"
-            ),
-        });
+        return Ok(not_measured_yet(
+            OUT,
+            CSV,
+            "chapter 11's stacked-GEMM table",
+            "`tools/bench ch11` on the H200 writes it, and `tools/plot` makes this table from it.",
+        ));
     }
     let rows = parse_csv(&read(root, CSV)?, CSV)?;
     let switch = switch_in(&read(root, SOURCE)?)?;
