@@ -575,12 +575,13 @@ __device__ __forceinline__ void wg_store_swiglu(const float (&acc)[C::ACC], cons
                 for (int c = 0; c < 2 * SWIGLU_CH; ++c) s[c] = 1.0f / den[c];
             }
 #ifdef MOE_X_SWIGLU_PAIRED_STORES
-            // Experiment (not yet timed): fragments j and j + 1 of a quad, 16 columns, as four
-            // 8-byte stores (whole 32-byte sectors) instead of eight 4-byte ones (half sectors,
-            // which Nsight Compute flags on this store). Thread q keeps its own pair of one
-            // fragment and takes the other's from lane q ^ 1: even q writes columns 2q .. 2q + 3
-            // of fragment j's 8 (its own, then lane q + 1's), odd q columns 8 + 2(q − 1) .. of
-            // fragment j + 1 (lane q − 1's, then its own). Needs I % 4 == 0 and the block inside I.
+            // Experiment (tools/gpu/run's stores-ab; no gain measured, so off): fragments j and
+            // j + 1 of a quad, 16 columns, as four 8-byte stores (whole 32-byte sectors) instead
+            // of eight 4-byte ones (half sectors, which Nsight Compute flags on this store).
+            // Thread q keeps its own pair of one fragment and takes the other's from lane q ^ 1:
+            // even q writes columns 2q .. 2q + 3 of fragment j's 8 (its own, then lane q + 1's),
+            // odd q columns 8 + 2(q − 1) .. of fragment j + 1 (lane q − 1's, then its own). Needs
+            // I % 4 == 0 and the block inside I.
             __nv_bfloat162 v[SWIGLU_CH];
 #pragma unroll
             for (int jj = 0; jj < SWIGLU_CH; ++jj) {
@@ -660,7 +661,7 @@ __device__ __forceinline__ void wg_store_row(const float (&acc)[C::ACC], int h, 
 template <class C, bool BF16_OUT>
 __device__ __forceinline__ void wg_store_rows(const float (&acc)[C::ACC], const int* rows, int P,
                                               const float* __restrict__ weight, void* __restrict__ out, int n0,
-                                              int N, bool y_bf16) {
+                                              int N, bool y_bf16, const float* wpre = nullptr) {
     const int wg = threadIdx.x / 128;
     const int lane = threadIdx.x & 31, w4 = (threadIdx.x >> 5) & 3, g = lane >> 2;
     const bool even = (N & 1) == 0;
@@ -673,7 +674,8 @@ __device__ __forceinline__ void wg_store_rows(const float (&acc)[C::ACC], const 
     for (int h = 0; h < 2; ++h) {
         const int p = rows[64 * wg + 16 * w4 + g + 8 * h];
         if (p < 0 || p >= P) continue;
-        const float wp = (!BF16_OUT && weight) ? weight[p] : 1.0f;
+        // wpre: the two rows' weights, read by the caller before the main loop (MOE_X_EAGER_TILE).
+        const float wp = (!BF16_OUT && weight) ? (wpre ? wpre[h] : weight[p]) : 1.0f;
         if (whole)
             wg_store_row<C, BF16_OUT, true>(acc, h, p, weight, wp, out, n0, N, even, y_bf16);
         else
@@ -704,6 +706,49 @@ __device__ __forceinline__ void wg_item(int ncb, int& tile, int& cb) {
 }
 // ANCHOR_END: wg_item
 
+#ifdef MOE_X_EAGER_TILE
+// Experiment (tools/gpu/run's tile-ab; a gain within the run's drift at the tuned tiles, so off):
+// a block's first reads on versions 4 to 9 all at once.
+// fused_tile_rows waits for the padded total, then for the tile's expert, then reads its rows and
+// meets the block twice; here the three loads go out together (every slot up to the capacity and
+// every tile's expert is written by the layout's producer, the placeholder and -1 past the
+// layout, so a tile past the total reads defined values and then leaves), and a ballot per warp
+// of rows gives the sub-tiles' flags without a second pass. Returns the tile's expert, or -1 for
+// a tile past the total; s_pair, s_arow and s_live are visible after the caller's next barrier.
+template <class C>
+__device__ __forceinline__ int wg_tile_begin(const int* __restrict__ sorted_ids, const int* __restrict__ expert_ids,
+                                             const int* __restrict__ num_post, int tile, int block_m, int P, int k,
+                                             int* s_pair, int* s_arow, int* s_live) {
+    static_assert(C::THREADS >= C::BM, "one row a thread");
+    const int r = (int)threadIdx.x;
+    const int post = *num_post;
+    // Version 9's grid is rounded up to whole clusters: its last block's tile may lie past the
+    // layout's buffers, so there the two reads wait for the total.
+    int e = -1, p = -1;
+    if (!C::MC) {
+        e = expert_ids[tile];
+        if (r < block_m) p = sorted_ids[(size_t)tile * block_m + r];
+    }
+    if ((long long)tile * block_m >= (long long)post) return -1;
+    if (C::MC) {
+        e = expert_ids[tile];
+        if (r < block_m) p = sorted_ids[(size_t)tile * block_m + r];
+    }
+    const bool real = p >= 0 && p < P;
+    if (r < block_m) {
+        s_pair[r] = real ? p : -1;
+        s_arow[r] = real ? p / k : -1;
+        // A warp holds 32 rows, two sub-tiles of 16 (block_m is a multiple of 64).
+        const unsigned b = __ballot_sync(MOE_FULL_MASK, real);
+        if ((r & 31) == 0) {
+            s_live[r / 16] = (b & 0xffffu) != 0u;
+            s_live[r / 16 + 1] = (b >> 16) != 0u;
+        }
+    }
+    return e;
+}
+#endif
+
 // ANCHOR: wg_gemm1
 // GEMM 1 + SwiGLU on versions 4 to 9: fused_gemm1_swiglu_impl's contract, BLOCK_M = C::BM.
 template <class C>
@@ -720,10 +765,15 @@ __device__ __forceinline__ void wg_gemm1_swiglu_impl(const __nv_bfloat16* __rest
     int tile, cb;
     wg_item((I + C::BN1 - 1) / C::BN1, tile, cb);
     const int n0 = cb * C::BN1;
+#ifdef MOE_X_EAGER_TILE
+    const int e = wg_tile_begin<C>(sorted_ids, expert_ids, num_post, tile, block_m, P, k, s_pair, s_arow, s_live);
+    if (e < 0 || e >= E) return;
+#else
     if ((long long)tile * block_m >= (long long)*num_post) return;
     const int e = expert_ids[tile];
     if (e < 0 || e >= E) return;
     fused_tile_rows(sorted_ids, tile, block_m, P, k, s_pair, s_arow, s_live);
+#endif
     for (int r = threadIdx.x; r < C::BROWS; r += C::THREADS) {
         const int n = n0 + (r % C::BN1);
         s_brow[r] = n < I ? (r < C::BN1 ? n : I + n) : -1;
@@ -753,20 +803,40 @@ __device__ __forceinline__ void wg_gemm_impl(const __nv_bfloat16* __restrict__ A
     int tile, cb;
     wg_item((N + C::BN - 1) / C::BN, tile, cb);
     const int n0 = cb * C::BN;
+#ifdef MOE_X_EAGER_TILE
+    const int e = wg_tile_begin<C>(sorted_ids, expert_ids, num_post, tile, block_m, P, k, s_pair, s_arow, s_live);
+    if (e < 0 || e >= E) return;
+#else
     if ((long long)tile * block_m >= (long long)*num_post) return;
     const int e = expert_ids[tile];
     if (e < 0 || e >= E) return;
     fused_tile_rows(sorted_ids, tile, block_m, P, k, s_pair, s_arow, s_live);
+#endif
     for (int r = threadIdx.x; r < C::BROWS; r += C::THREADS) s_brow[r] = n0 + r < N ? n0 + r : -1;
     __syncthreads();
     const __nv_bfloat16* w = W + (size_t)e * (size_t)N * (size_t)K;
     float acc[C::ACC];
+#ifdef MOE_X_EAGER_TILE
+    // The experiment's other half: a consumer thread's two rows' weights read now, landing while
+    // the main loop runs, instead of after it (wg_store_rows' load, one latency a row).
+    float wpre[2] = {1.0f, 1.0f};
+    if (!BF16_OUT && weight && (int)threadIdx.x < 128 * C::WGS) {
+        const int lane = threadIdx.x & 31, w4 = (threadIdx.x >> 5) & 3, wg = threadIdx.x / 128;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int p = s_pair[64 * wg + 16 * w4 + (lane >> 2) + 8 * h];
+            if (p >= 0 && p < P) wpre[h] = weight[p];
+        }
+    }
+#else
+    const float* wpre = nullptr;
+#endif
     // Version 7's boxes: rows e·N + n0.. of W viewed as [E·N, K], in two halves of BN / 2.
     const int r0 = e * N + n0;
     if (!wg_tile_product<C>(A, s_arow, w, s_brow, K, s_live, acc, w_map, r0, r0 + C::BN / 2,
                             wg_cluster_shares<C>(tile, e, expert_ids, num_post, block_m)))
         return;
-    wg_store_rows<C, BF16_OUT>(acc, s_pair, P, weight, out, n0, N, y_bf16);
+    wg_store_rows<C, BF16_OUT>(acc, s_pair, P, weight, out, n0, N, y_bf16, wpre);
 }
 
 // ANCHOR: ps_loop
