@@ -477,8 +477,9 @@ struct rs_cast {
 // The block casts its row's P columns (16-byte loads, 8-byte stores, round to nearest even) and
 // selects: the cast's loads go out with the logits' (rs_cast), so the row costs one wait for
 // memory, not two. Twice radix select's threads, each with half the loads in flight, so that a
-// thread needs no more registers than 8 blocks an SM leave it (1,024 rows: one wave on an H200's
-// 132 SMs). E % 4 == 0 and P % 4 == 0 (the host checks).
+// thread needs no more registers than 4 blocks an SM leave it (the launch bounds: 2,048 threads,
+// an SM's most; 1,024 rows take two waves on an H200's 132 SMs). E % 4 == 0 and P % 4 == 0 (the
+// host checks).
 extern "C" __global__ void __launch_bounds__(RS_MERGED_THREADS, 4)
 merged_gate(const float* y, const float* __restrict__ bias, int* __restrict__ ids,
             float* __restrict__ weights, __nv_bfloat16* __restrict__ proj, int T, int E, int P,
