@@ -2,8 +2,8 @@
 //!
 //! Chapter 6's layer picks its kernels by batch size: chapter 5's tiny GEMM on CUDA cores up to
 //! 7 rows and on tensor cores from 8 (another summation order), cuBLAS past the switch point
-//! (another again, chosen by cuBLAS per shape), and chapter 4's decode path at a few tokens, its
-//! grouped decode path, then its tiled path with a tile and BLOCK_M per batch bucket. Each switch
+//! (another again, chosen by cuBLAS per shape), and chapter 4's decode path at a few tokens, then
+//! its tiled path with a tile and BLOCK_M per batch bucket. Each switch
 //! changes the order of some sum, so the same token can get other output bits, and rarely other
 //! experts, in another batch. [`deterministic`] pins every one of those choices: chapter 5's
 //! tiny GEMM in its tensor-core form at every batch size (a row's logits are its own dot
