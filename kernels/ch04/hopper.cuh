@@ -725,15 +725,13 @@ __device__ __forceinline__ int wg_tile_begin(const int* __restrict__ sorted_ids,
     // Version 9's grid is rounded up to whole clusters: its last block's tile may lie past the
     // layout's buffers, so there the two reads wait for the total.
     int e = -1, p = -1;
-    if (!C::MC) {
+    auto read = [&] {
         e = expert_ids[tile];
         if (r < block_m) p = sorted_ids[(size_t)tile * block_m + r];
-    }
+    };
+    if (!C::MC) read();
     if ((long long)tile * block_m >= (long long)post) return -1;
-    if (C::MC) {
-        e = expert_ids[tile];
-        if (r < block_m) p = sorted_ids[(size_t)tile * block_m + r];
-    }
+    if (C::MC) read();
     const bool real = p >= 0 && p < P;
     if (r < block_m) {
         s_pair[r] = real ? p : -1;
@@ -824,6 +822,7 @@ __device__ __forceinline__ void wg_gemm_impl(const __nv_bfloat16* __restrict__ A
         const int lane = threadIdx.x & 31, w4 = (threadIdx.x >> 5) & 3, wg = threadIdx.x / 128;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
+            // wg_store_rows' row of half h (this thread's accumulator rows).
             const int p = s_pair[64 * wg + 16 * w4 + (lane >> 2) + 8 * h];
             if (p >= 0 && p < P) wpre[h] = weight[p];
         }
