@@ -54,6 +54,9 @@
 #ifndef STAGE_EARLY_TRIGGER  // 1: stage_route_count lets stage_scatter's blocks start at once
 #define STAGE_EARLY_TRIGGER 0
 #endif
+#ifndef STAGE_PROBE  // phase marks for tools/gpu/probes/ch08_stage_phases.cu; empty here
+#define STAGE_PROBE(n)
+#endif
 #define STAGE_WARPS 16                 // = STAGE_THREADS / 32
 #define STAGE_MAX_EXPERTS 512          // one expert per thread in the scan
 #define STAGE_ONE_BLOCK_MAX_PAIRS 512  // one pair per thread: the one-block arrangement's limit
@@ -79,7 +82,9 @@ __device__ void stage_one_block(const float* __restrict__ logits, const float* _
     const int P = T * k, warps = (P + 31) / 32;  // the warps that hold pairs
     // A programmatic dependent of the logits GEMM (common.cuh): wait before the first write, so
     // that nothing here can overtake the kernel ahead, whatever that kernel is.
+    STAGE_PROBE(0);
     moe_grid_wait();
+    STAGE_PROBE(1);
     // Placeholders, -1 and zeros first; the barriers below order the overwrites.
     for (int s = t; s < capacity; s += STAGE_THREADS) sorted_ids[s] = P;
     for (int tile = t; tile < max_tiles; tile += STAGE_THREADS) expert_ids[tile] = -1;
@@ -88,6 +93,7 @@ __device__ void stage_one_block(const float* __restrict__ logits, const float* _
         s_start[t] = 0;
         counts[t] = 0;
     }
+    STAGE_PROBE(2);
     // 1. Route: warp w routes rows w, w + 16, ...; lane r < k writes pick r into s_ids (chapter
     //    5's row router takes any pointer: here one into shared memory) and its weight to memory.
     for (int row = warp; row < T; row += STAGE_WARPS)
@@ -98,7 +104,9 @@ __device__ void stage_one_block(const float* __restrict__ logits, const float* _
         fr_row<SLOTS>(logits, bias, s_ids, weights, row, E, k, scoring, n_group, topk_group,
                       renormalize, scale);
 #endif
+    STAGE_PROBE(3);
     __syncthreads();
+    STAGE_PROBE(4);
     // 2. From here thread t holds pair t, as in chapter 3's one-block kernel.
     const int e = t < P ? s_ids[t] : -1;
     if (t < P) ids[t] = e;
@@ -107,6 +115,7 @@ __device__ void stage_one_block(const float* __restrict__ logits, const float* _
     int rank = __popc(same & ((1u << lane) - 1));
     if (valid && rank == 0) s_warp[warp * E + e] = __popc(same);
     __syncthreads();
+    STAGE_PROBE(5);
     // 3. Count: the first pair of each expert adds its expert's pairs over the warps and pads.
     int count = 0;
     if (valid) {
@@ -118,6 +127,7 @@ __device__ void stage_one_block(const float* __restrict__ logits, const float* _
         }
     }
     __syncthreads();
+    STAGE_PROBE(6);
     // 4. Scan: thread t holds expert t's padded count; its first slot is the sum before it.
     const int padded = t < E ? s_start[t] : 0;
     const int incl = align_warp_inclusive(padded);
@@ -139,6 +149,7 @@ __device__ void stage_one_block(const float* __restrict__ logits, const float* _
         *num_post = total;
     }
     __syncthreads();
+    STAGE_PROBE(7);
     // 5. Scatter; the first pair of each expert also writes its run's tiles.
     if (valid) {
         const int first = s_start[e];
@@ -149,6 +160,7 @@ __device__ void stage_one_block(const float* __restrict__ logits, const float* _
             for (int tile = first >> shift; tile < end >> shift; ++tile) expert_ids[tile] = e;
         }
     }
+    STAGE_PROBE(8);
 }
 // ANCHOR_END: one_block
 
