@@ -13,19 +13,11 @@
 //
 // Built and run by tools/gpu/run's probes stage (nvcc -O3 -arch=sm_90a --fmad=false, as NVRTC
 // builds the kernel for the bench); writes ch05_router_phases.txt.
-#include <algorithm>
-#include <cstdio>
-#include <vector>
 #include "cuda_check.h"
+#include "phase_probe.h"
 
-__device__ long long g_clock[32][16];  // [warp][probe]
-__device__ unsigned g_sink[32][16];
-#define FR_PROBE(n)                                                                                \
-    do {                                                                                           \
-        long long c_;                                                                              \
-        asm volatile("mov.u64 %0, %%clock64;" : "=l"(c_)::"memory");                               \
-        if ((threadIdx.x & 31) == 0) g_clock[threadIdx.x >> 5][n] = c_;                            \
-    } while (0)
+__device__ unsigned g_sink[PHASE_WARPS][PHASE_MARKS];
+#define FR_PROBE(n) PHASE_MARK(n)
 #define FR_PROBE_DEP(n, v)                                                                         \
     do {                                                                                           \
         asm volatile("st.volatile.global.u32 [%0], %1;" ::"l"(&g_sink[threadIdx.x >> 5][n]),       \
@@ -76,33 +68,17 @@ int main() {
         CHECK(cudaMemcpy(d_logits, logits.data(), E * sizeof(float), cudaMemcpyHostToDevice));
         CHECK(cudaMemcpy(d_bias, bias.data(), E * sizeof(float), cudaMemcpyHostToDevice));
         std::vector<std::vector<long long>> at(9);
-        static const long long zero[32][16] = {};
         for (int launch = 0; launch < 60; ++launch) {
-            // A warp that does not reach a probe leaves 0 there (before the start: not counted).
-            CHECK(cudaMemcpyToSymbol(g_clock, zero, sizeof zero));
+            phase_clear();
             fused_router_block<<<1, threads>>>(d_logits, sh.bias ? d_bias : nullptr, d_ids, d_weights, 1,
                                                E, k, sh.scoring, 1, 1.0f);
             CHECK(cudaGetLastError());
             CHECK(cudaDeviceSynchronize());
-            long long c[32][16];
-            CHECK(cudaMemcpyFromSymbol(c, g_clock, sizeof c));
             if (launch < 10) continue;
-            long long start = c[0][0];
-            for (int w = 1; w < warps; ++w) start = std::min(start, c[w][0]);
-            for (int n = 1; n <= 8; ++n) {
-                long long last = 0;
-                for (int w = 0; w < (n == 8 ? 1 : warps); ++w) last = std::max(last, c[w][n] - start);
-                at[n].push_back(last);
-            }
+            phase_collect(warps, 8, [&](int n) { return n == 8 ? 1 : warps; }, at);
         }
         printf("\n%s (%d threads)\n", sh.name, threads);
-        long long before = 0;
-        for (int n = 1; n <= 8; ++n) {
-            std::sort(at[n].begin(), at[n].end());
-            const long long m = at[n][at[n].size() / 2];
-            printf("  %-58s %6lld  (+%lld)\n", phase[n], m, m - before);
-            before = m;
-        }
+        phase_print(phase, 8, 58, at);
         CHECK(cudaFree(d_logits));
         CHECK(cudaFree(d_bias));
         CHECK(cudaFree(d_weights));

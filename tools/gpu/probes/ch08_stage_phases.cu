@@ -12,17 +12,10 @@
 // Built and run by tools/gpu/run's probes stage (nvcc -O3 -arch=sm_90a --fmad=false, as NVRTC
 // builds the kernel for the bench); writes ch08_stage_phases.txt.
 #include <algorithm>
-#include <cstdio>
-#include <vector>
 #include "cuda_check.h"
+#include "phase_probe.h"
 
-__device__ long long g_clock[16][16];  // [warp][mark]
-#define STAGE_PROBE(n)                                                                             \
-    do {                                                                                           \
-        long long c_;                                                                              \
-        asm volatile("mov.u64 %0, %%clock64;" : "=l"(c_)::"memory");                               \
-        if ((threadIdx.x & 31) == 0) g_clock[threadIdx.x >> 5][n] = c_;                            \
-    } while (0)
+#define STAGE_PROBE(n) PHASE_MARK(n)
 #include "../../../kernels/ch08_routing_stage.cu"
 
 typedef void (*StageFn)(const float*, const float*, int, int, int, int, int, int, int, float, int,
@@ -81,37 +74,22 @@ int main() {
             CHECK(cudaMemcpy(d_logits, logits.data(), T * E * sizeof(float), cudaMemcpyHostToDevice));
             CHECK(cudaMemcpy(d_bias, bias.data(), E * sizeof(float), cudaMemcpyHostToDevice));
             std::vector<std::vector<long long>> at(9);
-            static const long long zero[16][16] = {};
             for (int launch = 0; launch < 60; ++launch) {
-                CHECK(cudaMemcpyToSymbol(g_clock, zero, sizeof zero));
+                phase_clear();
                 sh.fn<<<1, STAGE_THREADS>>>(d_logits, sh.bias ? d_bias : nullptr, T, E, k, sh.scoring,
                                             1, 1, 1, 1.0f, block_m, capacity, max_tiles, d_ids,
                                             d_weights, d_sorted, d_experts, d_post, d_counts,
                                             d_offsets);
                 CHECK(cudaGetLastError());
                 CHECK(cudaDeviceSynchronize());
-                long long c[16][16];
-                CHECK(cudaMemcpyFromSymbol(c, g_clock, sizeof c));
                 if (launch < 10) continue;
-                long long start = c[0][0];
-                for (int w = 1; w < STAGE_WARPS; ++w) start = std::min(start, c[w][0]);
-                for (int n = 1; n <= 8; ++n) {
-                    long long last = 0;
-                    for (int w = 0; w < STAGE_WARPS; ++w) last = std::max(last, c[w][n] - start);
-                    at[n].push_back(last);
-                }
+                phase_collect(STAGE_WARPS, 8, [](int) { return STAGE_WARPS; }, at);
             }
             int post = 0;
             CHECK(cudaMemcpy(&post, d_post, sizeof post, cudaMemcpyDeviceToHost));
             printf("\n%s, %d row%s (%d pairs, padded total %d)\n", sh.name, T, T == 1 ? "" : "s", P,
                    post);
-            long long before = 0;
-            for (int n = 1; n <= 8; ++n) {
-                std::sort(at[n].begin(), at[n].end());
-                const long long m = at[n][at[n].size() / 2];
-                printf("  %-50s %6lld  (+%lld)\n", phase[n], m, m - before);
-                before = m;
-            }
+            phase_print(phase, 8, 50, at);
             CHECK(cudaFree(d_logits));
             CHECK(cudaFree(d_bias));
             CHECK(cudaFree(d_weights));
