@@ -7,8 +7,11 @@
 //! | the layout (tiled and grouped decode paths) | chapter 3's align (1 or 2 launches) | the stage's |
 //! | the experts, shared expert, sum over k | chapter 4 | chapter 4, on the stage's layout |
 //!
-//! On chapter 4's decode path, which reads the ids and no layout, the stage's sort is work
-//! nobody reads: there the layer with the pair does less, and the bench says by how much.
+//! On chapter 4's decode path, which reads the ids and no layout, the stage's sort would be work
+//! nobody reads: there [`StagedLayer`] is chapter 6's layer, launch for launch, and the stage
+//! runs only where chapter 4's plan reads a layout (a BLOCK_M). [`StagedLayer::stage_everywhere`]
+//! runs it on every path (the tests' way to hold the stage to chapter 6's bits on the decode
+//! path too; the bench's `layer_stage_always`, which says what the rule saves).
 
 use crate::error::StageError;
 use crate::stage::{RoutingStage, StageBuffers};
@@ -21,7 +24,7 @@ use ch04_fused_moe::device::{Hidden, Layout};
 use ch04_fused_moe::FusedWorkspace;
 use ch05_fused_router::tiny_gemm;
 use ch05_fused_router::LogitsFrom;
-use ch06_layer::AssembledLayer;
+use ch06_layer::{AssembledLayer, LayerWorkspace};
 use half::bf16;
 use moe_kernels::blas::{linear, Linear};
 use moe_kernels::{Device, DeviceBuffer, Module};
@@ -48,13 +51,26 @@ pub struct StagedLayer {
     layer: AssembledLayer,
     id: u64,
     tiny: Arc<Module>,
+    /// Run the stage on the decode path too ([`StagedLayer::stage_everywhere`]).
+    everywhere: bool,
 }
 
-/// What one call for a batch of T tokens needs: the logits, the stage and its outputs, chapter
-/// 4's workspace. It depends on T only.
+/// What one call for a batch of T tokens needs. It depends on T only.
 pub struct StagedWorkspace {
     layer: u64,
     rows: usize,
+    run: Run,
+}
+
+/// How a batch is routed: by the stage (where chapter 4's plan reads a layout), or by chapter
+/// 6's router as chapter 6's layer does (the decode path, which reads none).
+enum Run {
+    Stage(Box<StageRun>),
+    Pair(Box<LayerWorkspace>),
+}
+
+/// The stage's way: the logits, the stage and its outputs, chapter 4's workspace.
+struct StageRun {
     from: LogitsFrom,
     /// `[T, E]` f32
     logits: DeviceBuffer<f32>,
@@ -70,27 +86,35 @@ impl StagedWorkspace {
     }
     /// Where the logits come from at this batch size.
     pub fn logits_from(&self) -> LogitsFrom {
-        self.from
+        match &self.run {
+            Run::Stage(s) => s.from,
+            Run::Pair(p) => p.logits_from(),
+        }
     }
-    /// The stage of this batch size.
-    pub fn stage(&self) -> &RoutingStage {
-        &self.stage
+    /// The stage of this batch size; `None` where the layer routes as chapter 6's does (the
+    /// decode path, unless [`StagedLayer::stage_everywhere`]).
+    pub fn stage(&self) -> Option<&RoutingStage> {
+        match &self.run {
+            Run::Stage(s) => Some(&s.stage),
+            Run::Pair(_) => None,
+        }
     }
     /// Chapter 4's workspace for this batch.
     pub fn experts_workspace(&self) -> &FusedWorkspace {
-        &self.experts
+        match &self.run {
+            Run::Stage(s) => &s.experts,
+            Run::Pair(p) => p.experts_workspace(),
+        }
     }
     /// The routing of the last call, downloaded (ids `[T, k]`, weights `[T, k]`).
     pub fn routing(&self, k: usize) -> Result<Routing, MoeError> {
         if self.rows == 0 {
             return Ok(Routing::empty(k));
         }
-        Ok(download(
-            self.rows,
-            k,
-            &self.routing.ids,
-            &self.routing.weights,
-        )?)
+        match &self.run {
+            Run::Stage(s) => Ok(download(self.rows, k, &s.routing.ids, &s.routing.weights)?),
+            Run::Pair(p) => p.routing(k),
+        }
     }
 }
 
@@ -102,7 +126,16 @@ impl StagedLayer {
             layer,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             tiny,
+            everywhere: false,
         })
+    }
+
+    /// The same layer with the stage on every path, the decode path too, where nothing reads
+    /// its layout: the tests hold the stage to chapter 6's bits there, and the bench times what
+    /// the rule saves (`layer_stage_always`).
+    pub fn stage_everywhere(mut self) -> Self {
+        self.everywhere = true;
+        self
     }
 
     /// Chapter 6's layer inside.
@@ -115,11 +148,20 @@ impl StagedLayer {
     }
 
     // ANCHOR: workspace
-    /// Allocates what one call for `rows` tokens needs. The stage sorts to the BLOCK_M of chapter
-    /// 4's plan for that batch (on the decode path, which reads no layout, chapter 3's smallest).
+    /// Allocates what one call for `rows` tokens needs. Where chapter 4's plan for that batch
+    /// reads a layout, the stage sorts to its BLOCK_M; on the decode path, which reads none, the
+    /// workspace is chapter 6's (or, [`Self::stage_everywhere`], the stage's, sorting to chapter
+    /// 3's smallest BLOCK_M).
     pub fn workspace(&self, rows: usize) -> Result<StagedWorkspace, MoeError> {
         let c = self.layer.config();
         let experts = self.layer.experts_layer().workspace(rows)?;
+        if experts.block_m() == 0 && !self.everywhere {
+            return Ok(StagedWorkspace {
+                layer: self.id,
+                rows,
+                run: Run::Pair(Box::new(self.layer.workspace(rows)?)),
+            });
+        }
         let block_m = stage_block_m(&experts);
         let (_, bias) = self.layer.gate();
         let bias_host = bias.map(|b| b.to_vec()).transpose()?;
@@ -134,11 +176,13 @@ impl StagedLayer {
         Ok(StagedWorkspace {
             layer: self.id,
             rows,
-            from: self.layer.logits_for(rows),
-            logits: self.device().alloc(rows * c.experts)?,
-            routing: stage.alloc_outputs(self.device())?,
-            stage,
-            experts,
+            run: Run::Stage(Box::new(StageRun {
+                from: self.layer.logits_for(rows),
+                logits: self.device().alloc(rows * c.experts)?,
+                routing: stage.alloc_outputs(self.device())?,
+                stage,
+                experts,
+            })),
         })
     }
     // ANCHOR_END: workspace
@@ -146,7 +190,7 @@ impl StagedLayer {
     // ANCHOR: enqueue
     /// Queues the layer: `hidden` `[T, H]` bf16 in, `out` `[T, H]` f32 out. The logits GEMM,
     /// the stage, then chapter 4's experts on the stage's layout: no align launch, nothing
-    /// allocated, copied or waited for.
+    /// allocated, copied or waited for. On the decode path, chapter 6's layer.
     pub fn enqueue(
         &self,
         ws: &StagedWorkspace,
@@ -167,11 +211,15 @@ impl StagedLayer {
         if rows == 0 {
             return Ok(());
         }
+        let s = match &ws.run {
+            Run::Stage(s) => s,
+            Run::Pair(p) => return self.layer.enqueue(p, hidden, out),
+        };
         let (gate, bias) = self.layer.gate();
         // 1. The logits: chapter 6's choice of GEMM for T.
-        match ws.from {
+        match s.from {
             LogitsFrom::TinyGemm => {
-                tiny_gemm::enqueue(&self.tiny, hidden, gate, &ws.logits, rows, h, e)?
+                tiny_gemm::enqueue(&self.tiny, hidden, gate, &s.logits, rows, h, e)?
             }
             LogitsFrom::Blas => linear(
                 self.device(),
@@ -182,27 +230,28 @@ impl StagedLayer {
                 },
                 &hidden.as_view(),
                 &gate.as_view(),
-                &ws.logits.as_view(),
+                &s.logits.as_view(),
                 false,
             )?,
         }
         // 2. The stage: ids, weights and the layout.
-        ws.stage.enqueue(&ws.logits, bias, &ws.routing)?;
+        s.stage.enqueue(&s.logits, bias, &s.routing)?;
         // 3. Chapter 4's experts on that layout.
-        experts_on(&self.layer, &ws.experts, hidden, &ws.routing, out)
+        experts_on(&self.layer, &s.experts, hidden, &s.routing, out)
     }
     // ANCHOR_END: enqueue
 
     /// How many launches [`Self::enqueue`] makes for `ws` (cuBLAS's GEMM counted as one).
     pub fn launches(&self, ws: &StagedWorkspace) -> usize {
-        match ws.rows {
-            0 => 0,
-            _ => {
-                1 + ws.stage.launches()
+        match (&ws.run, ws.rows) {
+            (_, 0) => 0,
+            (Run::Pair(p), _) => self.layer.launches(p),
+            (Run::Stage(s), _) => {
+                1 + s.stage.launches()
                     + self
                         .layer
                         .experts_layer()
-                        .launches_laid_out(&ws.experts, Dtype::Bf16)
+                        .launches_laid_out(&s.experts, Dtype::Bf16)
             }
         }
     }

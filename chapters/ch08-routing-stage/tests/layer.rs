@@ -2,8 +2,9 @@
 //! 4, both logits GEMMs and every path of chapter 4, and on every layer of chapter 2's Hugging
 //! Face fixtures: the same output bits and the same routing as chapter 6's layer (the stage gives
 //! the pair's ids and weights and chapter 3's layout, and chapter 4 runs the same kernels on
-//! them), and within chapter 2's tolerance of the literal loop; the launches (the align's gone);
-//! a workspace of another layer refused.
+//! them), and within chapter 2's tolerance of the literal loop; the stage on every path there
+//! ([`StagedLayer::stage_everywhere`]), and the rule that runs it only where chapter 4 reads a
+//! layout; the launches (the align's gone); a workspace of another layer refused.
 
 use ch02_grouped::conformance::{check_layer, hf_layers, oracle};
 use ch02_grouped::regimes::{regime, MoeRegime, REGIMES};
@@ -47,7 +48,7 @@ fn layers(
             .map_experts(|e| Ok(e.with_path(path)))
             .unwrap()
     };
-    (make(), StagedLayer::new(make()).unwrap())
+    (make(), StagedLayer::new(make()).unwrap().stage_everywhere())
 }
 
 // ANCHOR: same_bits_as_chapter_6
@@ -94,6 +95,7 @@ fn staged_layer_gives_chapter_6s_bits_on_hugging_face_layers(dev: &'static Devic
             let want = make().forward(&hf.hidden).unwrap();
             let got = StagedLayer::new(make())
                 .unwrap()
+                .stage_everywhere()
                 .forward(&hf.hidden)
                 .unwrap_or_else(|e| panic!("{what}: {e}"));
             assert_eq!(got.routing.ids, want.routing.ids, "{what}: ids");
@@ -119,11 +121,57 @@ fn launches_without_the_align(dev: &'static Device) {
     assert!(align >= 1, "{}: the tiled path aligns", r.name);
     assert_eq!(
         staged.launches(&s),
-        assembled.launches(&a) - align - 1 + s.stage().launches(),
+        assembled.launches(&a) - align - 1 + s.stage().expect("the tiled path stages").launches(),
         "{}",
         r.name
     );
 }
+
+// ANCHOR: stage_where_read
+/// The rule: the stage runs where chapter 4's plan reads a layout (BLOCK_M > 0) and nowhere
+/// else; elsewhere the layer is chapter 6's, launch for launch and bit for bit. On every forced
+/// path and on the path chapter 4's plan picks, at every regime's batch.
+fn stage_only_where_a_layout_is_read(dev: &'static Device) {
+    let (mut staged_seen, mut pair_seen) = (0, 0);
+    for r in every_regime() {
+        let rows = r.hidden.len() / r.weights.config.hidden;
+        let forced = Path::ALL.iter().map(|&p| Some(p));
+        for path in forced.chain([None]) {
+            let make = || {
+                let l = AssembledLayer::new(dev, &r.weights).unwrap();
+                match path {
+                    Some(p) => l.map_experts(|e| Ok(e.with_path(p))).unwrap(),
+                    None => l,
+                }
+            };
+            let what = format!("{} ({path:?} path)", r.name);
+            let (assembled, staged) = (make(), StagedLayer::new(make()).unwrap());
+            let s = staged.workspace(rows).unwrap();
+            let a = assembled.workspace(rows).unwrap();
+            let reads_layout = s.experts_workspace().block_m() > 0;
+            assert_eq!(s.stage().is_some(), reads_layout, "{what}");
+            if reads_layout {
+                staged_seen += 1;
+            } else {
+                pair_seen += 1;
+                assert_eq!(
+                    staged.launches(&s),
+                    assembled.launches(&a),
+                    "{what}: launches"
+                );
+            }
+            let want = assembled.forward(&r.hidden).unwrap();
+            let got = staged.forward(&r.hidden).unwrap();
+            assert_eq!(got.routing.ids, want.routing.ids, "{what}: ids");
+            assert_same_bits(&format!("{what}: output"), &got.out, &want.out);
+        }
+    }
+    assert!(
+        staged_seen > 0 && pair_seen > 0,
+        "{staged_seen} staged, {pair_seen} pair"
+    );
+}
+// ANCHOR_END: stage_where_read
 
 fn another_layers_workspace_is_refused(dev: &'static Device) {
     let r = every_regime().next().unwrap();
@@ -144,5 +192,6 @@ moe_kernels::backend_tests!(
     staged_layer_gives_chapter_6s_bits,
     staged_layer_gives_chapter_6s_bits_on_hugging_face_layers,
     launches_without_the_align,
+    stage_only_where_a_layout_is_read,
     another_layers_workspace_is_refused,
 );
