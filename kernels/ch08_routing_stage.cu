@@ -16,7 +16,8 @@
 //            never leave the SM until they are final.
 //   two launches (more pairs):
 //      1. stage_route_count_e{W}: a block routes 16 rows (a warp per row, as chapter 5's
-//         many-row kernel: fr_row_screened without the second screen), counts its pairs per expert in shared memory and adds the counts
+//         many-row kernel: fr_row_screened without the second screen) into shared memory,
+//         writes the ids out, counts its pairs per expert in shared memory and adds the counts
 //         into its chunk's row of chunk_counts [chunks, E] (integer atomics: a sum of whole
 //         numbers, the same in any order); it also fills every slot with the placeholder;
 //      2. stage_scatter: a block per chunk sums the chunks' counts per expert, scans, writes the
@@ -53,6 +54,14 @@
 #endif
 #ifndef STAGE_EARLY_TRIGGER  // 1: stage_route_count lets stage_scatter's blocks start at once
 #define STAGE_EARLY_TRIGGER 0
+#endif
+// STAGE_SHORT_CHAIN (default 1) shortens the two launches' chains of dependent memory reads:
+// stage_route_count routes its rows' ids into shared memory and counts from there (not a
+// read-back of what it just stored), and stage_scatter issues each warp's first 32 ids loads
+// together with the chunk counts' loads (one wait for both, not one after the other). 0: the
+// order before, kept for the A/B run.
+#ifndef STAGE_SHORT_CHAIN
+#define STAGE_SHORT_CHAIN 1
 #endif
 #ifndef STAGE_PROBE  // phase marks for tools/gpu/probes/ch08_stage_phases.cu; empty here
 #define STAGE_PROBE(n)
@@ -177,6 +186,9 @@ __device__ void stage_route_count(const float* __restrict__ logits,
                                   int* __restrict__ sorted_ids, int* __restrict__ expert_ids,
                                   int* __restrict__ chunk_counts) {
     __shared__ int s_count[STAGE_MAX_EXPERTS];
+#if STAGE_SHORT_CHAIN
+    __shared__ int s_ids[STAGE_ONE_BLOCK_MAX_PAIRS];  // the block's ids, pair order
+#endif
     const int t = threadIdx.x, warp = t >> 5, b = blockIdx.x;
     const int P = T * k;
     // A programmatic dependent, as stage_one_block; stage_scatter, a dependent of this launch,
@@ -192,19 +204,30 @@ __device__ void stage_route_count(const float* __restrict__ logits,
     for (int tile = g; tile < max_tiles; tile += stride) expert_ids[tile] = -1;
     for (int e = t; e < E; e += STAGE_THREADS) s_count[e] = 0;
     const int row0 = b * STAGE_ROWS_PER_BLOCK, row = row0 + warp;
+#if STAGE_SHORT_CHAIN
+    // The row router writes ids[row * k + r]: here, into s_ids, whose pair 0 is row0's first.
+    int* route_ids = s_ids - (size_t)row0 * k;
+#else
+    int* route_ids = ids;
+#endif
     if (row < T)  // the whole warp: a row is a warp's work
 #if STAGE_SCREEN
-        fr_row_screened<SLOTS, false>(logits, bias, ids, weights, row, E, k, scoring, n_group,
-                                      topk_group, renormalize, scale);
+        fr_row_screened<SLOTS, false>(logits, bias, route_ids, weights, row, E, k, scoring,
+                                      n_group, topk_group, renormalize, scale);
 #else
-        fr_row<SLOTS>(logits, bias, ids, weights, row, E, k, scoring, n_group, topk_group,
+        fr_row<SLOTS>(logits, bias, route_ids, weights, row, E, k, scoring, n_group, topk_group,
                       renormalize, scale);
 #endif
     __syncthreads();  // the block's ids written (and visible to the block), s_count zeroed
     // The block's pairs, one per thread (16 rows * k <= 512 pairs).
     const int p = row0 * k + t, end = min(T, row0 + STAGE_ROWS_PER_BLOCK) * k;
     if (p < end) {
+#if STAGE_SHORT_CHAIN
+        const int e = s_ids[t];
+        ids[p] = e;  // stage_scatter's input, coalesced
+#else
         const int e = ids[p];
+#endif
         if (e >= 0 && e < E) atomicAdd(&s_count[e], 1);  // integers: exact in any order
     }
     __syncthreads();
@@ -237,6 +260,15 @@ extern "C" __global__ void __launch_bounds__(STAGE_THREADS) stage_scatter(
     // A programmatic dependent of stage_route_count: the ids and the counts are its output, read
     // after the wait through a plain pointer and __ldcg (see moe_grid_wait in common.cuh).
     moe_grid_wait();
+    // This chunk's pairs: warp w's contiguous share [w_begin, w_end).
+    const int begin = c * per_chunk, n = max(0, min(P, begin + per_chunk) - begin);
+    const int per_warp = (n + STAGE_WARPS - 1) / STAGE_WARPS;
+    const int w_begin = begin + min(n, warp * per_warp);
+    const int w_end = begin + min(n, (warp + 1) * per_warp);
+#if STAGE_SHORT_CHAIN
+    // The warp's first 32 ids, loaded now: their wait overlaps the chunk counts' below.
+    const int first_e = w_begin + lane < w_end ? ids[w_begin + lane] : -1;
+#endif
     // Expert t: its pairs in all chunks, and in the chunks before this one.
     int count = 0, earlier = 0;
     if (t < E)
@@ -266,13 +298,13 @@ extern "C" __global__ void __launch_bounds__(STAGE_THREADS) stage_scatter(
         offsets[t] = start;
     }
     if (c == 0 && t == 0) offsets[E] = total;
-    // This chunk's pairs: warp w's contiguous share [w_begin, w_end).
-    const int begin = c * per_chunk, n = max(0, min(P, begin + per_chunk) - begin);
-    const int per_warp = (n + STAGE_WARPS - 1) / STAGE_WARPS;
-    const int w_begin = begin + min(n, warp * per_warp);
-    const int w_end = begin + min(n, (warp + 1) * per_warp);
     for (int base = w_begin; base < w_end; base += 32) {
+#if STAGE_SHORT_CHAIN
+        const int p = base + lane;
+        const int e = base == w_begin ? first_e : p < w_end ? ids[p] : -1;
+#else
         const int p = base + lane, e = p < w_end ? ids[p] : -1;
+#endif
         const bool valid = e >= 0 && e < E;
         const unsigned same = align_same_key(valid ? e : E, bits);
         if (valid && (same & ((1u << lane) - 1)) == 0) s_warp[warp * E + e] += __popc(same);
@@ -301,7 +333,12 @@ extern "C" __global__ void __launch_bounds__(STAGE_THREADS) stage_scatter(
     if (g == 0) *num_post = total;
     // The scatter, 32 pairs at a time per warp.
     for (int base = w_begin; base < w_end; base += 32) {
+#if STAGE_SHORT_CHAIN
+        const int p = base + lane;
+        const int e = base == w_begin ? first_e : p < w_end ? ids[p] : -1;
+#else
         const int p = base + lane, e = p < w_end ? ids[p] : -1;
+#endif
         const bool valid = e >= 0 && e < E;
         const unsigned same = align_same_key(valid ? e : E, bits);
         const int rank = __popc(same & ((1u << lane) - 1));

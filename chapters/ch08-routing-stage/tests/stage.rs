@@ -206,6 +206,22 @@ fn same_bits_over_many_chunks(dev: &'static Device) {
     check_case(dev, &c, 16);
 }
 
+/// k = 32 and enough rows that each warp of the scatter holds three batches of 32 pairs: the
+/// batches after a warp's first (STAGE_SHORT_CHAIN loads the first one early) and the cursors
+/// each batch advances.
+fn same_bits_with_several_batches_a_warp(dev: &'static Device) {
+    let rows = 2053;
+    let mut c = shape_case("glm", rows, 8250);
+    c.config = RouterConfig::glm5(32);
+    let (_, per_chunk, chunks) = split(rows);
+    let pairs_a_warp = per_chunk * 16 * 32 / geometry::STAGE_WARPS;
+    assert!(
+        pairs_a_warp > 64,
+        "{pairs_a_warp} pairs a warp, {chunks} chunks"
+    );
+    check_case(dev, &c, 16);
+}
+
 /// The same stage called again on other logits gives what a fresh stage gives: the last block of
 /// the second launch left the chunk counts and the ticket at zero.
 fn scratch_is_clean_for_the_next_call(dev: &'static Device) {
@@ -384,6 +400,7 @@ moe_kernels::backend_tests!(
     same_bits_as_the_pair_and_align_on_every_regime,
     same_bits_at_the_production_shapes,
     same_bits_over_many_chunks,
+    same_bits_with_several_batches_a_warp,
     scratch_is_clean_for_the_next_call,
     zero_or_nan_sums_give_the_documented_weights,
     launches_are_one_or_two,
