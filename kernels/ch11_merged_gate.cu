@@ -52,6 +52,8 @@
 #define RS_UNROLL 4          // experts a thread loads at once (RS_MAX_EXPERTS / RS_THREADS)
 #define RS_MERGED_THREADS 512  // merged_gate's block: two experts and two cast loads a thread
 #define RS_MERGED_UNROLL 2     // RS_MAX_EXPERTS / RS_MERGED_THREADS
+#define RS_WARP_ROWS 4         // radix_topk_warp: rows of one block, a warp each
+#define RS_WARP_UNROLL 8       // logits a lane of radix_topk_warp loads at once
 // At most this many lanes of a warp count one by one (rs_count); 32, every lane: aggregation off.
 // Timed on the H200 both ways (MOE_NVRTC_DEFINES=RS_AGGREGATE_ABOVE=8 turns it on): it lost at
 // every row count, radix select and merged_gate alike, so it is off.
@@ -205,25 +207,47 @@ struct rs_nothing {
     __device__ __forceinline__ void store() {}
 };
 
+// The barrier of the threads that route one row: the block's, or (WARP) the warp's.
+template <bool WARP>
+__device__ __forceinline__ void rs_sync() {
+    if (WARP)
+        __syncwarp();
+    else
+        __syncthreads();
+}
+
 // ANCHOR: radix_row
-// Routes row t with the whole block: `x` is the row's E logits (fp32 or bf16), `bias` [E] f32
-// or null; ids [T, k] i32 and weights [T, k] f32 out. Thread i owns experts i, i + blockDim,
-// ... Every thread of the block must call it (it holds barriers). `side` is the block's other
-// work (rs_nothing, rs_cast). A thread loads U logits at once (U * blockDim >= E: one round).
-template <int U, typename In, typename Side>
+// Routes row t with the whole block (WARP: with the calling warp alone, each warp of the block
+// a row of its own): `x` is the row's E logits (fp32 or bf16), `bias` [E] f32 or null; ids
+// [T, k] i32 and weights [T, k] f32 out. Thread i of the group owns experts i, i + its size, ...
+// Every thread of the group must call it (it holds the group's barriers). `side` is the block's
+// other work (rs_nothing, rs_cast). A thread loads U logits at once (the block: U * blockDim >=
+// E, one round; a warp: rounds of 32 U).
+template <int U, bool WARP = false, typename In, typename Side>
 __device__ __forceinline__ void rs_row(const In* x, const float* __restrict__ bias,
                                        int* __restrict__ ids, float* __restrict__ weights, int t,
                                        int E, int k, int scoring, int n_group, int topk_group,
                                        int renormalize, float scale, Side& side) {
-    __shared__ unsigned s_key[RS_MAX_EXPERTS];    // float key bits, then ordered (0: dropped)
-    __shared__ float s_score[RS_MAX_EXPERTS];     // unbiased scores (by_logit: the logits)
-    __shared__ int s_hist[3][RS_BINS];            // pass i counts into s_hist[i % 3]
-    __shared__ unsigned long long s_pick[RS_MAX_K];    // the selected, in arrival order
-    __shared__ unsigned long long s_sorted[RS_MAX_K];  // the same in selection order
-    __shared__ float s_stats[2];
-    __shared__ int s_picked;
-    __shared__ unsigned s_kept;
-    const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5;
+    constexpr int G = WARP ? RS_WARP_ROWS : 1;  // groups of a block, a row each
+    __shared__ unsigned s_key_g[G][RS_MAX_EXPERTS];  // float key bits, then ordered (0: dropped)
+    __shared__ float s_score_g[G][RS_MAX_EXPERTS];   // unbiased scores (by_logit: the logits)
+    __shared__ int s_hist_g[G][3][RS_BINS];          // pass i counts into s_hist[i % 3]
+    __shared__ unsigned long long s_pick_g[G][RS_MAX_K];    // the selected, in arrival order
+    __shared__ unsigned long long s_sorted_g[G][RS_MAX_K];  // the same in selection order
+    __shared__ float s_stats_g[G][2];
+    __shared__ int s_picked_g[G];
+    __shared__ unsigned s_kept_g[G];
+    const int thread = threadIdx.x, lane = thread & 31, group = WARP ? thread >> 5 : 0;
+    const int tid = WARP ? lane : thread, nt = WARP ? 32 : blockDim.x;
+    const int warp = WARP ? 0 : thread >> 5;  // the warp within the group
+    unsigned* s_key = s_key_g[group];
+    float* s_score = s_score_g[group];
+    int(*s_hist)[RS_BINS] = s_hist_g[group];
+    unsigned long long* s_pick = s_pick_g[group];
+    unsigned long long* s_sorted = s_sorted_g[group];
+    float* s_stats = s_stats_g[group];
+    int& s_picked = s_picked_g[group];
+    unsigned& s_kept = s_kept_g[group];
     const float neg_inf = -__int_as_float(0x7f800000);
     const bool has_bias = bias != nullptr;
     const bool grouped = n_group > 1;
@@ -271,10 +295,10 @@ __device__ __forceinline__ void rs_row(const In* x, const float* __restrict__ bi
         }
     }
     if (!side_done) side.store();  // a thread without experts
-    __syncthreads();
+    rs_sync<WARP>();
     if (full_softmax) {
         if (warp == 0) rs_softmax_stats(s_score, E, s_stats);
-        __syncthreads();
+        rs_sync<WARP>();
         const float m = s_stats[0], sum = s_stats[1];
         for (int e = tid; e < E; e += nt) {
             const float v = s_score[e];
@@ -285,7 +309,7 @@ __device__ __forceinline__ void rs_row(const In* x, const float* __restrict__ bi
             const float b = has_bias ? bias[e] : 0.0f;
             s_key[e] = __float_as_uint(finite ? (has_bias ? s + b : s) : neg_inf);
         }
-        __syncthreads();
+        rs_sync<WARP>();
     }
     if (grouped) {
         if (warp == 0) {
@@ -293,14 +317,14 @@ __device__ __forceinline__ void rs_row(const In* x, const float* __restrict__ bi
                                                  n_group, topk_group);
             if (lane == 0) s_kept = kept;
         }
-        __syncthreads();
+        rs_sync<WARP>();
     }
     if (!direct) {
         const int per = grouped ? E / n_group : E;
         const unsigned kept = grouped ? s_kept : 1u;
         for (int e = tid; e < E; e += nt)
             s_key[e] = (kept >> (e / per) & 1u) ? rs_order(__uint_as_float(s_key[e])) : 0u;
-        __syncthreads();
+        rs_sync<WARP>();
     }
     // Every expert of a kept group is a candidate (a key of -inf too): the host checked k <= it.
     const int candidates = grouped ? topk_group * (E / n_group) : E;
@@ -330,7 +354,7 @@ __device__ __forceinline__ void rs_row(const In* x, const float* __restrict__ bi
                 rs_count(hist, (int)(p >> next) & mask, o != 0u && (p >> shift) == prefix, width);
             }
         }
-        __syncthreads();
+        rs_sync<WARP>();
         // The bin holding the cut, found by every warp alike (so no second barrier): lane l
         // sums 8 bins from the top (bin 255 - 8l down), a scan over the lanes gives the count
         // above each lane's bins, and the lane whose bins reach `remaining` finds the bin and
@@ -385,7 +409,7 @@ __device__ __forceinline__ void rs_row(const In* x, const float* __restrict__ bi
         const unsigned long long p = rs_pack(o, e);
         if ((p >> shift) >= prefix) s_pick[atomicAdd(&s_picked, 1)] = p;
     }
-    __syncthreads();
+    rs_sync<WARP>();
     if (warp != 0) return;
     const unsigned long long mine = lane < want ? s_pick[lane] : 0ull;
     int place = 0;
@@ -420,6 +444,34 @@ radix_topk(const float* logits, int ld, const float* __restrict__ bias, int* __r
                       topk_group, renormalize, scale, side);
 }
 // ANCHOR_END: radix_topk
+
+// ANCHOR: radix_topk_warp
+// The same with a warp per row (grid ceil(T / RS_WARP_ROWS), RS_WARP_ROWS warps): a pass's
+// histogram scanned once, not once in each of a block's warps, and the warp's barrier, not the
+// block's. Each warp has its own shared arrays (rs_row's groups).
+extern "C" __global__ void __launch_bounds__(RS_WARP_ROWS * 32)
+radix_topk_warp(const float* logits, int ld, const float* __restrict__ bias,
+                int* __restrict__ ids, float* __restrict__ weights, int T, int E, int k,
+                int scoring, int n_group, int topk_group, int renormalize, float scale) {
+    const int t = blockIdx.x * RS_WARP_ROWS + (threadIdx.x >> 5);
+    if (t >= T) return;  // the whole warp: no barrier of the block is ever waited for
+    rs_nothing side;
+    rs_row<RS_WARP_UNROLL, true>(logits + (size_t)t * ld, bias, ids, weights, t, E, k, scoring,
+                                 n_group, topk_group, renormalize, scale, side);
+}
+// ANCHOR_END: radix_topk_warp
+
+// The warp form from bf16 logits, as radix_topk_bf16.
+extern "C" __global__ void __launch_bounds__(RS_WARP_ROWS * 32)
+radix_topk_warp_bf16(const __nv_bfloat16* logits, int ld, const float* __restrict__ bias,
+                     int* __restrict__ ids, float* __restrict__ weights, int T, int E, int k,
+                     int scoring, int n_group, int topk_group, int renormalize, float scale) {
+    const int t = blockIdx.x * RS_WARP_ROWS + (threadIdx.x >> 5);
+    if (t >= T) return;
+    rs_nothing side;
+    rs_row<RS_WARP_UNROLL, true>(logits + (size_t)t * ld, bias, ids, weights, t, E, k, scoring,
+                                 n_group, topk_group, renormalize, scale, side);
+}
 
 // The same from bf16 logits [T, ld] (the bf16-output variant: a GEMM that rounds every column,
 // the logits too, to bf16; each is widened back to fp32 exactly before it is scored).

@@ -23,4 +23,4 @@ pub mod radix;
 
 pub use front::{FrontInputs, FrontShape, KIMI_K3};
 pub use merged::{Bf16Gate, FrontOutputs, MergedGate, SeparateGate};
-pub use radix::{route_logits_radix, Logits, RadixTopk};
+pub use radix::{route_logits_radix, route_logits_radix_in, Logits, RadixForm, RadixTopk};

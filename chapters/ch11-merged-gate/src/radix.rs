@@ -2,6 +2,11 @@
 //! one block per row, the top-k found by binning the leading bits of order-preserving keys
 //! instead of chapter 5's k rounds of warp argmax, with the same ids and weights bit for bit.
 //!
+//! Two forms ([`RadixForm`]): a block per row (`radix_topk`, the default), and a warp per row
+//! (`radix_topk_warp`, four rows a block), which scans each pass's histogram once instead of in
+//! each of the block's warps and waits at the warp's barrier instead of the block's. The same
+//! instructions otherwise, so the same bits.
+//!
 //! [`RadixTopk`] takes fp32 logits (or bf16 ones, [`Logits::Bf16`]) at any row stride, so that
 //! it can read the logits where a merged GEMM leaves them: the first E columns of a wider row.
 
@@ -72,6 +77,33 @@ pub fn launch(rows: usize, experts: usize) -> LaunchConfig {
     LaunchConfig::blocks(rows as u32, threads_for(experts)).dependent()
 }
 
+/// Which kernel routes a row: the whole block, or one warp.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum RadixForm {
+    /// `radix_topk`, `radix_topk_bf16`: a block per row, [`threads_for`]`(E)` threads.
+    #[default]
+    Block,
+    /// `radix_topk_warp`, `radix_topk_warp_bf16`: a warp per row, `RS_WARP_ROWS` rows a block.
+    Warp,
+}
+
+impl RadixForm {
+    /// Both forms, the default first.
+    pub const ALL: [RadixForm; 2] = [RadixForm::Block, RadixForm::Warp];
+
+    /// The launch for `rows` rows of `experts`: a programmatic dependent launch, as [`launch`].
+    pub fn launch(self, rows: usize, experts: usize) -> LaunchConfig {
+        match self {
+            RadixForm::Block => launch(rows, experts),
+            RadixForm::Warp => LaunchConfig::blocks(
+                rows.div_ceil(RS_WARP_ROWS) as u32,
+                (32 * RS_WARP_ROWS) as u32,
+            )
+            .dependent(),
+        }
+    }
+}
+
 /// The kernel's `scoring` argument.
 pub(crate) fn scoring_arg(s: Scoring) -> i32 {
     (match s {
@@ -104,6 +136,7 @@ pub struct RadixTopk {
     rows: usize,
     experts: usize,
     has_bias: bool,
+    form: RadixForm,
 }
 
 impl RadixTopk {
@@ -123,7 +156,19 @@ impl RadixTopk {
             rows,
             experts,
             has_bias: bias.is_some(),
+            form: RadixForm::Block,
         })
+    }
+
+    /// The same with the kernels of `form`.
+    pub fn with_form(mut self, form: RadixForm) -> Self {
+        self.form = form;
+        self
+    }
+
+    /// The form its kernels take.
+    pub fn form(&self) -> RadixForm {
+        self.form
     }
 
     /// The module the kernels were loaded into (the merged gate launches from it too).
@@ -165,16 +210,36 @@ impl RadixTopk {
     /// `radix_topk(const float* logits, int ld, const float* bias, int* ids, float* weights,
     /// int T, int E, int k, int scoring, int n_group, int topk_group, int renormalize, float
     /// scale)` and `radix_topk_bf16` (the same with bf16 logits); grid T, blocks of
-    /// [`threads_for`]`(E)` threads. An empty batch launches nothing.
+    /// [`threads_for`]`(E)` threads; in the warp form `radix_topk_warp` and
+    /// `radix_topk_warp_bf16` ([`RadixForm::launch`]). An empty batch launches nothing.
     pub fn enqueue(
         &self,
         logits: Logits<'_>,
         bias: Option<&DeviceBuffer<f32>>,
         outputs: &RouterOutputs<'_>,
     ) -> Result<(), DeviceRouterError> {
+        let warp = self.form == RadixForm::Warp;
         let (name, len, ld, ptr) = match logits {
-            Logits::F32 { buf, ld } => ("radix_topk", buf.len(), ld, KernelArg::from(buf)),
-            Logits::Bf16 { buf, ld } => ("radix_topk_bf16", buf.len(), ld, KernelArg::from(buf)),
+            Logits::F32 { buf, ld } => (
+                if warp {
+                    "radix_topk_warp"
+                } else {
+                    "radix_topk"
+                },
+                buf.len(),
+                ld,
+                KernelArg::from(buf),
+            ),
+            Logits::Bf16 { buf, ld } => (
+                if warp {
+                    "radix_topk_warp_bf16"
+                } else {
+                    "radix_topk_bf16"
+                },
+                buf.len(),
+                ld,
+                KernelArg::from(buf),
+            ),
         };
         if ld < self.experts {
             return Err(DeviceRouterError::Shape {
@@ -198,7 +263,7 @@ impl RadixTopk {
         ];
         a.extend(self.tail_args());
         self.module
-            .launch(name, launch(self.rows, self.experts), &a)?;
+            .launch(name, self.form.launch(self.rows, self.experts), &a)?;
         Ok(())
     }
     // ANCHOR_END: enqueue_radix
@@ -213,7 +278,28 @@ pub fn route_logits_radix(
     logits: &[f32],
     bias: Option<&[f32]>,
 ) -> Result<Routing, DeviceRouterError> {
-    let topk = RadixTopk::new(device, config, rows, experts, bias)?;
+    route_logits_radix_in(
+        device,
+        config,
+        rows,
+        experts,
+        logits,
+        bias,
+        RadixForm::Block,
+    )
+}
+
+/// [`route_logits_radix`] with the kernels of `form`.
+pub fn route_logits_radix_in(
+    device: &'static Device,
+    config: &RouterConfig,
+    rows: usize,
+    experts: usize,
+    logits: &[f32],
+    bias: Option<&[f32]>,
+    form: RadixForm,
+) -> Result<Routing, DeviceRouterError> {
+    let topk = RadixTopk::new(device, config, rows, experts, bias)?.with_form(form);
     route_logits_with(
         device,
         rows,

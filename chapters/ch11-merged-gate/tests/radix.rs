@@ -1,7 +1,8 @@
 //! Radix select on every backend (the emulator always, the GPU with `--include-ignored` on a GPU
 //! machine): the same ids and weights as chapter 5's fused router, bit for bit, on every named
-//! regime, on rows of Kimi K3's width made of ties, and on random rows; the host's literal loop
-//! against a sort; the limits and every bad input as typed errors.
+//! regime, on rows of Kimi K3's width made of ties, and on random rows, in both forms (a block
+//! per row, a warp per row); the host's literal loop against a sort; the limits and every bad
+//! input as typed errors.
 
 use ch01_router::chain::{DeviceRouterError, RouterOutputs};
 use ch01_router::config::{Grouping, RouterConfig, Scoring};
@@ -12,7 +13,10 @@ use ch01_router::RouterError;
 use ch05_fused_router::fused::{route_logits_fused_as, RowForm};
 use ch05_fused_router::route_logits_fused;
 use ch11_merged_gate::front::{bias_in, KIMI_BIAS_RANGE};
-use ch11_merged_gate::radix::{order, radix_select_row, route_logits_radix, Logits, RadixTopk};
+use ch11_merged_gate::radix::{
+    order, radix_select_row, route_logits_radix, route_logits_radix_in, Logits, RadixForm,
+    RadixTopk,
+};
 use moe_kernels::testing::assert_same_bits;
 use moe_kernels::Device;
 
@@ -22,7 +26,8 @@ fn assert_same(what: &str, a: &Routing, b: &Routing) {
     assert_same_bits(&format!("{what}: weights"), &a.weights, &b.weights);
 }
 
-/// Radix select against chapter 5's fused kernel on the same logits, in every form of chapter 5.
+/// Radix select, in both of its forms, against chapter 5's fused kernel on the same logits, in
+/// every form of chapter 5.
 fn check_against_fused(
     dev: &'static Device,
     what: &str,
@@ -36,6 +41,9 @@ fn check_against_fused(
         .unwrap_or_else(|e| panic!("{what}: {e}"));
     let fused = route_logits_fused(dev, config, rows, experts, logits, bias).unwrap();
     assert_same(what, &radix, &fused);
+    let warp = route_logits_radix_in(dev, config, rows, experts, logits, bias, RadixForm::Warp)
+        .unwrap_or_else(|e| panic!("{what} (a warp per row): {e}"));
+    assert_same(&format!("{what} (a warp per row)"), &warp, &fused);
     if config.grouping.is_none() {
         let block = route_logits_fused_as(
             dev,
@@ -202,19 +210,23 @@ fn bf16_logits_at_a_stride(dev: &'static Device) {
         .collect();
     let bias = bias_in(experts, KIMI_BIAS_RANGE, 3);
     let config = RouterConfig::glm5(k);
-    let topk = RadixTopk::new(dev, &config, rows, experts, Some(&bias)).unwrap();
-    let (buf, bias_d) = (dev.upload(&b16).unwrap(), dev.upload(&bias).unwrap());
-    let ids = dev.alloc::<i32>(rows * k).unwrap();
-    let weights = dev.alloc::<f32>(rows * k).unwrap();
-    let outputs = RouterOutputs {
-        ids: &ids,
-        weights: &weights,
-    };
-    topk.enqueue(Logits::Bf16 { buf: &buf, ld }, Some(&bias_d), &outputs)
-        .unwrap();
-    let got = ch01_router::device_router::download(rows, k, &ids, &weights).unwrap();
     let want = route_logits_fused(dev, &config, rows, experts, &widened, Some(&bias)).unwrap();
-    assert_same("bf16 at a stride", &got, &want);
+    for form in RadixForm::ALL {
+        let topk = RadixTopk::new(dev, &config, rows, experts, Some(&bias))
+            .unwrap()
+            .with_form(form);
+        let (buf, bias_d) = (dev.upload(&b16).unwrap(), dev.upload(&bias).unwrap());
+        let ids = dev.alloc::<i32>(rows * k).unwrap();
+        let weights = dev.alloc::<f32>(rows * k).unwrap();
+        let outputs = RouterOutputs {
+            ids: &ids,
+            weights: &weights,
+        };
+        topk.enqueue(Logits::Bf16 { buf: &buf, ld }, Some(&bias_d), &outputs)
+            .unwrap();
+        let got = ch01_router::device_router::download(rows, k, &ids, &weights).unwrap();
+        assert_same(&format!("bf16 at a stride ({form:?})"), &got, &want);
+    }
 }
 
 // ANCHOR: bad_inputs
@@ -339,8 +351,12 @@ fn gpu_matches_the_emulator_bit_for_bit() {
         Some(bias_in(896, KIMI_BIAS_RANGE, 32)),
     ));
     for (name, config, rows, experts, logits, bias) in cases {
-        let a = route_logits_radix(gpu, &config, rows, experts, &logits, bias.as_deref()).unwrap();
-        let b = route_logits_radix(emu, &config, rows, experts, &logits, bias.as_deref()).unwrap();
-        assert_same(&name, &a, &b);
+        for form in RadixForm::ALL {
+            let run = |dev| {
+                route_logits_radix_in(dev, &config, rows, experts, &logits, bias.as_deref(), form)
+                    .unwrap()
+            };
+            assert_same(&format!("{name} ({form:?})"), &run(gpu), &run(emu));
+        }
     }
 }

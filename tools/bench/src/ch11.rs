@@ -8,6 +8,7 @@
 //! | the same | `merged` | [`MergedGate`]: one GEMM over the stacked weight (fp32 out), then `merged_gate` | the same |
 //! | the same | `merged_bf16` | [`Bf16Gate`]: the stacked GEMM with bf16 out, then radix select on bf16 logits | the same |
 //! | `kimi_e896_k16` | `radix` | `radix_topk` alone on fp32 logits | the logits and the bias read, ids and weights written |
+//! | the same | `radix_warp` | `radix_topk_warp` alone (a warp per row, [`RadixForm::Warp`]) | the same |
 //! | the same | `argmax` | chapter 5's k-round argmax alone (`fused_router_e1024`, [`RowForm::WarpPerRow`]) | the same |
 //! | the same | `fused` | chapter 5's router in its default form for the rows ([`form_for`]) | the same |
 //!
@@ -49,7 +50,7 @@ use ch11_merged_gate::host::flip_rates;
 use ch11_merged_gate::merged::{
     gemm_f32, Bf16Gate, FrontOutputs, MergedGate, SeparateGate, STACKED_TINY_MAX_ROWS,
 };
-use ch11_merged_gate::radix::{Logits, RadixTopk};
+use ch11_merged_gate::radix::{Logits, RadixForm, RadixTopk};
 use ch11_merged_gate::KIMI_K3;
 use half::bf16;
 use moe_kernels::{BackendKind, Device, DeviceBuffer, Module};
@@ -196,16 +197,18 @@ fn build_front(dev: &'static Device, front: Front, rows: usize) -> Result<FrontW
     })
 }
 
-/// The selection alone, three ways.
+/// The selection alone, four ways.
 #[derive(Clone, Copy)]
 enum Select {
     Radix,
+    RadixWarp,
     Argmax,
     Fused,
 }
 
-const SELECTS: [(Select, &str); 3] = [
+const SELECTS: [(Select, &str); 4] = [
     (Select::Radix, "radix"),
+    (Select::RadixWarp, "radix_warp"),
     (Select::Argmax, "argmax"),
     (Select::Fused, "fused"),
 ];
@@ -252,6 +255,11 @@ fn build_topk(dev: &'static Device, select: Select, rows: usize) -> Result<TopkW
     let err = |e: ch01_router::chain::DeviceRouterError| e.to_string();
     let topk = match select {
         Select::Radix => Topk::Radix(RadixTopk::new(dev, &config, rows, e, b).map_err(err)?),
+        Select::RadixWarp => Topk::Radix(
+            RadixTopk::new(dev, &config, rows, e, b)
+                .map_err(err)?
+                .with_form(RadixForm::Warp),
+        ),
         Select::Argmax => Topk::Fused(
             FusedTopk::with_form(dev, &config, rows, e, b, RowForm::WarpPerRow).map_err(err)?,
         ),
@@ -477,15 +485,17 @@ pub fn targets(rows: &[BenchRow]) -> String {
         }
     }
     for t in TOPK_ROWS.iter().filter(|&&t| t as u64 >= RADIX_FROM_ROWS) {
-        if let (Some(r), Some(a)) = (
-            cold(TOPK_SHAPE, *t as u64, "radix"),
-            cold(TOPK_SHAPE, *t as u64, "argmax"),
-        ) {
-            s += &format!(
-                "bench ch11: {t} rows: radix select {:.3} of the k-round argmax (target ≤ 1: {})\n",
-                r / a,
-                verdict(r <= a)
-            );
+        for imp in ["radix", "radix_warp"] {
+            if let (Some(r), Some(a)) = (
+                cold(TOPK_SHAPE, *t as u64, imp),
+                cold(TOPK_SHAPE, *t as u64, "argmax"),
+            ) {
+                s += &format!(
+                    "bench ch11: {t} rows: {imp} {:.3} of the k-round argmax (target ≤ 1: {})\n",
+                    r / a,
+                    verdict(r <= a)
+                );
+            }
         }
     }
     s

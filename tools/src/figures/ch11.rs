@@ -72,9 +72,13 @@ const FRONTS: [(&str, &str, &str); 4] = [
         "merged_bf16: stacked GEMM (bf16 out), then select",
     ),
 ];
+/// Radix select with a warp per row: measured from the run that added it on, so read where the
+/// CSV has it.
+const RADIX_WARP: &str = "radix_warp";
 /// The selections alone.
-const SELECTS: [(&str, &str); 3] = [
+const SELECTS: [(&str, &str); 4] = [
     ("radix", "radix: radix select, a block per row"),
+    ("radix_warp", "radix_warp: radix select, a warp per row"),
     (
         "argmax",
         "argmax: chapter 5's k-round argmax, a warp per row",
@@ -332,8 +336,12 @@ fn facts_and_tables(
     let (mut met, mut judged, mut first_missed) = (0, 0, None);
     for &n in &topk_counts {
         for (imp, _) in SELECTS {
-            let r = super::find(rows, TOPK, n, imp)
-                .ok_or_else(|| format!("{CSV}: no {imp} row at {n} rows"))?;
+            let Some(r) = super::find(rows, TOPK, n, imp) else {
+                if imp == RADIX_WARP {
+                    continue; // measured from the run that added it on
+                }
+                return Err(format!("{CSV}: no {imp} row at {n} rows"));
+            };
             f.add(
                 format!("topk_{n}_{imp}_cold"),
                 fmt_us(r.cold_median_us),
@@ -364,7 +372,29 @@ fn facts_and_tables(
             format!("{:.1}", r - a),
             CSV,
         );
+        let warp = super::find(rows, TOPK, n, RADIX_WARP).map(|w| w.cold_median_us);
+        if let Some(w) = warp {
+            f.add(
+                format!("topk_{n}_radix_warp_ratio"),
+                format!("{:.3}", w / a),
+                CSV,
+            );
+            f.add(
+                format!("topk_{n}_radix_warp_over_radix"),
+                format!("{:.3}", w / r),
+                CSV,
+            );
+        }
         if n >= RADIX_FROM_ROWS {
+            if let Some(w) = warp {
+                let _ = writeln!(
+                    targets,
+                    "| radix select, a warp per row, ≤ the k-round argmax | {} | {:.3} × argmax | {} |",
+                    thousands(n),
+                    w / a,
+                    verdict(w <= a)
+                );
+            }
             judged += 1;
             if r <= a {
                 met += 1;
@@ -389,6 +419,9 @@ fn facts_and_tables(
     // The per-row cost of each selection between its two largest counts, ns a row.
     if let [.., lo, hi] = topk_counts[..] {
         for (imp, _) in SELECTS {
+            if super::find(rows, TOPK, hi, imp).is_none() && imp == RADIX_WARP {
+                continue;
+            }
             let d = cold(rows, TOPK, hi, imp)? - cold(rows, TOPK, lo, imp)?;
             f.add(
                 format!("topk_{imp}_ns_per_row"),
@@ -466,6 +499,13 @@ fn times(rows: &[BenchRow], front: &[u64], topk: &[u64]) -> String {
     s += "\n**The selection alone** (16 of 896 fp32 logits, with the bias): µs per call, cold / warm\n\n";
     s += &count_header(topk, "row");
     for (imp, _) in SELECTS {
+        if imp == RADIX_WARP
+            && !topk
+                .iter()
+                .any(|&n| super::find(rows, TOPK, n, imp).is_some())
+        {
+            continue;
+        }
         line(&mut s, imp, topk, &|n| cell(TOPK, n, imp));
     }
     line(&mut s, "floor", topk, &|n| floor(TOPK, n));
@@ -475,6 +515,14 @@ fn times(rows: &[BenchRow], front: &[u64], topk: &[u64]) -> String {
     line(&mut s, "radix / argmax", topk, &|n| {
         ratio(TOPK, n, "radix", "argmax")
     });
+    if topk
+        .iter()
+        .any(|&n| super::find(rows, TOPK, n, RADIX_WARP).is_some())
+    {
+        line(&mut s, "radix_warp / argmax", topk, &|n| {
+            ratio(TOPK, n, RADIX_WARP, "argmax")
+        });
+    }
     s
 }
 
@@ -548,6 +596,7 @@ fn figure(rows: &[BenchRow]) -> String {
         ("merged", "#d55e00", Marker::Square),
         ("merged_bf16", "#cc79a7", Marker::Triangle),
         ("radix", "#e69f00", Marker::Square),
+        ("radix_warp", "#f0e442", Marker::Diamond),
         ("argmax", "#56b4e9", Marker::Circle),
         ("fused", "#000000", Marker::Triangle),
     ];
@@ -562,6 +611,7 @@ fn figure(rows: &[BenchRow]) -> String {
     };
     let mut series: Vec<Series> = colors
         .iter()
+        .filter(|(imp, _, _)| *imp != RADIX_WARP || drawn.iter().any(|d| d.imp == *imp))
         .map(|(imp, color, marker)| Series {
             imp: imp.to_string(),
             color,
