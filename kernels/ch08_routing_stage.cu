@@ -55,13 +55,15 @@
 #ifndef STAGE_EARLY_TRIGGER  // 1: stage_route_count lets stage_scatter's blocks start at once
 #define STAGE_EARLY_TRIGGER 0
 #endif
-// STAGE_SHORT_CHAIN (default 1) shortens the two launches' chains of dependent memory reads:
+// STAGE_SHORT_CHAIN=1 shortens the two launches' chains of dependent memory reads:
 // stage_route_count routes its rows' ids into shared memory and counts from there (not a
 // read-back of what it just stored), and stage_scatter issues each warp's first 32 ids loads
-// together with the chunk counts' loads (one wait for both, not one after the other). 0: the
-// order before, kept for the A/B run.
+// together with the chunk counts' loads (one wait for both, not one after the other). Timed
+// against 0 in one call on an H100 only (the results README has the run): a small gain, well
+// under the half microsecond predicted. Off (0, the order the H200's CSVs were measured with)
+// until an H200 run retakes them with it on.
 #ifndef STAGE_SHORT_CHAIN
-#define STAGE_SHORT_CHAIN 1
+#define STAGE_SHORT_CHAIN 0
 #endif
 #ifndef STAGE_PROBE  // phase marks for tools/gpu/probes/ch08_stage_phases.cu; empty here
 #define STAGE_PROBE(n)
@@ -260,12 +262,14 @@ extern "C" __global__ void __launch_bounds__(STAGE_THREADS) stage_scatter(
     // A programmatic dependent of stage_route_count: the ids and the counts are its output, read
     // after the wait through a plain pointer and __ldcg (see moe_grid_wait in common.cuh).
     moe_grid_wait();
-    // This chunk's pairs: warp w's contiguous share [w_begin, w_end).
-    const int begin = c * per_chunk, n = max(0, min(P, begin + per_chunk) - begin);
-    const int per_warp = (n + STAGE_WARPS - 1) / STAGE_WARPS;
-    const int w_begin = begin + min(n, warp * per_warp);
+    // This chunk's pairs: warp w's contiguous share [w_begin, w_end) (STAGE_WARP_SHARE).
+#define STAGE_WARP_SHARE                                                           \
+    const int begin = c * per_chunk, n = max(0, min(P, begin + per_chunk) - begin); \
+    const int per_warp = (n + STAGE_WARPS - 1) / STAGE_WARPS;                      \
+    const int w_begin = begin + min(n, warp * per_warp);                           \
     const int w_end = begin + min(n, (warp + 1) * per_warp);
 #if STAGE_SHORT_CHAIN
+    STAGE_WARP_SHARE
     // The warp's first 32 ids, loaded now: their wait overlaps the chunk counts' below.
     const int first_e = w_begin + lane < w_end ? ids[w_begin + lane] : -1;
 #endif
@@ -298,6 +302,10 @@ extern "C" __global__ void __launch_bounds__(STAGE_THREADS) stage_scatter(
         offsets[t] = start;
     }
     if (c == 0 && t == 0) offsets[E] = total;
+#if !STAGE_SHORT_CHAIN
+    STAGE_WARP_SHARE
+#endif
+#undef STAGE_WARP_SHARE
     for (int base = w_begin; base < w_end; base += 32) {
 #if STAGE_SHORT_CHAIN
         const int p = base + lane;

@@ -11,7 +11,7 @@
 //! nobody reads: there [`StagedLayer`] is chapter 6's layer, launch for launch, and the stage
 //! runs only where chapter 4's plan reads a layout (a BLOCK_M). [`StagedLayer::stage_everywhere`]
 //! runs it on every path (the tests' way to hold the stage to chapter 6's bits on the decode
-//! path too; the bench's `layer_stage_always`, which says what the rule saves).
+//! path too; the bench's `layer_stage`, which at the decode sizes says what the rule saves).
 
 use crate::error::StageError;
 use crate::stage::{RoutingStage, StageBuffers};
@@ -132,7 +132,7 @@ impl StagedLayer {
 
     /// The same layer with the stage on every path, the decode path too, where nothing reads
     /// its layout: the tests hold the stage to chapter 6's bits there, and the bench times what
-    /// the rule saves (`layer_stage_always`).
+    /// the rule saves (`layer_stage`).
     pub fn stage_everywhere(mut self) -> Self {
         self.everywhere = true;
         self

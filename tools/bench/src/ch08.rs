@@ -6,8 +6,7 @@
 //! | `stage` | [`RoutingStage::enqueue`] in the arrangement the chapter picks | the logits and the bias read, the outputs written |
 //! | `stage_one_block`, `stage_two_launches` | the same in each arrangement (the one block up to 512 pairs) | the same |
 //! | `pair_align` | chapter 5's fused router from the same logits (its own form for the row count), then chapter 3's align | the same |
-//! | `layer_stage` | [`StagedLayer::enqueue`] at chapter 4's token counts where it runs the stage (where chapter 4's plan reads a layout; elsewhere it is chapter 6's layer, launch for launch, and not timed twice) | chapter 6's `layer` floor |
-//! | `layer_stage_always` | the same with [`StagedLayer::stage_everywhere`]: the stage on the decode path too, where nothing reads its layout | the same |
+//! | `layer_stage` | [`StagedLayer::enqueue`] with [`StagedLayer::stage_everywhere`], at chapter 4's token counts: the stage on every path, the decode path too (where the layer itself runs chapter 6's launches, so that there this line says what that rule saves) | chapter 6's `layer` floor |
 //! | `layer_pair` | chapter 6's [`ch06_layer::AssembledLayer::enqueue`], in the same session | the same |
 //!
 //! The floor of the stage is one launch and a cold read of the logits: what the issue's "≤ 1.25×
@@ -179,26 +178,11 @@ fn pair_case(shape: &'static Shape, rows: usize) -> Case {
     }
 }
 
-/// Which layer a `layer_*` case times.
-#[derive(Clone, Copy, PartialEq)]
-enum LayerImp {
-    /// [`StagedLayer`]: the stage where chapter 4 reads a layout.
-    Stage,
-    /// [`StagedLayer::stage_everywhere`].
-    StageAlways,
-    /// Chapter 6's layer.
-    Pair,
-}
-
-fn layer_case(shape: &'static Shape, t: usize, imp: LayerImp, (bytes, flops): (f64, f64)) -> Case {
+fn layer_case(shape: &'static Shape, t: usize, staged: bool, (bytes, flops): (f64, f64)) -> Case {
     Case {
         chapter: "ch08",
         shape: shape.name,
-        imp: match imp {
-            LayerImp::Stage => "layer_stage",
-            LayerImp::StageAlways => "layer_stage_always",
-            LayerImp::Pair => "layer_pair",
-        },
+        imp: if staged { "layer_stage" } else { "layer_pair" },
         rows: t,
         bytes,
         read_bytes: bytes,
@@ -211,12 +195,8 @@ fn layer_case(shape: &'static Shape, t: usize, imp: LayerImp, (bytes, flops): (f
             let out = dev
                 .alloc::<f32>(t * shape.hidden)
                 .map_err(|e| e.to_string())?;
-            Ok(if imp != LayerImp::Pair {
-                let l = StagedLayer::new(layer).map_err(e)?;
-                let l = match imp {
-                    LayerImp::StageAlways => l.stage_everywhere(),
-                    _ => l,
-                };
+            Ok(if staged {
+                let l = StagedLayer::new(layer).map_err(e)?.stage_everywhere();
                 let ws = l.workspace(t).map_err(e)?;
                 Box::new(WorkFn(move || l.enqueue(&ws, &x, &out).map_err(e))) as Box<dyn Work>
             } else {
@@ -255,25 +235,11 @@ fn cases(
         }
         for &t in tokens {
             let floor = ch06::layer_floor(dev, shape, t)?;
-            if stage_runs(dev, shape, t)? {
-                v.push(layer_case(shape, t, LayerImp::Stage, floor));
-            }
-            v.push(layer_case(shape, t, LayerImp::StageAlways, floor));
-            v.push(layer_case(shape, t, LayerImp::Pair, floor));
+            v.push(layer_case(shape, t, true, floor));
+            v.push(layer_case(shape, t, false, floor));
         }
     }
     Ok(v)
-}
-
-/// Does [`StagedLayer`] run the stage at `t` tokens of `shape`: does chapter 4's plan read a
-/// layout there (a BLOCK_M)?
-fn stage_runs(dev: &'static Device, shape: &Shape, t: usize) -> Result<bool, String> {
-    let layer = ch06::new_layer(dev, shape)?;
-    let plan = layer
-        .experts_layer()
-        .plan_for(t)
-        .map_err(|e| e.to_string())?;
-    Ok(plan.block_m > 0)
 }
 
 /// The stage and the pair + align agree on every case's logits (ids, weights, layout), in both

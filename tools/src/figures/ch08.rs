@@ -44,9 +44,7 @@ pub const ROUTERS: [&str; 4] = [
     "pair_align",
 ];
 /// The layers it measures at chapter 4's token counts.
-/// `layer_stage` is measured only where it runs the stage (where chapter 4's plan reads a
-/// layout); elsewhere it is `layer_pair`, launch for launch.
-pub const LAYERS: [&str; 3] = ["layer_stage", "layer_stage_always", "layer_pair"];
+pub const LAYERS: [&str; 2] = ["layer_stage", "layer_pair"];
 /// The facts' short names of the implementations (`{s}_{n}_one_block_cold`).
 const SHORT: &[(&str, &str)] = &[
     ("stage_one_block", "one_block"),
@@ -88,7 +86,7 @@ const TARGETS: &[Target] = &[
     Target { key: "probe", what: "the stage over its floor probe, worst of 1 to 16 rows,", imp: "stage", over: Over::Probe, up_to: 16, max: STAGE_OVER_PROBE_MAX, tokens: false },
     Target { key: "pair_small", what: "the stage over the pair + align, worst of 1 to 96 rows,", imp: "stage", over: Over::Imp("pair_align"), up_to: 96, max: STAGE_OVER_PAIR_SMALL_MAX, tokens: false },
     Target { key: "pair", what: "the stage over the pair + align, worst of every row count,", imp: "stage", over: Over::Imp("pair_align"), up_to: u64::MAX, max: STAGE_OVER_PAIR_MAX, tokens: false },
-    Target { key: "layer", what: "the layer with the stage over the layer with the pair, worst of every T where it runs the stage,", imp: "layer_stage", over: Over::Imp("layer_pair"), up_to: u64::MAX, max: LAYER_OVER_PAIR_MAX, tokens: true },
+    Target { key: "layer", what: "the layer with the stage over the layer with the pair, worst of every T,", imp: "layer_stage", over: Over::Imp("layer_pair"), up_to: u64::MAX, max: LAYER_OVER_PAIR_MAX, tokens: true },
 ];
 /// [`TARGETS`]' keys, the loop the facts and the targets table run over.
 const TARGET_KEYS: [&str; 4] = ["probe", "pair_small", "pair", "layer"];
@@ -137,8 +135,8 @@ const FIGURE: Chart = Chart {
 const SHAPES: Loop = Loop::csv("shape", &CH08, "rows>0", "shape").named(Name::Prefix);
 /// The row counts of the routers at a shape, ascending.
 const COUNTS: Loop = Loop::csv("n", &CH08, "shape={shape} impl=stage", "rows").numeric();
-/// The token counts of the layers at a shape, ascending (chapter 6's layer is measured at each).
-const TOKENS: Loop = Loop::csv("t", &CH08, "shape={shape} impl=layer_pair", "rows").numeric();
+/// The token counts of the layers at a shape, ascending.
+const TOKENS: Loop = Loop::csv("t", &CH08, "shape={shape} impl=layer_stage", "rows").numeric();
 const IMPS: Loop = Loop::list("imp", &ROUTERS).named(Name::Map(SHORT));
 const LAYER_IMPS: Loop = Loop::list("imp", &LAYERS);
 const TARGET_LOOP: Loop = Loop::list("target", &TARGET_KEYS);
@@ -163,7 +161,6 @@ const LAYER_COLD: Value = cold("shape={shape} rows={t} impl={imp}");
 const LAYER_WARM: Value = warm("shape={shape} rows={t} impl={imp}");
 const LAYER_STAGE_COLD: Value = cold("shape={shape} rows={t} impl=layer_stage");
 const LAYER_PAIR_COLD: Value = cold("shape={shape} rows={t} impl=layer_pair");
-const LAYER_ALWAYS_COLD: Value = cold("shape={shape} rows={t} impl=layer_stage_always");
 const LAYER_OVER_PAIR: Value = Value::Ratio(&LAYER_COLD, &LAYER_PAIR_COLD);
 const LAYER_PROBE: Value = Value::named(&CH08, layer_probe);
 const LAUNCHES: Value = Value::distinct(&CH08, "shape={shape} impl={imp}", "launches");
@@ -203,9 +200,8 @@ const ONE_LAUNCH_UP_TO: Value = Value::NamedText {
 /// `{s}_{n}_{imp}_cold` / `_warm` (imp: `stage`, `one_block`, `two_launches`, `pair_align`),
 /// `{s}_{n}_probe` (the stage's floor probe), `{s}_{n}_stage_over_probe`,
 /// `{s}_{n}_stage_over_pair_align`, `{s}_{n}_one_block_over_two_launches`; per token count `t`:
-/// `{s}_{t}_layer_stage_cold` / `_warm` (where it runs the stage), the same for
-/// `layer_stage_always` and `layer_pair`, `{s}_{t}_layer_stage_over_layer_pair` and
-/// `{s}_{t}_layer_stage_always_over_layer_pair`; per target (`probe`, `pair_small`, `pair`, `layer`):
+/// `{s}_{t}_layer_stage_cold` / `_warm`, the same for `layer_pair`, and
+/// `{s}_{t}_layer_stage_over_layer_pair`; per target (`probe`, `pair_small`, `pair`, `layer`):
 /// `{s}_{target}_worst` (the largest ratio over the target's rows), `{s}_{target}_worst_at` (the
 /// count where it is) and `{s}_{target}_verdict` (`met` or `**missed**`, from the unrounded
 /// ratio); `{s}_one_block_ahead_up_to` (the largest row count where one block is faster cold than
@@ -235,7 +231,6 @@ const GPU_FACTS: &[Item] = &[
                 fact!(? "{shape}_{t}_{imp}_warm", LAYER_WARM, Fmt::Us),
             ]),
             fact!(? "{shape}_{t}_layer_stage_over_layer_pair", Value::Ratio(&LAYER_STAGE_COLD, &LAYER_PAIR_COLD), Fmt::Fixed(2)),
-            fact!(? "{shape}_{t}_layer_stage_always_over_layer_pair", Value::Ratio(&LAYER_ALWAYS_COLD, &LAYER_PAIR_COLD), Fmt::Fixed(2)),
         ]),
         each!(TARGET_LOOP, [
             fact!(? "{shape}_{target}_worst", WORST, Fmt::Fixed(2)),
@@ -823,27 +818,6 @@ mod tests {
     }
 
     #[test]
-    fn the_layer_target_reads_only_the_token_counts_where_the_stage_runs() {
-        // At T = 1 (the decode path) the layer with the stage is chapter 6's: only
-        // `layer_stage_always` is measured there, and the layer target has no count to judge.
-        let text = csv().replace(
-            &line("ch08", "layer_stage", 1, 5, 66.0, 2e8),
-            &line("ch08", "layer_stage_always", 1, 5, 66.0, 2e8),
-        );
-        let mut d = Data::default();
-        d.add(&CH08, &text).unwrap();
-        let f = gpu_facts(&d);
-        assert_eq!(f.get("glm_1_layer_stage_cold"), None);
-        assert_eq!(f.get("glm_1_layer_pair_cold"), Some("60.0"));
-        assert_eq!(
-            f.get("glm_1_layer_stage_always_over_layer_pair"),
-            Some("1.10")
-        );
-        assert_eq!(f.get("glm_layer_worst"), None);
-        assert_eq!(f.get("glm_layer_verdict"), None);
-    }
-
-    #[test]
     fn the_targets_list_is_the_loop_the_facts_run_over() {
         let keys: Vec<&str> = TARGETS.iter().map(|t| t.key).collect();
         assert_eq!(keys, TARGET_KEYS);
@@ -919,9 +893,7 @@ mod tests {
             "{t}"
         );
         assert!(
-            t.contains(
-                "worst of every T where it runs the stage, ≤ 1× | 1.10× at T = 1: **missed** |"
-            ),
+            t.contains("worst of every T, ≤ 1× | 1.10× at T = 1: **missed** |"),
             "{t}"
         );
         assert!(
