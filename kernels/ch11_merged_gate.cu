@@ -54,6 +54,13 @@
 #define RS_MERGED_UNROLL 2     // RS_MAX_EXPERTS / RS_MERGED_THREADS
 #define RS_WARP_ROWS 4         // radix_topk_warp: rows of one block, a warp each
 #define RS_WARP_UNROLL 8       // logits a lane of radix_topk_warp loads at once
+// The warp form's histograms: 3 as the block form's (a pass clears the one two passes on, with
+// no barrier of its own), or 1 (cleared between passes, two warp barriers), which leaves each
+// warp 2 KB less shared memory, so that 6 blocks fit an SM instead of 4: the A/B of whether
+// the warp form waits for want of warps (MOE_NVRTC_DEFINES=RS_WARP_HISTS=1).
+#ifndef RS_WARP_HISTS
+#define RS_WARP_HISTS 3
+#endif
 // At most this many lanes of a warp count one by one (rs_count); 32, every lane: aggregation off.
 // Timed on the H200 both ways (MOE_NVRTC_DEFINES=RS_AGGREGATE_ABOVE=8 turns it on): it lost at
 // every row count, radix select and merged_gate alike, so it is off.
@@ -231,7 +238,9 @@ __device__ __forceinline__ void rs_row(const In* x, const float* __restrict__ bi
     constexpr int G = WARP ? RS_WARP_ROWS : 1;  // groups of a block, a row each
     __shared__ unsigned s_key_g[G][RS_MAX_EXPERTS];  // float key bits, then ordered (0: dropped)
     __shared__ float s_score_g[G][RS_MAX_EXPERTS];   // unbiased scores (by_logit: the logits)
-    __shared__ int s_hist_g[G][3][RS_BINS];          // pass i counts into s_hist[i % 3]
+    constexpr int H = WARP ? RS_WARP_HISTS : 3;      // histograms (RS_WARP_HISTS)
+    static_assert(H == 1 || H == 3, "RS_WARP_HISTS is 1 or 3");
+    __shared__ int s_hist_g[G][H][RS_BINS];          // pass i counts into s_hist[i % H]
     __shared__ unsigned long long s_pick_g[G][RS_MAX_K];    // the selected, in arrival order
     __shared__ unsigned long long s_sorted_g[G][RS_MAX_K];  // the same in selection order
     __shared__ float s_stats_g[G][2];
@@ -257,7 +266,7 @@ __device__ __forceinline__ void rs_row(const In* x, const float* __restrict__ bi
     const bool full_softmax = scoring == RS_SCORING_SOFTMAX && !by_logit;
     // Without a full softmax or groups, step 1's key is the rank key: ordered at once.
     const bool direct = !full_softmax && !grouped;
-    for (int b = tid; b < 2 * RS_BINS; b += nt) s_hist[b / RS_BINS][b % RS_BINS] = 0;
+    for (int b = tid; b < (H < 2 ? H : 2) * RS_BINS; b += nt) s_hist[b / RS_BINS][b % RS_BINS] = 0;
     if (tid == 0) s_picked = 0;
     moe_grid_wait();  // the logits are the kernel ahead's output
     side.load();
@@ -341,7 +350,7 @@ __device__ __forceinline__ void rs_row(const In* x, const float* __restrict__ bi
         const int width = shift < RS_DIGIT_BITS ? shift : RS_DIGIT_BITS;
         const int next = shift - width;
         const int mask = (1 << width) - 1;
-        int* hist = s_hist[pass % 3];
+        int* hist = s_hist[pass % H];
         // The histogram of the next `width` bits of the numbers that share the prefix, a warp
         // at a time (rs_count): e0 is the same for every lane of a warp.
         for (int e0 = tid - lane; e0 < E; e0 += U * nt) {
@@ -396,7 +405,13 @@ __device__ __forceinline__ void rs_row(const In* x, const float* __restrict__ bi
         shift = next;
         // The histogram two passes on: every warp read it last pass, before this pass's barrier,
         // and the next pass's barrier comes before anyone counts into it again.
-        for (int b = tid; b < RS_BINS; b += nt) s_hist[(pass + 2) % 3][b] = 0;
+        if (H == 3) {
+            for (int b = tid; b < RS_BINS; b += nt) s_hist[(pass + 2) % 3][b] = 0;
+        } else {  // one histogram: every thread has read it, then it is cleared for the next pass
+            rs_sync<WARP>();
+            for (int b = tid; b < RS_BINS; b += nt) s_hist[0][b] = 0;
+            rs_sync<WARP>();
+        }
     }
     // ANCHOR_END: passes
 
