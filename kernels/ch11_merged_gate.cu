@@ -55,9 +55,10 @@
 #define RS_WARP_ROWS 4         // radix_topk_warp: rows of one block, a warp each
 #define RS_WARP_UNROLL 8       // logits a lane of radix_topk_warp loads at once
 // The warp form's histograms: 3 as the block form's (a pass clears the one two passes on, with
-// no barrier of its own), or 1 (cleared between passes, two warp barriers), which leaves each
-// warp 2 KB less shared memory, so that 6 blocks fit an SM instead of 4: the A/B of whether
-// the warp form waits for want of warps (MOE_NVRTC_DEFINES=RS_WARP_HISTS=1).
+// no barrier of its own), or 1 (cleared between passes, two warp barriers, the picks kept in
+// its memory afterwards), which leaves the block 37,952 bytes of shared memory instead of
+// 48,192, so that 6 blocks fit an SM instead of 4: the A/B of whether the warp form waits for
+// want of warps (MOE_NVRTC_DEFINES=RS_WARP_HISTS=1).
 #ifndef RS_WARP_HISTS
 #define RS_WARP_HISTS 3
 #endif
@@ -240,9 +241,12 @@ __device__ __forceinline__ void rs_row(const In* x, const float* __restrict__ bi
     __shared__ float s_score_g[G][RS_MAX_EXPERTS];   // unbiased scores (by_logit: the logits)
     constexpr int H = WARP ? RS_WARP_HISTS : 3;      // histograms (RS_WARP_HISTS)
     static_assert(H == 1 || H == 3, "RS_WARP_HISTS is 1 or 3");
-    __shared__ int s_hist_g[G][H][RS_BINS];          // pass i counts into s_hist[i % H]
-    __shared__ unsigned long long s_pick_g[G][RS_MAX_K];    // the selected, in arrival order
-    __shared__ unsigned long long s_sorted_g[G][RS_MAX_K];  // the same in selection order
+    __shared__ __align__(8) int s_hist_g[G][H][RS_BINS];  // pass i counts into s_hist[i % H]
+    // The selected, in arrival order, then in selection order. With one histogram (H == 1)
+    // they live in its memory, free once the passes are done (and cleared behind a barrier).
+    constexpr int PICKS = H == 1 ? 1 : RS_MAX_K;
+    __shared__ unsigned long long s_pick_g[G][PICKS];
+    __shared__ unsigned long long s_sorted_g[G][PICKS];
     __shared__ float s_stats_g[G][2];
     __shared__ int s_picked_g[G];
     __shared__ unsigned s_kept_g[G];
@@ -252,8 +256,9 @@ __device__ __forceinline__ void rs_row(const In* x, const float* __restrict__ bi
     unsigned* s_key = s_key_g[group];
     float* s_score = s_score_g[group];
     int(*s_hist)[RS_BINS] = s_hist_g[group];
-    unsigned long long* s_pick = s_pick_g[group];
-    unsigned long long* s_sorted = s_sorted_g[group];
+    unsigned long long* s_pick =
+        H == 1 ? reinterpret_cast<unsigned long long*>(s_hist[0]) : s_pick_g[group];
+    unsigned long long* s_sorted = H == 1 ? s_pick + RS_MAX_K : s_sorted_g[group];
     float* s_stats = s_stats_g[group];
     int& s_picked = s_picked_g[group];
     unsigned& s_kept = s_kept_g[group];
