@@ -154,14 +154,14 @@ impl StagedLayer {
     /// 3's smallest BLOCK_M).
     pub fn workspace(&self, rows: usize) -> Result<StagedWorkspace, MoeError> {
         let c = self.layer.config();
-        let experts = self.layer.experts_layer().workspace(rows)?;
-        if experts.block_m() == 0 && !self.everywhere {
+        if !self.everywhere && self.layer.experts_layer().plan_for(rows)?.block_m == 0 {
             return Ok(StagedWorkspace {
                 layer: self.id,
                 rows,
                 run: Run::Pair(Box::new(self.layer.workspace(rows)?)),
             });
         }
+        let experts = self.layer.experts_layer().workspace(rows)?;
         let block_m = stage_block_m(&experts);
         let (_, bias) = self.layer.gate();
         let bias_host = bias.map(|b| b.to_vec()).transpose()?;
