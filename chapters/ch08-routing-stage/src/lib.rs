@@ -12,7 +12,8 @@
 //! the pair + align ([`stage::pair_then_align`]) on every regime and both backends.
 //!
 //! [`StagedLayer`] is chapter 6's layer with the stage in place of the router and the align:
-//! the logits GEMM, the stage, chapter 4's experts on the stage's layout.
+//! the logits GEMM, the stage, chapter 4's experts on the stage's layout, wherever chapter 4
+//! reads a layout; on the decode path, which reads none, it is chapter 6's layer.
 
 pub mod error;
 pub mod example;
