@@ -91,6 +91,16 @@ impl RadixForm {
     /// Both forms, the default first.
     pub const ALL: [RadixForm; 2] = [RadixForm::Block, RadixForm::Warp];
 
+    /// The kernel of this form for fp32 logits, or (`bf16`) for bf16 ones.
+    pub fn kernel(self, bf16: bool) -> &'static str {
+        match (self, bf16) {
+            (RadixForm::Block, false) => "radix_topk",
+            (RadixForm::Block, true) => "radix_topk_bf16",
+            (RadixForm::Warp, false) => "radix_topk_warp",
+            (RadixForm::Warp, true) => "radix_topk_warp_bf16",
+        }
+    }
+
     /// The launch for `rows` rows of `experts`: a programmatic dependent launch, as [`launch`].
     pub fn launch(self, rows: usize, experts: usize) -> LaunchConfig {
         match self {
@@ -218,29 +228,11 @@ impl RadixTopk {
         bias: Option<&DeviceBuffer<f32>>,
         outputs: &RouterOutputs<'_>,
     ) -> Result<(), DeviceRouterError> {
-        let warp = self.form == RadixForm::Warp;
-        let (name, len, ld, ptr) = match logits {
-            Logits::F32 { buf, ld } => (
-                if warp {
-                    "radix_topk_warp"
-                } else {
-                    "radix_topk"
-                },
-                buf.len(),
-                ld,
-                KernelArg::from(buf),
-            ),
-            Logits::Bf16 { buf, ld } => (
-                if warp {
-                    "radix_topk_warp_bf16"
-                } else {
-                    "radix_topk_bf16"
-                },
-                buf.len(),
-                ld,
-                KernelArg::from(buf),
-            ),
+        let (bf16, len, ld, ptr) = match logits {
+            Logits::F32 { buf, ld } => (false, buf.len(), ld, KernelArg::from(buf)),
+            Logits::Bf16 { buf, ld } => (true, buf.len(), ld, KernelArg::from(buf)),
         };
+        let name = self.form.kernel(bf16);
         if ld < self.experts {
             return Err(DeviceRouterError::Shape {
                 what: "the logits' row stride (at least E)",

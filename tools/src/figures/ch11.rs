@@ -392,21 +392,20 @@ fn facts_and_tables(
             } else if first_missed.is_none() {
                 first_missed = Some(n);
             }
-            let _ = writeln!(
-                targets,
-                "| radix select ≤ the k-round argmax | {} | {:.3} × argmax | {} |",
-                thousands(n),
-                r / a,
-                verdict(r <= a)
-            );
-            if let Some(w) = warp {
-                let _ = writeln!(
-                    targets,
-                    "| radix select, a warp per row, ≤ the k-round argmax | {} | {:.3} × argmax | {} |",
-                    thousands(n),
-                    w / a,
-                    verdict(w <= a)
-                );
+            let forms = [
+                ("radix select", Some(r)),
+                ("radix select, a warp per row", warp),
+            ];
+            for (what, time) in forms {
+                if let Some(x) = time {
+                    let _ = writeln!(
+                        targets,
+                        "| {what} ≤ the k-round argmax | {} | {:.3} × argmax | {} |",
+                        thousands(n),
+                        x / a,
+                        verdict(x <= a)
+                    );
+                }
             }
         }
     }
