@@ -65,6 +65,16 @@
 #ifndef STAGE_SHORT_CHAIN
 #define STAGE_SHORT_CHAIN 0
 #endif
+// STAGE_BUSY_WARPS=1: in the one-block arrangement only the warps with work run the sort's rank
+// and scan steps (the warps that hold pairs rank them, the warps that hold experts scan them);
+// the others go straight to the barrier. At one row, one warp of the sixteen holds the pairs, yet
+// every warp runs the rank step's ballots: a cycle probe on an H100 put the step at some 800
+// cycles with every instruction cached (tools/gpu/probes/ch08_icache.cu; the results README has
+// the run), so issue slots shared by sixteen warps, not instruction fetch. The same bits either
+// way. Off (0, the machine code of the H200's ch08.csv) until a GPU has timed it.
+#ifndef STAGE_BUSY_WARPS
+#define STAGE_BUSY_WARPS 0
+#endif
 #ifndef STAGE_PROBE  // phase marks for tools/gpu/probes/ch08_stage_phases.cu; empty here
 #define STAGE_PROBE(n)
 #endif
@@ -122,9 +132,12 @@ __device__ void stage_one_block(const float* __restrict__ logits, const float* _
     const int e = t < P ? s_ids[t] : -1;
     if (t < P) ids[t] = e;
     const bool valid = e >= 0 && e < E;
-    const unsigned same = align_same_key(valid ? e : E, align_key_bits(E));
-    int rank = __popc(same & ((1u << lane) - 1));
-    if (valid && rank == 0) s_warp[warp * E + e] = __popc(same);
+    int rank = 0;
+    if (!STAGE_BUSY_WARPS || warp < warps) {  // warp-uniform: the warps that hold pairs
+        const unsigned same = align_same_key(valid ? e : E, align_key_bits(E));
+        rank = __popc(same & ((1u << lane) - 1));
+        if (valid && rank == 0) s_warp[warp * E + e] = __popc(same);
+    }
     __syncthreads();
     STAGE_PROBE(5);
     // 3. Count: the first pair of each expert adds its expert's pairs over the warps and pads.
@@ -140,24 +153,32 @@ __device__ void stage_one_block(const float* __restrict__ logits, const float* _
     __syncthreads();
     STAGE_PROBE(6);
     // 4. Scan: thread t holds expert t's padded count; its first slot is the sum before it.
-    const int padded = t < E ? s_start[t] : 0;
-    const int incl = align_warp_inclusive(padded);
-    if (lane == 31) s_warp_sum[warp] = incl;
+    //    (With STAGE_BUSY_WARPS, only the warps that hold experts, ew of them.)
+    const int ew = (E + 31) >> 5;
+    const bool scans = !STAGE_BUSY_WARPS || warp < ew;  // warp-uniform
+    int padded = 0, incl = 0;
+    if (scans) {
+        padded = t < E ? s_start[t] : 0;
+        incl = align_warp_inclusive(padded);
+        if (lane == 31) s_warp_sum[warp] = incl;
+    }
     __syncthreads();
-    int before = 0, total = 0;
+    if (scans) {
+        int before = 0, total = 0;
 #pragma unroll
-    for (int w = 0; w < STAGE_WARPS; ++w) {
-        const int x = s_warp_sum[w];
-        before += w < warp ? x : 0;
-        total += x;
-    }
-    if (t < E) {
-        s_start[t] = before + incl - padded;
-        offsets[t] = before + incl - padded;
-    }
-    if (t == 0) {
-        offsets[E] = total;
-        *num_post = total;
+        for (int w = 0; w < STAGE_WARPS; ++w) {
+            const int x = !STAGE_BUSY_WARPS || w < ew ? s_warp_sum[w] : 0;
+            before += w < warp ? x : 0;
+            total += x;
+        }
+        if (t < E) {
+            s_start[t] = before + incl - padded;
+            offsets[t] = before + incl - padded;
+        }
+        if (t == 0) {
+            offsets[E] = total;
+            *num_post = total;
+        }
     }
     __syncthreads();
     STAGE_PROBE(7);
