@@ -68,10 +68,11 @@
 // STAGE_BUSY_WARPS=1: in the one-block arrangement only the warps with work run the sort's rank
 // and scan steps (the warps that hold pairs rank them, the warps that hold experts scan them);
 // the others go straight to the barrier. At one row, one warp of the sixteen holds the pairs, yet
-// every warp runs the rank step's ballots: a cycle probe on an H100 put the step at some 800
-// cycles with every instruction cached (tools/gpu/probes/ch08_icache.cu; the results README has
-// the run), so issue slots shared by sixteen warps, not instruction fetch. The same bits either
-// way. Off (0, the machine code of the H200's ch08.csv) until a GPU has timed it.
+// every warp runs the rank step's ballots: a cycle probe on an H100 put the step, its barrier
+// included, at some 830 cycles with every instruction cached (tools/gpu/probes/ch08_icache.cu;
+// the results README has the run). Not instruction fetch, then; sixteen warps' issue is the
+// suspect, unmeasured. The same bits either way. Off (0, the machine code of the H200's
+// ch08.csv) until a GPU has timed it.
 #ifndef STAGE_BUSY_WARPS
 #define STAGE_BUSY_WARPS 0
 #endif
