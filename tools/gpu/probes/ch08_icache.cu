@@ -61,11 +61,11 @@ int main() {
            "(median of 50 launches)\n");
     for (const StageShape& sh : kStageShapes) {
         for (int T : {1, 16}) {
+            StageCall c(T, sh.experts);  // one upload for the four variants
             for (int variant = 0; variant < 4; ++variant) {
                 // 0..2: reps 1..3 on the arguments; 3: once on literals
                 const bool literal = variant == 3;
                 const int reps = variant < 3 ? variant + 1 : 1;
-                StageCall c(T, sh.experts);
                 std::vector<std::vector<long long>> at(9);
                 std::set<unsigned> sms;
                 for (int launch = 0; launch < 60; ++launch) {
