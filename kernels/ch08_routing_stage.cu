@@ -61,20 +61,24 @@
 // together with the chunk counts' loads (one wait for both, not one after the other). Timed
 // against 0 in one call on an H100 only (the results README has the run): a small gain, well
 // under the half microsecond predicted. Off (0, the order the H200's CSVs were measured with)
-// until an H200 run retakes them with it on.
+// until an H200 run retakes them with it on; CI runs the stage's emulator tests with it on.
 #ifndef STAGE_SHORT_CHAIN
 #define STAGE_SHORT_CHAIN 0
 #endif
-// STAGE_BUSY_WARPS=1: in the one-block arrangement only the warps with work run the sort's rank
-// and scan steps (the warps that hold pairs rank them, the warps that hold experts scan them);
-// the others go straight to the barrier. At one row, one warp of the sixteen holds the pairs, yet
-// every warp runs the rank step's ballots: a cycle probe on an H100 put the step, its barrier
-// included, at some 830 cycles with every instruction cached (tools/gpu/probes/ch08_icache.cu;
-// the results README has the run). Not instruction fetch, then; sixteen warps' issue is the
-// suspect, unmeasured. The same bits either way. Off (0, the machine code of the H200's
-// ch08.csv) until a GPU has timed it.
-#ifndef STAGE_BUSY_WARPS
-#define STAGE_BUSY_WARPS 0
+// Two switches for the one-block arrangement's few rows, the same bits either way, timed on an
+// H100 only (two calls, each switch's own A/B in the cycle probe and both together in the bench;
+// the results README has the runs): off (0, the machine code of the H200's ch08.csv) until an
+// H200 run retakes the CSV with them on. CI runs the stage's emulator tests with them on.
+// STAGE_SPARE_WARPS=1: with fewer rows than warps, the warps without a row write the
+// placeholders and zeros while the others route, instead of every warp writing its share first
+// (about 500 to 700 cycles less at 1 and 4 rows in the probe).
+#ifndef STAGE_SPARE_WARPS
+#define STAGE_SPARE_WARPS 0
+#endif
+// STAGE_FEW_ROWS=1: with no more rows than BLOCK_M (and at most 32), the sort after the route
+// takes one barrier, not four (stage_few_rows; about 900 cycles less at 1, 4 and 16 rows).
+#ifndef STAGE_FEW_ROWS
+#define STAGE_FEW_ROWS 0
 #endif
 #ifndef STAGE_PROBE  // phase marks for tools/gpu/probes/ch08_stage_phases.cu; empty here
 #define STAGE_PROBE(n)
@@ -84,6 +88,68 @@
 #define STAGE_ONE_BLOCK_MAX_PAIRS 512  // one pair per thread: the one-block arrangement's limit
 #define STAGE_ROWS_PER_BLOCK 16        // rows a block of stage_route_count routes (a warp each)
 #define STAGE_MAX_CHUNKS 64            // at most this many chunks (blocks of stage_scatter)
+
+// ANCHOR: few_rows
+// The sort when no expert can hold more than one tile: T <= BLOCK_M rows, each of which picks an
+// expert at most once, so an expert's padded run is BLOCK_M slots when it has a pair and empty
+// when not, and its first slot is BLOCK_M times the number of picked experts below it. The route
+// has already marked, in shared memory, which rows picked each expert (s_rows[e], bit r: row r)
+// and which experts were picked (s_marks, one bit an expert, 32 to a word); integer ORs, the
+// same whatever order they land in. From those, after the barrier that ends the route, each
+// thread finds what it writes without another barrier:
+//   thread x < E, expert x: its count (the bits of s_rows[x]), its first slot (the marks below
+//       it: the words of earlier warps' experts summed by one redux, then its own word's lower
+//       bits) and, when picked, its one tile;
+//   thread p < P, pair p (row p / k): its rank among its expert's pairs (the rows before its own
+//       in s_rows[e]: the sort is stable) and so its slot.
+// The placeholders went out before the barrier.
+__device__ __forceinline__ void stage_few_rows(const int* s_ids, const unsigned* s_rows,
+                                               const unsigned* s_marks, int P, int E, int k,
+                                               int block_m, int* __restrict__ ids,
+                                               int* __restrict__ sorted_ids,
+                                               int* __restrict__ expert_ids,
+                                               int* __restrict__ num_post,
+                                               int* __restrict__ counts,
+                                               int* __restrict__ offsets) {
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    const int ew = (E + 31) >> 5;  // the marks' words
+    if (warp >= ew && warp * 32 >= P) return;  // warp-uniform: nothing to write
+    // Lane i holds word i's number of marks; the marks in the words below the warp's own, and in
+    // all of them, are one redux each (every lane of the warp takes part).
+    const int n = lane < ew ? __popc(s_marks[lane]) : 0;
+    const int below_warp = __reduce_add_sync(MOE_FULL_MASK, lane < warp ? n : 0);
+    const int total = __reduce_add_sync(MOE_FULL_MASK, n);
+    STAGE_PROBE(5);
+    if (t < E) {
+        const int below = below_warp + __popc(s_marks[warp] & ((1u << lane) - 1u));
+        const int count = __popc(s_rows[t]);
+        counts[t] = count;
+        offsets[t] = below * block_m;
+        if (count > 0) expert_ids[below] = t;
+    }
+    if (t == 0) {
+        offsets[E] = total * block_m;
+        *num_post = total * block_m;
+    }
+    STAGE_PROBE(6);
+    // The pairs: the marks below the pair's expert, by a scan of the words' counts over the lanes.
+    if (warp * 32 < P) {  // warp-uniform
+        const int before_word = align_warp_inclusive(n) - n;  // lane i: marks in words < i
+        const int e = t < P ? s_ids[t] : -1;
+        const bool valid = e >= 0 && e < E;
+        const int w = valid ? e >> 5 : 0;
+        const int below = __shfl_sync(MOE_FULL_MASK, before_word, w) +
+                          (valid ? __popc(s_marks[w] & ((1u << (e & 31)) - 1u)) : 0);
+        if (t < P) ids[t] = e;
+        STAGE_PROBE(7);
+        if (valid) {
+            const int row = t / k;
+            const int rank = __popc(s_rows[e] & ((1u << row) - 1u));
+            sorted_ids[below * block_m + rank] = t;
+        }
+    }
+}
+// ANCHOR_END: few_rows
 
 // ANCHOR: one_block
 // One block, STAGE_THREADS threads, for T * k <= STAGE_ONE_BLOCK_MAX_PAIRS. Outputs as the
@@ -105,9 +171,35 @@ __device__ void stage_one_block(const float* __restrict__ logits, const float* _
     // A programmatic dependent of the logits GEMM (common.cuh): wait before the first write, so
     // that nothing here can overtake the kernel ahead, whatever that kernel is.
     STAGE_PROBE(0);
+#if STAGE_FEW_ROWS
+    // stage_few_rows's marks, zeroed before the wait (so behind the kernel ahead, not after it).
+    __shared__ unsigned s_rows[STAGE_MAX_EXPERTS];        // [expert]: bit r, row r picked it
+    __shared__ unsigned s_marks[STAGE_MAX_EXPERTS / 32];  // bit e % 32 of word e / 32: e picked
+    const bool few = T <= block_m && T <= 32;              // block-uniform
+    if (few) {
+        for (int x = t; x < E; x += STAGE_THREADS) s_rows[x] = 0;
+        if (t < STAGE_MAX_EXPERTS / 32) s_marks[t] = 0;
+        __syncthreads();
+    }
+#endif
     moe_grid_wait();
     STAGE_PROBE(1);
     // Placeholders, -1 and zeros first; the barriers below order the overwrites.
+#if STAGE_SPARE_WARPS
+    // With fewer rows than warps, only the warps without a row write them, while the others
+    // route; with a row in every warp, every warp writes its share first.
+    const int spare = T < STAGE_WARPS ? T * 32 : 0;  // the first thread without a row
+    if (t >= spare) {                                // warp-uniform
+        const int i = t - spare, n = STAGE_THREADS - spare;
+        for (int s = i; s < capacity; s += n) sorted_ids[s] = P;
+        for (int tile = i; tile < max_tiles; tile += n) expert_ids[tile] = -1;
+        for (int x = i; x < warps * E; x += n) s_warp[x] = 0;
+        for (int x = i; x < E; x += n) {
+            s_start[x] = 0;
+            counts[x] = 0;
+        }
+    }
+#else
     for (int s = t; s < capacity; s += STAGE_THREADS) sorted_ids[s] = P;
     for (int tile = t; tile < max_tiles; tile += STAGE_THREADS) expert_ids[tile] = -1;
     for (int i = t; i < warps * E; i += STAGE_THREADS) s_warp[i] = 0;
@@ -115,10 +207,11 @@ __device__ void stage_one_block(const float* __restrict__ logits, const float* _
         s_start[t] = 0;
         counts[t] = 0;
     }
+#endif
     STAGE_PROBE(2);
     // 1. Route: warp w routes rows w, w + 16, ...; lane r < k writes pick r into s_ids (chapter
     //    5's row router takes any pointer: here one into shared memory) and its weight to memory.
-    for (int row = warp; row < T; row += STAGE_WARPS)
+    for (int row = warp; row < T; row += STAGE_WARPS) {
 #if STAGE_SCREEN
         fr_row_screened<SLOTS, true>(logits, bias, s_ids, weights, row, E, k, scoring, n_group,
                                      topk_group, renormalize, scale);
@@ -126,19 +219,37 @@ __device__ void stage_one_block(const float* __restrict__ logits, const float* _
         fr_row<SLOTS>(logits, bias, s_ids, weights, row, E, k, scoring, n_group, topk_group,
                       renormalize, scale);
 #endif
+#if STAGE_FEW_ROWS
+        if (few) {  // the row's picks marked for stage_few_rows (integer ORs: any order)
+            __syncwarp();
+            if (lane < k) {
+                const int e = s_ids[row * k + lane];
+                if (e >= 0 && e < E) {
+                    atomicOr(&s_rows[e], 1u << row);
+                    atomicOr(&s_marks[e >> 5], 1u << (e & 31));
+                }
+            }
+        }
+#endif
+    }
     STAGE_PROBE(3);
     __syncthreads();
     STAGE_PROBE(4);
+#if STAGE_FEW_ROWS
+    if (few) {
+        stage_few_rows(s_ids, s_rows, s_marks, P, E, k, block_m, ids, sorted_ids, expert_ids,
+                       num_post, counts, offsets);
+        STAGE_PROBE(8);
+        return;
+    }
+#endif
     // 2. From here thread t holds pair t, as in chapter 3's one-block kernel.
     const int e = t < P ? s_ids[t] : -1;
     if (t < P) ids[t] = e;
     const bool valid = e >= 0 && e < E;
-    int rank = 0;
-    if (!STAGE_BUSY_WARPS || warp < warps) {  // warp-uniform: the warps that hold pairs
-        const unsigned same = align_same_key(valid ? e : E, align_key_bits(E));
-        rank = __popc(same & ((1u << lane) - 1));
-        if (valid && rank == 0) s_warp[warp * E + e] = __popc(same);
-    }
+    const unsigned same = align_same_key(valid ? e : E, align_key_bits(E));
+    int rank = __popc(same & ((1u << lane) - 1));
+    if (valid && rank == 0) s_warp[warp * E + e] = __popc(same);
     __syncthreads();
     STAGE_PROBE(5);
     // 3. Count: the first pair of each expert adds its expert's pairs over the warps and pads.
@@ -154,32 +265,24 @@ __device__ void stage_one_block(const float* __restrict__ logits, const float* _
     __syncthreads();
     STAGE_PROBE(6);
     // 4. Scan: thread t holds expert t's padded count; its first slot is the sum before it.
-    //    (With STAGE_BUSY_WARPS, only the warps that hold experts, ew of them.)
-    const int ew = (E + 31) >> 5;
-    const bool scans = !STAGE_BUSY_WARPS || warp < ew;  // warp-uniform
-    int padded = 0, incl = 0;
-    if (scans) {
-        padded = t < E ? s_start[t] : 0;
-        incl = align_warp_inclusive(padded);
-        if (lane == 31) s_warp_sum[warp] = incl;
-    }
+    const int padded = t < E ? s_start[t] : 0;
+    const int incl = align_warp_inclusive(padded);
+    if (lane == 31) s_warp_sum[warp] = incl;
     __syncthreads();
-    if (scans) {
-        int before = 0, total = 0;
+    int before = 0, total = 0;
 #pragma unroll
-        for (int w = 0; w < STAGE_WARPS; ++w) {
-            const int x = !STAGE_BUSY_WARPS || w < ew ? s_warp_sum[w] : 0;
-            before += w < warp ? x : 0;
-            total += x;
-        }
-        if (t < E) {
-            s_start[t] = before + incl - padded;
-            offsets[t] = before + incl - padded;
-        }
-        if (t == 0) {
-            offsets[E] = total;
-            *num_post = total;
-        }
+    for (int w = 0; w < STAGE_WARPS; ++w) {
+        const int x = s_warp_sum[w];
+        before += w < warp ? x : 0;
+        total += x;
+    }
+    if (t < E) {
+        s_start[t] = before + incl - padded;
+        offsets[t] = before + incl - padded;
+    }
+    if (t == 0) {
+        offsets[E] = total;
+        *num_post = total;
     }
     __syncthreads();
     STAGE_PROBE(7);

@@ -471,6 +471,37 @@ pub fn emu_kernels_use_fma() -> bool {
     }
 }
 
+/// The switches of one family's emulator build: `MOE_EMU_DEFINES_<FAMILY>` (the family's name in
+/// capitals, e.g. `MOE_EMU_DEFINES_CH08_ROUTING_STAGE`), space-separated `NAME` or `NAME=VALUE`,
+/// read when the crate is built. The emulator's counterpart of the CUDA backend's
+/// `MOE_NVRTC_DEFINES` (read at run time): CI builds a family with its speed switches that are
+/// still off by default switched on, and runs its tests, so that no switch goes untested. One
+/// variable per family, so that setting it rebuilds that family alone.
+fn emu_defines(family: &str) -> Vec<(String, String)> {
+    let var = format!("MOE_EMU_DEFINES_{}", family.to_ascii_uppercase());
+    println!("cargo:rerun-if-env-changed={var}");
+    let Ok(value) = std::env::var(&var) else {
+        return Vec::new();
+    };
+    let word = |w: &str| !w.is_empty() && w.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    let defines: Vec<(String, String)> = value
+        .split_whitespace()
+        .map(|d| {
+            let (name, val) = d.split_once('=').unwrap_or((d, "1"));
+            if !word(name) || name.starts_with(|c: char| c.is_ascii_digit()) || !word(val) {
+                panic!(
+                    "{var}={value:?}: {d:?} is not NAME or NAME=VALUE (a macro name, a plain word)"
+                );
+            }
+            (name.to_string(), val.to_string())
+        })
+        .collect();
+    if !defines.is_empty() {
+        println!("cargo:warning=the emulator's {family} built with {var}={value:?}");
+    }
+    defines
+}
+
 fn emu_build(kernels: &Path) -> cc::Build {
     let mut b = cc::Build::new();
     b.cpp(true)
@@ -670,6 +701,9 @@ pub fn compile_family_from(family: &str, cu: &Path, crate_path: CratePath) {
     let wrapper_path = out.join(format!("emu_{family}.cpp"));
     fs::write(&wrapper_path, wrapper).unwrap();
     let mut build = emu_build(&kernels);
+    for (name, value) in emu_defines(family) {
+        build.define(&name, value.as_str());
+    }
     // Kernels write `#pragma unroll`, which GCC does not read; -funroll-loops unrolls the small
     // constant loops of register tiles instead (the tiled GEMM of chapter 1 runs a third faster).
     build.flag("-funroll-loops");

@@ -32,6 +32,17 @@ int main() {
                            "3. counts over the warps, barrier 3",
                            "4. scan over the experts, barrier 4",
                            "5. scatter and the tiles' experts"};
+    // With STAGE_FEW_ROWS (and no more rows than BLOCK_M) the sort is stage_few_rows: one
+    // barrier, marks 5 to 8 inside it.
+    const char* phase_few[] = {"",
+                               "the wait (after the marks' zeroing and a barrier)",
+                               "placeholders and zeros issued",
+                               "1. route, the picks marked (the last routing warp done)",
+                               "barrier 1",
+                               "2. the marks counted (two reduxes)",
+                               "3. the experts' counts, first slots and tiles stored",
+                               "4. the pairs' ids read, marks below scanned, ids stored",
+                               "5. the pairs' slots stored"};
     const int row_counts[] = {1, 4, 16};
     int clock_khz = 0;
     CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
@@ -58,7 +69,8 @@ int main() {
             CHECK(cudaMemcpy(&post, c.post, sizeof post, cudaMemcpyDeviceToHost));
             printf("\n%s, %d row%s (%d pairs, padded total %d)\n", sh.name, T, T == 1 ? "" : "s",
                    c.P, post);
-            phase_print(phase, 8, 50, at);
+            const bool few = STAGE_FEW_ROWS && T <= kStageBlockM && T <= 32;
+            phase_print(few ? phase_few : phase, 8, 50, at);
         }
     }
     return 0;
