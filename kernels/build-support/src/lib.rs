@@ -471,31 +471,42 @@ pub fn emu_kernels_use_fma() -> bool {
     }
 }
 
+/// Parses a list of macro switches, space-separated `NAME` or `NAME=VALUE` (a bare `NAME` is
+/// `NAME=1`), into (name, value) pairs; `Err` says what is wrong with the first bad one. The one
+/// parser of both `MOE_NVRTC_DEFINES` (the CUDA backend, at run time) and
+/// `MOE_EMU_DEFINES_<FAMILY>` (the emulator's build, below).
+pub fn parse_defines(value: &str) -> Result<Vec<(String, String)>, String> {
+    let word = |w: &str| !w.is_empty() && w.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    value
+        .split_whitespace()
+        .map(|d| {
+            let (name, val) = d.split_once('=').unwrap_or((d, "1"));
+            if !word(name) || name.starts_with(|c: char| c.is_ascii_digit()) {
+                return Err(format!("{name:?} is not a macro name"));
+            }
+            if !word(val) {
+                return Err(format!("the value of {name} ({val:?}) is not a plain word"));
+            }
+            Ok((name.to_string(), val.to_string()))
+        })
+        .collect()
+}
+
 /// The switches of one family's emulator build: `MOE_EMU_DEFINES_<FAMILY>` (the family's name in
-/// capitals, e.g. `MOE_EMU_DEFINES_CH08_ROUTING_STAGE`), space-separated `NAME` or `NAME=VALUE`,
-/// read when the crate is built. The emulator's counterpart of the CUDA backend's
-/// `MOE_NVRTC_DEFINES` (read at run time): CI builds a family with its speed switches that are
-/// still off by default switched on, and runs its tests, so that no switch goes untested. One
-/// variable per family, so that setting it rebuilds that family alone.
+/// capitals, e.g. `MOE_EMU_DEFINES_CH08_ROUTING_STAGE`), read when the crate is built
+/// ([`parse_defines`]). The emulator's counterpart of the CUDA backend's `MOE_NVRTC_DEFINES`
+/// (read at run time): CI builds a family with its speed switches that are still off by default
+/// switched on, and runs its tests, so that no switch goes untested. One variable per family, so
+/// that setting it rebuilds that family alone.
 fn emu_defines(family: &str) -> Vec<(String, String)> {
     let var = format!("MOE_EMU_DEFINES_{}", family.to_ascii_uppercase());
     println!("cargo:rerun-if-env-changed={var}");
     let Ok(value) = std::env::var(&var) else {
         return Vec::new();
     };
-    let word = |w: &str| !w.is_empty() && w.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-    let defines: Vec<(String, String)> = value
-        .split_whitespace()
-        .map(|d| {
-            let (name, val) = d.split_once('=').unwrap_or((d, "1"));
-            if !word(name) || name.starts_with(|c: char| c.is_ascii_digit()) || !word(val) {
-                panic!(
-                    "{var}={value:?}: {d:?} is not NAME or NAME=VALUE (a macro name, a plain word)"
-                );
-            }
-            (name.to_string(), val.to_string())
-        })
-        .collect();
+    let defines = parse_defines(&value).unwrap_or_else(|why| {
+        panic!("{var}={value:?}: {why} (expected space-separated NAME or NAME=VALUE)")
+    });
     if !defines.is_empty() {
         println!("cargo:warning=the emulator's {family} built with {var}={value:?}");
     }

@@ -133,25 +133,15 @@ pub fn experiment_defines(value: Option<&str>) -> Result<Vec<String>> {
     let Some(value) = value else {
         return Ok(Vec::new());
     };
-    let bad = |why: &str| KernelError::BadDefines {
-        value: value.to_string(),
-        why: why.to_string(),
-    };
-    let word = |w: &str| !w.is_empty() && w.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-    let mut out = Vec::new();
-    for d in value.split_whitespace() {
-        let (name, val) = d.split_once('=').unwrap_or((d, "1"));
-        if !word(name) || name.starts_with(|c: char| c.is_ascii_digit()) {
-            return Err(bad(&format!("{name:?} is not a macro name")));
-        }
-        if !word(val) {
-            return Err(bad(&format!(
-                "the value of {name} ({val:?}) is not a plain word"
-            )));
-        }
-        out.push(format!("-D{name}={val}"));
-    }
-    Ok(out)
+    let defines =
+        moe_kernels_build::parse_defines(value).map_err(|why| KernelError::BadDefines {
+            value: value.to_string(),
+            why,
+        })?;
+    Ok(defines
+        .into_iter()
+        .map(|(name, val)| format!("-D{name}={val}"))
+        .collect())
 }
 
 /// How many times this process has run NVRTC (PTX and CUBIN alike): what the cache's tests
