@@ -6,8 +6,9 @@
 // chapter 3's align reads the ids back and sorts them: two or three launches, and the ids make a
 // round trip through memory between them. Here the router and the bookkeeping are one stage:
 //
-//   one block (stage_one_block_e{W}, up to STAGE_ONE_BLOCK_MAX_PAIRS pairs, one launch):
-//            the block's 16 warps route the rows with chapter 5's row router (a warp per row:
+//   one block (stage_one_block_e{W}, up to STAGE_ONE_BLOCK_MAX_PAIRS pairs, one launch; from 17
+//            rows stage_one_block_wide_e{W}, 32 warps, so that a warp still routes one row):
+//            the block's warps route the rows with chapter 5's row router (a warp per row:
 //            fr_row_screened, ch05/router_screen.cuh: sigmoid rows screened on approximate keys
 //            as chapter 5's few-row kernel does, the others by fr_row's k rounds of warp
 //            argmax), the ids into shared memory; then the
@@ -59,31 +60,31 @@
 // stage_route_count routes its rows' ids into shared memory and counts from there (not a
 // read-back of what it just stored), and stage_scatter issues each warp's first 32 ids loads
 // together with the chunk counts' loads (one wait for both, not one after the other). Timed
-// against 0 in one call on an H100 only (the results README has the run): a small gain, well
-// under the half microsecond predicted. Off (0, the order the H200's CSVs were measured with)
-// until an H200 run retakes them with it on; CI runs the stage's emulator tests with it on.
+// against 0 in one call on an H100 (the H200 results README has the run): a small gain, well
+// under the half microsecond predicted. On; CI runs the stage's emulator tests with it off too.
 #ifndef STAGE_SHORT_CHAIN
-#define STAGE_SHORT_CHAIN 0
+#define STAGE_SHORT_CHAIN 1
 #endif
 // Two switches for the one-block arrangement's few rows, the same bits either way, timed on an
-// H100 only (two calls, each switch's own A/B in the cycle probe and both together in the bench;
-// the results README has the runs): off (0, the machine code of the H200's ch08.csv) until an
-// H200 run retakes the CSV with them on. CI runs the stage's emulator tests with them on.
+// H100 (two calls, each switch's own A/B in the cycle probe and both together in the bench; the
+// H200 results README has the runs): on. CI runs the stage's emulator tests with them off too.
 // STAGE_SPARE_WARPS=1: with fewer rows than warps, the warps without a row write the
 // placeholders and zeros while the others route, instead of every warp writing its share first
 // (about 500 to 700 cycles less at 1 and 4 rows in the probe).
 #ifndef STAGE_SPARE_WARPS
-#define STAGE_SPARE_WARPS 0
+#define STAGE_SPARE_WARPS 1
 #endif
 // STAGE_FEW_ROWS=1: with no more rows than BLOCK_M (and at most 32), the sort after the route
 // takes one barrier, not four (stage_few_rows; about 900 cycles less at 1, 4 and 16 rows).
 #ifndef STAGE_FEW_ROWS
-#define STAGE_FEW_ROWS 0
+#define STAGE_FEW_ROWS 1
 #endif
 #ifndef STAGE_PROBE  // phase marks for tools/gpu/probes/ch08_stage_phases.cu; empty here
 #define STAGE_PROBE(n)
 #endif
 #define STAGE_WARPS 16                 // = STAGE_THREADS / 32
+#define STAGE_WIDE_THREADS 1024        // the wide one block: 32 warps, a warp per row to 32 rows
+#define STAGE_WIDE_WARPS 32            // = STAGE_WIDE_THREADS / 32
 #define STAGE_MAX_EXPERTS 512          // one expert per thread in the scan
 #define STAGE_ONE_BLOCK_MAX_PAIRS 512  // one pair per thread: the one-block arrangement's limit
 #define STAGE_ROWS_PER_BLOCK 16        // rows a block of stage_route_count routes (a warp each)
@@ -152,9 +153,11 @@ __device__ __forceinline__ void stage_few_rows(const int* s_ids, const unsigned*
 // ANCHOR_END: few_rows
 
 // ANCHOR: one_block
-// One block, STAGE_THREADS threads, for T * k <= STAGE_ONE_BLOCK_MAX_PAIRS. Outputs as the
-// file's comment says; counts [E] and offsets [E + 1] (each expert's first slot, then the total).
-template <int SLOTS>
+// One block of WARPS warps (STAGE_WARPS, or STAGE_WIDE_WARPS for 17 to 32 rows, so that a warp
+// routes one row), for T * k <= STAGE_ONE_BLOCK_MAX_PAIRS. Outputs as the file's comment says;
+// counts [E] and offsets [E + 1] (each expert's first slot, then the total). The pairs are held
+// by the first P threads whatever WARPS is (P <= 512: at most 16 warps hold pairs).
+template <int SLOTS, int WARPS>
 __device__ void stage_one_block(const float* __restrict__ logits, const float* __restrict__ bias,
                                 int T, int E, int k, int scoring, int n_group, int topk_group,
                                 int renormalize, float scale, int block_m, int capacity,
@@ -165,7 +168,8 @@ __device__ void stage_one_block(const float* __restrict__ logits, const float* _
     __shared__ int s_ids[STAGE_ONE_BLOCK_MAX_PAIRS];          // the routing's ids, pair order
     __shared__ int s_warp[STAGE_WARPS * STAGE_MAX_EXPERTS];   // [warp][expert], row stride E
     __shared__ int s_start[STAGE_MAX_EXPERTS];  // padded count, then first slot, per expert
-    __shared__ int s_warp_sum[STAGE_WARPS];
+    __shared__ int s_warp_sum[WARPS];
+    constexpr int THREADS = WARPS * 32;
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
     const int P = T * k, warps = (P + 31) / 32;  // the warps that hold pairs
     // A programmatic dependent of the logits GEMM (common.cuh): wait before the first write, so
@@ -177,10 +181,12 @@ __device__ void stage_one_block(const float* __restrict__ logits, const float* _
     __shared__ unsigned s_marks[STAGE_MAX_EXPERTS / 32];  // bit e % 32 of word e / 32: e picked
     const bool few = T <= block_m && T <= 32;              // block-uniform
     if (few) {
-        for (int x = t; x < E; x += STAGE_THREADS) s_rows[x] = 0;
+        for (int x = t; x < E; x += THREADS) s_rows[x] = 0;
         if (t < STAGE_MAX_EXPERTS / 32) s_marks[t] = 0;
         __syncthreads();
     }
+#else
+    constexpr bool few = false;
 #endif
     moe_grid_wait();
     STAGE_PROBE(1);
@@ -188,30 +194,35 @@ __device__ void stage_one_block(const float* __restrict__ logits, const float* _
 #if STAGE_SPARE_WARPS
     // With fewer rows than warps, only the warps without a row write them, while the others
     // route; with a row in every warp, every warp writes its share first.
-    const int spare = T < STAGE_WARPS ? T * 32 : 0;  // the first thread without a row
-    if (t >= spare) {                                // warp-uniform
-        const int i = t - spare, n = STAGE_THREADS - spare;
+    const int spare = T < WARPS ? T * 32 : 0;  // the first thread without a row
+    if (t >= spare) {                          // warp-uniform
+        const int i = t - spare, n = THREADS - spare;
         for (int s = i; s < capacity; s += n) sorted_ids[s] = P;
         for (int tile = i; tile < max_tiles; tile += n) expert_ids[tile] = -1;
-        for (int x = i; x < warps * E; x += n) s_warp[x] = 0;
-        for (int x = i; x < E; x += n) {
-            s_start[x] = 0;
-            counts[x] = 0;
+        if (!few) {  // block-uniform; stage_few_rows reads neither and writes every count
+            for (int x = i; x < warps * E; x += n) s_warp[x] = 0;
+            for (int x = i; x < E; x += n) {
+                s_start[x] = 0;
+                counts[x] = 0;
+            }
         }
     }
 #else
-    for (int s = t; s < capacity; s += STAGE_THREADS) sorted_ids[s] = P;
-    for (int tile = t; tile < max_tiles; tile += STAGE_THREADS) expert_ids[tile] = -1;
-    for (int i = t; i < warps * E; i += STAGE_THREADS) s_warp[i] = 0;
-    if (t < E) {
-        s_start[t] = 0;
-        counts[t] = 0;
+    for (int s = t; s < capacity; s += THREADS) sorted_ids[s] = P;
+    for (int tile = t; tile < max_tiles; tile += THREADS) expert_ids[tile] = -1;
+    if (!few) {  // block-uniform; stage_few_rows reads neither and writes every count
+        for (int i = t; i < warps * E; i += THREADS) s_warp[i] = 0;
+        if (t < E) {
+            s_start[t] = 0;
+            counts[t] = 0;
+        }
     }
 #endif
     STAGE_PROBE(2);
-    // 1. Route: warp w routes rows w, w + 16, ...; lane r < k writes pick r into s_ids (chapter
-    //    5's row router takes any pointer: here one into shared memory) and its weight to memory.
-    for (int row = warp; row < T; row += STAGE_WARPS) {
+    // 1. Route: warp w routes rows w, w + WARPS, ...; lane r < k writes pick r into s_ids
+    //    (chapter 5's row router takes any pointer: here one into shared memory) and its weight
+    //    to memory.
+    for (int row = warp; row < T; row += WARPS) {
 #if STAGE_SCREEN
         fr_row_screened<SLOTS, true>(logits, bias, s_ids, weights, row, E, k, scoring, n_group,
                                      topk_group, renormalize, scale);
@@ -271,7 +282,7 @@ __device__ void stage_one_block(const float* __restrict__ logits, const float* _
     __syncthreads();
     int before = 0, total = 0;
 #pragma unroll
-    for (int w = 0; w < STAGE_WARPS; ++w) {
+    for (int w = 0; w < WARPS; ++w) {
         const int x = s_warp_sum[w];
         before += w < warp ? x : 0;
         total += x;
@@ -492,9 +503,21 @@ extern "C" __global__ void __launch_bounds__(STAGE_THREADS) stage_scatter(
         int capacity, int max_tiles, int* __restrict__ ids, float* __restrict__ weights,           \
         int* __restrict__ sorted_ids, int* __restrict__ expert_ids, int* __restrict__ num_post,    \
         int* __restrict__ counts, int* __restrict__ offsets) {                                     \
-        stage_one_block<SLOTS>(logits, bias, T, E, k, scoring, n_group, topk_group, renormalize,   \
-                               scale, block_m, capacity, max_tiles, ids, weights, sorted_ids,      \
-                               expert_ids, num_post, counts, offsets);                             \
+        stage_one_block<SLOTS, STAGE_WARPS>(logits, bias, T, E, k, scoring, n_group, topk_group,   \
+                                            renormalize, scale, block_m, capacity, max_tiles, ids, \
+                                            weights, sorted_ids, expert_ids, num_post, counts,     \
+                                            offsets);                                              \
+    }                                                                                              \
+    extern "C" __global__ void __launch_bounds__(STAGE_WIDE_THREADS) stage_one_block_wide_e##W(    \
+        const float* __restrict__ logits, const float* __restrict__ bias, int T, int E, int k,     \
+        int scoring, int n_group, int topk_group, int renormalize, float scale, int block_m,       \
+        int capacity, int max_tiles, int* __restrict__ ids, float* __restrict__ weights,           \
+        int* __restrict__ sorted_ids, int* __restrict__ expert_ids, int* __restrict__ num_post,    \
+        int* __restrict__ counts, int* __restrict__ offsets) {                                     \
+        stage_one_block<SLOTS, STAGE_WIDE_WARPS>(logits, bias, T, E, k, scoring, n_group,          \
+                                                 topk_group, renormalize, scale, block_m,          \
+                                                 capacity, max_tiles, ids, weights, sorted_ids,    \
+                                                 expert_ids, num_post, counts, offsets);           \
     }                                                                                              \
     extern "C" __global__ void __launch_bounds__(STAGE_THREADS) stage_route_count_e##W(            \
         const float* __restrict__ logits, const float* __restrict__ bias, int T, int E, int k,     \

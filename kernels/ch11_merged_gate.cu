@@ -58,12 +58,11 @@
 // no barrier of its own), or 1 (cleared between passes, two warp barriers, the picks kept in
 // its memory afterwards), which leaves the block 37,952 bytes of shared memory instead of
 // 48,192, so that 6 blocks fit an SM instead of 4: the A/B of whether the warp form waits for
-// want of warps (MOE_NVRTC_DEFINES=RS_WARP_HISTS=1). Timed on an H100 only (off, on, off in one
-// call; the results README has the run): with 1 the warp form took 0.81 of the time at 8,192
-// rows and 0.97 to 0.99 below. 3 (the machine code of the H200's ch11.csv) until an H200 run
-// retakes the CSV with 1; CI runs the chapter's emulator tests with 1.
+// want of warps (MOE_NVRTC_DEFINES=RS_WARP_HISTS=3 for the other). Timed on an H100 (3, 1, 3 in
+// one call; the H200 results README has the run): with 1 the warp form took 0.81 of the time at
+// 8,192 rows and 0.97 to 0.99 below. 1; CI runs the chapter's emulator tests with 3 too.
 #ifndef RS_WARP_HISTS
-#define RS_WARP_HISTS 3
+#define RS_WARP_HISTS 1
 #endif
 // At most this many lanes of a warp count one by one (rs_count); 32, every lane: aggregation off.
 // Timed on the H200 both ways (MOE_NVRTC_DEFINES=RS_AGGREGATE_ABOVE=8 turns it on): it lost at

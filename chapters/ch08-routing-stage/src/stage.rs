@@ -4,7 +4,7 @@
 //!
 //! | arrangement | kernels | launches |
 //! |---|---|---|
-//! | [`Arrangement::OneBlock`] (up to [`ONE_BLOCK_MAX_ROWS`] rows and 512 pairs) | `stage_one_block_e{W}` | 1 |
+//! | [`Arrangement::OneBlock`] (up to [`ONE_BLOCK_MAX_ROWS`] rows and 512 pairs) | `stage_one_block_e{W}` (16 warps), or from 17 rows `stage_one_block_wide_e{W}` (32 warps) | 1 |
 //! | [`Arrangement::TwoLaunches`] | `stage_route_count_e{W}`, then `stage_scatter` | 2 |
 //!
 //! W in 128, 256, 288, 320, 384, 512: the narrowest row width that holds E, as chapter 5's.
@@ -30,13 +30,16 @@ pub mod geometry {
 use geometry::*;
 
 /// The row widths the kernels are compiled for, with their two entry points.
-const WIDTHS: [(usize, &str, &str); 6] = {
+const WIDTHS: [(usize, [&str; 3]); 6] = {
     macro_rules! width {
         ($w:literal) => {
             (
                 $w,
-                concat!("stage_one_block_e", $w),
-                concat!("stage_route_count_e", $w),
+                [
+                    concat!("stage_one_block_e", $w),
+                    concat!("stage_one_block_wide_e", $w),
+                    concat!("stage_route_count_e", $w),
+                ],
             )
         };
     }
@@ -50,30 +53,42 @@ const WIDTHS: [(usize, &str, &str); 6] = {
     ]
 };
 
-fn width_for(experts: usize) -> Option<(&'static str, &'static str)> {
+/// The entry points for `experts` per row: the one block (16 warps), the wide one block (32
+/// warps) and the two launches' first.
+fn width_for(experts: usize) -> Option<[&'static str; 3]> {
     WIDTHS
         .iter()
-        .find(|(w, ..)| *w >= experts)
-        .map(|&(_, one, route)| (one, route))
+        .find(|(w, _)| *w >= experts)
+        .map(|&(_, names)| names)
+}
+
+/// The one block's threads for `rows` rows: 16 warps up to 16 rows, then 32, so that a warp routes
+/// one row up to 32 rows (past that, two or more in turn).
+fn one_block_threads(rows: usize) -> u32 {
+    if rows > STAGE_WARPS {
+        STAGE_WIDE_THREADS as u32
+    } else {
+        STAGE_THREADS as u32
+    }
 }
 
 // ANCHOR: arrangement
 /// How the stage spreads a batch over the GPU. Both give the same bits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arrangement {
-    /// One block of 16 warps routes every row (a warp per row, rows 16 apart in turn) and sorts
-    /// the pairs in shared memory: one launch, the ids never in memory before they are final.
-    /// Up to 512 pairs (one per thread).
+    /// One block routes every row, a warp per row (16 warps up to 16 rows, then 32; rows 32
+    /// apart in turn past 32), and sorts the pairs in shared memory: one launch, the ids never
+    /// in memory before they are final. Up to 512 pairs (one per thread).
     OneBlock,
     /// A block per 16 rows routes and counts; then a block per chunk of rows sorts: two
     /// launches, as many warps routing as there are rows.
     TwoLaunches,
 }
 
-/// Up to how many rows [`Arrangement::OneBlock`] is the default. Past 16 rows a warp of the
-/// one block routes a second row after its first, while the two launches route every row at
-/// once: a choice from that count, not a measured crossover (the bench times both).
-pub const ONE_BLOCK_MAX_ROWS: usize = 16;
+/// Up to how many rows [`Arrangement::OneBlock`] is the default: as many as the wide block has
+/// warps, so that no warp routes a second row. The bench times both arrangements at every row
+/// count; `ch08.csv` has the one block ahead of the two launches up to this count.
+pub const ONE_BLOCK_MAX_ROWS: usize = STAGE_WIDE_WARPS;
 
 /// The arrangement [`RoutingStage::new`] picks: one block up to [`ONE_BLOCK_MAX_ROWS`] rows (and
 /// at most 512 pairs), else two launches.
@@ -294,8 +309,9 @@ impl RoutingStage {
         if self.rows == 0 {
             return Vec::new();
         }
-        let (one, route) = width_for(self.experts).expect("experts checked in check_stage");
+        let [one, wide, route] = width_for(self.experts).expect("experts checked in check_stage");
         match self.arrangement {
+            Arrangement::OneBlock if self.rows > STAGE_WARPS => vec![wide],
             Arrangement::OneBlock => vec![one],
             Arrangement::TwoLaunches => vec![route, "stage_scatter"],
         }
@@ -383,6 +399,7 @@ impl RoutingStage {
                     &out.counts,
                     &out.offsets
                 ]);
+                let threads = one_block_threads(self.rows);
                 self.module
                     .launch(names[0], LaunchConfig::blocks(1, threads).dependent(), &a)?;
             }

@@ -271,15 +271,27 @@ fn zero_or_nan_sums_give_the_documented_weights(dev: &'static Device) {
     }
 }
 
-/// One launch for the one block, two for the two launches, none for an empty batch.
+/// One launch for the one block (its wide form from 17 rows), two for the two launches, none for
+/// an empty batch.
 fn launches_are_one_or_two(dev: &'static Device) {
-    let c = shape_case("glm", 4, 8400);
-    for (a, want) in [
+    for (rows, a, want) in [
         (
+            4,
             Arrangement::OneBlock,
             vec!["ch08_routing_stage::stage_one_block_e288"],
         ),
         (
+            16,
+            Arrangement::OneBlock,
+            vec!["ch08_routing_stage::stage_one_block_e288"],
+        ),
+        (
+            17,
+            Arrangement::OneBlock,
+            vec!["ch08_routing_stage::stage_one_block_wide_e288"],
+        ),
+        (
+            4,
             Arrangement::TwoLaunches,
             vec![
                 "ch08_routing_stage::stage_route_count_e288",
@@ -287,10 +299,12 @@ fn launches_are_one_or_two(dev: &'static Device) {
             ],
         ),
     ] {
+        let c = shape_case("glm", rows, 8400);
         let (out, names) = record_launches(|| run(dev, &c, 16, a));
-        assert_eq!(names, want, "{a:?}");
-        assert_eq!(out.routing.rows, 4);
+        assert_eq!(names, want, "{rows} rows, {a:?}");
+        assert_eq!(out.routing.rows, rows);
     }
+    let c = shape_case("glm", 4, 8400);
     assert_eq!(
         arrangement_for(ONE_BLOCK_MAX_ROWS, 8),
         Arrangement::OneBlock

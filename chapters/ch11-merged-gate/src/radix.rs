@@ -2,10 +2,12 @@
 //! one block per row, the top-k found by binning the leading bits of order-preserving keys
 //! instead of chapter 5's k rounds of warp argmax, with the same ids and weights bit for bit.
 //!
-//! Two forms ([`RadixForm`]): a block per row (`radix_topk`, the default), and a warp per row
+//! Two forms ([`RadixForm`]): a block per row (`radix_topk`), and a warp per row
 //! (`radix_topk_warp`, four rows a block), which scans each pass's histogram once instead of in
 //! each of the block's warps and waits at the warp's barrier instead of the block's. The same
-//! instructions otherwise, so the same bits.
+//! instructions otherwise, so the same bits. [`RadixTopk::new`] picks by the row count
+//! ([`RadixForm::for_rows`]): the block form up to [`RADIX_WARP_FROM_ROWS`] rows, the warp form
+//! from there.
 //!
 //! [`RadixTopk`] takes fp32 logits (or bf16 ones, [`Logits::Bf16`]) at any row stride, so that
 //! it can read the logits where a merged GEMM leaves them: the first E columns of a wider row.
@@ -87,9 +89,25 @@ pub enum RadixForm {
     Warp,
 }
 
+/// From how many rows [`RadixForm::for_rows`] takes the warp form. Measured (`bench ch11`, the
+/// `radix_block` and `radix_warp` rows of `ch11.csv`): the block form ahead up to 1,024 rows,
+/// where a few rows on a warp each leave most of the GPU idle, the warp form ahead at 4,096 and
+/// 8,192; 2,048 is not measured, so the switch is at the first count measured ahead.
+pub const RADIX_WARP_FROM_ROWS: usize = 4096;
+
 impl RadixForm {
-    /// Both forms, the default first.
+    /// Both forms, the block form first.
     pub const ALL: [RadixForm; 2] = [RadixForm::Block, RadixForm::Warp];
+
+    /// The form for a batch of `rows` rows: the block form below [`RADIX_WARP_FROM_ROWS`], the
+    /// warp form from there.
+    pub fn for_rows(rows: usize) -> RadixForm {
+        if rows >= RADIX_WARP_FROM_ROWS {
+            RadixForm::Warp
+        } else {
+            RadixForm::Block
+        }
+    }
 
     /// The kernel of this form for fp32 logits, or (`bf16`) for bf16 ones.
     pub fn kernel(self, bf16: bool) -> &'static str {
@@ -151,7 +169,8 @@ pub struct RadixTopk {
 
 impl RadixTopk {
     /// Validates `config` and the bias against `experts` and the kernel's limits
-    /// ([`check_limits`]); loads the kernels.
+    /// ([`check_limits`]); loads the kernels, of the form [`RadixForm::for_rows`] picks for
+    /// `rows` ([`RadixTopk::with_form`] sets another).
     pub fn new(
         device: &'static Device,
         config: &RouterConfig,
@@ -166,7 +185,7 @@ impl RadixTopk {
             rows,
             experts,
             has_bias: bias.is_some(),
-            form: RadixForm::Block,
+            form: RadixForm::for_rows(rows),
         })
     }
 
@@ -277,7 +296,7 @@ pub fn route_logits_radix(
         experts,
         logits,
         bias,
-        RadixForm::Block,
+        RadixForm::for_rows(rows),
     )
 }
 

@@ -41,9 +41,12 @@ fn check_against_fused(
         .unwrap_or_else(|e| panic!("{what}: {e}"));
     let fused = route_logits_fused(dev, config, rows, experts, logits, bias).unwrap();
     assert_same(what, &radix, &fused);
-    let warp = route_logits_radix_in(dev, config, rows, experts, logits, bias, RadixForm::Warp)
-        .unwrap_or_else(|e| panic!("{what} (a warp per row): {e}"));
-    assert_same(&format!("{what} (a warp per row)"), &warp, &fused);
+    // Each form forced, whichever the row count picks (RadixForm::for_rows).
+    for (form, name) in [(RadixForm::Block, "a block"), (RadixForm::Warp, "a warp")] {
+        let forced = route_logits_radix_in(dev, config, rows, experts, logits, bias, form)
+            .unwrap_or_else(|e| panic!("{what} ({name} per row): {e}"));
+        assert_same(&format!("{what} ({name} per row)"), &forced, &fused);
+    }
     if config.grouping.is_none() {
         let block = route_logits_fused_as(
             dev,
@@ -292,6 +295,28 @@ moe_kernels::backend_tests!(
     bf16_logits_at_a_stride,
     bad_inputs_are_typed_errors,
 );
+
+/// The form is a rule of the row count: the block form below RADIX_WARP_FROM_ROWS rows, the warp
+/// form from there, in RadixTopk::new and route_logits_radix alike.
+#[test]
+fn the_form_follows_the_row_count() {
+    use ch11_merged_gate::radix::RADIX_WARP_FROM_ROWS as FROM;
+    for (rows, want) in [
+        (0, RadixForm::Block),
+        (1, RadixForm::Block),
+        (FROM - 1, RadixForm::Block),
+        (FROM, RadixForm::Warp),
+        (2 * FROM, RadixForm::Warp),
+    ] {
+        assert_eq!(RadixForm::for_rows(rows), want, "{rows} rows");
+    }
+    let dev = moe_kernels::testing::emu();
+    let config = RouterConfig::glm5(2);
+    for (rows, want) in [(FROM - 1, RadixForm::Block), (FROM, RadixForm::Warp)] {
+        let t = ch11_merged_gate::RadixTopk::new(dev, &config, rows, 8, None).unwrap();
+        assert_eq!(t.form(), want, "{rows} rows");
+    }
+}
 
 /// The host's literal loop against a sort of (key, id) pairs, with ties at the cut.
 #[test]

@@ -7,7 +7,8 @@
 //! | the same | `separate_2s` | the same on two streams ([`SeparateGate::on_two_streams`]): the projection GEMM beside the pair | the same |
 //! | the same | `merged` | [`MergedGate`]: one GEMM over the stacked weight (fp32 out), then `merged_gate` | the same |
 //! | the same | `merged_bf16` | [`Bf16Gate`]: the stacked GEMM with bf16 out, then radix select on bf16 logits | the same |
-//! | `kimi_e896_k16` | `radix` | `radix_topk` alone on fp32 logits | the logits and the bias read, ids and weights written |
+//! | `kimi_e896_k16` | `radix` | radix select alone on fp32 logits, in the form [`RadixTopk::new`] picks for the rows ([`RadixForm::for_rows`]) | the logits and the bias read, ids and weights written |
+//! | the same | `radix_block` | `radix_topk` alone (a block per row, [`RadixForm::Block`]) | the same |
 //! | the same | `radix_warp` | `radix_topk_warp` alone (a warp per row, [`RadixForm::Warp`]) | the same |
 //! | the same | `argmax` | chapter 5's k-round argmax alone (`fused_router_e1024`, [`RowForm::WarpPerRow`]) | the same |
 //! | the same | `fused` | chapter 5's router in its default form for the rows ([`form_for`]) | the same |
@@ -201,13 +202,15 @@ fn build_front(dev: &'static Device, front: Front, rows: usize) -> Result<FrontW
 #[derive(Clone, Copy)]
 enum Select {
     Radix,
+    RadixBlock,
     RadixWarp,
     Argmax,
     Fused,
 }
 
-const SELECTS: [(Select, &str); 4] = [
+const SELECTS: [(Select, &str); 5] = [
     (Select::Radix, "radix"),
+    (Select::RadixBlock, "radix_block"),
     (Select::RadixWarp, "radix_warp"),
     (Select::Argmax, "argmax"),
     (Select::Fused, "fused"),
@@ -255,6 +258,11 @@ fn build_topk(dev: &'static Device, select: Select, rows: usize) -> Result<TopkW
     let err = |e: ch01_router::chain::DeviceRouterError| e.to_string();
     let topk = match select {
         Select::Radix => Topk::Radix(RadixTopk::new(dev, &config, rows, e, b).map_err(err)?),
+        Select::RadixBlock => Topk::Radix(
+            RadixTopk::new(dev, &config, rows, e, b)
+                .map_err(err)?
+                .with_form(RadixForm::Block),
+        ),
         Select::RadixWarp => Topk::Radix(
             RadixTopk::new(dev, &config, rows, e, b)
                 .map_err(err)?

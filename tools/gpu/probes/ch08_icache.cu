@@ -38,10 +38,10 @@ __global__ void __launch_bounds__(STAGE_THREADS) reps_kernel(
     constexpr bool lit = LITERAL >= 0;
 #pragma unroll 1
     for (int r = 0; r < reps; ++r) {
-        stage_one_block<SLOTS>(logits, bias, T, lit ? 32 * SLOTS : E, lit ? kStageK : k,
-                               lit ? LITERAL : scoring, 1, 1, 1, 1.0f, lit ? kStageBlockM : block_m,
-                               capacity, max_tiles, ids, weights, sorted_ids, expert_ids,
-                               num_post, counts, offsets);
+        stage_one_block<SLOTS, STAGE_WARPS>(
+            logits, bias, T, lit ? 32 * SLOTS : E, lit ? kStageK : k, lit ? LITERAL : scoring, 1,
+            1, 1, 1.0f, lit ? kStageBlockM : block_m, capacity, max_tiles, ids, weights,
+            sorted_ids, expert_ids, num_post, counts, offsets);
         __syncthreads();
     }
     note_smid();

@@ -1,5 +1,5 @@
 //! Chapter 11's generated files, from the GPU run of `bench ch11` (`tools/bench/src/ch11.rs`):
-//! `bench/results/h200/ch11.csv` (Kimi K3's front four ways, `separate`, `separate_2s` (on two
+//! `bench/results/h100/ch11.csv` (Kimi K3's front four ways, `separate`, `separate_2s` (on two
 //! streams), `merged` and `merged_bf16`; the selection alone, `radix`, `argmax` (chapter 5's k-round argmax, a warp per
 //! row) and `fused` (chapter 5's router in its default form); a floor probe after each; one empty
 //! launch), `ch11_steps.csv` (each front stopped after each of its launches) and
@@ -10,7 +10,7 @@
 //! table, the row-axis figure (the fronts beside their floor, and the selection alone), and Part
 //! II's closing figure (`part2.rs`) and the decode-step share of its routers (`decode.rs`), with
 //! the page's example and tree; from `bench ch11 --flips`, the bf16 variant's flip-rate table
-//! (`flips.rs`, "not measured yet" until `bench/results/h200/ch11_flips.csv` is committed); from
+//! (`flips.rs`, "not measured yet" until `bench/results/h100/ch11_flips.csv` is committed); from
 //! `ch11_gemm.csv`, the stacked GEMM's switch (`gemm.rs`, the same until it is committed).
 
 mod decode;
@@ -18,7 +18,7 @@ mod flips;
 mod gemm;
 mod part2;
 
-use super::facts::{thousands, Facts};
+use super::facts::{and_list, thousands, Facts};
 use super::svg::{Figure, Marker, Series};
 use super::tables::{count_header, fmt_us, parse_steps};
 use super::{read, Generated};
@@ -28,9 +28,9 @@ use part2::probe_after;
 use std::fmt::Write as _;
 use std::path::Path;
 
-const CSV: &str = "bench/results/h200/ch11.csv";
-const STEPS: &str = "bench/results/h200/ch11_steps.csv";
-const CEILINGS: &str = "bench/results/h200/ch11_ceilings.csv";
+const CSV: &str = "bench/results/h100/ch11.csv";
+const STEPS: &str = "bench/results/h100/ch11_steps.csv";
+const CEILINGS: &str = "bench/results/h100/ch11_ceilings.csv";
 const FACTS: &str = "book/src/figures/ch11-facts.md";
 const TARGETS: &str = "book/src/figures/ch11-targets.md";
 const TIMES: &str = "book/src/figures/ch11-table.md";
@@ -75,9 +75,18 @@ const FRONTS: [(&str, &str, &str); 4] = [
 /// Radix select with a warp per row: measured from the run that added it on, so read where the
 /// CSV has it.
 const RADIX_WARP: &str = "radix_warp";
+/// Radix select with a block per row, forced: measured from the run that made the form a rule of
+/// the row count (before it, `radix` was this form), so read where the CSV has it.
+const RADIX_BLOCK: &str = "radix_block";
+/// The selections read where the CSV has them.
+const OPTIONAL: [&str; 2] = [RADIX_BLOCK, RADIX_WARP];
 /// The selections alone.
-const SELECTS: [(&str, &str); 4] = [
-    ("radix", "radix: radix select, a block per row"),
+const SELECTS: [(&str, &str); 5] = [
+    (
+        "radix",
+        "radix: radix select, in the form the row count picks",
+    ),
+    ("radix_block", "radix_block: radix select, a block per row"),
     ("radix_warp", "radix_warp: radix select, a warp per row"),
     (
         "argmax",
@@ -333,11 +342,11 @@ fn facts_and_tables(
         );
     }
     let topk_counts = super::token_counts(rows, TOPK);
-    let (mut met, mut judged, mut first_missed) = (0, 0, None);
+    let (mut met, mut judged, mut missed) = (0, 0, Vec::new());
     for &n in &topk_counts {
         for (imp, _) in SELECTS {
             let Some(r) = super::find(rows, TOPK, n, imp) else {
-                if imp == RADIX_WARP {
+                if OPTIONAL.contains(&imp) {
                     continue; // measured from the run that added it on
                 }
                 return Err(format!("{CSV}: no {imp} row at {n} rows"));
@@ -389,11 +398,13 @@ fn facts_and_tables(
             judged += 1;
             if r <= a {
                 met += 1;
-            } else if first_missed.is_none() {
-                first_missed = Some(n);
+            } else {
+                missed.push(thousands(n));
             }
+            let block = super::find(rows, TOPK, n, RADIX_BLOCK).map(|b| b.cold_median_us);
             let forms = [
                 ("radix select", Some(r)),
+                ("radix select, a block per row", block),
                 ("radix select, a warp per row", warp),
             ];
             for (what, time) in forms {
@@ -412,13 +423,13 @@ fn facts_and_tables(
     f.add("target_radix_from", RADIX_FROM_ROWS.to_string(), HERE);
     f.add("radix_met", met.to_string(), CSV);
     f.add("radix_judged", judged.to_string(), CSV);
-    if let Some(n) = first_missed {
-        f.add("radix_first_missed", thousands(n), CSV);
+    if !missed.is_empty() {
+        f.add("radix_missed_at", and_list(&missed), CSV);
     }
     // The per-row cost of each selection between its two largest counts, ns a row.
     if let [.., lo, hi] = topk_counts[..] {
         for (imp, _) in SELECTS {
-            if super::find(rows, TOPK, hi, imp).is_none() && imp == RADIX_WARP {
+            if super::find(rows, TOPK, hi, imp).is_none() && OPTIONAL.contains(&imp) {
                 continue;
             }
             let d = cold(rows, TOPK, hi, imp)? - cold(rows, TOPK, lo, imp)?;
@@ -498,7 +509,7 @@ fn times(rows: &[BenchRow], front: &[u64], topk: &[u64]) -> String {
     s += "\n**The selection alone** (16 of 896 fp32 logits, with the bias): µs per call, cold / warm\n\n";
     s += &count_header(topk, "row");
     for (imp, _) in SELECTS {
-        if imp == RADIX_WARP
+        if OPTIONAL.contains(&imp)
             && !topk
                 .iter()
                 .any(|&n| super::find(rows, TOPK, n, imp).is_some())
@@ -514,13 +525,15 @@ fn times(rows: &[BenchRow], front: &[u64], topk: &[u64]) -> String {
     line(&mut s, "radix / argmax", topk, &|n| {
         ratio(TOPK, n, "radix", "argmax")
     });
-    if topk
-        .iter()
-        .any(|&n| super::find(rows, TOPK, n, RADIX_WARP).is_some())
-    {
-        line(&mut s, "radix_warp / argmax", topk, &|n| {
-            ratio(TOPK, n, RADIX_WARP, "argmax")
-        });
+    for imp in OPTIONAL {
+        if topk
+            .iter()
+            .any(|&n| super::find(rows, TOPK, n, imp).is_some())
+        {
+            line(&mut s, &format!("{imp} / argmax"), topk, &|n| {
+                ratio(TOPK, n, imp, "argmax")
+            });
+        }
     }
     s
 }
@@ -595,6 +608,7 @@ fn figure(rows: &[BenchRow]) -> String {
         ("merged", "#d55e00", Marker::Square),
         ("merged_bf16", "#cc79a7", Marker::Triangle),
         ("radix", "#e69f00", Marker::Square),
+        ("radix_block", "#a6761d", Marker::Triangle),
         ("radix_warp", "#f0e442", Marker::Diamond),
         ("argmax", "#56b4e9", Marker::Circle),
         ("fused", "#000000", Marker::Triangle),
@@ -610,7 +624,7 @@ fn figure(rows: &[BenchRow]) -> String {
     };
     let mut series: Vec<Series> = colors
         .iter()
-        .filter(|(imp, _, _)| *imp != RADIX_WARP || drawn.iter().any(|d| d.imp == *imp))
+        .filter(|(imp, _, _)| !OPTIONAL.contains(imp) || drawn.iter().any(|d| d.imp == *imp))
         .map(|(imp, color, marker)| Series {
             imp: imp.to_string(),
             color,
@@ -648,6 +662,8 @@ pub fn generate(root: &Path) -> Result<Vec<Generated>, String> {
     let step_rows = parse_steps(&read(root, STEPS)?, STEPS)?;
     let steps = front_steps(&rows, &step_rows)?;
     let mut f = Facts::default();
+    let gpu = super::one_gpu(rows.iter().map(|r| r.device.as_str()), CSV)?;
+    f.add("gpu", gpu, CSV);
     let (targets, times) = facts_and_tables(root, &rows, &steps, &mut f)?;
     let mut out = vec![
         Generated {

@@ -86,6 +86,32 @@ fn token_counts(rows: &[BenchRow], shape: &str) -> Vec<u64> {
         .collect()
 }
 
+/// A GPU's name as the pages give it, from a CSV's `device` column: `NVIDIA_H100_80GB_HBM3` →
+/// `H100`, `NVIDIA_H200` → `H200` (the first word after the vendor's).
+pub fn gpu_name(device: &str) -> String {
+    let d = device.strip_prefix("NVIDIA_").unwrap_or(device);
+    d.split(['_', ' ']).next().unwrap_or(d).to_string()
+}
+
+/// The one GPU that every device in `devices` names, for a figure or a page that sets their
+/// measurements side by side: an error naming `what` if they come from two machines, or from none.
+pub fn one_gpu<'a>(
+    devices: impl IntoIterator<Item = &'a str>,
+    what: &str,
+) -> Result<String, String> {
+    let names: std::collections::BTreeSet<String> = devices.into_iter().map(gpu_name).collect();
+    let mut it = names.iter();
+    match (it.next(), it.next()) {
+        (Some(one), None) => Ok(one.clone()),
+        (None, _) => Err(format!("{what}: no measurement names its device")),
+        _ => Err(format!(
+            "{what}: measurements from more than one GPU ({}) would be set side by side; retake \
+             them on one",
+            names.into_iter().collect::<Vec<_>>().join(", ")
+        )),
+    }
+}
+
 /// Text made safe inside SVG.
 fn esc(t: &str) -> String {
     t.replace('&', "&amp;")
@@ -554,4 +580,24 @@ pub fn stale(root: &Path, files: &[Generated]) -> Vec<(String, String)> {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod gpu_tests {
+    use super::{gpu_name, one_gpu};
+
+    #[test]
+    fn gpu_names_from_the_device_column() {
+        assert_eq!(gpu_name("NVIDIA_H100_80GB_HBM3"), "H100");
+        assert_eq!(gpu_name("NVIDIA_H200"), "H200");
+        assert_eq!(gpu_name("H200"), "H200");
+    }
+
+    #[test]
+    fn one_gpu_refuses_two_machines_and_none() {
+        assert_eq!(one_gpu(["NVIDIA_H200", "H200"], "x"), Ok("H200".into()));
+        let e = one_gpu(["NVIDIA_H200", "NVIDIA_H100_80GB_HBM3"], "Part II").unwrap_err();
+        assert!(e.contains("Part II") && e.contains("H100, H200"), "{e}");
+        assert!(one_gpu([], "y").unwrap_err().contains("no measurement"));
+    }
 }

@@ -1,8 +1,8 @@
 //! Part II's decode-step share: what each router design of chapters 1, 5, 6 + 3, 8 and 9 would
 //! take of chapter 7's full-size decode step (Qwen3-30B-A3B, every one of its 48 layers MoE),
-//! from the committed H200 CSVs and nothing else:
+//! from the committed CSVs of one GPU and nothing else (an error if they name two):
 //!
-//! - the step and its parts at batch 1, 8 and 64 (`bench/results/h200/ch07_decode.csv`), among
+//! - the step and its parts at batch 1, 8 and 64 (`bench/results/h100/ch07_decode.csv`), among
 //!   them `router`: chapter 5's pair as each of the 48 MoE layers runs it, timed alone inside the
 //!   step's buffers, the 48 in one graph;
 //! - each design timed alone at the Qwen3-like shape (`qwen3_…`, hidden 2048, 128 experts,
@@ -17,6 +17,7 @@
 
 use super::part2::{d, Design};
 use crate::bench_row::{parse_csv, BenchRow};
+use crate::csv::Table;
 use crate::figures::ch07::{parse_decode, Part};
 use crate::figures::facts::{thousands, Facts};
 use crate::figures::tables::fmt_us;
@@ -24,9 +25,9 @@ use crate::figures::{read, short, Generated};
 use std::fmt::Write as _;
 use std::path::Path;
 
-const DECODE: &str = "bench/results/h200/ch07_decode.csv";
-const CH05: &str = "bench/results/h200/ch05.csv";
-const CH09: &str = "bench/results/h200/ch09.csv";
+const DECODE: &str = "bench/results/h100/ch07_decode.csv";
+const CH05: &str = "bench/results/h100/ch05.csv";
+const CH09: &str = "bench/results/h100/ch09.csv";
 const TABLE: &str = "book/src/figures/ch11-decode-share.md";
 
 /// Qwen3-30B-A3B's MoE layers (`num_hidden_layers`, every one MoE: chapter 7's
@@ -259,6 +260,20 @@ pub fn generate(root: &Path, f: &mut Facts) -> Result<Generated, String> {
     for de in &QWEN3 {
         sources.push(parse_csv(&read(root, de.csv)?, de.csv)?);
     }
+    // One machine for the step and the designs set beside it.
+    let step_devices = Table::parse(&read(root, DECODE)?, DECODE)?
+        .records()
+        .map(|r| r("device"))
+        .collect::<Vec<_>>();
+    let devices = step_devices
+        .iter()
+        .map(String::as_str)
+        .chain(sources.iter().flatten().map(|r| r.device.as_str()));
+    let gpu = crate::figures::one_gpu(
+        devices,
+        &format!("the decode-step share ({DECODE}, {CH05}, {CH09})"),
+    )?;
+    f.add("decode_gpu", gpu, DECODE);
     let mut bs: Vec<u64> = decode.iter().map(|r| r.batch).collect();
     bs.sort_unstable();
     bs.dedup();

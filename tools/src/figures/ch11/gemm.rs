@@ -1,5 +1,5 @@
-//! The stacked GEMM's switch, from `bench ch11` on the H200 (`tools/bench/src/ch11.rs`,
-//! `gemm_cases`): `bench/results/h200/ch11_gemm.csv` times the merged form's one GEMM over the
+//! The stacked GEMM's switch, from `bench ch11` on the GPU machine (`tools/bench/src/ch11.rs`,
+//! `gemm_cases`): `bench/results/h100/ch11_gemm.csv` times the merged form's one GEMM over the
 //! stacked weight `[E + P, H]` alone, as chapter 5's tiny GEMM (`tiny_gemm`, in chapter 5's form
 //! for the rows) and as the library GEMM with fp32 output (`blas_f32`), from 1 to 32 rows.
 //!
@@ -17,7 +17,7 @@ use crate::figures::{not_measured_yet, read, Generated};
 use std::fmt::Write as _;
 use std::path::Path;
 
-const CSV: &str = "bench/results/h200/ch11_gemm.csv";
+const CSV: &str = "bench/results/h100/ch11_gemm.csv";
 const OUT: &str = "book/src/figures/ch11-gemm.md";
 const SOURCE: &str = "chapters/ch11-merged-gate/src/merged.rs";
 const CONSTANT: &str = "STACKED_TINY_MAX_ROWS";
@@ -114,7 +114,7 @@ pub fn generate(root: &Path, f: &mut Facts) -> Result<Generated, String> {
             OUT,
             CSV,
             "chapter 11's stacked-GEMM table",
-            "`tools/bench ch11` on the H200 writes it, and `tools/plot` makes this table from it.",
+            "`tools/bench ch11` on the GPU machine writes it, and `tools/plot` makes this table from it.",
         ));
     }
     let rows = parse_csv(&read(root, CSV)?, CSV)?;

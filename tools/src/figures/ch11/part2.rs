@@ -1,6 +1,7 @@
 //! Part II's closing figure, "where the time goes" (the router article's Figure 7 in shape): every
 //! router design of chapters 1, 5, 8, 9 and 11 along the row axis, each bar its cold median split
-//! into three parts, from the committed H200 CSVs and nothing else:
+//! into three parts, from the committed CSVs of one GPU and nothing else (an error if they name
+//! two; the title names it):
 //!
 //! - **launches**: the design's launch count times its own CSV's empty launch (`empty_kernel`,
 //!   cold median), capped at the whole time;
@@ -55,10 +56,10 @@ pub(super) const fn d(
     }
 }
 
-const CH01: &str = "bench/results/h200/ch01.csv";
-const CH05: &str = "bench/results/h200/ch05.csv";
-const CH09: &str = "bench/results/h200/ch09.csv";
-const CH11: &str = "bench/results/h200/ch11.csv";
+const CH01: &str = "bench/results/h100/ch01.csv";
+const CH05: &str = "bench/results/h100/ch05.csv";
+const CH09: &str = "bench/results/h100/ch09.csv";
+const CH11: &str = "bench/results/h100/ch11.csv";
 
 /// The GLM-like routers, from the hidden states: the first two give ids and weights only, the
 /// last three the experts' layout too. Chapter 8's stage reads logits, so its design from the
@@ -411,7 +412,7 @@ fn band(s: &mut String, title: &str, counts: &[u64], bars: &[Bar], top: f64) {
 
 /// The figure: a legend of the three parts and of the designs' tags, then one band of panels per
 /// group, each panel a row count with its own linear scale.
-fn render(groups: &[(&str, &[u64], &[Bar])], designs: &[&Design]) -> String {
+fn render(groups: &[(&str, &[u64], &[Bar])], designs: &[&Design], gpu: &str) -> String {
     let widest = groups.iter().map(|g| g.1.len()).max().unwrap_or(1) as f64;
     let width = (16.0 + widest * (LEFT + PANEL_W + GAP) + 8.0).max(760.0);
     let legend_top = 66.0;
@@ -424,7 +425,7 @@ fn render(groups: &[(&str, &[u64], &[Bar])], designs: &[&Design]) -> String {
         &mut s,
         width,
         height,
-        "Where the time goes: every router of Part II along the row axis (H200)",
+        &format!("Where the time goes: every router of Part II along the row axis ({gpu})"),
     );
     let _ = writeln!(
         s,
@@ -477,6 +478,20 @@ const KIMI_TITLE: &str =
     "Kimi K3's front (chapter 11): hidden 7168, gate 896 + projection 3584, k = 16";
 
 /// The figure and its table, and their facts into `f`.
+/// The one GPU that every CSV of `designs` was measured on.
+fn designs_gpu(root: &Path, designs: &[&Design]) -> Result<String, String> {
+    let paths: BTreeSet<&str> = designs.iter().map(|d| d.csv).collect();
+    let mut devices = Vec::new();
+    for p in &paths {
+        devices.extend(parse_csv(&read(root, p)?, p)?.into_iter().map(|r| r.device));
+    }
+    let what = format!(
+        "Part II's figure ({})",
+        paths.iter().copied().collect::<Vec<_>>().join(", ")
+    );
+    crate::figures::one_gpu(devices.iter().map(String::as_str), &what)
+}
+
 pub fn generate(root: &Path, f: &mut Facts) -> Result<Vec<Generated>, String> {
     let (glm_counts, glm) = group(root, &GLM, "glm")?;
     let (kimi_counts, kimi) = group(root, &KIMI, "kimi")?;
@@ -487,10 +502,12 @@ pub fn generate(root: &Path, f: &mut Facts) -> Result<Vec<Generated>, String> {
         (KIMI_TITLE, &kimi_counts, &kimi),
     ];
     let designs: Vec<&Design> = GLM.iter().chain(KIMI.iter()).collect();
+    let gpu = designs_gpu(root, &designs)?;
+    f.add("part2_gpu", gpu.clone(), SVG);
     Ok(vec![
         Generated {
             path: SVG.into(),
-            content: render(&groups, &designs),
+            content: render(&groups, &designs, &gpu),
         },
         Generated {
             path: TABLE.into(),

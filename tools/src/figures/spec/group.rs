@@ -160,6 +160,10 @@ pub(crate) fn files(data: &Data, g: &Group, parts: &[&Part]) -> Result<Vec<Gener
         }
         super::facts(data, g.spec, p.facts, &mut f)?;
     }
+    // The GPU every CSV of the chapter was measured on, for the page to name (`gpu`).
+    if let Some(gpu) = data.gpu()? {
+        f.add("gpu", gpu, g.first.csv.path);
+    }
     out.push(Generated {
         path: g.facts.into(),
         content: f.render(g.facts_title),

@@ -633,6 +633,24 @@ impl Data {
         Ok(())
     }
 
+    /// The one GPU that every CSV read with a `device` column names (the pages' `gpu` fact): an
+    /// error if two of them name different machines, whose times a page must not set side by
+    /// side; `None` if no CSV has the column.
+    pub fn gpu(&self) -> Result<Option<String>, String> {
+        let mut devices: Vec<String> = Vec::new();
+        let mut paths: Vec<&str> = Vec::new();
+        for (path, _, t) in &self.tables {
+            if t.col("device").is_ok() {
+                devices.extend(t.records().map(|r| r("device")));
+                paths.push(path);
+            }
+        }
+        if paths.is_empty() {
+            return Ok(None);
+        }
+        crate::figures::one_gpu(devices.iter().map(String::as_str), &paths.join(", ")).map(Some)
+    }
+
     fn get(&self, csv: &Csv) -> Result<&(&'static str, String, Table), String> {
         self.tables
             .iter()

@@ -607,3 +607,26 @@ fn a_named_value_reads_another_csv() {
     let e = facts(&data(), "spec.rs", ITEMS, &mut f).unwrap_err();
     assert!(e.contains("c.csv: not read"), "{e}");
 }
+
+/// The pages' `gpu` fact: the one GPU every CSV with a `device` column names; an error where two
+/// CSVs of one group name different GPUs; none where no CSV has the column.
+#[test]
+fn the_gpu_is_one_or_an_error() {
+    const A: Csv = Csv::at("a.csv");
+    const B: Csv = Csv::at("b.csv");
+    let mut d = Data::default();
+    d.add(&T, TEXT).unwrap();
+    assert_eq!(d.gpu(), Ok(None));
+    d.add(
+        &A,
+        "x,device\n1,NVIDIA_H100_80GB_HBM3\n2,NVIDIA_H100_80GB_HBM3\n",
+    )
+    .unwrap();
+    assert_eq!(d.gpu(), Ok(Some("H100".to_string())));
+    d.add(&B, "x,device\n1,NVIDIA_H200\n").unwrap();
+    let e = d.gpu().unwrap_err();
+    assert!(
+        e.contains("a.csv, b.csv") && e.contains("H100, H200"),
+        "{e}"
+    );
+}
