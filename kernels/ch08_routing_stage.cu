@@ -7,7 +7,8 @@
 // round trip through memory between them. Here the router and the bookkeeping are one stage:
 //
 //   one block (stage_one_block_e{W}, up to STAGE_ONE_BLOCK_MAX_PAIRS pairs, one launch; from 17
-//            rows stage_one_block_wide_e{W}, 32 warps, so that a warp still routes one row):
+//            rows stage_one_block_wide_e{W}, 32 warps, so that a warp still routes one row, and
+//            the sort on the first 16 alone):
 //            the block's warps route the rows with chapter 5's row router (a warp per row:
 //            fr_row_screened, ch05/router_screen.cuh: sigmoid rows screened on approximate keys
 //            as chapter 5's few-row kernel does, the others by fr_row's k rounds of warp
@@ -152,11 +153,32 @@ __device__ __forceinline__ void stage_few_rows(const int* s_ids, const unsigned*
 }
 // ANCHOR_END: few_rows
 
+// The one block's barrier after the route: __syncthreads in the 16-warp block; in the wide one,
+// whose last 16 warps leave after the route (they hold no pair and no expert: P, E <= 512), a
+// barrier of the first STAGE_THREADS threads alone (bar.sync 1; barrier 0 would count the warps
+// that left).
+template <int WARPS>
+__device__ __forceinline__ void stage_sort_sync() {
+    if (WARPS == STAGE_WARPS) {
+        __syncthreads();
+    } else {
+#ifdef MOE_EMU
+        moe_named_barrier_sync<1, STAGE_THREADS>();
+#else
+        asm volatile("bar.sync 1, %0;\n" ::"n"(STAGE_THREADS) : "memory");
+#endif
+    }
+}
+
+// The wide block against the 16-warp one at 24 and 32 rows, the phase probe in one run on an
+// H100 (the H100 results README has it): 0.74 to 0.78 of its cycles at 24, 0.87 to 0.89 at 32;
+// with all 32 warps through the sort, 0.95 at 24 and 1.06 at 32 (GLM-like).
 // ANCHOR: one_block
 // One block of WARPS warps (STAGE_WARPS, or STAGE_WIDE_WARPS for 17 to 32 rows, so that a warp
 // routes one row), for T * k <= STAGE_ONE_BLOCK_MAX_PAIRS. Outputs as the file's comment says;
 // counts [E] and offsets [E + 1] (each expert's first slot, then the total). The pairs are held
-// by the first P threads whatever WARPS is (P <= 512: at most 16 warps hold pairs).
+// by the first P threads whatever WARPS is (P <= 512: at most 16 warps hold pairs), so the wide
+// block's last 16 warps leave after the route (stage_sort_sync).
 template <int SLOTS, int WARPS>
 __device__ void stage_one_block(const float* __restrict__ logits, const float* __restrict__ bias,
                                 int T, int E, int k, int scoring, int n_group, int topk_group,
@@ -168,7 +190,7 @@ __device__ void stage_one_block(const float* __restrict__ logits, const float* _
     __shared__ int s_ids[STAGE_ONE_BLOCK_MAX_PAIRS];          // the routing's ids, pair order
     __shared__ int s_warp[STAGE_WARPS * STAGE_MAX_EXPERTS];   // [warp][expert], row stride E
     __shared__ int s_start[STAGE_MAX_EXPERTS];  // padded count, then first slot, per expert
-    __shared__ int s_warp_sum[WARPS];
+    __shared__ int s_warp_sum[STAGE_WARPS];
     constexpr int THREADS = WARPS * 32;
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
     const int P = T * k, warps = (P + 31) / 32;  // the warps that hold pairs
@@ -246,6 +268,9 @@ __device__ void stage_one_block(const float* __restrict__ logits, const float* _
     STAGE_PROBE(3);
     __syncthreads();
     STAGE_PROBE(4);
+    // The sort is the first 16 warps' (every pair and every expert is theirs): the wide block's
+    // others are done.
+    if (WARPS > STAGE_WARPS && warp >= STAGE_WARPS) return;
 #if STAGE_FEW_ROWS
     if (few) {
         stage_few_rows(s_ids, s_rows, s_marks, P, E, k, block_m, ids, sorted_ids, expert_ids,
@@ -261,7 +286,7 @@ __device__ void stage_one_block(const float* __restrict__ logits, const float* _
     const unsigned same = align_same_key(valid ? e : E, align_key_bits(E));
     int rank = __popc(same & ((1u << lane) - 1));
     if (valid && rank == 0) s_warp[warp * E + e] = __popc(same);
-    __syncthreads();
+    stage_sort_sync<WARPS>();
     STAGE_PROBE(5);
     // 3. Count: the first pair of each expert adds its expert's pairs over the warps and pads.
     int count = 0;
@@ -273,16 +298,16 @@ __device__ void stage_one_block(const float* __restrict__ logits, const float* _
             counts[e] = count;
         }
     }
-    __syncthreads();
+    stage_sort_sync<WARPS>();
     STAGE_PROBE(6);
     // 4. Scan: thread t holds expert t's padded count; its first slot is the sum before it.
     const int padded = t < E ? s_start[t] : 0;
     const int incl = align_warp_inclusive(padded);
     if (lane == 31) s_warp_sum[warp] = incl;
-    __syncthreads();
+    stage_sort_sync<WARPS>();
     int before = 0, total = 0;
 #pragma unroll
-    for (int w = 0; w < WARPS; ++w) {
+    for (int w = 0; w < STAGE_WARPS; ++w) {
         const int x = s_warp_sum[w];
         before += w < warp ? x : 0;
         total += x;
@@ -295,7 +320,7 @@ __device__ void stage_one_block(const float* __restrict__ logits, const float* _
         offsets[E] = total;
         *num_post = total;
     }
-    __syncthreads();
+    stage_sort_sync<WARPS>();
     STAGE_PROBE(7);
     // 5. Scatter; the first pair of each expert also writes its run's tiles.
     if (valid) {

@@ -77,8 +77,8 @@ fn one_block_threads(rows: usize) -> u32 {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arrangement {
     /// One block routes every row, a warp per row (16 warps up to 16 rows, then 32; rows 32
-    /// apart in turn past 32), and sorts the pairs in shared memory: one launch, the ids never
-    /// in memory before they are final. Up to 512 pairs (one per thread).
+    /// apart in turn past 32), and its first 16 warps sort the pairs in shared memory: one
+    /// launch, the ids never in memory before they are final. Up to 512 pairs (one per thread).
     OneBlock,
     /// A block per 16 rows routes and counts; then a block per chunk of rows sorts: two
     /// launches, as many warps routing as there are rows.

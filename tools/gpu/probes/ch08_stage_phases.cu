@@ -1,7 +1,9 @@
 // ch08_stage_phases.cu -- where the time goes in chapter 8's one-block routing stage
 // (stage_one_block): the SM's cycle counter (clock64) read at the kernel's phase boundaries, caches
 // warm, at 1, 4 and 16 rows of the GLM-like row (288 experts, sigmoid + bias) and the Qwen3-like
-// one (128 experts, softmax), k = 8, BLOCK_M 16 (chapter 3's rule at these sizes).
+// one (128 experts, softmax), k = 8, BLOCK_M 16 (chapter 3's rule at these sizes); at 24 and 32
+// rows both the 16-warp block (a warp routes two rows in turn) and the 32-warp one the stage
+// launches there (stage_one_block_wide_e{W}: a warp per row), one after the other.
 //
 // The kernel marks its phases with STAGE_PROBE(n) (empty unless defined, as here, before
 // kernels/ch08_routing_stage.cu is included). Lane 0 of each warp records; a phase ends when the
@@ -23,6 +25,7 @@ typedef void (*StageFn)(const float*, const float*, int, int, int, int, int, int
 
 int main() {
     const StageFn fns[] = {stage_one_block_e288, stage_one_block_e128};  // kStageShapes' order
+    const StageFn wide[] = {stage_one_block_wide_e288, stage_one_block_wide_e128};
     const char* phase[] = {"",
                            "the wait (griddepcontrol.wait; nothing to wait for here)",
                            "placeholders and zeros issued",
@@ -43,7 +46,7 @@ int main() {
                                "3. the experts' counts, first slots and tiles stored",
                                "4. the pairs' ids read, marks below scanned, ids stored",
                                "5. the pairs' slots stored"};
-    const int row_counts[] = {1, 4, 16};
+    const int row_counts[] = {1, 4, 16, 24, 32};
     int clock_khz = 0;
     CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
     printf("stage_one_block, k = %d, BLOCK_M %d, caches warm; cycles since the first warp's start "
@@ -52,25 +55,28 @@ int main() {
     for (int s = 0; s < 2; ++s) {
         const StageShape& sh = kStageShapes[s];
         for (int T : row_counts) {
-            StageCall c(T, sh.experts);
-            std::vector<std::vector<long long>> at(9);
-            for (int launch = 0; launch < 60; ++launch) {
-                phase_clear();
-                fns[s]<<<1, STAGE_THREADS>>>(c.logits, sh.bias ? c.bias : nullptr, T, c.E, kStageK,
-                                             sh.scoring, 1, 1, 1, 1.0f, kStageBlockM, c.capacity,
-                                             c.max_tiles, c.ids, c.weights, c.sorted, c.experts,
-                                             c.post, c.counts, c.offsets);
-                CHECK(cudaGetLastError());
-                CHECK(cudaDeviceSynchronize());
-                if (launch < 10) continue;
-                phase_collect(STAGE_WARPS, 8, [](int) { return STAGE_WARPS; }, at);
+            for (int w = 0; w < (T > STAGE_WARPS ? 2 : 1); ++w) {  // w = 1: the 32-warp block
+                const int warps = w ? STAGE_WIDE_WARPS : STAGE_WARPS;
+                StageCall c(T, sh.experts);
+                std::vector<std::vector<long long>> at(9);
+                for (int launch = 0; launch < 60; ++launch) {
+                    phase_clear();
+                    (w ? wide : fns)[s]<<<1, warps * 32>>>(
+                        c.logits, sh.bias ? c.bias : nullptr, T, c.E, kStageK, sh.scoring, 1, 1, 1,
+                        1.0f, kStageBlockM, c.capacity, c.max_tiles, c.ids, c.weights, c.sorted,
+                        c.experts, c.post, c.counts, c.offsets);
+                    CHECK(cudaGetLastError());
+                    CHECK(cudaDeviceSynchronize());
+                    if (launch < 10) continue;
+                    phase_collect(warps, 8, [warps](int) { return warps; }, at);
+                }
+                int post = 0;
+                CHECK(cudaMemcpy(&post, c.post, sizeof post, cudaMemcpyDeviceToHost));
+                printf("\n%s, %d row%s (%d pairs, padded total %d), %d warps\n", sh.name, T,
+                       T == 1 ? "" : "s", c.P, post, warps);
+                const bool few = STAGE_FEW_ROWS && T <= kStageBlockM && T <= 32;
+                phase_print(few ? phase_few : phase, 8, 50, at);
             }
-            int post = 0;
-            CHECK(cudaMemcpy(&post, c.post, sizeof post, cudaMemcpyDeviceToHost));
-            printf("\n%s, %d row%s (%d pairs, padded total %d)\n", sh.name, T, T == 1 ? "" : "s",
-                   c.P, post);
-            const bool few = STAGE_FEW_ROWS && T <= kStageBlockM && T <= 32;
-            phase_print(few ? phase_few : phase, 8, 50, at);
         }
     }
     return 0;
