@@ -46,7 +46,7 @@
 #include "ch05/router_screen.cuh"
 #include "ch03/align.cuh"
 
-#define STAGE_THREADS 512              // threads of every block (16 warps)
+#define STAGE_THREADS 512              // threads of every block (16 warps) but the wide one
 // Two switches, each timed on its own on the H200 (MOE_NVRTC_DEFINES=NAME=VALUE; the results
 // README has the runs): the screened row router won at most row counts of sigmoid rows, so it
 // stays; the early trigger made the stage a quarter slower from 4096 rows and is off (the

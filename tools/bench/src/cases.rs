@@ -233,7 +233,9 @@ impl Session {
     /// 7.55 and 3.31 for the same kernel on the same inputs two cases later, session 35 on an
     /// H100). So the first case is measured until two measurements in a row agree within
     /// [`SETTLE_AGREE`] (cold medians), at most [`SETTLE_MAX`] times, all discarded; stderr
-    /// says how it went.
+    /// says how it went. The cause is not known: once the settling measurements stayed high
+    /// (8.85, 8.96 µs, agreeing) and the case, built again after them, measured 7.63, so what
+    /// this discards may be the first work built rather than a GPU state.
     pub fn settle(&self, cases: &[Case]) -> Result<(), String> {
         let Some(first) = cases.first() else {
             return Ok(());

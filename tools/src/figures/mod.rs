@@ -86,10 +86,14 @@ fn token_counts(rows: &[BenchRow], shape: &str) -> Vec<u64> {
         .collect()
 }
 
-/// A GPU's name as the pages give it, from a CSV's `device` column: `NVIDIA_H100_80GB_HBM3` →
-/// `H100`, `NVIDIA_H200` → `H200` (the first word after the vendor's).
+/// A GPU's name as the pages give it, from a CSV's `device` column: `NVIDIA_H100_80GB_HBM3` (or
+/// with spaces, as `bench ch11 --flips` writes it) → `H100`, `NVIDIA_H200` → `H200` (the first
+/// word after the vendor's).
 pub fn gpu_name(device: &str) -> String {
-    let d = device.strip_prefix("NVIDIA_").unwrap_or(device);
+    let d = device
+        .strip_prefix("NVIDIA_")
+        .or_else(|| device.strip_prefix("NVIDIA "))
+        .unwrap_or(device);
     d.split(['_', ' ']).next().unwrap_or(d).to_string()
 }
 
@@ -591,6 +595,7 @@ mod gpu_tests {
         assert_eq!(gpu_name("NVIDIA_H100_80GB_HBM3"), "H100");
         assert_eq!(gpu_name("NVIDIA_H200"), "H200");
         assert_eq!(gpu_name("H200"), "H200");
+        assert_eq!(gpu_name("NVIDIA H100 80GB HBM3"), "H100");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The bf16-output variant's flip rate along T, from `bench ch11 --flips` on the GPU machine
 //! (`tools/bench/src/ch11.rs`, `flips`; `chapters/ch11-merged-gate/src/host.rs`, `flip_rates`):
-//! `bench/results/h100/ch11_flips.csv`, one line per row count T: the rows whose selected expert
+//! `bench/results/h200/ch11_flips.csv`, one line per row count T: the rows whose selected expert
 //! set the bf16-rounded logits change against the merged form's fp32 logits, and their share.
 //!
 //! Made from it: `ch11-flips.md`, the table (T, rows flipped, rate) and a generated paragraph that
@@ -16,7 +16,7 @@ use crate::figures::{not_measured_yet, read, Generated};
 use std::fmt::Write as _;
 use std::path::Path;
 
-const CSV: &str = "bench/results/h100/ch11_flips.csv";
+const CSV: &str = "bench/results/h200/ch11_flips.csv";
 const OUT: &str = "book/src/figures/ch11-flips.md";
 /// The command that writes the CSV, as the page's "not measured yet" line names it.
 const COMMAND: &str =
@@ -319,7 +319,7 @@ mod tests {
         assert!(g.content.starts_with("*Not measured yet:"), "{}", g.content);
         assert!(f.get("flips_last_pct").is_none());
         // With it (written to a temporary folder, never the tree): the table.
-        std::fs::create_dir_all(root.join("bench/results/h100")).unwrap();
+        std::fs::create_dir_all(root.join("bench/results/h200")).unwrap();
         std::fs::write(root.join(CSV), csv(&[(16, 1), (256, 9)])).unwrap();
         let mut f = Facts::default();
         let g = generate(&root, &mut f);
