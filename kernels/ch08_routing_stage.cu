@@ -519,31 +519,25 @@ extern "C" __global__ void __launch_bounds__(STAGE_THREADS) stage_scatter(
 }
 // ANCHOR_END: scatter
 
-// One pair of entry points per row width (experts per row, at most): 128, 256, 288, 320, 384
-// and 512 (4, 8, 9, 10, 12 and 16 experts per lane), as chapter 5's.
+// One one-block entry point: NAME, THREADS threads of WARPS warps, SLOTS experts per lane.
+#define STAGE_ONE_BLOCK_ENTRY(NAME, THREADS, WARPS, SLOTS)                                         \
+    extern "C" __global__ void __launch_bounds__(THREADS) NAME(                                    \
+        const float* __restrict__ logits, const float* __restrict__ bias, int T, int E, int k,     \
+        int scoring, int n_group, int topk_group, int renormalize, float scale, int block_m,       \
+        int capacity, int max_tiles, int* __restrict__ ids, float* __restrict__ weights,           \
+        int* __restrict__ sorted_ids, int* __restrict__ expert_ids, int* __restrict__ num_post,    \
+        int* __restrict__ counts, int* __restrict__ offsets) {                                     \
+        stage_one_block<SLOTS, WARPS>(logits, bias, T, E, k, scoring, n_group, topk_group,         \
+                                      renormalize, scale, block_m, capacity, max_tiles, ids,       \
+                                      weights, sorted_ids, expert_ids, num_post, counts, offsets); \
+    }
+
+// Three entry points per row width (experts per row, at most): 128, 256, 288, 320, 384 and 512
+// (4, 8, 9, 10, 12 and 16 experts per lane), as chapter 5's: the one block of 16 warps, the wide
+// one of 32, and the two launches' first.
 #define STAGE_ENTRIES(W, SLOTS)                                                                    \
-    extern "C" __global__ void __launch_bounds__(STAGE_THREADS) stage_one_block_e##W(              \
-        const float* __restrict__ logits, const float* __restrict__ bias, int T, int E, int k,     \
-        int scoring, int n_group, int topk_group, int renormalize, float scale, int block_m,       \
-        int capacity, int max_tiles, int* __restrict__ ids, float* __restrict__ weights,           \
-        int* __restrict__ sorted_ids, int* __restrict__ expert_ids, int* __restrict__ num_post,    \
-        int* __restrict__ counts, int* __restrict__ offsets) {                                     \
-        stage_one_block<SLOTS, STAGE_WARPS>(logits, bias, T, E, k, scoring, n_group, topk_group,   \
-                                            renormalize, scale, block_m, capacity, max_tiles, ids, \
-                                            weights, sorted_ids, expert_ids, num_post, counts,     \
-                                            offsets);                                              \
-    }                                                                                              \
-    extern "C" __global__ void __launch_bounds__(STAGE_WIDE_THREADS) stage_one_block_wide_e##W(    \
-        const float* __restrict__ logits, const float* __restrict__ bias, int T, int E, int k,     \
-        int scoring, int n_group, int topk_group, int renormalize, float scale, int block_m,       \
-        int capacity, int max_tiles, int* __restrict__ ids, float* __restrict__ weights,           \
-        int* __restrict__ sorted_ids, int* __restrict__ expert_ids, int* __restrict__ num_post,    \
-        int* __restrict__ counts, int* __restrict__ offsets) {                                     \
-        stage_one_block<SLOTS, STAGE_WIDE_WARPS>(logits, bias, T, E, k, scoring, n_group,          \
-                                                 topk_group, renormalize, scale, block_m,          \
-                                                 capacity, max_tiles, ids, weights, sorted_ids,    \
-                                                 expert_ids, num_post, counts, offsets);           \
-    }                                                                                              \
+    STAGE_ONE_BLOCK_ENTRY(stage_one_block_e##W, STAGE_THREADS, STAGE_WARPS, SLOTS)                 \
+    STAGE_ONE_BLOCK_ENTRY(stage_one_block_wide_e##W, STAGE_WIDE_THREADS, STAGE_WIDE_WARPS, SLOTS)  \
     extern "C" __global__ void __launch_bounds__(STAGE_THREADS) stage_route_count_e##W(            \
         const float* __restrict__ logits, const float* __restrict__ bias, int T, int E, int k,     \
         int scoring, int n_group, int topk_group, int renormalize, float scale,                    \

@@ -62,14 +62,10 @@ fn width_for(experts: usize) -> Option<[&'static str; 3]> {
         .map(|&(_, names)| names)
 }
 
-/// The one block's threads for `rows` rows: 16 warps up to 16 rows, then 32, so that a warp routes
-/// one row up to 32 rows (past that, two or more in turn).
-fn one_block_threads(rows: usize) -> u32 {
-    if rows > STAGE_WARPS {
-        STAGE_WIDE_THREADS as u32
-    } else {
-        STAGE_THREADS as u32
-    }
+/// Whether the one block for `rows` rows is the wide one: 16 warps up to 16 rows, then 32, so
+/// that a warp routes one row up to 32 rows (past that, two or more in turn).
+fn one_block_is_wide(rows: usize) -> bool {
+    rows > STAGE_WARPS
 }
 
 // ANCHOR: arrangement
@@ -311,7 +307,7 @@ impl RoutingStage {
         }
         let [one, wide, route] = width_for(self.experts).expect("experts checked in check_stage");
         match self.arrangement {
-            Arrangement::OneBlock if self.rows > STAGE_WARPS => vec![wide],
+            Arrangement::OneBlock if one_block_is_wide(self.rows) => vec![wide],
             Arrangement::OneBlock => vec![one],
             Arrangement::TwoLaunches => vec![route, "stage_scatter"],
         }
@@ -399,7 +395,11 @@ impl RoutingStage {
                     &out.counts,
                     &out.offsets
                 ]);
-                let threads = one_block_threads(self.rows);
+                let threads = if one_block_is_wide(self.rows) {
+                    STAGE_WIDE_THREADS
+                } else {
+                    STAGE_THREADS
+                } as u32;
                 self.module
                     .launch(names[0], LaunchConfig::blocks(1, threads).dependent(), &a)?;
             }

@@ -255,13 +255,14 @@ fn table_and_facts(batches: &[(u64, Step, Vec<Line>)], f: &mut Facts) -> Result<
 
 /// The table, and its facts into `f`.
 pub fn generate(root: &Path, f: &mut Facts) -> Result<Generated, String> {
-    let decode = parse_decode(&read(root, DECODE)?, DECODE)?;
+    let decode_text = read(root, DECODE)?;
+    let decode = parse_decode(&decode_text, DECODE)?;
     let mut sources = Vec::new();
     for de in &QWEN3 {
         sources.push(parse_csv(&read(root, de.csv)?, de.csv)?);
     }
     // One machine for the step and the designs set beside it.
-    let step_devices = Table::parse(&read(root, DECODE)?, DECODE)?
+    let step_devices = Table::parse(&decode_text, DECODE)?
         .records()
         .map(|r| r("device"))
         .collect::<Vec<_>>();

@@ -33,6 +33,8 @@ pub struct Flips {
     pub shape: String,
     pub rows: u64,
     pub flipped: u64,
+    /// The GPU, as the CSV's `device` column spells it.
+    pub device: String,
 }
 
 impl Flips {
@@ -59,6 +61,7 @@ pub fn parse_flips(text: &str, name: &str) -> Result<Vec<Flips>, String> {
             shape: r("shape"),
             rows: count("rows")?,
             flipped: count("flipped")?,
+            device: r("device"),
         };
         if row.rows == 0 {
             return Err(format!("{name}: a line with 0 rows"));
@@ -220,13 +223,8 @@ pub fn generate(root: &Path, f: &mut Facts) -> Result<Generated, String> {
             ),
         ));
     }
-    let text = read(root, CSV)?;
-    let rows = parse_flips(&text, CSV)?;
-    let devices: Vec<String> = Table::parse(&text, CSV)?
-        .records()
-        .map(|r| r("device"))
-        .collect();
-    let gpu = crate::figures::one_gpu(devices.iter().map(String::as_str), CSV)?;
+    let rows = parse_flips(&read(root, CSV)?, CSV)?;
+    let gpu = crate::figures::one_gpu(rows.iter().map(|r| r.device.as_str()), CSV)?;
     let mut s = format!(
         "**{}**, random weights: rows whose selected set the bf16 logits change against the fp32 \
          ones, measured on the {gpu}\n\n",
