@@ -32,9 +32,11 @@
 //   that is selected (rs_pack), so every number of a row is distinct and a larger number is a
 //   larger key or an equal key with a lower id.
 // - The histograms are integer counts in shared memory (integer atomics: the counts, and so
-//   the result, do not depend on the order of arrival; no float atomics anywhere). The lanes of
-//   a warp whose numbers fall in one bin add their count once (rs_count): a row's numbers share
-//   their leading bits, and one address hit by every lane would serialise the atomics.
+//   the result, do not depend on the order of arrival; no float atomics anywhere). A row's
+//   numbers share their leading bits, so many lanes of a warp add one to the same bin; the
+//   hardware counts those as one atomic (ATOMS.POPC.INC), and nothing in the kernel groups them.
+// - After the first pass a thread revisits only its experts whose numbers still share the prefix
+//   (a mask of its slots), and compares 32-bit keys until only the id's bits are left.
 // - Every warp scans each pass's histogram itself, so a pass needs one barrier; three
 //   histograms in turn let a pass clear the one two passes on without another.
 // - Limits: E <= 1024 (ids fit 10 bits; a row's keys fit shared memory), k <= 32 (one warp
@@ -50,8 +52,11 @@
 #define RS_BINS 256          // 1 << RS_DIGIT_BITS
 #define RS_THREADS 256       // most threads of one block (one row)
 #define RS_UNROLL 4          // experts a thread loads at once (RS_MAX_EXPERTS / RS_THREADS)
-#define RS_MERGED_THREADS 512  // merged_gate's block: two experts and two cast loads a thread
-#define RS_MERGED_UNROLL 2     // RS_MAX_EXPERTS / RS_MERGED_THREADS
+#define RS_HALF_THREADS 128  // radix_topk_half: a block of four warps per row
+#define RS_HALF_UNROLL 8     // RS_MAX_EXPERTS / RS_HALF_THREADS
+#define RS_MERGED_THREADS 256  // merged_gate's block: four warps select, four cast
+#define RS_MERGED_ROUTERS 128  // merged_gate's selecting threads (the half-block form's)
+#define RS_MERGED_CAST_UNROLL 8  // 16-byte loads a casting thread issues at once (7 at P = 3,584)
 #define RS_WARP_ROWS 4         // radix_topk_warp: rows of one block, a warp each
 #define RS_WARP_UNROLL 8       // logits a lane of radix_topk_warp loads at once
 // The warp form's histograms: 3 as the block form's (a pass clears the one two passes on, with
@@ -63,12 +68,6 @@
 // 8,192 rows and 0.97 to 0.99 below. 1; CI runs the chapter's emulator tests with 3 too.
 #ifndef RS_WARP_HISTS
 #define RS_WARP_HISTS 1
-#endif
-// At most this many lanes of a warp count one by one (rs_count); 32, every lane: aggregation off.
-// Timed on the H200 both ways (MOE_NVRTC_DEFINES=RS_AGGREGATE_ABOVE=8 turns it on): it lost at
-// every row count, radix select and merged_gate alike, so it is off.
-#ifndef RS_AGGREGATE_ABOVE
-#define RS_AGGREGATE_ABOVE 32
 #endif
 #define RS_SCORING_SOFTMAX 0  // the `scoring` argument, as chapter 5's
 #define RS_SCORING_SIGMOID 1
@@ -182,62 +181,63 @@ __device__ __forceinline__ void rs_store_weights(int* __restrict__ ids, float* _
 }
 // ANCHOR_END: store_weights
 
-// ANCHOR: count
-// Adds one number to bin `bin` of `hist` for every lane where `live`, a warp at a time (every lane
-// of the warp calls it). The numbers of a row share their leading bits, so most of a warp's lanes
-// can fall in one bin; 32 atomics on one address would wait for each other. When more than
-// RS_AGGREGATE_ABOVE lanes count, the lanes of a bin find each other (a ballot per bit of the
-// bin: the lanes that agree on every bit), and the lowest adds them all at once. Integer counts:
-// the same histogram either way, whatever the order of arrival. Measured, the ballots cost more
-// than the waits they save, so by default (RS_AGGREGATE_ABOVE 32) every lane adds its own one.
-__device__ __forceinline__ void rs_count(int* hist, int bin, bool live, int width) {
-    const unsigned lanes = __ballot_sync(MOE_FULL_MASK, live);
-    if (__popc(lanes) <= RS_AGGREGATE_ABOVE) {  // the same for every lane of the warp
-        if (live) atomicAdd(&hist[bin], 1);
-        return;
+// ANCHOR: visit
+// One slot's number (key o, expert e, slot j) in a pass after the first: counted into `hist` by
+// its next `width` bits (below `next`) while it shares the prefix (its bits from `shift` up),
+// else its slot leaves `cand`, into `higher` when the number is above the prefix. Compared as
+// 32-bit keys while the digit lies in the key's bits; the id's bits only decide equal keys.
+__device__ __forceinline__ void rs_visit(unsigned o, int e, int j, int shift, int next, int mask,
+                                         unsigned long long prefix, int* hist, unsigned& cand,
+                                         unsigned& higher) {
+    unsigned long long hi;
+    int digit;
+    if (shift > RS_ID_BITS) {
+        hi = o >> (shift - RS_ID_BITS);
+        digit = (int)(o >> (next - RS_ID_BITS)) & mask;
+    } else {
+        const unsigned long long p = rs_pack(o, e);
+        hi = p >> shift;
+        digit = (int)(p >> next) & mask;
     }
-    unsigned peers = lanes;
-#pragma unroll
-    for (int b = 0; b < RS_DIGIT_BITS; ++b) {
-        if (b >= width) break;
-        const bool one = (bin >> b) & 1;
-        const unsigned ones = __ballot_sync(MOE_FULL_MASK, one);
-        peers &= one ? ones : ~ones;
+    if (hi == prefix) {
+        atomicAdd(&hist[digit], 1);
+    } else {
+        cand &= ~(1u << j);
+        if (hi > prefix) higher |= 1u << j;
     }
-    const unsigned below = (1u << (threadIdx.x & 31)) - 1u;  // the lanes below this one
-    if (live && (peers & below) == 0u) atomicAdd(&hist[bin], __popc(peers));
 }
-// ANCHOR_END: count
-
-// What a block does beside the selection, its loads issued with the logits' (rs_row calls
-// load() before it loads its first logits, store() right after, once): nothing for radix
-// select alone; merged_gate's cast of the projection columns (rs_cast).
-struct rs_nothing {
-    __device__ __forceinline__ void load() {}
-    __device__ __forceinline__ void store() {}
-};
+// ANCHOR_END: visit
 
 // The barrier of the threads that route one row: the block's, or (WARP) the warp's.
-template <bool WARP>
+// GROUP (not WARP): the block's first GROUP threads, at barrier 1, while the others do other
+// work (merged_gate's cast).
+template <bool WARP, int GROUP = 0>
 __device__ __forceinline__ void rs_sync() {
-    if (WARP)
+    if constexpr (WARP) {
         __syncwarp();
-    else
+    } else if constexpr (GROUP > 0) {
+#ifdef MOE_EMU
+        moe_named_barrier_sync<1, GROUP>();
+#else
+        asm volatile("bar.sync 1, %0;\n" ::"n"(GROUP) : "memory");
+#endif
+    } else {
         __syncthreads();
+    }
 }
 
 // ANCHOR: radix_row
 // Routes row t with the whole block (WARP: with the calling warp alone, each warp of the block
 // a row of its own): `x` is the row's E logits (fp32 or bf16), `bias` [E] f32 or null; ids
 // [T, k] i32 and weights [T, k] f32 out. Thread i of the group owns experts i, i + its size, ...
-// Every thread of the group must call it (it holds the group's barriers). `side` is the block's
-// other work (rs_nothing, rs_cast). A thread loads U logits at once (the block: U * blockDim >=
-// E, one round; a warp: rounds of 32 U).
-template <int U, bool WARP = false, typename In, typename Side>
+// Every thread of the group must call it (it holds the group's barriers); GROUP: the block's
+// first GROUP threads route, at barrier 1 (merged_gate). A thread loads U logits at once (the
+// block: U * its threads >= E, one round; a warp: rounds of 32 U).
+template <int U, bool WARP = false, int GROUP = 0, typename In>
 __device__ __forceinline__ void rs_row(const In* x, const float* __restrict__ bias,
                                        int* __restrict__ ids, float* __restrict__ weights, int t,
                                        int E, int k, int scoring, int n_group, int topk_group,
-                                       int renormalize, float scale, Side& side) {
+                                       int renormalize, float scale) {
     constexpr int G = WARP ? RS_WARP_ROWS : 1;  // groups of a block, a row each
     __shared__ unsigned s_key_g[G][RS_MAX_EXPERTS];  // float key bits, then ordered (0: dropped)
     __shared__ float s_score_g[G][RS_MAX_EXPERTS];   // unbiased scores (by_logit: the logits)
@@ -253,7 +253,7 @@ __device__ __forceinline__ void rs_row(const In* x, const float* __restrict__ bi
     __shared__ int s_picked_g[G];
     __shared__ unsigned s_kept_g[G];
     const int thread = threadIdx.x, lane = thread & 31, group = WARP ? thread >> 5 : 0;
-    const int tid = WARP ? lane : thread, nt = WARP ? 32 : blockDim.x;
+    const int tid = WARP ? lane : thread, nt = WARP ? 32 : (GROUP > 0 ? GROUP : blockDim.x);
     const int warp = WARP ? 0 : thread >> 5;  // the warp within the group
     unsigned* s_key = s_key_g[group];
     float* s_score = s_score_g[group];
@@ -275,13 +275,11 @@ __device__ __forceinline__ void rs_row(const In* x, const float* __restrict__ bi
     const bool direct = !full_softmax && !grouped;
     for (int b = tid; b < (H < 2 ? H : 2) * RS_BINS; b += nt) s_hist[b / RS_BINS][b % RS_BINS] = 0;
     if (tid == 0) s_picked = 0;
+    rs_sync<WARP, GROUP>();  // the first histogram zeroed before step 1 counts into it
     moe_grid_wait();  // the logits are the kernel ahead's output
-    side.load();
 
     // 1. Step 2, element by element: a non-finite logit scores 0 and ranks -inf. A thread's
-    //    U logits and biases are all loaded before any is used (one wait, not one each),
-    //    and the side's stores go out as soon as its loads, issued with those, are back.
-    bool side_done = false;
+    //    U logits and biases are all loaded before any is used (one wait, not one each).
     for (int e0 = tid; e0 < E; e0 += U * nt) {
         float v[U], bv[U];
 #pragma unroll
@@ -290,8 +288,6 @@ __device__ __forceinline__ void rs_row(const In* x, const float* __restrict__ bi
             v[i] = e < E ? rs_load(x, e) : 0.0f;
             bv[i] = (has_bias && e < E) ? bias[e] : 0.0f;
         }
-        if (!side_done) side.store();
-        side_done = true;
 #pragma unroll
         for (int i = 0; i < U; ++i) {
             const int e = e0 + i * nt;
@@ -307,14 +303,21 @@ __device__ __forceinline__ void rs_row(const In* x, const float* __restrict__ bi
             }
             s_score[e] = s;
             const float key = finite ? (has_bias ? s + bv[i] : s) : neg_inf;
-            s_key[e] = direct ? rs_order(key) : __float_as_uint(key);
+            if (direct) {
+                // The rank key, ordered, and counted at once into the first pass's histogram
+                // by its top 8 bits (an ordered key is never 0).
+                const unsigned o = rs_order(key);
+                s_key[e] = o;
+                atomicAdd(&s_hist[0][o >> (32 - RS_DIGIT_BITS)], 1);
+            } else {
+                s_key[e] = __float_as_uint(key);
+            }
         }
     }
-    if (!side_done) side.store();  // a thread without experts
-    rs_sync<WARP>();
+    rs_sync<WARP, GROUP>();
     if (full_softmax) {
         if (warp == 0) rs_softmax_stats(s_score, E, s_stats);
-        rs_sync<WARP>();
+        rs_sync<WARP, GROUP>();
         const float m = s_stats[0], sum = s_stats[1];
         for (int e = tid; e < E; e += nt) {
             const float v = s_score[e];
@@ -325,7 +328,7 @@ __device__ __forceinline__ void rs_row(const In* x, const float* __restrict__ bi
             const float b = has_bias ? bias[e] : 0.0f;
             s_key[e] = __float_as_uint(finite ? (has_bias ? s + b : s) : neg_inf);
         }
-        rs_sync<WARP>();
+        rs_sync<WARP, GROUP>();
     }
     if (grouped) {
         if (warp == 0) {
@@ -333,14 +336,14 @@ __device__ __forceinline__ void rs_row(const In* x, const float* __restrict__ bi
                                                  n_group, topk_group);
             if (lane == 0) s_kept = kept;
         }
-        rs_sync<WARP>();
+        rs_sync<WARP, GROUP>();
     }
     if (!direct) {
         const int per = grouped ? E / n_group : E;
         const unsigned kept = grouped ? s_kept : 1u;
         for (int e = tid; e < E; e += nt)
             s_key[e] = (kept >> (e / per) & 1u) ? rs_order(__uint_as_float(s_key[e])) : 0u;
-        rs_sync<WARP>();
+        rs_sync<WARP, GROUP>();
     }
     // Every expert of a kept group is a candidate (a key of -inf too): the host checked k <= it.
     const int candidates = grouped ? topk_group * (E / n_group) : E;
@@ -349,28 +352,48 @@ __device__ __forceinline__ void rs_row(const In* x, const float* __restrict__ bi
     // ANCHOR: passes
     // 2. The cut. `prefix` is the leading bits of the want-th largest number found so far, down
     //    to bit `shift`; `remaining` how many of those with that prefix are still to select.
+    //    This thread's experts are e = tid + j * nt, slot j (at most 32 slots: E <= 1024 and
+    //    nt >= 32): `cand` marks the slots whose numbers still share the prefix, `higher` those
+    //    found above it on the way (selected, whatever the passes after find).
     unsigned long long prefix = 0;
     int shift = 32 + RS_ID_BITS;  // 42: no bit known yet
     int remaining = want;
     bool done = want == candidates;  // all of them: every number is at or above the cut
+    unsigned cand = 0u, higher = 0u;
     for (int pass = 0; !done; ++pass) {
         const int width = shift < RS_DIGIT_BITS ? shift : RS_DIGIT_BITS;
         const int next = shift - width;
         const int mask = (1 << width) - 1;
         int* hist = s_hist[pass % H];
-        // The histogram of the next `width` bits of the numbers that share the prefix, a warp
-        // at a time (rs_count): e0 is the same for every lane of a warp.
-        for (int e0 = tid - lane; e0 < E; e0 += U * nt) {
-#pragma unroll
-            for (int i = 0; i < U; ++i) {
-                if (e0 + i * nt >= E) break;  // no lane of the warp has an expert here
-                const int e = e0 + i * nt + lane;
-                const unsigned o = e < E ? s_key[e] : 0u;
-                const unsigned long long p = rs_pack(o, e);
-                rs_count(hist, (int)(p >> next) & mask, o != 0u && (p >> shift) == prefix, width);
+        // The histogram of the next `width` bits of the numbers that share the prefix. The lanes
+        // of a warp that add one to the same bin are counted by the hardware as one atomic (the
+        // compiler's ATOMS.POPC.INC), so no lane looks for its peers.
+        if (pass == 0) {
+            // Every number shares the empty prefix: its bin is its key's top 8 bits (counted
+            // in step 1 already when the key was ordered there).
+            if (direct) {
+                const int n = tid < E ? (E - 1 - tid) / nt + 1 : 0;  // this thread's slots
+                cand = n >= 32 ? ~0u : (1u << n) - 1u;
+            } else {
+                for (int j = 0, e = tid; e < E; ++j, e += nt) {
+                    const unsigned o = s_key[e];
+                    if (o == 0u) continue;
+                    cand |= 1u << j;
+                    atomicAdd(&hist[o >> (32 - RS_DIGIT_BITS)], 1);
+                }
+            }
+        } else if (pass == 1) {
+            // Most slots may still share the prefix: each one in turn.
+            for (int j = 0, e = tid; e < E; ++j, e += nt)
+                if ((cand >> j) & 1u) rs_visit(s_key[e], e, j, shift, next, mask, prefix, hist, cand, higher);
+        } else {
+            // Few do: only those, lowest first.
+            for (unsigned m = cand; m != 0u; m &= m - 1u) {
+                const int j = __ffs(m) - 1, e = tid + j * nt;
+                rs_visit(s_key[e], e, j, shift, next, mask, prefix, hist, cand, higher);
             }
         }
-        rs_sync<WARP>();
+        rs_sync<WARP, GROUP>();
         // The bin holding the cut, found by every warp alike (so no second barrier): lane l
         // sums 8 bins from the top (bin 255 - 8l down), a scan over the lanes gives the count
         // above each lane's bins, and the lane whose bins reach `remaining` finds the bin and
@@ -415,23 +438,28 @@ __device__ __forceinline__ void rs_row(const In* x, const float* __restrict__ bi
         if (H == 3) {
             for (int b = tid; b < RS_BINS; b += nt) s_hist[(pass + 2) % 3][b] = 0;
         } else {  // one histogram: every thread has read it, then it is cleared for the next pass
-            rs_sync<WARP>();
+            rs_sync<WARP, GROUP>();
             for (int b = tid; b < RS_BINS; b += nt) s_hist[0][b] = 0;
-            rs_sync<WARP>();
+            rs_sync<WARP, GROUP>();
         }
     }
     // ANCHOR_END: passes
 
     // 3. The selected: every number whose leading bits are at or above the prefix (exactly
-    //    `want` of them), in arrival order; then warp 0 puts them in selection order by counting
-    //    (a number's place: how many selected numbers are larger).
-    for (int e = tid; e < E; e += nt) {
-        const unsigned o = s_key[e];
-        if (o == 0u) continue;
-        const unsigned long long p = rs_pack(o, e);
-        if ((p >> shift) >= prefix) s_pick[atomicAdd(&s_picked, 1)] = p;
+    //    `want` of them: those found above it, and those of the last candidates at or above
+    //    it; with no pass, every candidate), in arrival order; then warp 0 puts them in
+    //    selection order by counting (a number's place: how many selected numbers are larger).
+    if (shift == 32 + RS_ID_BITS) {
+        for (int e = tid; e < E; e += nt)
+            if (s_key[e] != 0u) s_pick[atomicAdd(&s_picked, 1)] = rs_pack(s_key[e], e);
+    } else {
+        for (unsigned m = cand | higher; m != 0u; m &= m - 1u) {
+            const int j = __ffs(m) - 1, e = tid + j * nt;
+            const unsigned long long p = rs_pack(s_key[e], e);
+            if ((p >> shift) >= prefix) s_pick[atomicAdd(&s_picked, 1)] = p;
+        }
     }
-    rs_sync<WARP>();
+    rs_sync<WARP, GROUP>();
     if (warp != 0) return;
     const unsigned long long mine = lane < want ? s_pick[lane] : 0ull;
     int place = 0;
@@ -451,6 +479,21 @@ __device__ __forceinline__ void rs_row(const In* x, const float* __restrict__ bi
 }
 // ANCHOR_END: radix_row
 
+// The entry points' one body: row t of logits [T, ld] routed by a block of its own (the block
+// forms: grid T) or (WARP) by a warp of its own (grid ceil(T / RS_WARP_ROWS)), U logits a thread
+// at once.
+template <int U, bool WARP, typename In>
+__device__ __forceinline__ void rs_entry(const In* logits, int ld, const float* __restrict__ bias,
+                                         int* __restrict__ ids, float* __restrict__ weights, int T,
+                                         int E, int k, int scoring, int n_group, int topk_group,
+                                         int renormalize, float scale) {
+    const int t = WARP ? blockIdx.x * RS_WARP_ROWS + (threadIdx.x >> 5) : blockIdx.x;
+    // WARP: the whole warp leaves, so no barrier of the block is ever waited for.
+    if (t >= T) return;
+    rs_row<U, WARP>(logits + (size_t)t * ld, bias, ids, weights, t, E, k, scoring, n_group,
+                    topk_group, renormalize, scale);
+}
+
 // ANCHOR: radix_topk
 // Radix select for T rows, one block per row (grid T, blocks of min(256, 32 ceil(E / 32))
 // threads): logits [T, ld] f32 (row t's E logits at t * ld), bias [E] f32 or null; ids [T, k]
@@ -459,11 +502,8 @@ extern "C" __global__ void __launch_bounds__(RS_THREADS)
 radix_topk(const float* logits, int ld, const float* __restrict__ bias, int* __restrict__ ids,
            float* __restrict__ weights, int T, int E, int k, int scoring, int n_group,
            int topk_group, int renormalize, float scale) {
-    const int t = blockIdx.x;
-    if (t >= T) return;
-    rs_nothing side;
-    rs_row<RS_UNROLL>(logits + (size_t)t * ld, bias, ids, weights, t, E, k, scoring, n_group,
-                      topk_group, renormalize, scale, side);
+    rs_entry<RS_UNROLL, false>(logits, ld, bias, ids, weights, T, E, k, scoring, n_group,
+                               topk_group, renormalize, scale);
 }
 // ANCHOR_END: radix_topk
 
@@ -475,11 +515,8 @@ extern "C" __global__ void __launch_bounds__(RS_WARP_ROWS * 32)
 radix_topk_warp(const float* logits, int ld, const float* __restrict__ bias,
                 int* __restrict__ ids, float* __restrict__ weights, int T, int E, int k,
                 int scoring, int n_group, int topk_group, int renormalize, float scale) {
-    const int t = blockIdx.x * RS_WARP_ROWS + (threadIdx.x >> 5);
-    if (t >= T) return;  // the whole warp: no barrier of the block is ever waited for
-    rs_nothing side;
-    rs_row<RS_WARP_UNROLL, true>(logits + (size_t)t * ld, bias, ids, weights, t, E, k, scoring,
-                                 n_group, topk_group, renormalize, scale, side);
+    rs_entry<RS_WARP_UNROLL, true>(logits, ld, bias, ids, weights, T, E, k, scoring, n_group,
+                                   topk_group, renormalize, scale);
 }
 // ANCHOR_END: radix_topk_warp
 
@@ -488,11 +525,30 @@ extern "C" __global__ void __launch_bounds__(RS_WARP_ROWS * 32)
 radix_topk_warp_bf16(const __nv_bfloat16* logits, int ld, const float* __restrict__ bias,
                      int* __restrict__ ids, float* __restrict__ weights, int T, int E, int k,
                      int scoring, int n_group, int topk_group, int renormalize, float scale) {
-    const int t = blockIdx.x * RS_WARP_ROWS + (threadIdx.x >> 5);
-    if (t >= T) return;
-    rs_nothing side;
-    rs_row<RS_WARP_UNROLL, true>(logits + (size_t)t * ld, bias, ids, weights, t, E, k, scoring,
-                                 n_group, topk_group, renormalize, scale, side);
+    rs_entry<RS_WARP_UNROLL, true>(logits, ld, bias, ids, weights, T, E, k, scoring, n_group,
+                                   topk_group, renormalize, scale);
+}
+
+// ANCHOR: radix_topk_half
+// The same with four warps per row (grid T, RS_HALF_THREADS threads): between the two forms
+// above, for batches of rows too many for the block form's eight warps a row (whose every warp
+// scans each pass's histogram) and too few to keep the GPU busy at a warp a row.
+extern "C" __global__ void __launch_bounds__(RS_HALF_THREADS)
+radix_topk_half(const float* logits, int ld, const float* __restrict__ bias, int* __restrict__ ids,
+                float* __restrict__ weights, int T, int E, int k, int scoring, int n_group,
+                int topk_group, int renormalize, float scale) {
+    rs_entry<RS_HALF_UNROLL, false>(logits, ld, bias, ids, weights, T, E, k, scoring, n_group,
+                                    topk_group, renormalize, scale);
+}
+// ANCHOR_END: radix_topk_half
+
+// The half-block form from bf16 logits, as radix_topk_bf16.
+extern "C" __global__ void __launch_bounds__(RS_HALF_THREADS)
+radix_topk_half_bf16(const __nv_bfloat16* logits, int ld, const float* __restrict__ bias,
+                     int* __restrict__ ids, float* __restrict__ weights, int T, int E, int k,
+                     int scoring, int n_group, int topk_group, int renormalize, float scale) {
+    rs_entry<RS_HALF_UNROLL, false>(logits, ld, bias, ids, weights, T, E, k, scoring, n_group,
+                                    topk_group, renormalize, scale);
 }
 
 // The same from bf16 logits [T, ld] (the bf16-output variant: a GEMM that rounds every column,
@@ -501,11 +557,8 @@ extern "C" __global__ void __launch_bounds__(RS_THREADS)
 radix_topk_bf16(const __nv_bfloat16* logits, int ld, const float* __restrict__ bias,
                 int* __restrict__ ids, float* __restrict__ weights, int T, int E, int k,
                 int scoring, int n_group, int topk_group, int renormalize, float scale) {
-    const int t = blockIdx.x;
-    if (t >= T) return;
-    rs_nothing side;
-    rs_row<RS_UNROLL>(logits + (size_t)t * ld, bias, ids, weights, t, E, k, scoring, n_group,
-                      topk_group, renormalize, scale, side);
+    rs_entry<RS_UNROLL, false>(logits, ld, bias, ids, weights, T, E, k, scoring, n_group,
+                               topk_group, renormalize, scale);
 }
 
 // Four fp32 as four bf16 (round to nearest even), packed for one 8-byte store.
@@ -517,56 +570,53 @@ __device__ __forceinline__ uint2 rs_bf16x4(float4 v) {
     return make_uint2(a | (b << 16), c | (d << 16));
 }
 
-// merged_gate's other work: the cast of a row's n = P / 4 groups of four projection columns.
-// load() issues a thread's first U 16-byte loads (together with the logits' loads: one wait for
-// both), store() writes them as bf16, then casts whatever is left, a load at a time.
+// merged_gate's other work: the cast of a row's n = P / 4 groups of four projection columns by
+// the threads i0 = 0 .. stride - 1 of the casting warps, U 16-byte loads a thread issued at once
+// (then any left, a load at a time).
 template <int U>
-struct rs_cast {
-    const float4* src;
-    uint2* dst;
-    int n;
+__device__ __forceinline__ void rs_cast_row(const float4* src, uint2* dst, int n, int i0, int stride) {
     float4 v[U];
-    __device__ __forceinline__ void load() {
 #pragma unroll
-        for (int i = 0; i < U; ++i) {
-            const int j = threadIdx.x + i * blockDim.x;
-            if (j < n) v[i] = __ldcg(src + j);
-        }
+    for (int i = 0; i < U; ++i) {
+        const int j = i0 + i * stride;
+        if (j < n) v[i] = __ldcg(src + j);
     }
-    __device__ __forceinline__ void store() {
 #pragma unroll
-        for (int i = 0; i < U; ++i) {
-            const int j = threadIdx.x + i * blockDim.x;
-            if (j < n) dst[j] = rs_bf16x4(v[i]);
-        }
-        for (int j = threadIdx.x + U * blockDim.x; j < n; j += blockDim.x)
-            dst[j] = rs_bf16x4(__ldcg(src + j));
+    for (int i = 0; i < U; ++i) {
+        const int j = i0 + i * stride;
+        if (j < n) dst[j] = rs_bf16x4(v[i]);
     }
-};
+    for (int j = i0 + U * stride; j < n; j += stride) dst[j] = rs_bf16x4(__ldcg(src + j));
+}
 
 // ANCHOR: merged_gate
 // The kernel after the merged GEMM, one block per row (grid T, RS_MERGED_THREADS threads):
 //   y [T, E + P] f32 (the stacked weight's output: E logits, then P projection columns),
 //   bias [E] f32 or null -> ids [T, k] i32, weights [T, k] f32, proj [T, P] bf16.
-// The block casts its row's P columns (16-byte loads, 8-byte stores, round to nearest even) and
-// selects: the cast's loads go out with the logits' (rs_cast), so the row costs one wait for
-// memory, not two. Twice radix select's threads, each with half the loads in flight, so that a
-// thread needs no more registers than 4 blocks an SM leave it (the launch bounds: 2,048 threads,
-// an SM's most; 1,024 rows take two waves on an H200's 132 SMs). E % 4 == 0 and P % 4 == 0 (the
-// host checks).
-extern "C" __global__ void __launch_bounds__(RS_MERGED_THREADS, 4)
+// The block's first RS_MERGED_ROUTERS threads radix-select the row (the half-block form's
+// four warps, meeting at barrier 1), while its other four warps cast the row's P columns
+// (16-byte loads, all issued at once, 8-byte stores, round to nearest even): the cast's memory
+// traffic runs under the selection's arithmetic. Five blocks an SM (the launch bounds: 48
+// registers a thread): at 1,024 rows on an H100, 0.94 of four blocks' time, against 0.96 for six
+// and 1.08 for eight, which spill (tools/gpu/probes/ch11_radix_times.cu; the H100 results README
+// has the run). E % 4 == 0 and P % 4 == 0 (the host checks).
+extern "C" __global__ void __launch_bounds__(RS_MERGED_THREADS, 5)
 merged_gate(const float* y, const float* __restrict__ bias, int* __restrict__ ids,
             float* __restrict__ weights, __nv_bfloat16* __restrict__ proj, int T, int E, int P,
             int k, int scoring, int n_group, int topk_group, int renormalize, float scale) {
     const int t = blockIdx.x;
     if (t >= T) return;
     const float* row = y + (size_t)t * (E + P);
-    rs_cast<RS_MERGED_UNROLL> cast;
-    cast.src = reinterpret_cast<const float4*>(row + E);
-    cast.dst = reinterpret_cast<uint2*>(proj + (size_t)t * P);
-    cast.n = P / 4;
-    rs_row<RS_MERGED_UNROLL>(row, bias, ids, weights, t, E, k, scoring, n_group, topk_group,
-                             renormalize, scale, cast);
+    if (threadIdx.x < RS_MERGED_ROUTERS) {
+        rs_row<RS_HALF_UNROLL, false, RS_MERGED_ROUTERS>(row, bias, ids, weights, t, E, k, scoring,
+                                                         n_group, topk_group, renormalize, scale);
+    } else {
+        moe_grid_wait();  // the row is the GEMM ahead's output
+        rs_cast_row<RS_MERGED_CAST_UNROLL>(reinterpret_cast<const float4*>(row + E),
+                                           reinterpret_cast<uint2*>(proj + (size_t)t * P), P / 4,
+                                           threadIdx.x - RS_MERGED_ROUTERS,
+                                           RS_MERGED_THREADS - RS_MERGED_ROUTERS);
+    }
 }
 // ANCHOR_END: merged_gate
 

@@ -6,9 +6,9 @@
 //! selects 16 of the 896 logits and casts the projection's columns to bf16.
 //!
 //! - [`radix`] (`kernels/ch11_merged_gate.cu`, `radix_topk`): the top-k by radix select, a block
-//!   per row (or, `radix_topk_warp`, a warp per row), the k-th largest key found by binning
-//!   leading bits; the same ids and weights as chapter 5's fused router, bit for bit, on every
-//!   regime and both backends.
+//!   per row (or `radix_topk_half`, four warps a row, or `radix_topk_warp`, a warp a row), the
+//!   k-th largest key found by binning leading bits; the same ids and weights as chapter 5's
+//!   fused router, bit for bit, on every regime and both backends.
 //! - [`merged`]: the front three ways: separate (projection GEMM + chapter 5's pair), merged
 //!   (one GEMM over the stacked weight, then `merged_gate`), and the bf16-output variant.
 //! - [`front`]: Kimi K3's shapes, its router, its bias range, random inputs.

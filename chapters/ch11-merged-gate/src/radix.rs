@@ -2,12 +2,12 @@
 //! one block per row, the top-k found by binning the leading bits of order-preserving keys
 //! instead of chapter 5's k rounds of warp argmax, with the same ids and weights bit for bit.
 //!
-//! Two forms ([`RadixForm`]): a block per row (`radix_topk`), and a warp per row
-//! (`radix_topk_warp`, four rows a block), which scans each pass's histogram once instead of in
-//! each of the block's warps and waits at the warp's barrier instead of the block's. The same
-//! instructions otherwise, so the same bits. [`RadixTopk::new`] picks by the row count
-//! ([`RadixForm::for_rows`]): the block form up to [`RADIX_WARP_FROM_ROWS`] rows, the warp form
-//! from there.
+//! Three forms ([`RadixForm`]): a block of eight warps per row (`radix_topk`), a block of four
+//! (`radix_topk_half`), and a warp per row (`radix_topk_warp`, four rows a block), which scans
+//! each pass's histogram once instead of in each of the block's warps and waits at the warp's
+//! barrier instead of the block's. The same instructions otherwise, so the same bits.
+//! [`RadixTopk::new`] picks by the row count ([`RadixForm::for_rows`]): eight warps below
+//! [`RADIX_HALF_FROM_ROWS`] rows, four below [`RADIX_WARP_FROM_ROWS`], one from there.
 //!
 //! [`RadixTopk`] takes fp32 logits (or bf16 ones, [`Logits::Bf16`]) at any row stride, so that
 //! it can read the logits where a merged GEMM leaves them: the first E columns of a wider row.
@@ -79,31 +79,42 @@ pub fn launch(rows: usize, experts: usize) -> LaunchConfig {
     LaunchConfig::blocks(rows as u32, threads_for(experts)).dependent()
 }
 
-/// Which kernel routes a row: the whole block, or one warp.
+/// Which kernel routes a row: a block of eight warps, a block of four, or one warp.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum RadixForm {
     /// `radix_topk`, `radix_topk_bf16`: a block per row, [`threads_for`]`(E)` threads.
     #[default]
     Block,
+    /// `radix_topk_half`, `radix_topk_half_bf16`: a block per row of at most `RS_HALF_THREADS`
+    /// (128) threads, four warps.
+    Half,
     /// `radix_topk_warp`, `radix_topk_warp_bf16`: a warp per row, `RS_WARP_ROWS` rows a block.
     Warp,
 }
 
-/// From how many rows [`RadixForm::for_rows`] takes the warp form. Measured (`bench ch11`, the
-/// `radix_block` and `radix_warp` rows of `ch11.csv`): the block form ahead up to 1,024 rows,
-/// where a few rows on a warp each leave most of the GPU idle, the warp form ahead at 4,096 and
-/// 8,192; 2,048 is not measured, so the switch is at the first count measured ahead.
-pub const RADIX_WARP_FROM_ROWS: usize = 4096;
+/// From how many rows [`RadixForm::for_rows`] takes the half-block form, and
+/// [`RADIX_WARP_FROM_ROWS`] the warp form. Measured on the H100 with the probe
+/// `tools/gpu/probes/ch11_radix_times.cu` (every form at 1 to 8,192 rows, 256, 512 and 2,048
+/// among them; `bench/results/h100/logs/ch11_radix_times_s36.txt`) and by `bench ch11` (the
+/// `radix_block`, `radix_half` and `radix_warp` rows of `ch11.csv`): eight warps a row lead up
+/// to 256 rows, where the rows' latency is the time; four lead from 512 to 1,024, where the
+/// work of the rows is, and every warp of a row scans each pass's histogram; a warp a row leads
+/// from 2,048, once there are rows enough for every warp of the GPU.
+pub const RADIX_HALF_FROM_ROWS: usize = 512;
+/// See [`RADIX_HALF_FROM_ROWS`].
+pub const RADIX_WARP_FROM_ROWS: usize = 2048;
 
 impl RadixForm {
-    /// Both forms, the block form first.
-    pub const ALL: [RadixForm; 2] = [RadixForm::Block, RadixForm::Warp];
+    /// The three forms, the widest first.
+    pub const ALL: [RadixForm; 3] = [RadixForm::Block, RadixForm::Half, RadixForm::Warp];
 
-    /// The form for a batch of `rows` rows: the block form below [`RADIX_WARP_FROM_ROWS`], the
-    /// warp form from there.
+    /// The form for a batch of `rows` rows: the block form below [`RADIX_HALF_FROM_ROWS`], the
+    /// half-block form up to [`RADIX_WARP_FROM_ROWS`], the warp form from there.
     pub fn for_rows(rows: usize) -> RadixForm {
         if rows >= RADIX_WARP_FROM_ROWS {
             RadixForm::Warp
+        } else if rows >= RADIX_HALF_FROM_ROWS {
+            RadixForm::Half
         } else {
             RadixForm::Block
         }
@@ -114,6 +125,8 @@ impl RadixForm {
         match (self, bf16) {
             (RadixForm::Block, false) => "radix_topk",
             (RadixForm::Block, true) => "radix_topk_bf16",
+            (RadixForm::Half, false) => "radix_topk_half",
+            (RadixForm::Half, true) => "radix_topk_half_bf16",
             (RadixForm::Warp, false) => "radix_topk_warp",
             (RadixForm::Warp, true) => "radix_topk_warp_bf16",
         }
@@ -123,6 +136,11 @@ impl RadixForm {
     pub fn launch(self, rows: usize, experts: usize) -> LaunchConfig {
         match self {
             RadixForm::Block => launch(rows, experts),
+            RadixForm::Half => LaunchConfig::blocks(
+                rows as u32,
+                threads_for(experts).min(RS_HALF_THREADS as u32),
+            )
+            .dependent(),
             RadixForm::Warp => LaunchConfig::blocks(
                 rows.div_ceil(RS_WARP_ROWS) as u32,
                 (32 * RS_WARP_ROWS) as u32,
@@ -239,8 +257,9 @@ impl RadixTopk {
     /// `radix_topk(const float* logits, int ld, const float* bias, int* ids, float* weights,
     /// int T, int E, int k, int scoring, int n_group, int topk_group, int renormalize, float
     /// scale)` and `radix_topk_bf16` (the same with bf16 logits); grid T, blocks of
-    /// [`threads_for`]`(E)` threads; in the warp form `radix_topk_warp` and
-    /// `radix_topk_warp_bf16` ([`RadixForm::launch`]). An empty batch launches nothing.
+    /// [`threads_for`]`(E)` threads; in the half-block form `radix_topk_half` and
+    /// `radix_topk_half_bf16`, in the warp form `radix_topk_warp` and `radix_topk_warp_bf16`
+    /// ([`RadixForm::launch`]). An empty batch launches nothing.
     pub fn enqueue(
         &self,
         logits: Logits<'_>,

@@ -42,7 +42,11 @@ fn check_against_fused(
     let fused = route_logits_fused(dev, config, rows, experts, logits, bias).unwrap();
     assert_same(what, &radix, &fused);
     // Each form forced, whichever the row count picks (RadixForm::for_rows).
-    for (form, name) in [(RadixForm::Block, "a block"), (RadixForm::Warp, "a warp")] {
+    for (form, name) in [
+        (RadixForm::Block, "a block"),
+        (RadixForm::Half, "four warps"),
+        (RadixForm::Warp, "a warp"),
+    ] {
         let forced = route_logits_radix_in(dev, config, rows, experts, logits, bias, form)
             .unwrap_or_else(|e| panic!("{what} ({name} per row): {e}"));
         assert_same(&format!("{what} ({name} per row)"), &forced, &fused);
@@ -296,23 +300,27 @@ moe_kernels::backend_tests!(
     bad_inputs_are_typed_errors,
 );
 
-/// The form is a rule of the row count: the block form below RADIX_WARP_FROM_ROWS rows, the warp
-/// form from there, in RadixTopk::new and route_logits_radix alike.
+/// The form is a rule of the row count: eight warps a row below RADIX_HALF_FROM_ROWS rows, four
+/// below RADIX_WARP_FROM_ROWS, one from there, in RadixTopk::new and route_logits_radix alike.
 #[test]
 fn the_form_follows_the_row_count() {
-    use ch11_merged_gate::radix::RADIX_WARP_FROM_ROWS as FROM;
-    for (rows, want) in [
+    use ch11_merged_gate::radix::{RADIX_HALF_FROM_ROWS as HALF, RADIX_WARP_FROM_ROWS as WARP};
+    const { assert!(0 < HALF && HALF < WARP) };
+    let steps = [
         (0, RadixForm::Block),
         (1, RadixForm::Block),
-        (FROM - 1, RadixForm::Block),
-        (FROM, RadixForm::Warp),
-        (2 * FROM, RadixForm::Warp),
-    ] {
+        (HALF - 1, RadixForm::Block),
+        (HALF, RadixForm::Half),
+        (WARP - 1, RadixForm::Half),
+        (WARP, RadixForm::Warp),
+        (2 * WARP, RadixForm::Warp),
+    ];
+    for (rows, want) in steps {
         assert_eq!(RadixForm::for_rows(rows), want, "{rows} rows");
     }
     let dev = moe_kernels::testing::emu();
     let config = RouterConfig::glm5(2);
-    for (rows, want) in [(FROM - 1, RadixForm::Block), (FROM, RadixForm::Warp)] {
+    for (rows, want) in steps {
         let t = ch11_merged_gate::RadixTopk::new(dev, &config, rows, 8, None).unwrap();
         assert_eq!(t.form(), want, "{rows} rows");
     }

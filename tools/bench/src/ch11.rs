@@ -9,6 +9,7 @@
 //! | the same | `merged_bf16` | [`Bf16Gate`]: the stacked GEMM with bf16 out, then radix select on bf16 logits | the same |
 //! | `kimi_e896_k16` | `radix` | radix select alone on fp32 logits, in the form [`RadixTopk::new`] picks for the rows ([`RadixForm::for_rows`]) | the logits and the bias read, ids and weights written |
 //! | the same | `radix_block` | `radix_topk` alone (a block per row, [`RadixForm::Block`]) | the same |
+//! | the same | `radix_half` | `radix_topk_half` alone (four warps per row, [`RadixForm::Half`]) | the same |
 //! | the same | `radix_warp` | `radix_topk_warp` alone (a warp per row, [`RadixForm::Warp`]) | the same |
 //! | the same | `argmax` | chapter 5's k-round argmax alone (`fused_router_e1024`, [`RowForm::WarpPerRow`]) | the same |
 //! | the same | `fused` | chapter 5's router in its default form for the rows ([`form_for`]) | the same |
@@ -198,19 +199,21 @@ fn build_front(dev: &'static Device, front: Front, rows: usize) -> Result<FrontW
     })
 }
 
-/// The selection alone, four ways.
+/// The selection alone, six ways.
 #[derive(Clone, Copy)]
 enum Select {
     Radix,
     RadixBlock,
+    RadixHalf,
     RadixWarp,
     Argmax,
     Fused,
 }
 
-const SELECTS: [(Select, &str); 5] = [
+const SELECTS: [(Select, &str); 6] = [
     (Select::Radix, "radix"),
     (Select::RadixBlock, "radix_block"),
+    (Select::RadixHalf, "radix_half"),
     (Select::RadixWarp, "radix_warp"),
     (Select::Argmax, "argmax"),
     (Select::Fused, "fused"),
@@ -262,6 +265,11 @@ fn build_topk(dev: &'static Device, select: Select, rows: usize) -> Result<TopkW
             RadixTopk::new(dev, &config, rows, e, b)
                 .map_err(err)?
                 .with_form(RadixForm::Block),
+        ),
+        Select::RadixHalf => Topk::Radix(
+            RadixTopk::new(dev, &config, rows, e, b)
+                .map_err(err)?
+                .with_form(RadixForm::Half),
         ),
         Select::RadixWarp => Topk::Radix(
             RadixTopk::new(dev, &config, rows, e, b)

@@ -78,15 +78,22 @@ const RADIX_WARP: &str = "radix_warp";
 /// Radix select with a block per row, forced: measured from the run that made the form a rule of
 /// the row count (before it, `radix` was this form), so read where the CSV has it.
 const RADIX_BLOCK: &str = "radix_block";
+/// Radix select with four warps per row, forced: measured from the run that added the form on,
+/// so read where the CSV has it.
+const RADIX_HALF: &str = "radix_half";
 /// The selections read where the CSV has them.
-const OPTIONAL: [&str; 2] = [RADIX_BLOCK, RADIX_WARP];
+const OPTIONAL: [&str; 3] = [RADIX_BLOCK, RADIX_HALF, RADIX_WARP];
 /// The selections alone.
-const SELECTS: [(&str, &str); 5] = [
+const SELECTS: [(&str, &str); 6] = [
     (
         "radix",
         "radix: radix select, in the form the row count picks",
     ),
-    ("radix_block", "radix_block: radix select, a block per row"),
+    (
+        "radix_block",
+        "radix_block: radix select, eight warps per row",
+    ),
+    ("radix_half", "radix_half: radix select, four warps per row"),
     ("radix_warp", "radix_warp: radix select, a warp per row"),
     (
         "argmax",
@@ -402,9 +409,11 @@ fn facts_and_tables(
                 missed.push(thousands(n));
             }
             let block = super::find(rows, TOPK, n, RADIX_BLOCK).map(|b| b.cold_median_us);
+            let half = super::find(rows, TOPK, n, RADIX_HALF).map(|b| b.cold_median_us);
             let forms = [
                 ("radix select", Some(r)),
-                ("radix select, a block per row", block),
+                ("radix select, eight warps per row", block),
+                ("radix select, four warps per row", half),
                 ("radix select, a warp per row", warp),
             ];
             for (what, time) in forms {
@@ -609,6 +618,7 @@ fn figure(rows: &[BenchRow]) -> String {
         ("merged_bf16", "#cc79a7", Marker::Triangle),
         ("radix", "#e69f00", Marker::Square),
         ("radix_block", "#a6761d", Marker::Triangle),
+        ("radix_half", "#999999", Marker::Circle),
         ("radix_warp", "#f0e442", Marker::Diamond),
         ("argmax", "#56b4e9", Marker::Circle),
         ("fused", "#000000", Marker::Triangle),
