@@ -37,8 +37,9 @@
 //   hardware counts those as one atomic (ATOMS.POPC.INC), and nothing in the kernel groups them.
 // - After the first pass a thread revisits only its experts whose numbers still share the prefix
 //   (a mask of its slots), and compares 32-bit keys until only the id's bits are left.
-// - Every warp scans each pass's histogram itself, so a pass needs one barrier; three
-//   histograms in turn let a pass clear the one two passes on without another.
+// - One warp scans each pass's histogram and hands the cut to the others through shared memory
+//   (two barriers a pass in the block forms); three histograms in turn let a pass clear the one
+//   two passes on without a third.
 // - Limits: E <= 1024 (ids fit 10 bits; a row's keys fit shared memory), k <= 32 (one warp
 //   orders the picks), at most 32 groups. The host refuses larger sizes with a typed error.
 // - merged_gate needs E and P multiples of 4 (16-byte loads of the fp32 row); the host checks.
@@ -50,6 +51,7 @@
 #define RS_ID_BITS 10        // bits of the expert id below the key in a packed number
 #define RS_DIGIT_BITS 8      // bits binned per pass
 #define RS_BINS 256          // 1 << RS_DIGIT_BITS
+static_assert(32 % RS_DIGIT_BITS == 0, "the key's passes end at the id's bits (rs_visit)");
 #define RS_THREADS 256       // most threads of one block (one row)
 #define RS_UNROLL 4          // experts a thread loads at once (RS_MAX_EXPERTS / RS_THREADS)
 #define RS_HALF_THREADS 128  // radix_topk_half: a block of four warps per row
@@ -69,6 +71,7 @@
 #ifndef RS_WARP_HISTS
 #define RS_WARP_HISTS 1
 #endif
+
 #define RS_SCORING_SOFTMAX 0  // the `scoring` argument, as chapter 5's
 #define RS_SCORING_SIGMOID 1
 #define RS_SCORING_SQRT_SOFTPLUS 2
@@ -252,6 +255,7 @@ __device__ __forceinline__ void rs_row(const In* x, const float* __restrict__ bi
     __shared__ float s_stats_g[G][2];
     __shared__ int s_picked_g[G];
     __shared__ unsigned s_kept_g[G];
+    __shared__ int s_cut[3];  // the block forms: a pass's cut (bin, left, held), warp 0's answer
     const int thread = threadIdx.x, lane = thread & 31, group = WARP ? thread >> 5 : 0;
     const int tid = WARP ? lane : thread, nt = WARP ? 32 : (GROUP > 0 ? GROUP : blockDim.x);
     const int warp = WARP ? 0 : thread >> 5;  // the warp within the group
@@ -394,47 +398,55 @@ __device__ __forceinline__ void rs_row(const In* x, const float* __restrict__ bi
             }
         }
         rs_sync<WARP, GROUP>();
-        // The bin holding the cut, found by every warp alike (so no second barrier): lane l
-        // sums 8 bins from the top (bin 255 - 8l down), a scan over the lanes gives the count
-        // above each lane's bins, and the lane whose bins reach `remaining` finds the bin and
-        // hands it to the others.
+        // The bin holding the cut, found by one warp (warp 0 of a block; in the warp form, the
+        // row's warp): lane l sums 8 bins from the top (bin 255 - 8l down), a scan over the
+        // lanes gives the count above each lane's bins, and the lane whose bins reach
+        // `remaining` finds the bin and hands it to the others. In a block, warp 0 passes it on
+        // through shared memory, behind a second barrier: one warp scans, not every warp alike.
         const int bins = mask + 1;
-        int c[8], mine = 0;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            const int b = bins - 1 - (8 * lane + i);
-            c[i] = b >= 0 ? hist[b] : 0;
-            mine += c[i];
-        }
-        int incl = mine;  // inclusive scan over the lanes, from the top bins down
-        for (int off = 1; off < 32; off <<= 1) {
-            const int o = __shfl_up_sync(MOE_FULL_MASK, incl, off);
-            if (lane >= off) incl += o;
-        }
-        int above = incl - mine;
-        const bool holds = above < remaining && remaining <= incl;
-        const unsigned holder = __ballot_sync(MOE_FULL_MASK, holds);
         int bin = 0, left = 0, held = 0;  // the cut's bin, what is still missing, what it holds
+        if (WARP || warp == 0) {
+            int c[8], mine = 0;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            if (above + c[i] >= remaining) {
-                bin = bins - 1 - (8 * lane + i);
-                left = remaining - above;
-                held = c[i];
-                break;
+            for (int i = 0; i < 8; ++i) {
+                const int b = bins - 1 - (8 * lane + i);
+                c[i] = b >= 0 ? hist[b] : 0;
+                mine += c[i];
             }
-            above += c[i];
+            int incl = mine;  // inclusive scan over the lanes, from the top bins down
+            for (int off = 1; off < 32; off <<= 1) {
+                const int o = __shfl_up_sync(MOE_FULL_MASK, incl, off);
+                if (lane >= off) incl += o;
+            }
+            int above = incl - mine;
+            const bool holds = above < remaining && remaining <= incl;
+            const unsigned holder = __ballot_sync(MOE_FULL_MASK, holds);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                if (above + c[i] >= remaining) {
+                    bin = bins - 1 - (8 * lane + i);
+                    left = remaining - above;
+                    held = c[i];
+                    break;
+                }
+                above += c[i];
+            }
+            const int src = __ffs(holder) - 1;
+            bin = __shfl_sync(MOE_FULL_MASK, bin, src);
+            left = __shfl_sync(MOE_FULL_MASK, left, src);
+            held = __shfl_sync(MOE_FULL_MASK, held, src);
+            if (!WARP && lane == 0) s_cut[0] = bin, s_cut[1] = left, s_cut[2] = held;
         }
-        const int src = __ffs(holder) - 1;
-        bin = __shfl_sync(MOE_FULL_MASK, bin, src);
-        left = __shfl_sync(MOE_FULL_MASK, left, src);
-        held = __shfl_sync(MOE_FULL_MASK, held, src);
+        if (!WARP) {
+            rs_sync<WARP, GROUP>();
+            bin = s_cut[0], left = s_cut[1], held = s_cut[2];
+        }
         prefix = (prefix << width) | (unsigned)bin;
         remaining = left;
         done = held == left;
         shift = next;
-        // The histogram two passes on: every warp read it last pass, before this pass's barrier,
-        // and the next pass's barrier comes before anyone counts into it again.
+        // The histogram two passes on: its scanning warp read it last pass, before this pass's
+        // barriers, and the next pass's barrier comes before anyone counts into it again.
         if (H == 3) {
             for (int b = tid; b < RS_BINS; b += nt) s_hist[(pass + 2) % 3][b] = 0;
         } else {  // one histogram: every thread has read it, then it is cleared for the next pass
@@ -508,9 +520,9 @@ radix_topk(const float* logits, int ld, const float* __restrict__ bias, int* __r
 // ANCHOR_END: radix_topk
 
 // ANCHOR: radix_topk_warp
-// The same with a warp per row (grid ceil(T / RS_WARP_ROWS), RS_WARP_ROWS warps): a pass's
-// histogram scanned once, not once in each of a block's warps, and the warp's barrier, not the
-// block's. Each warp has its own shared arrays (rs_row's groups).
+// The same with a warp per row (grid ceil(T / RS_WARP_ROWS), RS_WARP_ROWS warps): the warp's
+// barrier, not the block's, and no other warp waiting while one scans. Each warp has its own
+// shared arrays (rs_row's groups).
 extern "C" __global__ void __launch_bounds__(RS_WARP_ROWS * 32)
 radix_topk_warp(const float* logits, int ld, const float* __restrict__ bias,
                 int* __restrict__ ids, float* __restrict__ weights, int T, int E, int k,
@@ -531,8 +543,8 @@ radix_topk_warp_bf16(const __nv_bfloat16* logits, int ld, const float* __restric
 
 // ANCHOR: radix_topk_half
 // The same with four warps per row (grid T, RS_HALF_THREADS threads): between the two forms
-// above, for batches of rows too many for the block form's eight warps a row (whose every warp
-// scans each pass's histogram) and too few to keep the GPU busy at a warp a row.
+// above, for batches of rows too many for the block form's eight warps a row (seven of them idle
+// while warp 0 scans, all at each barrier) and too few to keep the GPU busy at a warp a row.
 extern "C" __global__ void __launch_bounds__(RS_HALF_THREADS)
 radix_topk_half(const float* logits, int ld, const float* __restrict__ bias, int* __restrict__ ids,
                 float* __restrict__ weights, int T, int E, int k, int scoring, int n_group,
@@ -597,9 +609,9 @@ __device__ __forceinline__ void rs_cast_row(const float4* src, uint2* dst, int n
 // four warps, meeting at barrier 1), while its other four warps cast the row's P columns
 // (16-byte loads, all issued at once, 8-byte stores, round to nearest even): the cast's memory
 // traffic runs under the selection's arithmetic. Five blocks an SM (the launch bounds: 48
-// registers a thread): at 1,024 rows on an H100, 0.94 of four blocks' time, against 0.96 for six
-// and 1.08 for eight, which spill (tools/gpu/probes/ch11_radix_times.cu; the H100 results README
-// has the run). E % 4 == 0 and P % 4 == 0 (the host checks).
+// registers a thread, a few bytes spilled): at 1,024 rows on an H100, 0.94 of four blocks' time,
+// against 0.96 for six and 1.08 for eight, which spill more (tools/gpu/probes/ch11_radix_times.cu
+// and ptxas's report; the H100 results README has both). E % 4 == 0 and P % 4 == 0 (the host checks).
 extern "C" __global__ void __launch_bounds__(RS_MERGED_THREADS, 5)
 merged_gate(const float* y, const float* __restrict__ bias, int* __restrict__ ids,
             float* __restrict__ weights, __nv_bfloat16* __restrict__ proj, int T, int E, int P,

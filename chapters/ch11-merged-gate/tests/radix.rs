@@ -1,7 +1,7 @@
 //! Radix select on every backend (the emulator always, the GPU with `--include-ignored` on a GPU
 //! machine): the same ids and weights as chapter 5's fused router, bit for bit, on every named
-//! regime, on rows of Kimi K3's width made of ties, and on random rows, in both forms (a block
-//! per row, a warp per row); the host's literal loop against a sort; the limits and every bad
+//! regime, on rows of Kimi K3's width made of ties, and on random rows, in all three forms (eight
+//! warps, four, or one per row); the host's literal loop against a sort; the limits and every bad
 //! input as typed errors.
 
 use ch01_router::chain::{DeviceRouterError, RouterOutputs};
@@ -26,7 +26,7 @@ fn assert_same(what: &str, a: &Routing, b: &Routing) {
     assert_same_bits(&format!("{what}: weights"), &a.weights, &b.weights);
 }
 
-/// Radix select, in both of its forms, against chapter 5's fused kernel on the same logits, in
+/// Radix select, in all three of its forms, against chapter 5's fused kernel on the same logits, in
 /// every form of chapter 5.
 fn check_against_fused(
     dev: &'static Device,

@@ -8,7 +8,7 @@
 //! | the same | `merged` | [`MergedGate`]: one GEMM over the stacked weight (fp32 out), then `merged_gate` | the same |
 //! | the same | `merged_bf16` | [`Bf16Gate`]: the stacked GEMM with bf16 out, then radix select on bf16 logits | the same |
 //! | `kimi_e896_k16` | `radix` | radix select alone on fp32 logits, in the form [`RadixTopk::new`] picks for the rows ([`RadixForm::for_rows`]) | the logits and the bias read, ids and weights written |
-//! | the same | `radix_block` | `radix_topk` alone (a block per row, [`RadixForm::Block`]) | the same |
+//! | the same | `radix_block` | `radix_topk` alone (eight warps per row, [`RadixForm::Block`]) | the same |
 //! | the same | `radix_half` | `radix_topk_half` alone (four warps per row, [`RadixForm::Half`]) | the same |
 //! | the same | `radix_warp` | `radix_topk_warp` alone (a warp per row, [`RadixForm::Warp`]) | the same |
 //! | the same | `argmax` | chapter 5's k-round argmax alone (`fused_router_e1024`, [`RowForm::WarpPerRow`]) | the same |
@@ -501,7 +501,7 @@ pub fn targets(rows: &[BenchRow]) -> String {
         }
     }
     for t in TOPK_ROWS.iter().filter(|&&t| t as u64 >= RADIX_FROM_ROWS) {
-        for imp in ["radix", "radix_warp"] {
+        for imp in ["radix", "radix_block", "radix_half", "radix_warp"] {
             if let (Some(r), Some(a)) = (
                 cold(TOPK_SHAPE, *t as u64, imp),
                 cold(TOPK_SHAPE, *t as u64, "argmax"),

@@ -11,8 +11,11 @@
 // `patterned`), bias uniform in Kimi K3's range (-0.76, 0.15). merged_gate also casts a row of
 // 3,584 projection columns.
 //
-// Built by tools/gpu/run's radix-ab stage (nvcc -O3 -arch=sm_90a --fmad=false, as NVRTC builds the
-// kernels for the bench).
+// Built on the GPU machine from the repository's root as NVRTC builds the kernels for the bench,
+//   nvcc -O3 -std=c++17 -arch=sm_90a --fmad=false -I kernels -o rt tools/gpu/probes/ch11_radix_times.cu
+// and, for the kernel file as it was at another commit (saved as OLD.cu beside a copy of common.cuh),
+//   nvcc ... '-DRS_PROBE_KERNEL="OLD.cu"' -o rt_old tools/gpu/probes/ch11_radix_times.cu
+// (the path relative to this file); then `rt new` and `rt_old old`, one after the other.
 #include "cuda_check.h"
 
 #ifdef RS_PROBE_KERNEL  // another version of the kernel file, to time beside this one

@@ -432,9 +432,13 @@ fn facts_and_tables(
     f.add("target_radix_from", RADIX_FROM_ROWS.to_string(), HERE);
     f.add("radix_met", met.to_string(), CSV);
     f.add("radix_judged", judged.to_string(), CSV);
-    if !missed.is_empty() {
-        f.add("radix_missed_at", and_list(&missed), CSV);
-    }
+    // Where radix select misses, for the page's verdict sentence.
+    let note = if missed.is_empty() {
+        "none missed".to_string()
+    } else {
+        format!("missed at {} rows", and_list(&missed))
+    };
+    f.add("radix_missed_note", note, CSV);
     // The per-row cost of each selection between its two largest counts, ns a row.
     if let [.., lo, hi] = topk_counts[..] {
         for (imp, _) in SELECTS {
