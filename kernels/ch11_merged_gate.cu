@@ -56,8 +56,7 @@ static_assert(32 % RS_DIGIT_BITS == 0, "the key's passes end at the id's bits (r
 #define RS_UNROLL 4          // experts a thread loads at once (RS_MAX_EXPERTS / RS_THREADS)
 #define RS_HALF_THREADS 128  // radix_topk_half: a block of four warps per row
 #define RS_HALF_UNROLL 8     // RS_MAX_EXPERTS / RS_HALF_THREADS
-#define RS_MERGED_THREADS 256  // merged_gate's block: four warps select, four cast
-#define RS_MERGED_ROUTERS 128  // merged_gate's selecting threads (the half-block form's)
+#define RS_MERGED_CASTERS 128  // merged_gate's casting threads, after its selecting ones
 #define RS_MERGED_CAST_UNROLL 8  // 16-byte loads a casting thread issues at once (7 at P = 3,584)
 #define RS_WARP_ROWS 4         // radix_topk_warp: rows of one block, a warp each
 #define RS_WARP_UNROLL 8       // logits a lane of radix_topk_warp loads at once
@@ -602,33 +601,54 @@ __device__ __forceinline__ void rs_cast_row(const float4* src, uint2* dst, int n
 }
 
 // ANCHOR: merged_gate
-// The kernel after the merged GEMM, one block per row (grid T, RS_MERGED_THREADS threads):
+// The kernels after the merged GEMM, one block per row (grid T, ROUTERS + RS_MERGED_CASTERS
+// threads):
 //   y [T, E + P] f32 (the stacked weight's output: E logits, then P projection columns),
 //   bias [E] f32 or null -> ids [T, k] i32, weights [T, k] f32, proj [T, P] bf16.
-// The block's first RS_MERGED_ROUTERS threads radix-select the row (the half-block form's
-// four warps, meeting at barrier 1), while its other four warps cast the row's P columns
-// (16-byte loads, all issued at once, 8-byte stores, round to nearest even): the cast's memory
-// traffic runs under the selection's arithmetic. Five blocks an SM (the launch bounds: 48
-// registers a thread, a few bytes spilled): at 1,024 rows on an H100, 0.94 of four blocks' time,
-// against 0.96 for six and 1.08 for eight, which spill more (tools/gpu/probes/ch11_radix_times.cu
-// and ptxas's report; the H100 results README has both). E % 4 == 0 and P % 4 == 0 (the host checks).
-extern "C" __global__ void __launch_bounds__(RS_MERGED_THREADS, 5)
-merged_gate(const float* y, const float* __restrict__ bias, int* __restrict__ ids,
-            float* __restrict__ weights, __nv_bfloat16* __restrict__ proj, int T, int E, int P,
-            int k, int scoring, int n_group, int topk_group, int renormalize, float scale) {
+// The block's first ROUTERS threads radix-select the row (a block form's warps, meeting at
+// barrier 1), while its last four warps cast the row's P columns (16-byte loads, all issued at
+// once, 8-byte stores, round to nearest even): the cast's memory traffic runs under the
+// selection's arithmetic. E % 4 == 0 and P % 4 == 0 (the host checks).
+template <int ROUTERS, int U>
+__device__ __forceinline__ void rs_merged(const float* y, const float* __restrict__ bias,
+                                          int* __restrict__ ids, float* __restrict__ weights,
+                                          __nv_bfloat16* __restrict__ proj, int T, int E, int P,
+                                          int k, int scoring, int n_group, int topk_group,
+                                          int renormalize, float scale) {
     const int t = blockIdx.x;
     if (t >= T) return;
     const float* row = y + (size_t)t * (E + P);
-    if (threadIdx.x < RS_MERGED_ROUTERS) {
-        rs_row<RS_HALF_UNROLL, false, RS_MERGED_ROUTERS>(row, bias, ids, weights, t, E, k, scoring,
-                                                         n_group, topk_group, renormalize, scale);
+    if (threadIdx.x < ROUTERS) {
+        rs_row<U, false, ROUTERS>(row, bias, ids, weights, t, E, k, scoring, n_group, topk_group,
+                                  renormalize, scale);
     } else {
         moe_grid_wait();  // the row is the GEMM ahead's output
         rs_cast_row<RS_MERGED_CAST_UNROLL>(reinterpret_cast<const float4*>(row + E),
                                            reinterpret_cast<uint2*>(proj + (size_t)t * P), P / 4,
-                                           threadIdx.x - RS_MERGED_ROUTERS,
-                                           RS_MERGED_THREADS - RS_MERGED_ROUTERS);
+                                           threadIdx.x - ROUTERS, RS_MERGED_CASTERS);
     }
+}
+
+// Below RADIX_HALF_FROM_ROWS rows: eight warps select, as radix_topk does (three blocks an SM).
+extern "C" __global__ void __launch_bounds__(RS_THREADS + RS_MERGED_CASTERS, 3)
+merged_gate(const float* y, const float* __restrict__ bias, int* __restrict__ ids,
+            float* __restrict__ weights, __nv_bfloat16* __restrict__ proj, int T, int E, int P,
+            int k, int scoring, int n_group, int topk_group, int renormalize, float scale) {
+    rs_merged<RS_THREADS, RS_UNROLL>(y, bias, ids, weights, proj, T, E, P, k, scoring, n_group,
+                                     topk_group, renormalize, scale);
+}
+
+// From RADIX_HALF_FROM_ROWS rows: four warps select, as radix_topk_half does. Five blocks an SM
+// (the launch bounds: 48 registers a thread, a few bytes spilled): at 1,024 rows on an H100, 0.94
+// of four blocks' time, against 0.96 for six and 1.08 for eight, which spill more
+// (tools/gpu/probes/ch11_radix_times.cu and ptxas's report; the H100 results README has both).
+extern "C" __global__ void __launch_bounds__(RS_HALF_THREADS + RS_MERGED_CASTERS, 5)
+merged_gate_half(const float* y, const float* __restrict__ bias, int* __restrict__ ids,
+                 float* __restrict__ weights, __nv_bfloat16* __restrict__ proj, int T, int E,
+                 int P, int k, int scoring, int n_group, int topk_group, int renormalize,
+                 float scale) {
+    rs_merged<RS_HALF_THREADS, RS_HALF_UNROLL>(y, bias, ids, weights, proj, T, E, P, k, scoring,
+                                               n_group, topk_group, renormalize, scale);
 }
 // ANCHOR_END: merged_gate
 

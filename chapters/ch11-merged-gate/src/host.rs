@@ -3,6 +3,7 @@
 
 use crate::front::{to_bf16, FrontInputs, FrontShape};
 use crate::merged::{Bf16Gate, FrontOutputs, MergedGate, SeparateGate};
+use crate::radix::RadixForm;
 use ch01_router::chain::{DeviceRouterError, RouterOutputs};
 use ch01_router::config::RouterConfig;
 use ch01_router::device_router::download;
@@ -106,7 +107,22 @@ pub fn run_merged(
     shape: FrontShape,
     inputs: &FrontInputs,
 ) -> Result<(FrontResult, Vec<f32>), DeviceRouterError> {
-    let front = MergedGate::new(device, config, shape, inputs.rows, Some(&inputs.bias))?;
+    run_merged_as(device, config, shape, inputs, None)
+}
+
+/// [`run_merged`] with the kernel after the GEMM selecting as radix select's `form` does
+/// ([`MergedGate::with_form`]), whatever the rows; `None`: as the rows pick.
+pub fn run_merged_as(
+    device: &'static Device,
+    config: &RouterConfig,
+    shape: FrontShape,
+    inputs: &FrontInputs,
+    form: Option<RadixForm>,
+) -> Result<(FrontResult, Vec<f32>), DeviceRouterError> {
+    let mut front = MergedGate::new(device, config, shape, inputs.rows, Some(&inputs.bias))?;
+    if let Some(form) = form {
+        front = front.with_form(form);
+    }
     let u = upload(device, shape, config.k, inputs)?;
     let stacked = device.upload(&to_bf16(&inputs.stacked()))?;
     let (r, launches) =

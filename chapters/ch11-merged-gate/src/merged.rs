@@ -12,7 +12,7 @@
 //! GEMM always (the tiny GEMM writes fp32).
 
 use crate::front::{FrontShape, KIMI_K3};
-use crate::radix::{Logits, RadixTopk};
+use crate::radix::{Logits, RadixForm, RadixTopk};
 use ch01_router::chain::{
     expect_len, DeviceMatrix, DeviceRouter, DeviceRouterError, GateInputs, GateShape, RouterOutputs,
 };
@@ -177,13 +177,35 @@ impl MergedGate {
             }
             LogitsFrom::Blas => "blas",
         };
-        vec![gemm, "merged_gate"]
+        vec![gemm, self.kernel().0]
+    }
+
+    /// The kernel after the GEMM and its block, by the form radix select takes for the rows
+    /// ([`RadixForm::for_rows`], or [`MergedGate::with_form`]): eight warps select in the block
+    /// form (`merged_gate`), four in the others (`merged_gate_half`); four more warps cast.
+    fn kernel(&self) -> (&'static str, u32) {
+        use crate::radix::geometry::{RS_HALF_THREADS, RS_MERGED_CASTERS, RS_THREADS};
+        match self.topk.form() {
+            RadixForm::Block => ("merged_gate", (RS_THREADS + RS_MERGED_CASTERS) as u32),
+            RadixForm::Half | RadixForm::Warp => (
+                "merged_gate_half",
+                (RS_HALF_THREADS + RS_MERGED_CASTERS) as u32,
+            ),
+        }
+    }
+
+    /// The same front selecting as radix select's `form` does, whatever the rows (the warp form
+    /// selects with four warps here: a row's block also casts).
+    pub fn with_form(mut self, form: RadixForm) -> Self {
+        self.topk = self.topk.with_form(form);
+        self
     }
 
     /// Queues the front: `hidden [T, H]` bf16, `stacked [E + P, H]` bf16 (gate rows first),
     /// `bias [E]` f32. Kernel: `merged_gate(const float* y, const float* bias, int* ids, float*
     /// weights, bf16* proj, int T, int E, int P, int k, int scoring, int n_group, int
-    /// topk_group, int renormalize, float scale)`, grid T, blocks of `RS_MERGED_THREADS` threads.
+    /// topk_group, int renormalize, float scale)` (or `merged_gate_half`, the same arguments),
+    /// grid T, blocks of `RS_THREADS` (or `RS_HALF_THREADS`) + `RS_MERGED_CASTERS` threads.
     pub fn enqueue(
         &self,
         hidden: &DeviceBuffer<bf16>,
@@ -230,12 +252,9 @@ impl MergedGate {
         a.extend_from_slice(&tail[..2]);
         a.push(KernelArg::from(proj as i32));
         a.extend_from_slice(&tail[2..]);
-        let cfg = moe_kernels::LaunchConfig::blocks(
-            rows as u32,
-            crate::radix::geometry::RS_MERGED_THREADS as u32,
-        )
-        .dependent();
-        self.topk.module().launch("merged_gate", cfg, &a)?;
+        let (kernel, threads) = self.kernel();
+        let cfg = moe_kernels::LaunchConfig::blocks(rows as u32, threads).dependent();
+        self.topk.module().launch(kernel, cfg, &a)?;
         Ok(())
     }
 }

@@ -31,14 +31,14 @@ use ch05_fused_router::route_logits_fused;
 use ch11_merged_gate::example::bf16_apart;
 use ch11_merged_gate::front::{kimi_config, to_bf16, FrontInputs, FrontShape, KIMI_K3};
 use ch11_merged_gate::host::{
-    flip_rates, rows_with_other_sets, run_bf16, run_merged, run_separate, run_separate_on,
-    FrontResult,
+    flip_rates, rows_with_other_sets, run_bf16, run_merged, run_merged_as, run_separate,
+    run_separate_on, FrontResult,
 };
 use ch11_merged_gate::merged::{
     gemm_for, stacked_gemm_for, Bf16Gate, MergedGate, SeparateGate, STACKED_TINY_MAX_ROWS,
     TINY_MAX_ROWS,
 };
-use ch11_merged_gate::route_logits_radix;
+use ch11_merged_gate::{route_logits_radix, RadixForm};
 use half::bf16;
 use moe_kernels::testing::assert_same_bits;
 use moe_kernels::Device;
@@ -301,7 +301,33 @@ fn two_streams_equal_one(dev: &'static Device) {
     }
 }
 
+/// Both kernels after the merged GEMM (eight selecting warps, `merged_gate`, and four,
+/// `merged_gate_half`), each forced at row counts where the other runs: the same ids, weights
+/// and projection, bit for bit.
+fn both_merged_kernels_agree(dev: &'static Device) {
+    let config = kimi_config(SMALL.k);
+    for rows in [1, 5, 40] {
+        let inputs = FrontInputs::random(SMALL, rows, 9);
+        let run = |form| run_merged_as(dev, &config, SMALL, &inputs, Some(form)).unwrap();
+        let (eight, y8) = run(RadixForm::Block);
+        let (four, y4) = run(RadixForm::Half);
+        assert_eq!(four.routing.ids, eight.routing.ids, "{rows} rows: ids");
+        assert_same_bits("weights", &four.routing.weights, &eight.routing.weights);
+        assert_same_bits("projection", &four.proj, &eight.proj);
+        assert_same_bits("the GEMM's output", &y4, &y8);
+        assert_eq!(
+            eight.launches.last().map(String::as_str),
+            Some("ch11_merged_gate::merged_gate")
+        );
+        assert_eq!(
+            four.launches.last().map(String::as_str),
+            Some("ch11_merged_gate::merged_gate_half")
+        );
+    }
+}
+
 moe_kernels::backend_tests!(
+    both_merged_kernels_agree,
     two_streams_equal_one,
     merged_equals_separate_at_kimi_shapes,
     merged_equals_separate_across_the_gemm_switch,

@@ -74,7 +74,7 @@ struct Buffers {
     }
 };
 
-enum Kind { BLOCK, HALF, WARP, MERGED };
+enum Kind { BLOCK, HALF, WARP, MERGED, MERGED_HALF };
 
 static void launch(Kind kind, Buffers& b, int T, int threads) {
     // Kimi K3's router: sigmoid scores, the bias for ranking only, renormalised, no groups.
@@ -88,6 +88,11 @@ static void launch(Kind kind, Buffers& b, int T, int threads) {
     else if (kind == WARP)
         radix_topk_warp<<<(T + RS_WARP_ROWS - 1) / RS_WARP_ROWS, RS_WARP_ROWS * 32>>>(
             b.logits, kE, b.bias, b.ids, b.weights, T, kE, kK, RS_SCORING_SIGMOID, 1, 1, 1, 1.0f);
+#ifdef RS_MERGED_CASTERS
+    else if (kind == MERGED_HALF)
+        merged_gate_half<<<T, threads>>>(b.y, b.bias, b.ids, b.weights, b.proj, T, kE, kP, kK, RS_SCORING_SIGMOID,
+                                         1, 1, 1, 1.0f);
+#endif
     else
         merged_gate<<<T, threads>>>(b.y, b.bias, b.ids, b.weights, b.proj, T, kE, kP, kK, RS_SCORING_SIGMOID, 1, 1,
                                     1, 1.0f);
@@ -108,7 +113,13 @@ int main(int argc, char** argv) {
     for (int rows : {1, 16, 96, 256, 512, 1024, 2048, 4096}) cases.push_back({HALF, "radix_topk_half", rows, RS_HALF_THREADS});
 #endif
     for (int rows : {1024, 2048, 4096, 8192}) cases.push_back({WARP, "radix_topk_warp", rows, RS_WARP_ROWS * 32});
+#ifdef RS_MERGED_CASTERS  // a kernel file with the two merged kernels
+    for (int rows : {1, 16, 1024}) cases.push_back({MERGED, "merged_gate", rows, RS_THREADS + RS_MERGED_CASTERS});
+    for (int rows : {1, 16, 1024})
+        cases.push_back({MERGED_HALF, "merged_gate_half", rows, RS_HALF_THREADS + RS_MERGED_CASTERS});
+#else
     for (int rows : {1, 16, 1024}) cases.push_back({MERGED, "merged_gate", rows, RS_MERGED_THREADS});
+#endif
     cudaEvent_t e0, e1;
     CHECK(cudaEventCreate(&e0));
     CHECK(cudaEventCreate(&e1));
