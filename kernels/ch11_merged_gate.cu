@@ -12,9 +12,10 @@
 // the lower id) by counting, and their weights computed as chapter 5 computes them.
 //
 // The merged gate. The GEMM in front writes one fp32 row of E logits then P projection columns
-// per token ([T, E + P], the stacked weight's rows: the gate's first). merged_gate runs one
-// block per row: its threads cast the row's P projection columns to bf16 ([T, P], what the
-// experts read) and radix-select k of the E logits, in one launch.
+// per token ([T, E + P], the stacked weight's rows: the gate's first). merged_gate (or, from
+// RADIX_HALF_FROM_ROWS rows, merged_gate_half) runs one block per row: its threads cast the
+// row's P projection columns to bf16 ([T, P], what the experts read) and radix-select k of the E
+// logits, in one launch.
 //
 // Upstream: SGLang's fused front for Kimi K3 (the router article, section 7: one GEMM over the
 // stacked gate and projection weights with fp32 output, then one kernel that selects 16 of 896
@@ -42,7 +43,8 @@
 //   two passes on without a third.
 // - Limits: E <= 1024 (ids fit 10 bits; a row's keys fit shared memory), k <= 32 (one warp
 //   orders the picks), at most 32 groups. The host refuses larger sizes with a typed error.
-// - merged_gate needs E and P multiples of 4 (16-byte loads of the fp32 row); the host checks.
+// - The merged kernels need E and P multiples of 4 (16-byte loads of the fp32 row); the host
+//   checks.
 #include "common.cuh"
 
 #define RS_MAX_EXPERTS 1024  // ids fit RS_ID_BITS bits; the row's keys fit shared memory
@@ -56,7 +58,7 @@ static_assert(32 % RS_DIGIT_BITS == 0, "the key's passes end at the id's bits (r
 #define RS_UNROLL 4          // experts a thread loads at once (RS_MAX_EXPERTS / RS_THREADS)
 #define RS_HALF_THREADS 128  // radix_topk_half: a block of four warps per row
 #define RS_HALF_UNROLL 8     // RS_MAX_EXPERTS / RS_HALF_THREADS
-#define RS_MERGED_CASTERS 128  // merged_gate's casting threads, after its selecting ones
+#define RS_MERGED_CASTERS 128  // the merged kernels' casting threads, after the selecting ones
 #define RS_MERGED_CAST_UNROLL 8  // 16-byte loads a casting thread issues at once (7 at P = 3,584)
 #define RS_WARP_ROWS 4         // radix_topk_warp: rows of one block, a warp each
 #define RS_WARP_UNROLL 8       // logits a lane of radix_topk_warp loads at once
@@ -212,7 +214,7 @@ __device__ __forceinline__ void rs_visit(unsigned o, int e, int j, int shift, in
 
 // The barrier of the threads that route one row: the block's, or (WARP) the warp's.
 // GROUP (not WARP): the block's first GROUP threads, at barrier 1, while the others do other
-// work (merged_gate's cast).
+// work (the merged kernels' cast).
 template <bool WARP, int GROUP = 0>
 __device__ __forceinline__ void rs_sync() {
     if constexpr (WARP) {
@@ -233,8 +235,8 @@ __device__ __forceinline__ void rs_sync() {
 // a row of its own): `x` is the row's E logits (fp32 or bf16), `bias` [E] f32 or null; ids
 // [T, k] i32 and weights [T, k] f32 out. Thread i of the group owns experts i, i + its size, ...
 // Every thread of the group must call it (it holds the group's barriers); GROUP: the block's
-// first GROUP threads route, at barrier 1 (merged_gate). A thread loads U logits at once (the
-// block: U * its threads >= E, one round; a warp: rounds of 32 U).
+// first GROUP threads route, at barrier 1 (the merged kernels). A thread loads U logits at once
+// (the block: U * its threads >= E, one round; a warp: rounds of 32 U).
 template <int U, bool WARP = false, int GROUP = 0, typename In>
 __device__ __forceinline__ void rs_row(const In* x, const float* __restrict__ bias,
                                        int* __restrict__ ids, float* __restrict__ weights, int t,
@@ -388,7 +390,8 @@ __device__ __forceinline__ void rs_row(const In* x, const float* __restrict__ bi
         } else if (pass == 1) {
             // Most slots may still share the prefix: each one in turn.
             for (int j = 0, e = tid; e < E; ++j, e += nt)
-                if ((cand >> j) & 1u) rs_visit(s_key[e], e, j, shift, next, mask, prefix, hist, cand, higher);
+                if ((cand >> j) & 1u)
+                    rs_visit(s_key[e], e, j, shift, next, mask, prefix, hist, cand, higher);
         } else {
             // Few do: only those, lowest first.
             for (unsigned m = cand; m != 0u; m &= m - 1u) {
@@ -581,11 +584,12 @@ __device__ __forceinline__ uint2 rs_bf16x4(float4 v) {
     return make_uint2(a | (b << 16), c | (d << 16));
 }
 
-// merged_gate's other work: the cast of a row's n = P / 4 groups of four projection columns by
-// the threads i0 = 0 .. stride - 1 of the casting warps, U 16-byte loads a thread issued at once
-// (then any left, a load at a time).
+// The merged kernels' other work: the cast of a row's n = P / 4 groups of four projection
+// columns by the threads i0 = 0 .. stride - 1 of the casting warps, U 16-byte loads a thread
+// issued at once (then any left, a load at a time).
 template <int U>
-__device__ __forceinline__ void rs_cast_row(const float4* src, uint2* dst, int n, int i0, int stride) {
+__device__ __forceinline__ void rs_cast_row(const float4* src, uint2* dst, int n, int i0,
+                                            int stride) {
     float4 v[U];
 #pragma unroll
     for (int i = 0; i < U; ++i) {

@@ -10,7 +10,8 @@
 //!   k-th largest key found by binning leading bits; the same ids and weights as chapter 5's
 //!   fused router, bit for bit, on every regime and both backends.
 //! - [`merged`]: the front three ways: separate (projection GEMM + chapter 5's pair), merged
-//!   (one GEMM over the stacked weight, then `merged_gate`), and the bf16-output variant.
+//!   (one GEMM over the stacked weight, then `merged_gate` or `merged_gate_half`), and the
+//!   bf16-output variant.
 //! - [`front`]: Kimi K3's shapes, its router, its bias range, random inputs.
 //! - [`host`]: the fronts on host data, and the bf16 variant's flip rate along the row axis.
 

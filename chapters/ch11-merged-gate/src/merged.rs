@@ -3,7 +3,7 @@
 //! | form | launches | what it runs |
 //! |---|---|---|
 //! | [`SeparateGate`] | 3 (cuBLAS's own count above 16 rows) | the projection GEMM (bf16 out), then chapter 5's pair: its GEMM (fp32 logits) and its fused router |
-//! | [`MergedGate`] | 2 | one GEMM over the stacked weight `[E + P, H]` with fp32 out, then `merged_gate`: radix select of the E logits and the cast of the P projection columns to bf16 |
+//! | [`MergedGate`] | 2 | one GEMM over the stacked weight `[E + P, H]` with fp32 out, then `merged_gate` (or `merged_gate_half` from 1,024 rows): radix select of the E logits and the cast of the P projection columns to bf16 |
 //! | [`Bf16Gate`] | 2 | one GEMM over the stacked weight with bf16 out, then radix select on the bf16 logits: the variant that rounds the logits |
 //!
 //! The separate form's GEMMs are the tiny GEMM up to [`TINY_MAX_ROWS`] rows and the library GEMM
@@ -47,12 +47,11 @@ fn tiny_up_to(rows: usize, max_rows: usize) -> LogitsFrom {
 /// Up to how many rows the merged form's GEMM (the stacked weight `[E + P, H]`, fp32 out) is
 /// chapter 5's tiny GEMM, in the form chapter 5 picks for the rows; the library GEMM above. Set
 /// from `bench ch11`'s sweep of that GEMM alone, both ways (`ch11_gemm.csv`; the bench prints
-/// the crossover it measures and whether this constant agrees). Before that sweep ran, the
-/// fronts' own timings bounded it: on this weight the tiny GEMM's CUDA-core form beat the
-/// library GEMM at one row, and its tensor-core form lost to it at 16 rows (the bf16 variant's
-/// library GEMM over the same weight). Nothing was measured between, so the switch sits where
-/// chapter 5 leaves its CUDA-core form (`TC_FROM_ROWS`, 8 rows).
-pub const STACKED_TINY_MAX_ROWS: usize = 7;
+/// the crossover it measures and whether this constant agrees): on the H100 the tiny GEMM is
+/// ahead at 1 and 2 rows and behind from 4 (3 is not measured), so the switch sits at the last
+/// count measured ahead. (On the H200 the constant was 7, where chapter 5 leaves its CUDA-core
+/// form, before any sweep had run.)
+pub const STACKED_TINY_MAX_ROWS: usize = 2;
 
 /// The merged form's GEMM for `rows` rows: the tiny GEMM up to [`STACKED_TINY_MAX_ROWS`], the
 /// library GEMM above.
@@ -123,8 +122,8 @@ pub fn gemm_f32(
 
 // ANCHOR: merged_gate
 /// The merged front: one GEMM over the stacked weight `[E + P, H]` into fp32 `y [T, E + P]`
-/// ([`stacked_gemm_for`]), then `merged_gate`, which selects k of each row's E logits by radix
-/// select and casts its P projection columns to bf16.
+/// ([`stacked_gemm_for`]), then `merged_gate` (or `merged_gate_half`), which selects k of each
+/// row's E logits by radix select and casts its P projection columns to bf16.
 pub struct MergedGate {
     device: &'static Device,
     tiny: Arc<Module>,

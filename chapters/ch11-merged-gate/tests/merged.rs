@@ -302,8 +302,9 @@ fn two_streams_equal_one(dev: &'static Device) {
 }
 
 /// Both kernels after the merged GEMM (eight selecting warps, `merged_gate`, and four,
-/// `merged_gate_half`), each forced at row counts where the other runs: the same ids, weights
-/// and projection, bit for bit.
+/// `merged_gate_half`), forced at row counts where `merged_gate` runs: the same ids, weights and
+/// projection, bit for bit (at its own rows, 1,024, `merged_gate_half` meets chapter 5's router in
+/// `merged_at_1024_rows_on_the_gpu`).
 fn both_merged_kernels_agree(dev: &'static Device) {
     let config = kimi_config(SMALL.k);
     for rows in [1, 5, 40] {

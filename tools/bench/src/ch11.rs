@@ -5,7 +5,7 @@
 //! |---|---|---|---|
 //! | `kimi_k3_h7168_e896_p3584_k16` | `separate` | [`SeparateGate`]: the projection GEMM (bf16 out), then chapter 5's pair | hidden states and both weights read once, ids, weights and the bf16 projection written; the two GEMMs' FLOPs |
 //! | the same | `separate_2s` | the same on two streams ([`SeparateGate::on_two_streams`]): the projection GEMM beside the pair | the same |
-//! | the same | `merged` | [`MergedGate`]: one GEMM over the stacked weight (fp32 out), then `merged_gate` | the same |
+//! | the same | `merged` | [`MergedGate`]: one GEMM over the stacked weight (fp32 out), then `merged_gate` (`merged_gate_half` from 1,024 rows) | the same |
 //! | the same | `merged_bf16` | [`Bf16Gate`]: the stacked GEMM with bf16 out, then radix select on bf16 logits | the same |
 //! | `kimi_e896_k16` | `radix` | radix select alone on fp32 logits, in the form [`RadixTopk::new`] picks for the rows ([`RadixForm::for_rows`]) | the logits and the bias read, ids and weights written |
 //! | the same | `radix_block` | `radix_topk` alone (eight warps per row, [`RadixForm::Block`]) | the same |
