@@ -493,9 +493,13 @@ __device__ __forceinline__ void rs_row(const In* x, const float* __restrict__ bi
 }
 // ANCHOR_END: radix_row
 
+// ANCHOR: radix_topk
 // The entry points' one body: row t of logits [T, ld] routed by a block of its own (the block
 // forms: grid T) or (WARP) by a warp of its own (grid ceil(T / RS_WARP_ROWS)), U logits a thread
-// at once.
+// at once. Logits [T, ld] f32 or bf16 (row t's E logits at t * ld; bf16: the bf16-output
+// variant's, each widened back to fp32 exactly before it is scored), bias [E] f32 or null; ids
+// [T, k] i32 and weights [T, k] f32 out. The same arguments as chapter 5's fused router but the
+// stride.
 template <int U, bool WARP, typename In>
 __device__ __forceinline__ void rs_entry(const In* logits, int ld, const float* __restrict__ bias,
                                          int* __restrict__ ids, float* __restrict__ weights, int T,
@@ -508,72 +512,37 @@ __device__ __forceinline__ void rs_entry(const In* logits, int ld, const float* 
                     topk_group, renormalize, scale);
 }
 
-// ANCHOR: radix_topk
-// Radix select for T rows, one block per row (grid T, blocks of min(256, 32 ceil(E / 32))
-// threads): logits [T, ld] f32 (row t's E logits at t * ld), bias [E] f32 or null; ids [T, k]
-// i32 and weights [T, k] f32 out. The same arguments as chapter 5's fused router but the stride.
-extern "C" __global__ void __launch_bounds__(RS_THREADS)
-radix_topk(const float* logits, int ld, const float* __restrict__ bias, int* __restrict__ ids,
-           float* __restrict__ weights, int T, int E, int k, int scoring, int n_group,
-           int topk_group, int renormalize, float scale) {
-    rs_entry<RS_UNROLL, false>(logits, ld, bias, ids, weights, T, E, k, scoring, n_group,
-                               topk_group, renormalize, scale);
-}
+// A form's two entry points, NAME on fp32 logits and NAME_BF16 on bf16 ones, in blocks of at
+// most THREADS threads.
+#define RS_ENTRY(NAME, IN, THREADS, U, WARP)                                                       \
+    extern "C" __global__ void __launch_bounds__(THREADS)                                          \
+        NAME(const IN* logits, int ld, const float* __restrict__ bias, int* __restrict__ ids,      \
+             float* __restrict__ weights, int T, int E, int k, int scoring, int n_group,           \
+             int topk_group, int renormalize, float scale) {                                       \
+        rs_entry<U, WARP>(logits, ld, bias, ids, weights, T, E, k, scoring, n_group, topk_group,   \
+                          renormalize, scale);                                                     \
+    }
+#define RS_ENTRIES(NAME, NAME_BF16, THREADS, U, WARP)                                              \
+    RS_ENTRY(NAME, float, THREADS, U, WARP)                                                        \
+    RS_ENTRY(NAME_BF16, __nv_bfloat16, THREADS, U, WARP)
+
+// Eight warps per row (grid T, blocks of min(256, 32 ceil(E / 32)) threads).
+RS_ENTRIES(radix_topk, radix_topk_bf16, RS_THREADS, RS_UNROLL, false)
 // ANCHOR_END: radix_topk
 
 // ANCHOR: radix_topk_warp
-// The same with a warp per row (grid ceil(T / RS_WARP_ROWS), RS_WARP_ROWS warps): the warp's
-// barrier, not the block's, and no other warp waiting while one scans. Each warp has its own
-// shared arrays (rs_row's groups).
-extern "C" __global__ void __launch_bounds__(RS_WARP_ROWS * 32)
-radix_topk_warp(const float* logits, int ld, const float* __restrict__ bias,
-                int* __restrict__ ids, float* __restrict__ weights, int T, int E, int k,
-                int scoring, int n_group, int topk_group, int renormalize, float scale) {
-    rs_entry<RS_WARP_UNROLL, true>(logits, ld, bias, ids, weights, T, E, k, scoring, n_group,
-                                   topk_group, renormalize, scale);
-}
+// A warp per row (grid ceil(T / RS_WARP_ROWS), RS_WARP_ROWS warps): the warp's barrier, not the
+// block's, and no other warp waiting while one scans. Each warp has its own shared arrays
+// (rs_row's groups).
+RS_ENTRIES(radix_topk_warp, radix_topk_warp_bf16, RS_WARP_ROWS * 32, RS_WARP_UNROLL, true)
 // ANCHOR_END: radix_topk_warp
 
-// The warp form from bf16 logits, as radix_topk_bf16.
-extern "C" __global__ void __launch_bounds__(RS_WARP_ROWS * 32)
-radix_topk_warp_bf16(const __nv_bfloat16* logits, int ld, const float* __restrict__ bias,
-                     int* __restrict__ ids, float* __restrict__ weights, int T, int E, int k,
-                     int scoring, int n_group, int topk_group, int renormalize, float scale) {
-    rs_entry<RS_WARP_UNROLL, true>(logits, ld, bias, ids, weights, T, E, k, scoring, n_group,
-                                   topk_group, renormalize, scale);
-}
-
 // ANCHOR: radix_topk_half
-// The same with four warps per row (grid T, RS_HALF_THREADS threads): between the two forms
-// above, for batches of rows too many for the block form's eight warps a row (seven of them idle
-// while warp 0 scans, all at each barrier) and too few to keep the GPU busy at a warp a row.
-extern "C" __global__ void __launch_bounds__(RS_HALF_THREADS)
-radix_topk_half(const float* logits, int ld, const float* __restrict__ bias, int* __restrict__ ids,
-                float* __restrict__ weights, int T, int E, int k, int scoring, int n_group,
-                int topk_group, int renormalize, float scale) {
-    rs_entry<RS_HALF_UNROLL, false>(logits, ld, bias, ids, weights, T, E, k, scoring, n_group,
-                                    topk_group, renormalize, scale);
-}
+// Four warps per row (grid T, RS_HALF_THREADS threads): between the two forms above, for batches
+// of rows too many for the block form's eight warps a row (seven of them idle while warp 0
+// scans, all at each barrier) and too few to keep the GPU busy at a warp a row.
+RS_ENTRIES(radix_topk_half, radix_topk_half_bf16, RS_HALF_THREADS, RS_HALF_UNROLL, false)
 // ANCHOR_END: radix_topk_half
-
-// The half-block form from bf16 logits, as radix_topk_bf16.
-extern "C" __global__ void __launch_bounds__(RS_HALF_THREADS)
-radix_topk_half_bf16(const __nv_bfloat16* logits, int ld, const float* __restrict__ bias,
-                     int* __restrict__ ids, float* __restrict__ weights, int T, int E, int k,
-                     int scoring, int n_group, int topk_group, int renormalize, float scale) {
-    rs_entry<RS_HALF_UNROLL, false>(logits, ld, bias, ids, weights, T, E, k, scoring, n_group,
-                                    topk_group, renormalize, scale);
-}
-
-// The same from bf16 logits [T, ld] (the bf16-output variant: a GEMM that rounds every column,
-// the logits too, to bf16; each is widened back to fp32 exactly before it is scored).
-extern "C" __global__ void __launch_bounds__(RS_THREADS)
-radix_topk_bf16(const __nv_bfloat16* logits, int ld, const float* __restrict__ bias,
-                int* __restrict__ ids, float* __restrict__ weights, int T, int E, int k,
-                int scoring, int n_group, int topk_group, int renormalize, float scale) {
-    rs_entry<RS_UNROLL, false>(logits, ld, bias, ids, weights, T, E, k, scoring, n_group,
-                               topk_group, renormalize, scale);
-}
 
 // Four fp32 as four bf16 (round to nearest even), packed for one 8-byte store.
 __device__ __forceinline__ uint2 rs_bf16x4(float4 v) {

@@ -1,6 +1,6 @@
 //! Radix select (`kernels/ch11_merged_gate.cu`, `radix_topk`): steps 2 and 3 of the router with
-//! one block (or warp) per row, the top-k found by binning the leading bits of order-preserving keys
-//! instead of chapter 5's k rounds of warp argmax, with the same ids and weights bit for bit.
+//! one block (or warp) per row, the top-k found by binning the leading bits of order-preserving
+//! keys instead of chapter 5's k rounds of warp argmax, with the same ids and weights bit for bit.
 //!
 //! Three forms ([`RadixForm`]): a block of eight warps per row (`radix_topk`), a block of four
 //! (`radix_topk_half`), and a warp per row (`radix_topk_warp`, four rows a block), which waits at
@@ -95,8 +95,9 @@ pub enum RadixForm {
 /// From how many rows [`RadixForm::for_rows`] takes the half-block form, and
 /// [`RADIX_WARP_FROM_ROWS`] the warp form. Measured on the H100 with the probe
 /// `tools/gpu/probes/ch11_radix_times.cu` (the two block forms at 1 to 4,096 rows, 256, 512 and
-/// 2,048 among them, the warp form from 1,024 to 8,192; `bench/results/h100/logs/ch11_radix_times_s36.txt`) and by `bench ch11` (the
-/// `radix_block`, `radix_half` and `radix_warp` rows of `ch11.csv`): eight warps a row lead up
+/// 2,048 among them, the warp form from 1,024 to 8,192;
+/// `bench/results/h100/logs/ch11_radix_times_s36.txt`) and by `bench ch11` (the `radix_block`,
+/// `radix_half` and `radix_warp` rows of `ch11.csv`): eight warps a row lead up
 /// to 512 rows, where a row's latency is the time; four lead at 1,024, where the rows' work is,
 /// and seven warps of eight wait while one scans a pass's histogram; at 2,048 and 4,096 four
 /// warps a row and one take about the same time, and at 8,192 one is far ahead, so the warp

@@ -26,8 +26,8 @@ fn assert_same(what: &str, a: &Routing, b: &Routing) {
     assert_same_bits(&format!("{what}: weights"), &a.weights, &b.weights);
 }
 
-/// Radix select, in all three of its forms, against chapter 5's fused kernel on the same logits, in
-/// every form of chapter 5.
+/// Radix select, in all three of its forms, against chapter 5's fused kernel on the same logits,
+/// in every form of chapter 5.
 fn check_against_fused(
     dev: &'static Device,
     what: &str,

@@ -199,22 +199,20 @@ fn build_front(dev: &'static Device, front: Front, rows: usize) -> Result<FrontW
     })
 }
 
-/// The selection alone, six ways.
+/// The selection alone, six ways: radix select in the form the rows pick or in one form forced.
 #[derive(Clone, Copy)]
 enum Select {
     Radix,
-    RadixBlock,
-    RadixHalf,
-    RadixWarp,
+    RadixIn(RadixForm),
     Argmax,
     Fused,
 }
 
 const SELECTS: [(Select, &str); 6] = [
     (Select::Radix, "radix"),
-    (Select::RadixBlock, "radix_block"),
-    (Select::RadixHalf, "radix_half"),
-    (Select::RadixWarp, "radix_warp"),
+    (Select::RadixIn(RadixForm::Block), "radix_block"),
+    (Select::RadixIn(RadixForm::Half), "radix_half"),
+    (Select::RadixIn(RadixForm::Warp), "radix_warp"),
     (Select::Argmax, "argmax"),
     (Select::Fused, "fused"),
 ];
@@ -261,20 +259,10 @@ fn build_topk(dev: &'static Device, select: Select, rows: usize) -> Result<TopkW
     let err = |e: ch01_router::chain::DeviceRouterError| e.to_string();
     let topk = match select {
         Select::Radix => Topk::Radix(RadixTopk::new(dev, &config, rows, e, b).map_err(err)?),
-        Select::RadixBlock => Topk::Radix(
+        Select::RadixIn(form) => Topk::Radix(
             RadixTopk::new(dev, &config, rows, e, b)
                 .map_err(err)?
-                .with_form(RadixForm::Block),
-        ),
-        Select::RadixHalf => Topk::Radix(
-            RadixTopk::new(dev, &config, rows, e, b)
-                .map_err(err)?
-                .with_form(RadixForm::Half),
-        ),
-        Select::RadixWarp => Topk::Radix(
-            RadixTopk::new(dev, &config, rows, e, b)
-                .map_err(err)?
-                .with_form(RadixForm::Warp),
+                .with_form(form),
         ),
         Select::Argmax => Topk::Fused(
             FusedTopk::with_form(dev, &config, rows, e, b, RowForm::WarpPerRow).map_err(err)?,
