@@ -73,7 +73,9 @@ extern "C" __global__ void __launch_bounds__(TINY_THREADS, 2) tiny_gemm_r16(cons
 #define TC_WARPS 8     // warps per block, each a share of H's chunks
 #define TC_EXPERTS 16  // gate rows per block: the mma's M
 #define TC_TILES 2     // n-tiles of 8 tokens per block
+#ifndef TC_UNROLL
 #define TC_UNROLL 4    // chunks a warp loads before it multiplies: 8 KB in flight per warp
+#endif
 // The host runs this kernel from this many rows on. Alone, the two kernels cross between 8 and 12
 // GLM-like rows and between 6 and 8 Qwen3-like rows; in the pair, timed with each form (bench ch05's
 // pair_fma and pair_tc, bench/results/h200/logs/ch05_pair_forms.csv), the CUDA-core form is ahead

@@ -37,8 +37,10 @@ The design (one implementation, impl `engines_triton`; four kernels in the timed
 
 Configurations (BLOCK_SIZE_M/N/K, GROUP_SIZE_M, num_warps, num_stages by batch bucket, one for
 both GEMMs, the bucket the key nearest to M = T, as vLLM's `get_config` picks it):
-tools/peers/configs/E=128,N=768,device_name=NVIDIA_H200.json is vLLM's published table for
-Qwen3-30B-A3B's shape on the H200 (source and commit in tools/peers/configs/README.md); for the
+the table named for the GPU this runs on where there is one, as vLLM looks its tables up, else
+the H200's: tools/peers/configs/E=128,N=768,device_name=NVIDIA_H200.json and
+..._NVIDIA_H100_80GB_HBM3.json are vLLM's published tables for Qwen3-30B-A3B's shape on the H200
+and the H100 (sources and commits in tools/peers/configs/README.md); for the
 GLM-like shape (E 288, N = I 1024) no table is published, and
 tools/peers/configs/E=288,N=1024,device_name=NVIDIA_H200.json holds the winners of this script's
 sweep.
@@ -98,8 +100,17 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
 
 
-def config_path(E, N, device_name="NVIDIA_H200"):
-    """The configuration file of E experts and intermediate size N, named as vLLM names it."""
+def config_path(E, N, device_name=None):
+    """The configuration file of E experts and intermediate size N, named as vLLM names it: the
+    table of the GPU this runs on where there is one (as vLLM looks its tables up by the device's
+    name), else the H200's (the name given, when given)."""
+    if device_name is None:
+        if torch.cuda.is_available():
+            here = torch.cuda.get_device_name(0).replace(" ", "_")
+            path = os.path.join(CONFIG_DIR, f"E={E},N={N},device_name={here}.json")
+            if os.path.exists(path):
+                return path
+        device_name = "NVIDIA_H200"
     return os.path.join(CONFIG_DIR, f"E={E},N={N},device_name={device_name}.json")
 
 
@@ -374,7 +385,9 @@ def tune(args, meta, tensors, device, flush):
             wr = csv.DictWriter(f, fieldnames=list(rows[0]))
             wr.writeheader()
             wr.writerows(rows)
-        path = os.path.join(args.out_dir, os.path.basename(config_path(E, I)))
+        # Named for the GPU it was measured on, as vLLM names its tables.
+        here = torch.cuda.get_device_name(0).replace(" ", "_")
+        path = os.path.join(args.out_dir, os.path.basename(config_path(E, I, here)))
         with open(path, "w") as f:
             json.dump(dict(sorted(winners.items(), key=lambda kv: int(kv[0]))), f, indent=4)
             f.write("\n")

@@ -1,5 +1,6 @@
-//! Chapter 6's measured section, from the H200 runs that timed the assembled layer and, each in
-//! the call that timed the part of ours it faces, the engines' designs: `ch06.csv` (the layer, its router and its experts at
+//! Chapter 6's measured section, from the H100 runs (`bench/results/h100/`, whose README says
+//! which call made each) that timed the assembled layer and, each in the call that timed the part
+//! of ours it faces, the engines' designs: `ch06.csv` (the layer, its router and its experts at
 //! T = 1, 8, 64, 512, 4096, each with its floor), `ch06_steps.csv` (the layer launch by launch),
 //! `ch04.csv` (chapter 4's experts `fused` beside the engines' Triton kernel `engines_triton`,
 //! and the portable path `fused_portable` beside version 1's rule `fused_tiled_v1`),
@@ -18,12 +19,12 @@ use super::crossover;
 use crate::bench_row::{parse_csv, BenchRow, StepRow};
 use std::path::Path;
 
-const CH04: &str = "bench/results/h200/ch04.csv";
-const CH04_STEPS: &str = "bench/results/h200/ch04_steps.csv";
-const CH05: &str = "bench/results/h200/ch05.csv";
-const CH06: &str = "bench/results/h200/ch06.csv";
-const CH06_STEPS: &str = "bench/results/h200/ch06_steps.csv";
-const PROFILE: &str = "bench/results/h200/profile_engines.txt";
+const CH04: &str = "bench/results/h100/ch04.csv";
+const CH04_STEPS: &str = "bench/results/h100/ch04_steps.csv";
+const CH05: &str = "bench/results/h100/ch05.csv";
+const CH06: &str = "bench/results/h100/ch06.csv";
+const CH06_STEPS: &str = "bench/results/h100/ch06_steps.csv";
+const PROFILE: &str = "bench/results/h100/profile_engines.txt";
 const TARGETS_MD: &str = "book/src/figures/ch06-targets.md";
 const ROUTER_MD: &str = "book/src/figures/ch06-router-targets.md";
 const PARTS_MD: &str = "book/src/figures/ch06-parts.md";
@@ -638,6 +639,16 @@ pub fn generate(root: &Path, f: &mut Facts) -> Result<Option<Vec<Generated>>, St
     let steps6 = parse_steps(&read(root, CH06_STEPS)?, CH06_STEPS)?;
     let steps4 = parse_steps(&read(root, CH04_STEPS)?, CH04_STEPS)?;
     let profile = read(root, PROFILE)?;
+    // One GPU for the whole section: its tables set these three CSVs side by side.
+    let gpu = super::super::one_gpu(
+        runs.ch04
+            .iter()
+            .chain(&runs.ch05)
+            .chain(&runs.ch06)
+            .map(|r| r.device.as_str()),
+        &format!("{CH04}, {CH05}, {CH06}"),
+    )?;
+    f.add("gpu", gpu, CH06);
     target_facts(f);
     let targets = targets_table(&runs, f)?;
     let router = router_table(&runs, f)?;

@@ -1,7 +1,7 @@
 //! Chapter 6's kernel-by-kernel comparison at 4096 Qwen3 tokens: Nsight Compute on our two
 //! Hopper GEMMs and on the engines' two `fused_moe_kernel` launches, in the same GPU call, with
 //! the same sections (tools/gpu/run's `ncu-l2` stage, on the build that `ch04.csv` and `ch06.csv`
-//! were measured on; the logs under `bench/results/h200/logs/`).
+//! were measured on; the logs under `bench/results/h100/logs/`).
 //! Made from them: `ch06-ncu.md` (one row per GEMM and side) and the facts the page quotes.
 //!
 //! The reader: a log is Nsight Compute's text report, one block per profiled launch, opening
@@ -13,8 +13,8 @@ use super::super::facts::Facts;
 use super::super::{read, Generated};
 use std::path::Path;
 
-const OURS: &str = "bench/results/h200/logs/ncu_l2_ours_s29.txt";
-const ENGINES: &str = "bench/results/h200/logs/ncu_l2_engines_s29.txt";
+const OURS: &str = "bench/results/h100/logs/ncu_l2_ours_s37.txt";
+const ENGINES: &str = "bench/results/h100/logs/ncu_l2_engines_s37.txt";
 const NCU_MD: &str = "book/src/figures/ch06-ncu.md";
 
 /// One profiled launch: the kernel's name and the numbers the table shows.
