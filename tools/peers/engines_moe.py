@@ -42,8 +42,9 @@ the H200's: tools/peers/configs/E=128,N=768,device_name=NVIDIA_H200.json and
 ..._NVIDIA_H100_80GB_HBM3.json are vLLM's published tables for Qwen3-30B-A3B's shape on the H200
 and the H100 (sources and commits in tools/peers/configs/README.md); for the
 GLM-like shape (E 288, N = I 1024) no table is published, and
-tools/peers/configs/E=288,N=1024,device_name=NVIDIA_H200.json holds the winners of this script's
-sweep.
+tools/peers/configs/E=288,N=1024,device_name=NVIDIA_H200.json and ..._NVIDIA_H100_80GB_HBM3.json
+hold the winners of this script's sweep on each GPU. On a GPU with no table of its own the H200's
+is read (vLLM would fall back to its default configuration there); the name is device 0's.
 
 Tuning (--tune): the candidates of vLLM's benchmarks/kernels/benchmark_moe.py
 (`get_configs_compute_bound`: num_stages 2-5, BLOCK_SIZE_M 16-256, BLOCK_SIZE_K 64-256,

@@ -143,6 +143,10 @@ struct Runs {
     ch04: Vec<BenchRow>,
     ch05: Vec<BenchRow>,
     ch06: Vec<BenchRow>,
+    /// The rows the layer's switch points were read off (`super::CH05`, the H200's chapter 5,
+    /// which `chapters/ch06-layer/src/switch.rs` holds its constants to): which of our two
+    /// routers the layer runs at a row count comes from them, its time from `ch05`.
+    switch: Vec<BenchRow>,
 }
 
 impl Runs {
@@ -172,7 +176,7 @@ impl Runs {
         })
     }
 
-    /// The router as the layer's switch chooses it at `n` rows (the pair up to the crossover,
+    /// The router as the layer's switch chooses it at `n` rows (the pair up to the switch point,
     /// cuBLAS + the fused router above), from chapter 5's run; and which it is.
     fn switched_router(&self, s: &str, n: u64) -> Result<(f64, &'static str), String> {
         let shape = self
@@ -181,7 +185,7 @@ impl Runs {
             .find(|r| short(&r.shape) == s && r.imp == "pair")
             .map(|r| r.shape.clone())
             .ok_or_else(|| format!("{CH05}: no pair rows of {s}"))?;
-        let (switch, _) = crossover(&self.ch05, &shape);
+        let (switch, _) = crossover(&self.switch, &shape);
         let imp = if n <= switch { "pair" } else { "blas_fused" };
         Ok((cold(&self.ch05, CH05, s, n, imp)?, imp))
     }
@@ -635,6 +639,7 @@ pub fn generate(root: &Path, f: &mut Facts) -> Result<Option<Vec<Generated>>, St
         ch04: parse_csv(&read(root, CH04)?, CH04)?,
         ch05: parse_csv(&read(root, CH05)?, CH05)?,
         ch06: parse_csv(&read(root, CH06)?, CH06)?,
+        switch: parse_csv(&read(root, super::CH05)?, super::CH05)?,
     };
     let steps6 = parse_steps(&read(root, CH06_STEPS)?, CH06_STEPS)?;
     let steps4 = parse_steps(&read(root, CH04_STEPS)?, CH04_STEPS)?;
@@ -723,6 +728,7 @@ mod tests {
             ch04: vec![],
             ch05: vec![],
             ch06: vec![],
+            switch: vec![],
         };
         for (n, _) in EXPERTS_TARGET {
             runs.ch04
@@ -747,6 +753,8 @@ mod tests {
                 });
             }
         }
+        // The switch read off the same rows here (the pair up to 8 rows).
+        runs.switch = runs.ch05.clone();
         runs
     }
 

@@ -30,6 +30,10 @@ pub struct Launch {
     pub busiest: (String, f64),
     pub l2_pct: f64,
     pub dram_pct: f64,
+    /// The L2's sectors and requests (`lts__t_sectors.sum`, `lts__t_requests.sum`), where the
+    /// log has those counters (tools/gpu/run's ncu-l2 collects them since session 37).
+    pub l2_sectors: Option<f64>,
+    pub l2_requests: Option<f64>,
 }
 
 /// The value of the first `metric` line (`    Metric  unit  value`) of `block`.
@@ -104,6 +108,8 @@ pub fn parse(text: &str, what: &str) -> Result<Vec<Launch>, String> {
                 .ok_or_else(|| format!("{what}: launch {name}: no busiest pipeline named"))?,
             l2_pct: need("L2 Cache Throughput")?,
             dram_pct: need("DRAM Throughput")?,
+            l2_sectors: metric(&block, "lts__t_sectors.sum"),
+            l2_requests: metric(&block, "lts__t_requests.sum"),
         });
     }
     Ok(out)
@@ -178,6 +184,20 @@ pub fn table(ours: &[Launch], theirs: &[Launch], f: &mut Facts) -> Result<String
             ),
             OURS,
         );
+        // The L2's own counts, where both logs have them: the sectors and requests it served,
+        // the other half of the L2 included.
+        for (what, a, b) in [
+            ("sectors", o.l2_sectors, e.l2_sectors),
+            ("requests", o.l2_requests, e.l2_requests),
+        ] {
+            if let (Some(a), Some(b)) = (a, b) {
+                f.add(
+                    format!("{g}_l2_{what}_ratio"),
+                    format!("{:.2}", a / b),
+                    OURS,
+                );
+            }
+        }
     }
     Ok(t)
 }
@@ -199,7 +219,7 @@ pub fn generate(root: &Path, f: &mut Facts) -> Result<Option<Generated>, String>
 mod tests {
     use super::*;
 
-    const LOG: &str = "==PROF== Connected\n  fused_gemm1_x (383, 6, 1)x(384, 1, 1), Context 1, Stream 13, Device 0, CC 9.0\n    Section: GPU Speed Of Light Throughput\n    DRAM Frequency                  Ghz         3.20\n    SM Frequency                    Ghz         1.74\n    Elapsed Cycles                cycle      872,142\n    DRAM Throughput                   %        46.48\n    Duration                         us       499.04\n    L2 Cache Throughput               %        82.90\n    INF   Tensor is the highest-utilized pipeline (48.8%) based on elapsed cycles\n    Registers Per Thread             register/thread             154\n  fused_gemm2_x (383, 8, 1)x(384, 1, 1), Context 1, Stream 13, Device 0, CC 9.0\n    SM Frequency                    Ghz         1.70\n    Elapsed Cycles                cycle      500,000\n    DRAM Throughput                   %        68.50\n    Duration                         us       322.69\n    L2 Cache Throughput               %        70.00\n    INF   Shared is the highest-utilized pipeline (38.0%)\n    Registers Per Thread             register/thread             154\n";
+    const LOG: &str = "==PROF== Connected\n  fused_gemm1_x (383, 6, 1)x(384, 1, 1), Context 1, Stream 13, Device 0, CC 9.0\n    Section: GPU Speed Of Light Throughput\n    DRAM Frequency                  Ghz         3.20\n    SM Frequency                    Ghz         1.74\n    Elapsed Cycles                cycle      872,142\n    DRAM Throughput                   %        46.48\n    Duration                         us       499.04\n    L2 Cache Throughput               %        82.90\n    INF   Tensor is the highest-utilized pipeline (48.8%) based on elapsed cycles\n    Registers Per Thread             register/thread             154\n    lts__t_sectors.sum                                     sector  125,115,699\n    lts__t_sectors_lookup_hit.sum                          sector   71,336,336\n  fused_gemm2_x (383, 8, 1)x(384, 1, 1), Context 1, Stream 13, Device 0, CC 9.0\n    SM Frequency                    Ghz         1.70\n    Elapsed Cycles                cycle      500,000\n    DRAM Throughput                   %        68.50\n    Duration                         us       322.69\n    L2 Cache Throughput               %        70.00\n    INF   Shared is the highest-utilized pipeline (38.0%)\n    Registers Per Thread             register/thread             154\n";
 
     #[test]
     fn reads_each_launch_of_a_report() {
@@ -213,6 +233,8 @@ mod tests {
         assert_eq!(l[0].dram_pct, 46.48);
         assert_eq!(l[1].busiest, ("Shared".to_string(), 38.0));
         assert_eq!(l[1].duration_us, 322.69);
+        assert_eq!(l[0].l2_sectors, Some(125115699.0));
+        assert_eq!(l[1].l2_sectors, None);
     }
 
     #[test]
