@@ -386,9 +386,8 @@ def tune(args, meta, tensors, device, flush):
             wr = csv.DictWriter(f, fieldnames=list(rows[0]))
             wr.writeheader()
             wr.writerows(rows)
-        # Named for the GPU it was measured on, as vLLM names its tables.
-        here = torch.cuda.get_device_name(0).replace(" ", "_")
-        path = os.path.join(args.out_dir, os.path.basename(config_path(E, I, here)))
+        # Named for the GPU it ran on (`name`, as in the rows), as vLLM names its tables.
+        path = os.path.join(args.out_dir, os.path.basename(config_path(E, I, name)))
         with open(path, "w") as f:
             json.dump(dict(sorted(winners.items(), key=lambda kv: int(kv[0]))), f, indent=4)
             f.write("\n")

@@ -85,7 +85,7 @@ fn facts(root: &Path) -> Result<Vec<Generated>, String> {
             f.add(format!("{s}_next_blas_cold"), cold(n, "blas_fused")?, CH05);
         }
     }
-    let mut out = measured::generate(root, &mut f)?.unwrap_or_default();
+    let mut out = measured::generate(root, &rows, &mut f)?.unwrap_or_default();
     out.extend(ncu::generate(root, &mut f)?);
     out.insert(
         0,

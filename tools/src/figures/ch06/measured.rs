@@ -630,8 +630,13 @@ fn target_facts(f: &mut Facts) {
 }
 
 /// The measured section's files, and its facts appended to `f`; `None` until `ch06.csv` is
-/// committed.
-pub fn generate(root: &Path, f: &mut Facts) -> Result<Option<Vec<Generated>>, String> {
+/// committed. `switch`: the rows the layer's switch points were read off (the caller's parse of
+/// `super::CH05`).
+pub fn generate(
+    root: &Path,
+    switch: &[BenchRow],
+    f: &mut Facts,
+) -> Result<Option<Vec<Generated>>, String> {
     if !root.join(CH06).exists() {
         return Ok(None);
     }
@@ -639,7 +644,7 @@ pub fn generate(root: &Path, f: &mut Facts) -> Result<Option<Vec<Generated>>, St
         ch04: parse_csv(&read(root, CH04)?, CH04)?,
         ch05: parse_csv(&read(root, CH05)?, CH05)?,
         ch06: parse_csv(&read(root, CH06)?, CH06)?,
-        switch: parse_csv(&read(root, super::CH05)?, super::CH05)?,
+        switch: switch.to_vec(),
     };
     let steps6 = parse_steps(&read(root, CH06_STEPS)?, CH06_STEPS)?;
     let steps4 = parse_steps(&read(root, CH04_STEPS)?, CH04_STEPS)?;
