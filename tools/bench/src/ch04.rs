@@ -60,9 +60,11 @@ use ch02_grouped::compare::{check_output, output_error, OutputError, Tolerance};
 use ch02_grouped::{Dtype, GroupPlan, GroupedCpu, GroupedDevice, MoeLayer, MoeWeights};
 use ch03_align::reference::align_reference;
 use ch04_fused_moe::choose::{use_tuned_table, TunedTable};
+use ch04_fused_moe::device::Hidden;
 use ch04_fused_moe::{
     BatchPlan, FusedDevice, FusedWorkspace, Fusion, Path as FusedPath, TileConfig,
 };
+use half::bf16;
 use moe_kernels::measure::{Harness, Plan};
 use moe_kernels::{record_launches, BackendKind, Device, DeviceBuffer};
 use moe_tools::bench_row::{BenchRow, StepRow, STEP_COLUMNS};
@@ -183,6 +185,9 @@ pub struct Variant {
     /// Runs only on an sm_90a GPU or the emulator (versions 4 to 11, Hopper's `wgmma`); left out
     /// elsewhere.
     pub needs_sm90a: bool,
+    /// Given the hidden states already in bf16 ([`Hidden::Bf16`]), as chapter 6's layer and the
+    /// engines' kernels take them: no `fused_to_bf16` launch.
+    pub bf16_hidden: bool,
     pub make: fn(FusedDevice) -> FusedDevice,
 }
 
@@ -201,6 +206,7 @@ pub const VARIANTS: &[Variant] = &[
         about: "chapter 4's layer: path, fusion and tiles by its rules and measured table",
         max_tokens: None,
         needs_sm90a: false,
+        bf16_hidden: false,
         make: |l| l,
     },
     Variant {
@@ -208,6 +214,7 @@ pub const VARIANTS: &[Variant] = &[
         about: "the tiled path at every T (SwiGLU fused into GEMM 1)",
         max_tokens: None,
         needs_sm90a: false,
+        bf16_hidden: false,
         make: |l| l.with_path(FusedPath::Tiled),
     },
     Variant {
@@ -216,6 +223,7 @@ pub const VARIANTS: &[Variant] = &[
                 w4_k64_n1, one stage (stage a slice of K, wait, multiply)",
         max_tokens: None,
         needs_sm90a: false,
+        bf16_hidden: false,
         make: |l| {
             l.with_path(FusedPath::Tiled)
                 .with_tile(TILE_V1)
@@ -228,6 +236,7 @@ pub const VARIANTS: &[Variant] = &[
                 warpgroups by 256 staged rows (g2_k64_n16_s4_x: the 128-byte swizzle, BLOCK_M 128)",
         max_tokens: None,
         needs_sm90a: true,
+        bf16_hidden: false,
         make: |l| {
             l.with_path(FusedPath::Tiled)
                 .with_tile(TILE_V4)
@@ -241,6 +250,7 @@ pub const VARIANTS: &[Variant] = &[
                 column block of them: the engines' GROUP_SIZE_M), the default",
         max_tokens: None,
         needs_sm90a: true,
+        bf16_hidden: false,
         make: |l| l.with_grouped_order(false),
     },
     Variant {
@@ -250,7 +260,18 @@ pub const VARIANTS: &[Variant] = &[
                 half the bytes through GEMM 2's stores and the combine's loads",
         max_tokens: None,
         needs_sm90a: false,
+        bf16_hidden: false,
         make: |l| l.with_bf16_y(true),
+    },
+    Variant {
+        imp: "fused_bf16x",
+        about: "chapter 4's layer given the hidden states already in bf16, as chapter 6's layer \
+                and the engines' kernels take them (FusedDevice::enqueue_experts_from): no \
+                fused_to_bf16 launch; the same bits as fused",
+        max_tokens: None,
+        needs_sm90a: false,
+        bf16_hidden: true,
+        make: |l| l,
     },
     Variant {
         imp: "fused_portable",
@@ -258,6 +279,7 @@ pub const VARIANTS: &[Variant] = &[
                 (choose::portable_tile: version 3, cp.async, w2x2_k64_n4_s3), forced on this GPU",
         max_tokens: None,
         needs_sm90a: false,
+        bf16_hidden: false,
         make: |l| {
             let (h, i) = (l.config().hidden, l.config().intermediate);
             l.with_path(FusedPath::Tiled)
@@ -270,6 +292,7 @@ pub const VARIANTS: &[Variant] = &[
         about: "the tiled path, unfused: gate|up written, a SwiGLU kernel",
         max_tokens: None,
         needs_sm90a: false,
+        bf16_hidden: false,
         make: |l| l.with_path(FusedPath::Tiled).with_fusion(Fusion::Unfused),
     },
     Variant {
@@ -277,6 +300,7 @@ pub const VARIANTS: &[Variant] = &[
         about: "the decode path (SwiGLU in GEMM 1, the sum over k in GEMM 2)",
         max_tokens: Some(DECODE_MAX_TOKENS),
         needs_sm90a: false,
+        bf16_hidden: false,
         // The fusion named: with the path forced, the layer would take the tuned table's
         // fusion for that path where the table has one.
         make: |l| {
@@ -289,6 +313,7 @@ pub const VARIANTS: &[Variant] = &[
         about: "the decode path, the sum over k in its own kernel",
         max_tokens: Some(DECODE_MAX_TOKENS),
         needs_sm90a: false,
+        bf16_hidden: false,
         make: |l| l.with_path(FusedPath::Decode).with_fusion(Fusion::SwiGlu),
     },
     Variant {
@@ -296,6 +321,7 @@ pub const VARIANTS: &[Variant] = &[
         about: "the decode path, unfused: gate|up written, SwiGLU and the sum in their own kernels",
         max_tokens: Some(DECODE_MAX_TOKENS),
         needs_sm90a: false,
+        bf16_hidden: false,
         make: |l| l.with_path(FusedPath::Decode).with_fusion(Fusion::Unfused),
     },
     Variant {
@@ -305,6 +331,7 @@ pub const VARIANTS: &[Variant] = &[
                 the decode path's bits",
         max_tokens: Some(DECODE_MAX_TOKENS),
         needs_sm90a: false,
+        bf16_hidden: false,
         make: |l| l.with_path(FusedPath::DecodeGrouped),
     },
 ];
@@ -325,6 +352,7 @@ pub const SAME_BITS: &[(&str, &str)] = &[
     ("fused_tiled_v5", "fused_tiled"),
     ("fused_portable", "fused_tiled"),
     ("fused_ungrouped", "fused"),
+    ("fused_bf16x", "fused"),
 ];
 
 /// The largest T the decode variants are measured at.
@@ -367,16 +395,44 @@ pub fn touched_bytes(shape: &Shape, routing: &Routing) -> f64 {
 struct FusedWork {
     layer: Rc<FusedDevice>,
     ws: FusedWorkspace,
-    hidden: DeviceBuffer<f32>,
+    hidden: HiddenBuffer,
     ids: DeviceBuffer<i32>,
     weights: DeviceBuffer<f32>,
     out: DeviceBuffer<f32>,
 }
 
+/// The hidden states as a variant takes them ([`Variant::bf16_hidden`]).
+enum HiddenBuffer {
+    F32(DeviceBuffer<f32>),
+    Bf16(DeviceBuffer<bf16>),
+}
+
+impl HiddenBuffer {
+    fn get(&self) -> Hidden<'_> {
+        match self {
+            HiddenBuffer::F32(b) => Hidden::F32(b),
+            HiddenBuffer::Bf16(b) => Hidden::Bf16(b),
+        }
+    }
+
+    fn dtype(&self) -> Dtype {
+        match self {
+            HiddenBuffer::F32(_) => Dtype::F32,
+            HiddenBuffer::Bf16(_) => Dtype::Bf16,
+        }
+    }
+}
+
 impl Work for FusedWork {
     fn enqueue(&self) -> Result<(), String> {
         self.layer
-            .enqueue_experts(&self.ws, &self.hidden, &self.ids, &self.weights, &self.out)
+            .enqueue_experts_from(
+                &self.ws,
+                self.hidden.get(),
+                &self.ids,
+                &self.weights,
+                &self.out,
+            )
             .map_err(|e| e.to_string())
     }
 }
@@ -424,20 +480,28 @@ fn fused_work(
     tokens: usize,
     routing: &Routing,
     imp: &str,
+    bf16_hidden: bool,
 ) -> Result<(FusedWork, Vec<f32>), String> {
     let dev = layer.device();
     let ws = layer.workspace(tokens).map_err(|e| e.to_string())?;
     let ids: Vec<i32> = routing.ids.iter().map(|&i| i as i32).collect();
+    let x = hidden(shape, tokens);
     let work = FusedWork {
         layer: layer.clone(),
-        hidden: dev.upload(&hidden(shape, tokens)).map_err(kerr)?,
+        hidden: if bf16_hidden {
+            let xb: Vec<bf16> = x.iter().map(|&v| bf16::from_f32(v)).collect();
+            HiddenBuffer::Bf16(dev.upload(&xb).map_err(kerr)?)
+        } else {
+            HiddenBuffer::F32(dev.upload(&x).map_err(kerr)?)
+        },
         ids: dev.upload(&ids).map_err(kerr)?,
         weights: dev.upload(&routing.weights).map_err(kerr)?,
         out: poisoned(dev, tokens * shape.hidden)?,
         ws,
     };
     let at = format!("{} {imp} at {tokens} tokens", shape.name);
-    let v = run_once(&work, &work.out, layer.launches(&work.ws), &at)?;
+    let launches = layer.launches_from(&work.ws, work.hidden.dtype());
+    let v = run_once(&work, &work.out, launches, &at)?;
     Ok((work, v))
 }
 
@@ -630,7 +694,7 @@ fn check_shape(
         }
         let mut outs: Vec<(&str, Vec<f32>)> = Vec::new();
         for (v, layer) in layers.fused_at(tokens) {
-            let (_, out) = fused_work(layer, shape, tokens, routing, v.imp)?;
+            let (_, out) = fused_work(layer, shape, tokens, routing, v.imp, v.bf16_hidden)?;
             let what = format!(
                 "{} at {tokens} tokens: {} on {} against chapter 2's device loop",
                 shape.name,
@@ -806,12 +870,13 @@ fn cases(shape: &'static Shape, routings: &[(usize, Routing)], layers: &Layers) 
         };
         for (i, (variant, layer)) in layers.fused_at(tokens).enumerate() {
             let (layer, routing, imp) = (layer.clone(), routing.clone(), variant.imp);
+            let bf16_hidden = variant.bf16_hidden;
             v.push(case(
                 imp,
                 i == 0,
                 Box::new(move |_dev: &'static Device| {
                     Ok(
-                        Box::new(fused_work(&layer, shape, tokens, &routing, imp)?.0)
+                        Box::new(fused_work(&layer, shape, tokens, &routing, imp, bf16_hidden)?.0)
                             as Box<dyn Work>,
                     )
                 }),
@@ -1317,7 +1382,8 @@ mod tests {
         let shape = &TINY[0];
         let routings = ch02::routings(shape, &[8]).unwrap();
         let layers = layers(dev, shape, &weights(shape)).unwrap();
-        let (_, ours) = fused_work(&layers.fused[0].1, shape, 8, &routings[0].1, "fused").unwrap();
+        let (_, ours) =
+            fused_work(&layers.fused[0].1, shape, 8, &routings[0].1, "fused", false).unwrap();
         let mut wrong = ours.clone();
         wrong[3] += 10.0;
         let file = outputs_file(&[
