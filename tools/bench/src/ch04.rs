@@ -473,14 +473,14 @@ fn poisoned(dev: &Device, len: usize) -> Result<DeviceBuffer<f32>, String> {
     dev.upload(&vec![f32::NAN; len]).map_err(kerr)
 }
 
-/// Builds chapter 4's work for `tokens` tokens and runs it once ([`run_once`]).
+/// Builds chapter 4's work for `tokens` tokens as `variant` takes its input, and runs it once
+/// ([`run_once`]).
 fn fused_work(
     layer: &Rc<FusedDevice>,
     shape: &Shape,
     tokens: usize,
     routing: &Routing,
-    imp: &str,
-    bf16_hidden: bool,
+    variant: &Variant,
 ) -> Result<(FusedWork, Vec<f32>), String> {
     let dev = layer.device();
     let ws = layer.workspace(tokens).map_err(|e| e.to_string())?;
@@ -488,7 +488,7 @@ fn fused_work(
     let x = hidden(shape, tokens);
     let work = FusedWork {
         layer: layer.clone(),
-        hidden: if bf16_hidden {
+        hidden: if variant.bf16_hidden {
             let xb: Vec<bf16> = x.iter().map(|&v| bf16::from_f32(v)).collect();
             HiddenBuffer::Bf16(dev.upload(&xb).map_err(kerr)?)
         } else {
@@ -499,7 +499,7 @@ fn fused_work(
         out: poisoned(dev, tokens * shape.hidden)?,
         ws,
     };
-    let at = format!("{} {imp} at {tokens} tokens", shape.name);
+    let at = format!("{} {} at {tokens} tokens", shape.name, variant.imp);
     let launches = layer.launches_from(&work.ws, work.hidden.dtype());
     let v = run_once(&work, &work.out, launches, &at)?;
     Ok((work, v))
@@ -694,7 +694,7 @@ fn check_shape(
         }
         let mut outs: Vec<(&str, Vec<f32>)> = Vec::new();
         for (v, layer) in layers.fused_at(tokens) {
-            let (_, out) = fused_work(layer, shape, tokens, routing, v.imp, v.bf16_hidden)?;
+            let (_, out) = fused_work(layer, shape, tokens, routing, v)?;
             let what = format!(
                 "{} at {tokens} tokens: {} on {} against chapter 2's device loop",
                 shape.name,
@@ -869,14 +869,13 @@ fn cases(shape: &'static Shape, routings: &[(usize, Routing)], layers: &Layers) 
             build,
         };
         for (i, (variant, layer)) in layers.fused_at(tokens).enumerate() {
-            let (layer, routing, imp) = (layer.clone(), routing.clone(), variant.imp);
-            let bf16_hidden = variant.bf16_hidden;
+            let (layer, routing, variant) = (layer.clone(), routing.clone(), *variant);
             v.push(case(
-                imp,
+                variant.imp,
                 i == 0,
                 Box::new(move |_dev: &'static Device| {
                     Ok(
-                        Box::new(fused_work(&layer, shape, tokens, &routing, imp, bf16_hidden)?.0)
+                        Box::new(fused_work(&layer, shape, tokens, &routing, variant)?.0)
                             as Box<dyn Work>,
                     )
                 }),
@@ -1382,8 +1381,14 @@ mod tests {
         let shape = &TINY[0];
         let routings = ch02::routings(shape, &[8]).unwrap();
         let layers = layers(dev, shape, &weights(shape)).unwrap();
-        let (_, ours) =
-            fused_work(&layers.fused[0].1, shape, 8, &routings[0].1, "fused", false).unwrap();
+        let (_, ours) = fused_work(
+            &layers.fused[0].1,
+            shape,
+            8,
+            &routings[0].1,
+            layers.fused[0].0,
+        )
+        .unwrap();
         let mut wrong = ours.clone();
         wrong[3] += 10.0;
         let file = outputs_file(&[
