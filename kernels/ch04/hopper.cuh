@@ -295,7 +295,8 @@ template <class C>
 __device__ __forceinline__ void ws_producer(const __nv_bfloat16* __restrict__ A, const WgCopies<C::A_COPIES>& ca,
                                             int K, unsigned char* smem, unsigned long long* full,
                                             unsigned long long* empty, const void* bmap, int b0, int b1,
-                                            bool share = false, unsigned rank = 0, unsigned it0 = 0) {
+                                            bool share = false, unsigned rank = 0, unsigned it0 = 0,
+                                            bool dependent = false) {
 #ifdef MOE_WGMMA
     const int t = threadIdx.x - 128 * C::WGS;  // 0..127
     const int r0 = t / 8, c = t % 8;           // the swizzled layout's copy of version 5
@@ -308,28 +309,41 @@ __device__ __forceinline__ void ws_producer(const __nv_bfloat16* __restrict__ A,
     // would wait on an `empty` that needs the very arrival it holds back.
     constexpr int WS_FENCE_LAG = C::STAGES - 2;
 #endif
+    // Thread 0 asks the copy engine for B's slice kt (its weights) into buffer st.
+    auto ask_b = [&](int kt, int st) {
+        unsigned char* stage = smem + st * C::STAGE_BYTES;
+        moe_mbar_arrive_expect_tx(&full[st], C::B_BYTES);  // both halves land here either way
+        if (C::MC && share) {
+#pragma unroll
+            for (int j = 0; j < C::HALF_BOXES; ++j)
+                moe_tma_load_2d_multicast(stage + C::A_BYTES + (rank * C::HALF_BOXES + j) * C::BOX_ROWS * 128,
+                                          bmap, kt * C::BK, (rank ? b1 : b0) + j * C::BOX_ROWS, &full[st],
+                                          (unsigned short)0x3);
+        } else {
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int j = 0; j < C::HALF_BOXES; ++j)
+                    moe_tma_load_2d(stage + C::A_BYTES + (h * C::HALF_BOXES + j) * C::BOX_ROWS * 128, bmap,
+                                    kt * C::BK, (h ? b1 : b0) + j * C::BOX_ROWS, &full[st]);
+        }
+    };
+    // `dependent` (GEMM 2, a dependent launch of GEMM 1: LaunchConfig::dependent): A is GEMM 1's
+    // act, B the weights, which no earlier kernel writes. So on the block's first item the
+    // weights of the first STAGES slices (every buffer is free) are asked for before the wait for
+    // GEMM 1 (moe_grid_wait), and A's rows only after it; later items come after the wait.
+    const int early = dependent && it0 == 0u ? (nk < C::STAGES ? nk : C::STAGES) : 0;
+    if (early > 0) {
+        if (t == 0)
+            for (int kt = 0; kt < early; ++kt) ask_b(kt, kt);
+        moe_grid_wait();
+    }
     for (int kt = 0; kt < nk; ++kt) {
         const unsigned it = it0 + (unsigned)kt;  // version 10: counted on from the block's earlier items
         const int st = (int)(it % C::STAGES);
         if (it >= C::STAGES) moe_mbar_wait(&empty[st], (it / C::STAGES - 1u) & 1u);
         unsigned char* stage = smem + st * C::STAGE_BYTES;
-        if (t == 0) {
-            moe_mbar_arrive_expect_tx(&full[st], C::B_BYTES);  // both halves land here either way
-            if (C::MC && share) {
-#pragma unroll
-                for (int j = 0; j < C::HALF_BOXES; ++j)
-                    moe_tma_load_2d_multicast(stage + C::A_BYTES + (rank * C::HALF_BOXES + j) * C::BOX_ROWS * 128,
-                                              bmap, kt * C::BK, (rank ? b1 : b0) + j * C::BOX_ROWS, &full[st],
-                                              (unsigned short)0x3);
-            } else {
-#pragma unroll
-                for (int h = 0; h < 2; ++h)
-#pragma unroll
-                    for (int j = 0; j < C::HALF_BOXES; ++j)
-                        moe_tma_load_2d(stage + C::A_BYTES + (h * C::HALF_BOXES + j) * C::BOX_ROWS * 128, bmap,
-                                        kt * C::BK, (h ? b1 : b0) + j * C::BOX_ROWS, &full[st]);
-            }
-        }
+        if (t == 0 && kt >= early) ask_b(kt, st);
         const int kc = kt * C::BK + 8 * c;
         const bool in_k = kc < K;
         const __nv_bfloat16* a = in_k ? A + kc : A;
@@ -444,7 +458,7 @@ template <class C>
 __device__ __forceinline__ bool wg_tile_product(const __nv_bfloat16* __restrict__ A, const int* s_arow,
                                                 const __nv_bfloat16* __restrict__ B, const int* s_brow, int K,
                                                 const int* s_live, float (&acc)[C::ACC], const void* bmap, int b0,
-                                                int b1, bool share = false) {
+                                                int b1, bool share = false, bool dependent = false) {
 #pragma unroll
     for (int i = 0; i < C::ACC; ++i) acc[i] = 0.0f;
     DYNAMIC_SHARED(unsigned char, smem);
@@ -466,7 +480,7 @@ __device__ __forceinline__ bool wg_tile_product(const __nv_bfloat16* __restrict_
         if (wg == C::WGS) {
             const WgCopies<C::A_COPIES> ca =
                 wg_copies<C::A_COPIES, C::RSTEP>(s_arow, (int)(threadIdx.x - 128 * C::WGS) / 8);
-            ws_producer<C>(A, ca, K, smem, s_full, s_empty, bmap, b0, b1, shared_b, rank);
+            ws_producer<C>(A, ca, K, smem, s_full, s_empty, bmap, b0, b1, shared_b, rank, 0u, dependent);
             if (shared_b) moe_cluster_sync();
             return false;
         }
@@ -832,8 +846,9 @@ __device__ __forceinline__ void wg_gemm_impl(const __nv_bfloat16* __restrict__ A
 #endif
     // Version 7's boxes: rows e·N + n0.. of W viewed as [E·N, K], in two halves of BN / 2.
     const int r0 = e * N + n0;
+    // GEMM 2 (!BF16_OUT) is a dependent launch on versions 8, 10 and 11 (ws_producer's `dependent`).
     if (!wg_tile_product<C>(A, s_arow, w, s_brow, K, s_live, acc, w_map, r0, r0 + C::BN / 2,
-                            wg_cluster_shares<C>(tile, e, expert_ids, num_post, block_m)))
+                            wg_cluster_shares<C>(tile, e, expert_ids, num_post, block_m), !BF16_OUT))
         return;
     wg_store_rows<C, BF16_OUT>(acc, s_pair, P, weight, out, n0, N, y_bf16, wpre);
 }
@@ -879,8 +894,9 @@ __device__ __forceinline__ bool ps_live(const int* __restrict__ rows, int wg, in
 // Version 11's item counters, one pair per entry point (DY_COUNTERS of them): [0] the next item
 // to hand out, [1] the blocks that found none left. Zero when the module loads, and zero again
 // when each launch ends: the block that finds none left last puts both back. The layer's kernels
-// run one after another on the process's one stream (the tiled GEMMs are plain launches, never
-// dependent ones), so no two launches of an entry point count at once.
+// run one after another on the process's one stream, and GEMM 2, the one dependent launch among
+// the tiled GEMMs, starts early only beside GEMM 1 (or the unfused SwiGLU), never beside another
+// launch of its own entry point, so no two launches of an entry point count at once.
 __device__ unsigned int dy_counters[DY_COUNTERS][2];
 
 // ANCHOR: dy_next
@@ -933,11 +949,13 @@ __device__ __forceinline__ int dy_next(unsigned* counter, int items, volatile in
 // The persistent block. A [*, K] is gathered by rows (pair / k); B's slices come through `bmap`,
 // item (tile of expert e, column block cb) reading rows b0 = e·b_expert + cb·b_cols and
 // b0 + b_half on of the map's view; store(acc, rows, cb) is the epilogue of one item.
+// `dependent`: GEMM 2, launched as a dependent of GEMM 1 (ws_producer's `dependent`).
 template <class C, class Store>
 __device__ __forceinline__ void ps_run(const __nv_bfloat16* __restrict__ A, const int* __restrict__ sorted_ids,
                                        const int* __restrict__ expert_ids, const int* __restrict__ num_post, int P,
                                        int k, int K, int E, int col_blocks, const void* bmap, int b_expert,
-                                       int b_cols, int b_half, Store store, unsigned* counter = nullptr) {
+                                       int b_cols, int b_half, Store store, unsigned* counter = nullptr,
+                                       bool dependent = false) {
 #ifdef MOE_WGMMA
     __shared__ __align__(8) unsigned long long s_full[C::STAGES], s_empty[C::STAGES];
     // Version 11: the ring of items handed out and its barriers (dy_next).
@@ -968,7 +986,7 @@ __device__ __forceinline__ void ps_run(const __nv_bfloat16* __restrict__ A, cons
         const int b0 = e * b_expert + cb * b_cols;
         if (wg == C::WGS) {
             const WgCopies<C::A_COPIES> ca = ps_copies<C>(rows, (int)(threadIdx.x - 128 * C::WGS) / 8, P, k);
-            ws_producer<C>(A, ca, K, smem, s_full, s_empty, bmap, b0, b0 + b_half, false, 0u, it);
+            ws_producer<C>(A, ca, K, smem, s_full, s_empty, bmap, b0, b0 + b_half, false, 0u, it, dependent);
         } else {
             const bool live = ps_live(rows, wg, P);
             float acc[C::ACC];
@@ -1013,7 +1031,7 @@ __device__ __forceinline__ void ps_gemm_impl(const __nv_bfloat16* __restrict__ A
     ps_run<C>(A, sorted_ids, expert_ids, num_post, P, k, K, E, (N + C::BN - 1) / C::BN, w_map, N, C::BN, C::BN / 2,
               [&](const float(&acc)[C::ACC], const int* rows, int cb) {
                   wg_store_rows<C, BF16_OUT>(acc, rows, P, weight, out, cb * C::BN, N, y_bf16);
-              }, counter);
+              }, counter, !BF16_OUT);  // GEMM 2: a dependent launch (ws_producer's `dependent`)
 }
 // ANCHOR_END: ps_loop
 
@@ -1028,12 +1046,16 @@ __device__ __forceinline__ void ps_gemm_impl(const __nv_bfloat16* __restrict__ A
 // Versions 7 to 9: one more parameter, the device address of the weight tensor's map
 // (kernels/tma.cuh; the host encodes one per tensor). ATTRS: the launch bounds, and version 9's
 // clusters of two blocks (__cluster_dims__: the grid's x is even, blocks 2j and 2j + 1 one
-// cluster).
+// cluster). From version 7 on, GEMM 1's entry points let the next launch be scheduled at once
+// (moe_launch_dependents); the host launches GEMM 2 of versions 8, 10 and 11 as a dependent, and
+// its producer waits for GEMM 1 before it copies act (ws_producer's `dependent`). Elsewhere
+// both are no-ops.
 #define WG_TMA_ENTRIES(NAME, C, ATTRS)                                                                      \
     extern "C" __global__ void ATTRS                                                                          \
         fused_gemm1_swiglu_##NAME(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,   \
                                   const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, \
                                   int H, int I, int E, int block_m, const void* w13_map) {                    \
+        moe_launch_dependents();                                                                              \
         wg_gemm1_swiglu_impl<C>(x, w13, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m,        \
                                 w13_map);                                                                     \
     }                                                                                                         \
@@ -1041,6 +1063,7 @@ __device__ __forceinline__ void ps_gemm_impl(const __nv_bfloat16* __restrict__ A
         fused_gemm1_gateup_##NAME(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,   \
                                   const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P,   \
                                   int k, int H, int I, int E, int block_m, const void* w13_map) {             \
+        moe_launch_dependents();                                                                              \
         wg_gemm_impl<C, true>(x, w13, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E,   \
                               block_m, false, w13_map);                                                       \
     }                                                                                                         \
@@ -1060,12 +1083,14 @@ __device__ __forceinline__ void ps_gemm_impl(const __nv_bfloat16* __restrict__ A
         fused_gemm1_swiglu_##NAME(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,   \
                                   const int* expert_ids, const int* num_post, __nv_bfloat16* act, int P, int k, \
                                   int H, int I, int E, int block_m, const void* w13_map) {                    \
+        moe_launch_dependents();                                                                              \
         ps_gemm1_swiglu_impl<C>(x, sorted_ids, expert_ids, num_post, act, P, k, H, I, E, block_m, w13_map, c1); \
     }                                                                                                         \
     extern "C" __global__ void __launch_bounds__(C::THREADS, 1)                                              \
         fused_gemm1_gateup_##NAME(const __nv_bfloat16* x, const __nv_bfloat16* w13, const int* sorted_ids,   \
                                   const int* expert_ids, const int* num_post, __nv_bfloat16* gateup, int P,   \
                                   int k, int H, int I, int E, int block_m, const void* w13_map) {             \
+        moe_launch_dependents();                                                                              \
         ps_gemm_impl<C, true>(x, sorted_ids, expert_ids, num_post, nullptr, gateup, P, k, 2 * I, H, E, block_m, \
                               false, w13_map, c2);                                                            \
     }                                                                                                         \

@@ -148,6 +148,10 @@ impl FusedDevice {
             self.multiprocessors(),
             self.grouped,
         );
+        // Versions 8, 10 and 11: a dependent launch of GEMM 1, whose producer asks for its first
+        // weight slices before it waits for act (kernels/ch04/hopper.cuh, `ws_producer`).
+        // Version 9's clusters stay plain launches.
+        cfg.dependent = tile.ws() && !tile.mc();
         let (sorted, expert_ids, num_post) = layout;
         self.module.launch(
             &tile.kernel("fused_gemm2"),
