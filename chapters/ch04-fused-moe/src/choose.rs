@@ -1,7 +1,7 @@
 //! Which kernels run a batch: the path (tiled on tensor cores, or the decode kernels), how much
 //! of the layer each kernel fuses, the tiled path's tile configuration, and the decode kernels'
-//! launch geometry; the rule that picks them by shape, and the table measured on the H200
-//! (`bench/results/h200/ch04_tuned.csv`, written by `bench ch04-tune`) that overrides the rule
+//! launch geometry; the rule that picks them by shape, and the table measured on the H100
+//! (`bench/results/h100/ch04_tuned.csv`, written by `bench ch04-tune`) that overrides the rule
 //! for the shapes it holds.
 //!
 //! None of these choices changes a bit of the output within a path: every tile configuration,
@@ -548,10 +548,9 @@ pub fn default_matches_the_kernel_constants() -> bool {
 /// bytes in flight per stage of the base configuration) when both GEMMs' K, H and I, are at least
 /// 128; the base configuration `w4_k32_n1` for smaller layers, where a 64-wide stage would be
 /// mostly zeros past K. Both are version 1 of the main loop: no `cp.async` and at most 29 KB of
-/// static shared memory, so they run on any GPU since Volta. On the H200 the committed run of
-/// `bench ch04-tune` (`bench/results/h200/ch04_tune_all.csv`) has versions 5 and 6 (sm_90a: the
-/// 128-byte swizzle, then each slice's MMA waited for) win every tiled bucket, four to six and a
-/// half times as fast as `w4_k64_n1` at 512 and 4096 tokens, and the tuned table picks them
+/// static shared memory, so they run on any GPU since Volta. On the H100 the committed run of
+/// `bench ch04-tune` (`bench/results/h100/ch04_tune_all.csv`) has the Hopper versions (sm_90a)
+/// win every tiled bucket, several times as fast as `w4_k64_n1`, and the tuned table picks them
 /// there; on other devices the table's rows that name them are skipped and this rule applies.
 pub fn default_tile(hidden: usize, intermediate: usize) -> TileConfig {
     if hidden.min(intermediate) >= 128 {
@@ -635,10 +634,10 @@ impl fmt::Display for DecodeGeometry {
 // ---------------------------------------------------------------------------------------------
 // The measured table.
 
-/// `bench/results/h200/ch04_tuned.csv`, compiled in: a build carries the table it was built
+/// `bench/results/h100/ch04_tuned.csv`, compiled in: a build carries the table it was built
 /// with, so the GPU machine (which has no Rust and no checkout) needs no file beside the binary.
 /// `bench ch04-tune` rewrites it; commit it and rebuild.
-pub const TUNED_CSV: &str = include_str!("../../../bench/results/h200/ch04_tuned.csv");
+pub const TUNED_CSV: &str = include_str!("../../../bench/results/h100/ch04_tuned.csv");
 
 /// The columns of the table, in order.
 pub const TUNED_HEADER: &str = "hidden,intermediate,experts,k,tokens,path,config,cold_us,warm_us,rule_path,rule_config,rule_cold_us";
@@ -886,7 +885,7 @@ static TABLE: OnceLock<TunedTable> = OnceLock::new();
 pub fn tuned_table() -> &'static TunedTable {
     TABLE.get_or_init(|| {
         TunedTable::parse(TUNED_CSV).unwrap_or_else(|e| {
-            eprintln!("ch04: bench/results/h200/ch04_tuned.csv ignored: {e}");
+            eprintln!("ch04: bench/results/h100/ch04_tuned.csv ignored: {e}");
             TunedTable::default()
         })
     })

@@ -4,7 +4,7 @@
 //! decode paths in a few launch geometries, on the GPU with the harness of `moe_kernels::measure` (CUDA graphs,
 //! cold = L2 flushed by reading before each replay), and writes the fastest per bucket, beside
 //! what the rule alone would run, as the table the layer compiles in
-//! (`bench/results/h200/ch04_tuned.csv`, [`TunedTable`]); every candidate's timing goes to a
+//! (`bench/results/h100/ch04_tuned.csv`, [`TunedTable`]); every candidate's timing goes to a
 //! second file.
 //!
 //! ```text

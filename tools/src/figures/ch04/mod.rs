@@ -1,5 +1,5 @@
 //! Chapter 4's generated files, from the GPU run of `bench ch04` (`tools/bench/src/ch04.rs`):
-//! `bench/results/h200/ch04.csv` (the fused layer `fused`, its variants `fused_*`, chapter 2's
+//! `bench/results/h100/ch04.csv` (the fused layer `fused`, its variants `fused_*`, chapter 2's
 //! device loop `ch02_grouped`, the PyTorch peers `torch_grouped_mm` and `torch_loop`, the floor
 //! probe and one empty launch), `ch04_layout.csv` (active experts and BLOCK_M of each case),
 //! `ch04_steps.csv` (the fused layer kernel by kernel), `ch04_check.csv` (each output against
@@ -41,16 +41,16 @@ use std::path::Path;
 use targets::*;
 use tune::*;
 
-const GPU_CSV: &str = "bench/results/h200/ch04.csv";
-const LAYOUT_CSV: &str = "bench/results/h200/ch04_layout.csv";
-const STEPS_CSV: &str = "bench/results/h200/ch04_steps.csv";
-const CHECK_CSV: &str = "bench/results/h200/ch04_check.csv";
-const CEILINGS_CSV: &str = "bench/results/h200/ch04_ceilings.csv";
+const GPU_CSV: &str = "bench/results/h100/ch04.csv";
+const LAYOUT_CSV: &str = "bench/results/h100/ch04_layout.csv";
+const STEPS_CSV: &str = "bench/results/h100/ch04_steps.csv";
+const CHECK_CSV: &str = "bench/results/h100/ch04_check.csv";
+const CEILINGS_CSV: &str = "bench/results/h100/ch04_ceilings.csv";
 const SVG: &str = "book/src/figures/ch04-fused.svg";
 const FUSION_SVG: &str = "book/src/figures/ch04-fusion.svg";
 const RATES_SVG: &str = "book/src/figures/ch04-rates.svg";
 const FLOOR_SVG: &str = "book/src/figures/ch04-floor.svg";
-const PTXAS_LOG: &str = "bench/results/h200/logs/ptxas_ch04.log";
+const PTXAS_LOG: &str = "bench/results/h100/logs/ptxas_ch04.log";
 const PTXAS_TABLE: &str = "book/src/figures/ch04-ptxas.md";
 const TARGETS_TABLE: &str = "book/src/figures/ch04-targets.md";
 const TABLE: &str = "book/src/figures/ch04-fused-table.md";

@@ -119,7 +119,7 @@ pub fn parse_ptxas(text: &str) -> Result<Vec<PtxasKernel>, String> {
 /// memory (version 2's stages are dynamic: `TileConfig::shared_bytes`).
 pub fn ptxas_table(kernels: &[PtxasKernel]) -> String {
     let mut s = "`ptxas -v` of CUDA 13.0 for sm_90, on the PTX that NVRTC 13.0 makes \
-                 (bench/results/h200/logs/ptxas_ch04.log; bench/results/h200/README.md says where it ran): \
+                 (bench/results/h100/logs/ptxas_ch04.log; bench/results/h100/README.md says where it ran): \
                  registers per thread, spill stores, static shared memory per block.\n\n\
                  | tile configuration | GEMM 1 + SwiGLU | GEMM 2 |\n|---|---|---|\n"
         .to_string();

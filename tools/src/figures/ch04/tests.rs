@@ -122,7 +122,7 @@ const CHECK: &str = "shape,tokens,impl,against,max_abs_diff,rms_of_against,max_o
 fn repo(name: &str, gpu: Option<&str>) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("moe-tools-ch04-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(d.join("bench/results/h200")).unwrap();
+    std::fs::create_dir_all(d.join("bench/results/h100")).unwrap();
     if let Some(g) = gpu {
         std::fs::write(d.join(GPU_CSV), g).unwrap();
         std::fs::write(d.join(LAYOUT_CSV), layout_csv()).unwrap();
@@ -417,7 +417,7 @@ fn without_the_gpu_csv_nothing_until_something_is_committed() {
     let e = generate(&root).unwrap_err();
     std::fs::remove_dir_all(&root).unwrap();
     assert!(
-        e.contains("ch04-facts.md exist but bench/results/h200/ch04.csv does not"),
+        e.contains("ch04-facts.md exist but bench/results/h100/ch04.csv does not"),
         "{e}"
     );
 }

@@ -2,8 +2,8 @@
 
 use super::*;
 
-pub(super) const TUNED_CSV: &str = "bench/results/h200/ch04_tuned.csv";
-pub(super) const TUNE_ALL_CSV: &str = "bench/results/h200/ch04_tune_all.csv";
+pub(super) const TUNED_CSV: &str = "bench/results/h100/ch04_tuned.csv";
+pub(super) const TUNE_ALL_CSV: &str = "bench/results/h100/ch04_tune_all.csv";
 pub(super) const TUNE_TABLE: &str = "book/src/figures/ch04-tuned-table.md";
 pub(super) const TUNE_FACTS: &str = "book/src/figures/ch04-tune-facts.md";
 pub(super) const VERSIONS_TABLE: &str = "book/src/figures/ch04-versions.md";
@@ -674,7 +674,7 @@ pub fn versions_table(shapes: &[TuneShape], best: &ByVersion) -> String {
     let mut s =
         "The tiled path's fastest configuration of each kernel version (any BLOCK_M), cold µs \
                  per layer call, median, from `bench ch04-tune` \
-                 (bench/results/h200/ch04_tune_all.csv: every candidate of one batch from one run; \
+                 (bench/results/h100/ch04_tune_all.csv: every candidate of one batch from one run; \
                  – where a version was not timed).\n"
             .to_string();
     for shape in shapes.iter().map(|t| &t.name) {
