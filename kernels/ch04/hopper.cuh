@@ -328,8 +328,9 @@ __device__ __forceinline__ void ws_producer(const __nv_bfloat16* __restrict__ A,
                                     kt * C::BK, (h ? b1 : b0) + j * C::BOX_ROWS, &full[st]);
         }
     };
-    // `dependent` (GEMM 2, a dependent launch of GEMM 1: LaunchConfig::dependent): A is GEMM 1's
-    // act, B the weights, which no earlier kernel writes. So on the block's first item the
+    // `dependent` (GEMM 2, launched as a dependent of GEMM 1 on versions 8, 10 and 11:
+    // LaunchConfig::dependent; version 9 is launched plainly, and its wait returns at once): A is
+    // GEMM 1's act, B the weights, which no earlier kernel writes. So on the block's first item the
     // weights of the first STAGES slices (every buffer is free) are asked for before the wait for
     // GEMM 1 (moe_grid_wait), and A's rows only after it; later items come after the wait.
     const int early = dependent && it0 == 0u ? (nk < C::STAGES ? nk : C::STAGES) : 0;
