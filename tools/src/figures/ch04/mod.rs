@@ -41,16 +41,27 @@ use std::path::Path;
 use targets::*;
 use tune::*;
 
-const GPU_CSV: &str = "bench/results/h100/ch04.csv";
-const LAYOUT_CSV: &str = "bench/results/h100/ch04_layout.csv";
-const STEPS_CSV: &str = "bench/results/h100/ch04_steps.csv";
-const CHECK_CSV: &str = "bench/results/h100/ch04_check.csv";
-const CEILINGS_CSV: &str = "bench/results/h100/ch04_ceilings.csv";
+/// `FILE` in the folder of the GPU that chapter 4's page reads (one place to name it: the tuning
+/// files, the bench's CSVs and the compiler's report all come from that GPU's runs).
+macro_rules! gpu_file {
+    ($file:literal) => {
+        concat!("bench/results/h100/", $file)
+    };
+}
+use gpu_file;
+
+const GPU_CSV: &str = gpu_file!("ch04.csv");
+const LAYOUT_CSV: &str = gpu_file!("ch04_layout.csv");
+const STEPS_CSV: &str = gpu_file!("ch04_steps.csv");
+const CHECK_CSV: &str = gpu_file!("ch04_check.csv");
+const CEILINGS_CSV: &str = gpu_file!("ch04_ceilings.csv");
 const SVG: &str = "book/src/figures/ch04-fused.svg";
 const FUSION_SVG: &str = "book/src/figures/ch04-fusion.svg";
 const RATES_SVG: &str = "book/src/figures/ch04-rates.svg";
 const FLOOR_SVG: &str = "book/src/figures/ch04-floor.svg";
-const PTXAS_LOG: &str = "bench/results/h100/logs/ptxas_ch04.log";
+const PTXAS_LOG: &str = gpu_file!("logs/ptxas_ch04.log");
+/// What says which run made each of that folder's files.
+const RESULTS_README: &str = gpu_file!("README.md");
 const PTXAS_TABLE: &str = "book/src/figures/ch04-ptxas.md";
 const TARGETS_TABLE: &str = "book/src/figures/ch04-targets.md";
 const TABLE: &str = "book/src/figures/ch04-fused-table.md";

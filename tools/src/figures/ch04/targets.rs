@@ -118,11 +118,12 @@ pub fn parse_ptxas(text: &str) -> Result<Vec<PtxasKernel>, String> {
 /// The tiled path's GEMM kernels in every tile configuration: registers, spills and static shared
 /// memory (version 2's stages are dynamic: `TileConfig::shared_bytes`).
 pub fn ptxas_table(kernels: &[PtxasKernel]) -> String {
-    let mut s = "`ptxas -v` of CUDA 13.0 for sm_90, on the PTX that NVRTC 13.0 makes \
-                 (bench/results/h100/logs/ptxas_ch04.log; bench/results/h100/README.md says where it ran): \
-                 registers per thread, spill stores, static shared memory per block.\n\n\
-                 | tile configuration | GEMM 1 + SwiGLU | GEMM 2 |\n|---|---|---|\n"
-        .to_string();
+    let mut s = format!(
+        "`ptxas -v` of CUDA 13.0 for sm_90, on the PTX that NVRTC 13.0 makes \
+         ({PTXAS_LOG}; {RESULTS_README} says where it ran): \
+         registers per thread, spill stores, static shared memory per block.\n\n\
+         | tile configuration | GEMM 1 + SwiGLU | GEMM 2 |\n|---|---|---|\n"
+    );
     let cell = |name: &str| {
         kernels
             .iter()

@@ -2,8 +2,8 @@
 
 use super::*;
 
-pub(super) const TUNED_CSV: &str = "bench/results/h100/ch04_tuned.csv";
-pub(super) const TUNE_ALL_CSV: &str = "bench/results/h100/ch04_tune_all.csv";
+pub(super) const TUNED_CSV: &str = gpu_file!("ch04_tuned.csv");
+pub(super) const TUNE_ALL_CSV: &str = gpu_file!("ch04_tune_all.csv");
 pub(super) const TUNE_TABLE: &str = "book/src/figures/ch04-tuned-table.md";
 pub(super) const TUNE_FACTS: &str = "book/src/figures/ch04-tune-facts.md";
 pub(super) const VERSIONS_TABLE: &str = "book/src/figures/ch04-versions.md";
@@ -671,12 +671,12 @@ pub fn fastest_by_version(all: &[Candidate]) -> ByVersion<'_> {
 /// fastest configuration of each version at every batch (cold µs), and what each version gained
 /// over the one before.
 pub fn versions_table(shapes: &[TuneShape], best: &ByVersion) -> String {
-    let mut s =
+    let mut s = format!(
         "The tiled path's fastest configuration of each kernel version (any BLOCK_M), cold µs \
-                 per layer call, median, from `bench ch04-tune` \
-                 (bench/results/h100/ch04_tune_all.csv: every candidate of one batch from one run; \
-                 – where a version was not timed).\n"
-            .to_string();
+         per layer call, median, from `bench ch04-tune` \
+         ({TUNE_ALL_CSV}: every candidate of one batch from one run; \
+         – where a version was not timed).\n"
+    );
     for shape in shapes.iter().map(|t| &t.name) {
         let tokens: BTreeSet<u64> = best.keys().filter(|k| &k.0 == shape).map(|k| k.1).collect();
         s += &format!("\n**{}**\n\n| version |", tune_title(shape));
