@@ -1414,6 +1414,9 @@ extern "C" int emu_launch(emu_kernel_fn fn, void** params, unsigned grid_x, unsi
     L.deadlock_ms = deadlock_ms;
     L.report = report;
     std::vector<std::thread> extra;
+    // The cluster groups are freed only after the joins below: when this thread (rank 0 of group
+    // 0) is done, another group's cluster may still be running.
+    std::vector<std::unique_ptr<ClusterGroup>> groups;
     if (L.csize == 1) {
         unsigned nw = (unsigned)std::min<unsigned long long>(worker_setting(), nblocks);
         try {
@@ -1427,7 +1430,6 @@ extern "C" int emu_launch(emu_kernel_fn fn, void** params, unsigned grid_x, unsi
         // thread is rank 0 of group 0.
         const unsigned ng = (unsigned)std::max<unsigned long long>(
             1, std::min<unsigned long long>(worker_setting() / L.csize, L.nclusters));
-        std::vector<std::unique_ptr<ClusterGroup>> groups;
         for (unsigned i = 0; i < ng; ++i) {
             groups.emplace_back(new ClusterGroup);
             groups.back()->n = L.csize;

@@ -3,20 +3,23 @@
 // swizzle on mbarrier phases, a producer/consumer pipeline on mbarriers and a named barrier,
 // elect.sync and setmaxnreg, and each misuse the emulator reports, with its message. Built and run
 // by run.sh.
+#include <chrono>
+#include <thread>
+
 #include "cuda_emu.h"
 #include "test_hopper.cu"
 #include "emu_trampoline.h"
 #include "launch_shim.h"
 #include "tc_model.h"
 
-#include <chrono>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #define TRAMP(k) extern "C" void tramp_##k(void** p) { emu::call_kernel(k, p); }
 TRAMP(k_wgmma) TRAMP(k_tma) TRAMP(k_pipeline) TRAMP(k_err_mbar_deadlock) TRAMP(k_err_tx) TRAMP(k_err_tma_outside)
 TRAMP(k_err_acc_write) TRAMP(k_acc_read_early) TRAMP(k_err_static_desc) TRAMP(k_err_half_warpgroup)
-TRAMP(k_cluster) TRAMP(k_cluster_ring) TRAMP(k_no_cluster) TRAMP(k_err_multicast) TRAMP(k_err_remote_rank) TRAMP(k_err_cluster_deadlock)
+TRAMP(k_cluster) TRAMP(k_cluster_ring) TRAMP(k_cluster_late) TRAMP(k_no_cluster) TRAMP(k_err_multicast) TRAMP(k_err_remote_rank) TRAMP(k_err_cluster_deadlock)
 TRAMP(k_err_exited_partner) TRAMP(k_err_no_proxy_fence)
 TRAMP(k_err_overwrite_in_flight) TRAMP(k_cp_async_fenced) TRAMP(k_err_cp_async_no_fence) TRAMP(k_elect)
 
@@ -296,6 +299,26 @@ static void test_clusters() {
                "mbarrier (%d of 8 blocks wrong)\n",
                bad);
     }
+    // Clusters that end far apart, on two groups of workers at once (main asks for four
+    // workers): the group that finishes first must leave the other's state alone. Before the
+    // fix, the launching thread freed every group when its own was done, and the late cluster's
+    // barrier read freed memory (chapter 4's version 9 crashed with four workers or more).
+    {
+        int late_bad = 0, late_rc = 0;
+        std::string late_err;
+        for (int rep = 0; rep < 4; ++rep) {
+            std::vector<int> late(4, -1);
+            int* pl = late.data();
+            int slow = rep % 2, ms = 50;  // either cluster late: whichever group the launching thread is in
+            const Res lr = launch(tramp_k_cluster_late, {&pl, &slow, &ms}, 32, 0, 4);
+            if (lr.rc) late_rc = lr.rc, late_err = lr.err;
+            for (int b = 0; b < 4; ++b) late_bad += late[b] != b % 2 + 1;
+        }
+        CHECK(late_rc == 0 && late_bad == 0, "clusters ending apart: rc %d (%s), %d of 16 blocks wrong", late_rc,
+              late_err.c_str(), late_bad);
+        printf("  2 clusters of 2 blocks ending 50 ms apart on %u workers, 4 launches (%d of 16 blocks wrong)\n",
+               emu_worker_count(), late_bad);
+    }
     std::vector<int> ranks(3, -1);
     int* pr = ranks.data();
     r = launch(tramp_k_no_cluster, {&pr}, 64, 0, 3);
@@ -304,6 +327,9 @@ static void test_clusters() {
 }
 
 int main() {
+    // Four workers unless the caller chose: two clusters of two at once (test_clusters), which a
+    // two-core machine's default of two workers would never run.
+    setenv("MOE_EMU_THREADS", "4", 0);
     const auto t0 = std::chrono::steady_clock::now();
     test_wgmma();
     test_tma();

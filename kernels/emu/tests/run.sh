@@ -97,8 +97,11 @@ $CXX -pthread "$OUT/selftest_emu.o" "$OUT/wrapper2.o" $RUNTIME -o "$OUT/selftest
 run "$OUT/selftest_emu"
 
 # Hopper (hopper.h): wgmma against tc_model, TMA, mbarriers, named barriers, and the misuses.
+# glibc fills freed memory (perturb) and keeps no per-thread cache of freed chunks (tcache), so
+# that a use after free in the runtime reads garbage at once instead of a stale copy (the cluster
+# groups freed while another group still ran did not crash without it).
 $CXX $FLAGS "$HERE/hopper_emu.cpp" $RUNTIME -o "$OUT/hopper_emu"
-run "$OUT/hopper_emu"
+GLIBC_TUNABLES=glibc.malloc.tcache_count=0:glibc.malloc.perturb=165 run "$OUT/hopper_emu"
 
 # What the context switch must preserve: callee-saved registers, FP control state, stack alignment.
 $CXX $FLAGS "$HERE/ctxswitch_emu.cpp" $RUNTIME -o "$OUT/ctxswitch_emu"

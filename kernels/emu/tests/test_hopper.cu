@@ -267,6 +267,18 @@ __global__ void __cluster_dims__(2, 2, 1) k_cluster_ring(int* out) {
     if (threadIdx.x == 0) out[2 * b] = (int)rank, out[2 * b + 1] = 1;
     moe_cluster_sync();
 }
+// Two clusters of two that end far apart: cluster `slow`'s blocks hold their thread 0 for `ms`
+// milliseconds of host time (an emulator-only kernel: the sleep stands for a long tile) before
+// barrier.cluster; the other cluster passes at once. On the emulator with two groups of
+// workers, the group that runs the quick cluster is done long before the other group reaches its
+// barrier: nothing the runtime frees when one group is done may be what another still uses.
+__global__ void __cluster_dims__(2, 1, 1) k_cluster_late(int* out, int slow, int ms) {
+    const unsigned rank = moe_cluster_rank();
+    if ((int)blockIdx.x / 2 == slow && threadIdx.x == 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    moe_cluster_sync();
+    if (threadIdx.x == 0) out[blockIdx.x] = (int)rank + 1;
+    moe_cluster_sync();
+}
 // The same shape with no cluster: every block is a cluster of one (rank 0).
 __global__ void k_no_cluster(int* out) {
     moe_cluster_sync();
