@@ -1008,22 +1008,26 @@ static void pass_turn(ClusterGroup& g, unsigned rank) {
     }
     g.cv.notify_all();
 }
-// Every rank of the group meets here; with `claim`, the last to come takes the next cluster (or
-// finds none left, or the launch failed) and the others learn which. Returns false when the
-// group is done.
+// The gathering is complete (g.mu held): with `claim`, take the next cluster (or find none left,
+// or the launch failed), and let the ranks that wait go on.
+static void end_gathering(ClusterGroup& g, Launch& L, bool claim) {
+    g.gathered = 0;
+    if (claim) {
+        const unsigned long long c = L.failed.load() ? L.nclusters : L.next.fetch_add(1);
+        g.stop = c >= L.nclusters;
+        g.cluster = c;
+        g.bar_arrived = g.bar_gen = g.idle_streak = 0;
+        g.turn.store(0, std::memory_order_release);
+    }
+    ++g.gather_gen;
+}
+// Every rank of the group meets here; with `claim`, the last to come takes the next cluster and
+// the others learn which. Returns false when the group is done.
 static bool gather(ClusterGroup& g, Launch& L, bool claim) {
     std::unique_lock<std::mutex> lk(g.mu);
     const unsigned gen = g.gather_gen;
-    if (++g.gathered == g.n) {
-        g.gathered = 0;
-        if (claim) {
-            const unsigned long long c = L.failed.load() ? L.nclusters : L.next.fetch_add(1);
-            g.stop = c >= L.nclusters;
-            g.cluster = c;
-            g.bar_arrived = g.bar_gen = g.idle_streak = 0;
-            g.turn.store(0, std::memory_order_release);
-        }
-        ++g.gather_gen;
+    if (++g.gathered + g.missing == g.n) {
+        end_gathering(g, L, claim);
         lk.unlock();
         g.cv.notify_all();
         lk.lock();
@@ -1031,6 +1035,18 @@ static bool gather(ClusterGroup& g, Launch& L, bool claim) {
         g.cv.wait(lk, [&] { return g.gather_gen != gen; });
     }
     return !g.stop;
+}
+// `k` ranks of the group whose threads could not be started (the launch has failed): they count
+// as come, so the ranks that did start, all at their first gathering, stop there instead of
+// waiting for them.
+static void abandon_ranks(ClusterGroup& g, Launch& L, unsigned k) {
+    {
+        std::lock_guard<std::mutex> lk(g.mu);
+        g.missing += k;
+        if (g.gathered == 0 || g.gathered + g.missing != g.n) return;
+        end_gathering(g, L, true);
+    }
+    g.cv.notify_all();
 }
 // The linear index of the block of rank `rank` in cluster c (clusters numbered x first, as
 // blocks are; a rank is the block's linear index inside its cluster, %cluster_ctarank).
@@ -1415,7 +1431,8 @@ extern "C" int emu_launch(emu_kernel_fn fn, void** params, unsigned grid_x, unsi
     L.report = report;
     std::vector<std::thread> extra;
     // The cluster groups are freed only after the joins below: when this thread (rank 0 of group
-    // 0) is done, another group's cluster may still be running.
+    // 0) returns, the other ranks of its own group may still be leaving their last gathering,
+    // and another group's cluster may still be running.
     std::vector<std::unique_ptr<ClusterGroup>> groups;
     if (L.csize == 1) {
         unsigned nw = (unsigned)std::min<unsigned long long>(worker_setting(), nblocks);
@@ -1435,17 +1452,21 @@ extern "C" int emu_launch(emu_kernel_fn fn, void** params, unsigned grid_x, unsi
             groups.back()->n = L.csize;
             groups.back()->ranks.assign(L.csize, nullptr);
         }
-        for (unsigned i = 0; i < ng; ++i)
+        bool started = true;
+        for (unsigned i = 0; i < ng && started; ++i)
             for (unsigned r = 0; r < L.csize; ++r) {
                 if (i == 0 && r == 0) continue;
                 try {
                     extra.emplace_back(worker_main, &L, groups[i].get(), r);
                 } catch (...) {
-                    // A rank that cannot start: the launch fails, and its group's other ranks,
-                    // which wait for it, are told so where they meet.
+                    // A rank that cannot start: the launch fails, no more threads are started,
+                    // and the ranks of this group that never will are counted as come, so that
+                    // the ones that did start (and this thread, in group 0) stop where they meet.
                     set_report(L, 1, fmt("could not start the %u worker threads a cluster of %u blocks needs",
                                          L.csize, L.csize));
-                    gather(*groups[i], L, true);
+                    abandon_ranks(*groups[i], L, L.csize - r);
+                    started = false;
+                    break;
                 }
             }
         worker_main(&L, groups[0].get(), 0);

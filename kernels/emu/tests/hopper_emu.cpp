@@ -300,9 +300,10 @@ static void test_clusters() {
                bad);
     }
     // Clusters that end far apart, on two groups of workers at once (main asks for four
-    // workers): the group that finishes first must leave the other's state alone. Before the
-    // fix, the launching thread freed every group when its own was done, and the late cluster's
-    // barrier read freed memory (chapter 4's version 9 crashed with four workers or more).
+    // workers): the group that finishes first must leave the other's state alone. The runtime
+    // once freed every group when the launching thread's worker returned, while the other ranks
+    // of its own group could still be leaving their last gathering and the late cluster still
+    // ran; with glibc filling freed memory (run.sh) that fails on two workers as well as four.
     {
         int late_bad = 0, late_rc = 0;
         std::string late_err;
@@ -327,8 +328,9 @@ static void test_clusters() {
 }
 
 int main() {
-    // Four workers unless the caller chose: two clusters of two at once (test_clusters), which a
-    // two-core machine's default of two workers would never run.
+    // Four workers unless the caller chose (run.sh runs this again on two): two clusters of two
+    // at once (test_clusters), which a two-core machine's default of two workers never runs; a
+    // machine with more cores runs these tests on four too.
     setenv("MOE_EMU_THREADS", "4", 0);
     const auto t0 = std::chrono::steady_clock::now();
     test_wgmma();

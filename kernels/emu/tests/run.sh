@@ -100,8 +100,25 @@ run "$OUT/selftest_emu"
 # glibc fills freed memory (perturb) and keeps no per-thread cache of freed chunks (tcache), so
 # that a use after free in the runtime reads garbage at once instead of a stale copy (the cluster
 # groups freed while another group still ran did not crash without it).
+# Twice: on four workers (the self-test's default: two groups of workers for clusters of two)
+# and on two (one group, whose other rank may still be leaving its last gathering when the
+# launching thread returns).
 $CXX $FLAGS "$HERE/hopper_emu.cpp" $RUNTIME -o "$OUT/hopper_emu"
 GLIBC_TUNABLES=glibc.malloc.tcache_count=0:glibc.malloc.perturb=165 run "$OUT/hopper_emu"
+MOE_EMU_THREADS=2 GLIBC_TUNABLES=glibc.malloc.tcache_count=0:glibc.malloc.perturb=165 run "$OUT/hopper_emu" \
+    > "$OUT/hopper_emu_2.log" || { cat "$OUT/hopper_emu_2.log"; exit 1; }
+echo "on 2 workers, $(tail -n 1 "$OUT/hopper_emu_2.log")"
+
+# A worker thread the OS will not start (failthread_shim, native builds only: an LD_PRELOAD of
+# the target's own library): a cluster launch on four workers ends with the runtime's report
+# whichever of its three threads fails, instead of waiting for a rank that never comes.
+if [ -z "$QEMU" ]; then
+    $CXX $FLAGS -shared -fPIC "$HERE/failthread_shim.cpp" -o "$OUT/failthread_shim.so" -ldl
+    $CXX $FLAGS "$HERE/threadfail_emu.cpp" $RUNTIME -o "$OUT/threadfail_emu"
+    for n in 1 2 3; do
+        LD_PRELOAD="$OUT/failthread_shim.so" MOE_TEST_FAIL_THREAD=$n MOE_EMU_THREADS=4 timeout 60 "$OUT/threadfail_emu"
+    done
+fi
 
 # What the context switch must preserve: callee-saved registers, FP control state, stack alignment.
 $CXX $FLAGS "$HERE/ctxswitch_emu.cpp" $RUNTIME -o "$OUT/ctxswitch_emu"
