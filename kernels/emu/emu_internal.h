@@ -141,7 +141,7 @@ struct ClusterGroup {
     std::condition_variable cv;
     std::atomic<unsigned> turn{0};           // the rank whose pass it is
     unsigned gathered = 0, gather_gen = 0;   // ranks at the gathering between clusters
-    unsigned missing = 0;                    // ranks whose thread never started (they count as come)
+    unsigned missing = 0;                    // ranks whose thread never started (counted as arrived)
     unsigned long long cluster = 0;          // the cluster in flight
     bool stop = false;                       // no cluster left (or the launch failed)
     unsigned bar_arrived = 0, bar_gen = 0;   // barrier.cluster: arrivals in its current phase

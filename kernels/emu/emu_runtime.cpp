@@ -1036,9 +1036,9 @@ static bool gather(ClusterGroup& g, Launch& L, bool claim) {
     }
     return !g.stop;
 }
-// `k` ranks of the group whose threads could not be started (the launch has failed): they count
-// as come, so the ranks that did start, all at their first gathering, stop there instead of
-// waiting for them.
+// `k` ranks of the group whose threads could not be started (the launch has failed): they are
+// counted as arrived, so the ranks that did start, all at their first gathering, stop there
+// instead of waiting for them.
 static void abandon_ranks(ClusterGroup& g, Launch& L, unsigned k) {
     {
         std::lock_guard<std::mutex> lk(g.mu);
@@ -1460,8 +1460,9 @@ extern "C" int emu_launch(emu_kernel_fn fn, void** params, unsigned grid_x, unsi
                     extra.emplace_back(worker_main, &L, groups[i].get(), r);
                 } catch (...) {
                     // A rank that cannot start: the launch fails, no more threads are started,
-                    // and the ranks of this group that never will are counted as come, so that
-                    // the ones that did start (and this thread, in group 0) stop where they meet.
+                    // and the ranks of this group that never will are counted as arrived, so
+                    // that the ones that did start (and this thread, in group 0) stop where they
+                    // meet.
                     set_report(L, 1, fmt("could not start the %u worker threads a cluster of %u blocks needs",
                                          L.csize, L.csize));
                     abandon_ranks(*groups[i], L, L.csize - r);

@@ -299,8 +299,9 @@ static void test_clusters() {
                "mbarrier (%d of 8 blocks wrong)\n",
                bad);
     }
-    // Clusters that end far apart, on two groups of workers at once (main asks for four
-    // workers): the group that finishes first must leave the other's state alone. The runtime
+    // Clusters that end far apart, on two groups of workers at once when there are four workers
+    // (main's default; run.sh runs this again on two, one group): the group that finishes first
+    // must leave the other's state alone. The runtime
     // once freed every group when the launching thread's worker returned, while the other ranks
     // of its own group could still be leaving their last gathering and the late cluster still
     // ran; with glibc filling freed memory (run.sh) that fails on two workers as well as four.

@@ -109,15 +109,22 @@ MOE_EMU_THREADS=2 GLIBC_TUNABLES=glibc.malloc.tcache_count=0:glibc.malloc.pertur
     > "$OUT/hopper_emu_2.log" || { cat "$OUT/hopper_emu_2.log"; exit 1; }
 echo "on 2 workers, $(tail -n 1 "$OUT/hopper_emu_2.log")"
 
-# A worker thread the OS will not start (failthread_shim, native builds only: an LD_PRELOAD of
-# the target's own library): a cluster launch on four workers ends with the runtime's report
-# whichever of its three threads fails, instead of waiting for a rank that never comes.
+# A worker thread the OS will not start (failthread_shim): a launch of clusters of two on four
+# workers starts three threads; whichever fails, at once or 100 ms late (when the threads before
+# it already wait at their first gathering), the launch ends with the runtime's report instead of
+# waiting for a rank that never comes. The fourth start never happens: that run must succeed.
+# Native builds only: under QEMU the host's LD_PRELOAD would reach qemu, not the program.
 if [ -z "$QEMU" ]; then
     $CXX $FLAGS -shared -fPIC "$HERE/failthread_shim.cpp" -o "$OUT/failthread_shim.so" -ldl
     $CXX $FLAGS "$HERE/threadfail_emu.cpp" $RUNTIME -o "$OUT/threadfail_emu"
-    for n in 1 2 3; do
-        LD_PRELOAD="$OUT/failthread_shim.so" MOE_TEST_FAIL_THREAD=$n MOE_EMU_THREADS=4 timeout 60 "$OUT/threadfail_emu"
+    for delay in 0 100; do
+        for n in 1 2 3 4; do
+            LD_PRELOAD="$OUT/failthread_shim.so" MOE_TEST_FAIL_THREAD=$n MOE_TEST_FAIL_DELAY_MS=$delay \
+                MOE_EMU_THREADS=4 timeout 60 "$OUT/threadfail_emu"
+        done
     done
+else
+    echo "thread-start check: skipped under QEMU (an LD_PRELOAD would reach qemu, not the program)"
 fi
 
 # What the context switch must preserve: callee-saved registers, FP control state, stack alignment.

@@ -29,7 +29,12 @@ int main() {
     const char* fail = getenv("MOE_TEST_FAIL_THREAD");
     const bool want_error = fail && atoi(fail) >= 1 && atoi(fail) <= 3;
     const bool ok = want_error ? rc == 1 && strstr(err, "could not start the 2 worker threads") : rc == 0;
-    printf("thread start %s fails: rc %d%s%s -- %s\n", fail ? fail : "none", rc, rc ? ", " : "", rc ? err : "",
-           ok ? "PASSED" : "FAILED");
+    const char* delay = getenv("MOE_TEST_FAIL_DELAY_MS");
+    if (want_error)
+        printf("thread start %s fails after %s ms: rc %d, %s -- %s\n", fail, delay ? delay : "0", rc, err,
+               ok ? "PASSED" : "FAILED");
+    else
+        printf("thread start %s never comes (the launch makes three): rc %d%s%s -- %s\n", fail ? fail : "none", rc,
+               rc ? ", " : "", rc ? err : "", ok ? "PASSED" : "FAILED");
     return ok ? 0 : 1;
 }
