@@ -1043,7 +1043,7 @@ static void abandon_ranks(ClusterGroup& g, Launch& L, unsigned k) {
     {
         std::lock_guard<std::mutex> lk(g.mu);
         g.missing += k;
-        if (g.gathered == 0 || g.gathered + g.missing != g.n) return;
+        if (g.gathered + g.missing != g.n) return;  // (a group none of whose ranks started: no one waits)
         end_gathering(g, L, true);
     }
     g.cv.notify_all();

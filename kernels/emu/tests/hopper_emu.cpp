@@ -3,9 +3,6 @@
 // swizzle on mbarrier phases, a producer/consumer pipeline on mbarriers and a named barrier,
 // elect.sync and setmaxnreg, and each misuse the emulator reports, with its message. Built and run
 // by run.sh.
-#include <chrono>
-#include <thread>
-
 #include "cuda_emu.h"
 #include "test_hopper.cu"
 #include "emu_trampoline.h"

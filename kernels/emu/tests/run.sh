@@ -103,9 +103,10 @@ run "$OUT/selftest_emu"
 # Twice: on four workers (the self-test's default: two groups of workers for clusters of two)
 # and on two (one group, whose other rank may still be leaving its last gathering when the
 # launching thread returns).
+FREED_FILLED=glibc.malloc.tcache_count=0:glibc.malloc.perturb=165
 $CXX $FLAGS "$HERE/hopper_emu.cpp" $RUNTIME -o "$OUT/hopper_emu"
-GLIBC_TUNABLES=glibc.malloc.tcache_count=0:glibc.malloc.perturb=165 run "$OUT/hopper_emu"
-MOE_EMU_THREADS=2 GLIBC_TUNABLES=glibc.malloc.tcache_count=0:glibc.malloc.perturb=165 run "$OUT/hopper_emu" \
+GLIBC_TUNABLES=$FREED_FILLED run "$OUT/hopper_emu"
+MOE_EMU_THREADS=2 GLIBC_TUNABLES=$FREED_FILLED run "$OUT/hopper_emu" \
     > "$OUT/hopper_emu_2.log" || { cat "$OUT/hopper_emu_2.log"; exit 1; }
 echo "on 2 workers, $(tail -n 1 "$OUT/hopper_emu_2.log")"
 

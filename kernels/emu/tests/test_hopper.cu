@@ -2,6 +2,10 @@
 // named barriers through the names kernels/wgmma.cuh and kernels/tma.cuh give them (on the
 // emulator: kernels/emu/hopper.h), and the misuses the emulator reports.
 
+// k_cluster_late sleeps on the host (these kernels run on the emulator only).
+#include <chrono>
+#include <thread>
+
 // The operands' shared-memory layouts of chapter 4's kernels (kernels/ch04/hopper.cuh): K-major
 // tiles of KS k-steps of 16. Flat: 8 x 16-byte core matrices, 128 bytes apart along K, 16·K
 // along the rows. Swizzled (K = 64): row r's 128 bytes at 128·r, chunk c at c ^ (r % 8).

@@ -3,9 +3,6 @@
 // on four workers start three threads besides the launching one (group 0's rank 1, group 1's two
 // ranks); whichever fails, the launch must end with the runtime's report, not wait for a rank that
 // will never come. Exit status 0 when it does.
-#include <chrono>
-#include <thread>
-
 #include "cuda_emu.h"
 #include "test_hopper.cu"
 #include "emu_trampoline.h"
