@@ -161,7 +161,7 @@ pub const PEER_TOLERANCE: f64 = 2e-2;
 /// round at the same places and sum in other orders ([`ch04_fused_moe::ACROSS_SUM_ORDERS`]).
 pub const OURS_VS_CH02: Tolerance = ch04_fused_moe::ACROSS_SUM_ORDERS;
 
-/// `fused_bf16y` against chapter 2's device loop (max |ours − theirs| over the rms of theirs):
+/// `fused_bf16y` and `fused_bf16x_bf16y` against chapter 2's device loop (max |ours − theirs| over the rms of theirs):
 /// each of a token's k weighted terms is rounded to bf16 before the sum (a relative error up to
 /// 2⁻⁹ per term, as the engines round theirs), which [`OURS_VS_CH02`] (for layers that round
 /// where the loop rounds) does not allow; a wrong expert, weight or token is of the order of the
@@ -275,8 +275,8 @@ pub const VARIANTS: &[Variant] = &[
     },
     Variant {
         imp: "fused_bf16x_bf16y",
-        about: "fused_bf16x with y stored in bf16 too (fused_bf16y): the layer given what the \
-                engines' kernels take and storing what they store, their precision throughout",
+        about: "fused_bf16x with the tiled path's y in bf16 too (as fused_bf16y): the engines' \
+                input and their stored y; the sum over k and the output stay f32",
         max_tokens: None,
         needs_sm90a: false,
         bf16_hidden: true,
