@@ -29,6 +29,7 @@ mod ch03;
 mod ch04;
 mod ch04_inputs;
 mod ch04_tune;
+mod ch04_variants;
 mod ch05;
 mod ch06;
 mod ch07;
