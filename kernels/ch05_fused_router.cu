@@ -292,7 +292,8 @@ extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_route
     fused_router_screened<32, true>(logits, bias, ids, weights, T, E, k, scoring, n_group,
                                     topk_group, renormalize, scale);
 }
-// The same for many rows, without the second screen.
+// The same for many rows (with FR_SCREEN_WIDEN=0, the design before the widened cut: without the
+// second screen).
 extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_screen_many_e128(
     const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
     float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,

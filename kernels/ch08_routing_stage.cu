@@ -18,7 +18,7 @@
 //            never leave the SM until they are final.
 //   two launches (more pairs):
 //      1. stage_route_count_e{W}: a block routes 16 rows (a warp per row, as chapter 5's
-//         many-row kernel: fr_row_screened without the second screen) into shared memory,
+//         many-row kernel: fr_row_screened, its many-row form) into shared memory,
 //         writes the ids out, counts its pairs per expert in shared memory and adds the counts
 //         into its chunk's row of chunk_counts [chunks, E] (integer atomics: a sum of whole
 //         numbers, the same in any order); it also fills every slot with the placeholder;

@@ -7,6 +7,14 @@
 #include "common.cuh"
 #include "ch05/router_row.cuh"
 
+// FR_SCREEN_WIDEN=1: a cut the first screen cannot call widens the picks to every key near it
+// (fr_select's step 3b) and ranks them exactly; 0: the design before it, a second screen with the
+// keys shifted to the cut (only in the few-row kernels), then the exact router. A switch for the
+// two to be timed against each other in one GPU call (tools/gpu/run's widen-ab).
+#ifndef FR_SCREEN_WIDEN
+#define FR_SCREEN_WIDEN 1
+#endif
+
 // ANCHOR: screened
 // The one-warp router for many sigmoid rows, screened. At 8192 GLM-like rows the exact kernel
 // above issues some 1,300 instructions a row, a third of them the 288 exact sigmoids (each an
@@ -21,13 +29,12 @@
 //      warp's k best (the lane holding the round's key sees it by itself; a lane that wins a
 //      third time takes its next three);
 //   3. the cut is checked: if the k-th approximate key is not clear of the (k+1)-th by more than
-//      the approximations' error (fr_clear), the warp routes the row with fr_row, exactly; in
-//      the few-row kernels (fr_screen's SECOND) it first screens the row once more with c moved
-//      to the k-th key's value, where the keys at the cut are near 0 and their id bits cost
-//      little precision, and goes to fr_row only if the cut is still too close;
+//      the approximations' error (fr_clear), the cut widens: more rounds take every key not
+//      clear below the k-th, so that the n picks (n <= 32, one a lane) surely hold the k best
+//      exact keys (a row with more than 32 such keys goes to fr_row, exactly);
 //   4. lane r computes pick r's exact score (fr_scores' arithmetic, the same bits); if two picks
-//      lie too close to trust their order, the picks are ordered by their exact keys (chapter
-//      1's order: the larger key, then the lower id).
+//      lie too close to trust their order, or the cut was widened, the picks are ranked by their
+//      exact keys (chapter 1's order: the larger key, then the lower id) and the first k kept.
 // So the approximations only ever decide which exact numbers to compute: the ids and weights are
 // fr_row's, bit for bit, on both backends (the emulator's approximations are other numbers, and
 // may send other rows to the exact path, with the same result). Rows with a non-finite logit or
@@ -109,38 +116,59 @@ __device__ __forceinline__ void fr_pack_keys(const float* s, const float* b, flo
 
 // k rounds over a row's packed keys (step 2 below) and the clearance of each pick from the next
 // (step 3): lane r gets round r's key in `mine`; the result is a ballot of the picks r < k not
-// clear of the key after them (bit k-1: the cut, pick k against the best key left).
+// clear of the key after them (bit k-1: the cut, pick k against the best key left). With
+// FR_SCREEN_WIDEN, a cut too close to call widens the picks instead (step 3b): the rounds go on
+// while the best key left is not clear below pick k - 1, so that lanes 0 to n - 1 hold every
+// expert that may belong to the k best (n returned; 33: more than a warp holds).
 template <int SLOTS, int K>
 __device__ __forceinline__ unsigned fr_select(const unsigned* pk, int k, int lane, float shift,
-                                              unsigned& mine) {
+                                              unsigned& mine, int& n) {
     unsigned h0, h1, h2;
     fr_top3<SLOTS>(pk, 0xffffffffu, h0, h1, h2);
     mine = 0u;
     int wins = 0;
-#pragma unroll(K ? K : 2)
-    for (int round = 0; round < k; ++round) {
-        const unsigned top = __reduce_max_sync(MOE_FULL_MASK, h0);
+    // One round: the warp's best key left (`top`) to lane `round`; the holder moves its next key
+    // up, by selects, not a branch (every round has a holder, so a branch would cost the warp
+    // its jump and its reconvergence every round); its third win takes its next three, below it.
+    auto take = [&](int round, unsigned top) {
         mine = lane == round ? top : mine;
-        // The holder moves its next key up: selects, not a branch (every round has a holder,
-        // so a branch would cost the warp its jump and its reconvergence every round).
         const bool won = h0 == top;
         h0 = won ? h1 : h0;
         h1 = won ? h2 : h1;
         h2 = won ? 0u : h2;
         wins += won ? 1 : 0;
-        if (wins == 3) {  // its third win: its next three, below this pick
+        if (wins == 3) {
             wins = 0;
             fr_top3<SLOTS>(pk, top, h0, h1, h2);
         }
-    }
-    const unsigned rest = __reduce_max_sync(MOE_FULL_MASK, h0);
+    };
+#pragma unroll(K ? K : 2)
+    for (int round = 0; round < k; ++round) take(round, __reduce_max_sync(MOE_FULL_MASK, h0));
+    unsigned rest = __reduce_max_sync(MOE_FULL_MASK, h0);
     const unsigned after = __shfl_down_sync(MOE_FULL_MASK, mine, 1);
     const bool clear =
         lane >= k ||
         fr_clear(mine, lane == k - 1 ? rest : after, fr_id_mask<SLOTS>(), fr_id_rel<SLOTS>(), shift);
-    return __ballot_sync(MOE_FULL_MASK, !clear);
+    const unsigned unclear = __ballot_sync(MOE_FULL_MASK, !clear);
+    n = k;
+#if FR_SCREEN_WIDEN
+    if (unclear >> (k - 1) & 1u) {
+        // 3b. Every key not clear below pick k - 1 joins the picks (all lanes agree on `rest`
+        //     and `cut`: a uniform loop). A key clear below it is clear below every pick too
+        //     (fr_clear's margin grows more slowly than the gap), so the k best exact keys are
+        //     among the n.
+        const unsigned cut = __shfl_sync(MOE_FULL_MASK, mine, k - 1);
+        while (rest != 0u && !fr_clear(cut, rest, fr_id_mask<SLOTS>(), fr_id_rel<SLOTS>(), shift)) {
+            if (n == 32) return (n = 33, unclear);  // a warp's lanes are full: the exact router
+            take(n++, rest);
+            rest = __reduce_max_sync(MOE_FULL_MASK, h0);
+        }
+    }
+#endif
+    return unclear;
 }
 
+#if !FR_SCREEN_WIDEN
 // The second screen of a row whose cut the first could not call: the id bits cost up to 2^9 ulp
 // of keys near 1, so the keys again less `shift`, the k-th key's value, are near 0 at the cut,
 // where a float is finest, and the rounds again. Returns the ballot of unclear picks and this
@@ -161,19 +189,22 @@ __device__ __noinline__ uint2 fr_screen_again(const float* __restrict__ xl,
         s[j] = in ? __ldcg(xl + 32 * j) : 0.0f;
     }
     unsigned pk[SLOTS], mine;
+    int n;
     fr_pack_keys<SLOTS, FULL>(s, b, shift, lane, E, pk);
-    const unsigned unclear = fr_select<SLOTS, K>(pk, k, lane, shift, mine);
+    const unsigned unclear = fr_select<SLOTS, K>(pk, k, lane, shift, mine, n);
     return make_uint2(unclear, mine);
 }
+#endif
 
-// Routes row t of a sigmoid config without groups, 1 <= k < E: 1 when the first screen decided
-// the row, 2 when the second did, 0 (nothing stored) when the row needs the exact router.
+// Routes row t of a sigmoid config without groups, 1 <= k < E: 1 when the screen decided the
+// row, 2 when it decided it with its cut widened (with FR_SCREEN_WIDEN=0: when the second screen
+// did), 0 (nothing stored) when the row needs the exact router.
 // FULL: E = 32 * SLOTS, every slot an expert (288 experts in e288), so that no load or key needs
 // a test. K: k known when compiled (8, the common case: the rounds and the weights' sum
-// unroll), or 0 for k from the argument. SECOND: whether a cut too close to
-// call is screened again (fr_screen_again) before the exact router; only the kernels for a few
-// rows do (fused_router_screen_e{W}), since at many rows its mere presence cost the kernel some
-// 5% (the many-row kernels, fused_router_screen_many_e{W}, leave it out).
+// unroll), or 0 for k from the argument. SECOND: with FR_SCREEN_WIDEN=0 only, whether a cut too
+// close to call is screened again (fr_screen_again) before the exact router; only the kernels
+// for a few rows did (fused_router_screen_e{W}), since at many rows its mere presence cost the
+// kernel some 5% (the many-row kernels, fused_router_screen_many_e{W}, left it out).
 template <int SLOTS, bool FULL, int K, bool SECOND>
 __device__ __forceinline__ int fr_screen(const float* __restrict__ logits,
                                           const float* __restrict__ bias, int* __restrict__ ids,
@@ -205,8 +236,13 @@ __device__ __forceinline__ int fr_screen(const float* __restrict__ logits,
     // 2. and 3. k rounds of one redux.sync each (the round's id is in its key's low bits, and the
     //    lane holding it is the one whose best key it is), then the cut and the picks' order.
     unsigned mine;  // lane r: round r's packed key
-    unsigned unclear = fr_select<SLOTS, K>(pk, k, lane, c, mine);
+    int n;          // the picks to score exactly: k, or more where the cut was widened
+    unsigned unclear = fr_select<SLOTS, K>(pk, k, lane, c, mine, n);
     int screen = 1;
+#if FR_SCREEN_WIDEN
+    if (n > 32) return 0;  // more keys near the cut than a warp has lanes: the exact router
+    if (n > k) screen = 2;
+#else
     if (unclear >> (k - 1) & 1u) {
         if (!SECOND) return 0;  // the many-row kernels: no second screen, the exact router
         // 3b. The cut is too close to call at this precision: screen once more, centred on the
@@ -218,21 +254,24 @@ __device__ __forceinline__ int fr_screen(const float* __restrict__ logits,
         if (unclear >> (k - 1) & 1u) return 0;  // still too close: the exact router
         screen = 2;
     }
-    // 4. The picks' exact scores: fr_scores' arithmetic on the same logit.
-    int my_id = lane < k ? (int)(mine & ID_MASK) : -1;
+#endif
+    // 4. The picks' exact scores: fr_scores' arithmetic on the same logit (lanes k to n - 1:
+    //    the keys a widened cut let in, scored at the same time).
+    int my_id = lane < n ? (int)(mine & ID_MASK) : -1;
     float my_score = 0.0f;
-    if (lane < k) my_score = moe_sigmoidf(__ldcg(&x[my_id]));
-    if (unclear) {  // two picks too close to order by their approximations: rank them exactly
-        const float key = (lane < k && has_bias) ? my_score + bias[my_id] : my_score;
+    if (lane < n) my_score = moe_sigmoidf(__ldcg(&x[my_id]));
+    if (unclear) {  // picks too close to order, or to cut, by their approximations: rank them
+                    // exactly (chapter 1's order), and lanes 0 to k - 1 take the k best
+        const float key = (lane < n && has_bias) ? my_score + bias[my_id] : my_score;
         const unsigned ko = fr_order(key);
         int rank = 0;
-        for (int j = 0; j < k; ++j) {
+        for (int j = 0; j < n; ++j) {
             const unsigned oj = __shfl_sync(MOE_FULL_MASK, ko, j);
             const int ij = __shfl_sync(MOE_FULL_MASK, my_id, j);
             rank += (oj > ko || (oj == ko && ij < my_id)) ? 1 : 0;
         }
         int src = 0;  // the lane holding the pick of rank `lane`
-        for (int j = 0; j < k; ++j)
+        for (int j = 0; j < n; ++j)
             if (__shfl_sync(MOE_FULL_MASK, rank, j) == lane) src = j;
         my_id = __shfl_sync(MOE_FULL_MASK, my_id, src);
         my_score = __shfl_sync(MOE_FULL_MASK, my_score, src);
@@ -242,9 +281,9 @@ __device__ __forceinline__ int fr_screen(const float* __restrict__ logits,
 }
 
 // One row, t, by the warp that calls it: screened where the row allows it (sigmoid scoring, no
-// grouped selection, k < E), else, or where the screen cannot trust its cut, fr_row. Returns
+// grouped selection, k < E), else, or where the screen cannot decide the row, fr_row. Returns
 // the fr_screen result that decided the row, 0 for the exact router. SECOND: the few-row form's
-// second screen. Chapter 8's routing stage and chapter 9's one launch route their rows with it.
+// second screen (FR_SCREEN_WIDEN=0 only). Chapter 8's routing stage and chapter 9's one launch route their rows with it.
 template <int SLOTS, bool SECOND>
 __device__ __forceinline__ int fr_row_screened(const float* __restrict__ logits,
                                                const float* __restrict__ bias,

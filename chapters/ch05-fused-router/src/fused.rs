@@ -34,8 +34,9 @@ pub mod geometry {
 use geometry::*;
 
 /// The row widths the kernel is compiled for (experts per row, at most), with their entry points:
-/// the one-warp router's, the screened router's for a few rows (with the second screen) and for
-/// many (without).
+/// the one-warp router's, the screened router's for a few rows and for many (the same router,
+/// compiled apart: with `FR_SCREEN_WIDEN=0`, the design it replaced, only the few-row one has a
+/// second screen).
 const WIDTHS: [(usize, &str, &str, &str); 7] = {
     // The names from the width, so that a row of the table cannot disagree with itself.
     macro_rules! width {
@@ -73,7 +74,7 @@ pub fn kernel_for(experts: usize) -> Option<&'static str> {
 }
 
 /// The screened kernel's entry point for `experts` experts and `rows` rows, as [`kernel_for`]:
-/// up to [`SCREENED_FEW_ROWS`] rows the one with the second screen, past that the one without.
+/// up to [`SCREENED_FEW_ROWS`] rows the few-row one, past that the many-row one.
 pub fn screened_kernel_for(experts: usize, rows: usize) -> Option<&'static str> {
     width_for(experts).map(|(_, few, many)| if rows <= SCREENED_FEW_ROWS { few } else { many })
 }
@@ -101,11 +102,12 @@ pub enum RowForm {
     /// `fused_router_block`: one block per row, one thread per expert, the picks by two rank
     /// counts. More instructions per row but a much shorter chain: the form for few rows.
     BlockPerRow,
-    /// `fused_router_screen_e{W}` (up to [`SCREENED_FEW_ROWS`] rows, with a second screen) and
+    /// `fused_router_screen_e{W}` (up to [`SCREENED_FEW_ROWS`] rows) and
     /// `fused_router_screen_many_e{W}` (more rows): one warp per row, the k best found on approximate sigmoid
     /// keys (two MUFU instructions an expert), then confirmed and ordered on exact ones; a row
-    /// whose cut is too close to call (in `fused_router_screen_e{W}` after a second screen with the
-    /// keys shifted to the cut), or with a non-finite value, goes through the one-warp router. The same bits as the other
+    /// whose cut is too close to call takes every key near the cut and ranks them exactly, and a
+    /// row with a non-finite value (or more than 32 keys near its cut) goes through the one-warp
+    /// router. The same bits as the other
     /// forms; the fewest instructions per sigmoid row and the shortest chain, so the form for
     /// many of them and for a few. Other scorings and grouped selection run the one-warp router.
     Screened,
@@ -120,12 +122,14 @@ pub const BLOCK_FORM_MAX_ROWS: usize = 512;
 
 /// Up to how many rows [`RowForm::Screened`] is the default for sigmoid scores without groups,
 /// ahead of the block form. Its warp per row has the shorter chain: in `bench ch05`, some 0.13 to
-/// 0.38 µs less than a block per row at a few GLM-like rows. But a row whose cut the first screen
-/// cannot call costs the launch a second screen (0.5 to 0.75 µs), and one the second cannot call
-/// the one-warp router (about 3 µs): 2.0% and 0.23% of 100,000 random GLM-like rows on the H200
-/// (the test `random_100k_rows_glm_like`), so the more rows, the likelier the launch pays. With
-/// those numbers the expected gain is gone at about 16 to 20 rows; 8 keeps a margin. A choice
-/// from those numbers, not a measured crossover.
+/// 0.38 µs less than a block per row at a few GLM-like rows. The count was chosen for the design
+/// before the widened cut, in which a row whose cut the first screen could not call cost the launch
+/// a second screen (0.5 to 0.75 µs), and one the second could not call the one-warp router (about
+/// 3 µs): 2.0% and 0.23% of 100,000 random GLM-like rows on the H200 (the test
+/// `random_100k_rows_glm_like`), so that the expected gain was gone at about 16 to 20 rows; 8 kept
+/// a margin. A widened cut costs a few more rounds and one exact ranking instead; until `bench
+/// ch08` (tools/gpu/run's widen-ab) has timed it, the count stays. A choice, not a measured
+/// crossover.
 pub const SCREENED_FEW_ROWS: usize = 8;
 
 /// The form [`FusedTopk::new`] picks: for sigmoid scores without groups, the screened form up to
