@@ -548,7 +548,13 @@ fn screened_form_widens_a_close_cut(dev: &'static Device) {
     let mut bias = vec![8.0f32; experts];
     bias[40] = 8.0 + 2f32.powi(-15);
     let (path, ids, weights) = screen_paths(dev, &config, rows, &logits, &bias);
-    assert_eq!(path, [1, 2, 2, 0, 2, 0]);
+    if second_screen() {
+        // The design before the widened cut: row 1's second screen decides; rows 2, 4 and 5 tie
+        // at the cut, which no screen can call.
+        assert_eq!(path, [1, 2, 0, 0, 0, 0]);
+    } else {
+        assert_eq!(path, [1, 2, 2, 0, 2, 0]);
+    }
     let warp = route_logits_fused_as(
         dev,
         &config,
@@ -592,6 +598,9 @@ fn screened_form_on_random_rows(dev: &'static Device) {
     assert_same_bits("ids", &warp.ids, &ids);
     assert_same_bits("weights", &warp.weights, &weights);
     let widened = path.iter().filter(|&&p| p == 2).count();
+    if second_screen() {
+        return; // the design before the widened cut sends some of these rows to the exact router
+    }
     assert!(
         path.iter().all(|&p| p == 1 || p == 2),
         "a row took the exact router"
@@ -600,6 +609,16 @@ fn screened_form_on_random_rows(dev: &'static Device) {
         (rows / 200..rows / 10).contains(&widened),
         "{widened} of {rows} rows widened their cut"
     );
+}
+
+/// Whether the kernels run the screened router's design before the widened cut
+/// (`FR_SCREEN_WIDEN=0`, in `MOE_NVRTC_DEFINES` on the GPU or `MOE_EMU_DEFINES_CH05_FUSED_ROUTER`
+/// on the emulator): the same bits, other paths. CI runs this file's emulator tests so too.
+fn second_screen() -> bool {
+    ["MOE_NVRTC_DEFINES", "MOE_EMU_DEFINES_CH05_FUSED_ROUTER"]
+        .iter()
+        .filter_map(|v| std::env::var(v).ok())
+        .any(|d| d.split_whitespace().any(|w| w == "FR_SCREEN_WIDEN=0"))
 }
 
 /// `fused_router_screen_path_e288` on `rows` rows of 288 logits (a sigmoid config without
