@@ -345,7 +345,8 @@ extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_route
 }
 
 // For the test of the screen's paths: fused_router_screen_e288's routing, and for each row the
-// path that decided it (path[t]: 1 the first screen, 2 the second, 0 the exact router).
+// path that decided it (path[t]: 1 the screen, 2 the screen with its cut widened (with
+// FR_SCREEN_WIDEN=0: the second screen), 0 the exact router).
 extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_screen_path_e288(
     const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
     float* __restrict__ weights, int* __restrict__ path, int T, int E, int k, int scoring,

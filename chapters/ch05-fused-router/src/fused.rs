@@ -106,8 +106,8 @@ pub enum RowForm {
     /// `fused_router_screen_many_e{W}` (more rows): one warp per row, the k best found on approximate sigmoid
     /// keys (two MUFU instructions an expert), then confirmed and ordered on exact ones; a row
     /// whose cut is too close to call takes every key near the cut and ranks them exactly, and a
-    /// row with a non-finite value (or more than 32 keys near its cut) goes through the one-warp
-    /// router. The same bits as the other
+    /// row with a non-finite value (or with more picks and keys near its cut than a warp's 32
+    /// lanes) goes through the one-warp router. The same bits as the other
     /// forms; the fewest instructions per sigmoid row and the shortest chain, so the form for
     /// many of them and for a few. Other scorings and grouped selection run the one-warp router.
     Screened,

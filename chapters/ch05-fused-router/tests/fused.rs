@@ -26,7 +26,7 @@ use ch05_fused_router::tiny_gemm::GemmForm;
 use ch05_fused_router::{tiny_gemm, FusedRouter, LogitsFrom, TinyGemmChain};
 use half::bf16;
 use moe_kernels::testing::{assert_same_bits, EqualityTable, Tally};
-use moe_kernels::{record_launches, Device};
+use moe_kernels::{record_launches, BackendKind, Device};
 
 fn shape(r: &RegimeInput) -> GateShape {
     GateShape {
@@ -428,7 +428,7 @@ fn softmax_ranks_by_the_logit_where_probabilities_tie(dev: &'static Device) {
 /// keys. Row 1: the two best experts, 5 and 37 (lane 5, slots 0 and 1), have equal logits:
 /// their packed approximate keys differ only by the id bits, which put 37 first, so only the exact
 /// ordering of the picks gives 5, 37. Row 2: experts 10 and 40 tie for the eighth pick: the
-/// screen would take 40 (slot 1), so only the exact router gives 10. Rows 3 to 34: logits on a
+/// screen would take 40 (slot 1), so only an exact ranking (of the widened cut) gives 10. Rows 3 to 34: logits on a
 /// grid of 1/16 in [-2, 2), so most rows hold ties and near ties, at the cut and among the picks.
 /// Row 0 is random.
 fn screened_form_resolves_close_calls(dev: &'static Device) {
@@ -467,8 +467,7 @@ fn screened_form_resolves_close_calls(dev: &'static Device) {
             &warp.weights,
             &screened.weights,
         );
-        // 35 rows run the many-row kernel; the same rows a few at a time, the few-row kernel
-        // (with the second screen).
+        // 35 rows run the many-row kernel; the same rows a few at a time, the few-row kernel.
         for start in (0..rows).step_by(SCREENED_FEW_ROWS) {
             let n = SCREENED_FEW_ROWS.min(rows - start);
             let few = route_logits_fused_as(
@@ -517,14 +516,14 @@ fn screened_form_resolves_close_calls(dev: &'static Device) {
 /// at most -1 but those at the cut, which is:
 ///   row 0: expert 10 at logit 1, clear: the screen decides (1);
 ///   row 1: experts 10 and 40 at logit 0, keys 8.5 and 8.5 + 2^-15 (3.1e-5): within the screen's
-///          margin (about 1.2e-4 at keys near 0.5 after c = 8), so the cut widens to both, and
+///          margin (about 7.3e-5 at keys near 0.5 after c = 8), so the cut widens to both, and
 ///          their exact keys take 40 (2);
 ///   row 2: experts 11 and 41 at logit 0, the same key: widened (2), and the tie goes to 11;
 ///   row 3: as row 1, with a NaN logit at expert 250: the exact router (0), by chapter 1's rules;
 ///   row 4: experts 101 to 125 at logit 0, 25 equal keys at the cut: widened to 7 + 25 = 32
 ///          picks, a warp's lanes (2), and the tie goes to 101;
-///   row 5: experts 101 to 126, 26 of them: 33 keys near the cut, more than a warp's lanes, so
-///          the exact router (0), which takes 101 too.
+///   row 5: experts 101 to 126, 26 of them: 7 + 26 = 33 picks, more than a warp's lanes, so the
+///          exact router (0), which takes 101 too.
 /// Every row's ids and weights are the one-warp form's, bit for bit.
 fn screened_form_widens_a_close_cut(dev: &'static Device) {
     let (experts, rows, config) = (288, 6, RouterConfig::glm5(8));
@@ -548,7 +547,7 @@ fn screened_form_widens_a_close_cut(dev: &'static Device) {
     let mut bias = vec![8.0f32; experts];
     bias[40] = 8.0 + 2f32.powi(-15);
     let (path, ids, weights) = screen_paths(dev, &config, rows, &logits, &bias);
-    if second_screen() {
+    if second_screen(dev) {
         // The design before the widened cut: row 1's second screen decides; rows 2, 4 and 5 tie
         // at the cut, which no screen can call.
         assert_eq!(path, [1, 2, 0, 0, 0, 0]);
@@ -574,9 +573,9 @@ fn screened_form_widens_a_close_cut(dev: &'static Device) {
 
 /// The screened form against the one-warp form on 4,000 rows like the bench's (logits in
 /// [-3, 3), the GLM-like bias 8 ± 0.05), where some rows' cuts lie within the screen's margin:
-/// the same bits, every row decided by the screen (no finite row of such data has more than 32
-/// keys near its cut), and the widened cut among the paths taken (about one row in twenty on the
-/// emulator; the count depends on the backend's approximate sigmoid, the bits do not).
+/// the same bits, every row decided by the screen (no row of such data has its k picks and the
+/// keys near its cut add up to more than 32), and the widened cut among the paths taken (how
+/// often depends on the backend's approximate sigmoid; the bits do not).
 fn screened_form_on_random_rows(dev: &'static Device) {
     let (experts, rows, config) = (288, 4000, RouterConfig::glm5(8));
     let logits = patterned(rows * experts, 0x0c08, 3.0);
@@ -598,7 +597,7 @@ fn screened_form_on_random_rows(dev: &'static Device) {
     assert_same_bits("ids", &warp.ids, &ids);
     assert_same_bits("weights", &warp.weights, &weights);
     let widened = path.iter().filter(|&&p| p == 2).count();
-    if second_screen() {
+    if second_screen(dev) {
         return; // the design before the widened cut sends some of these rows to the exact router
     }
     assert!(
@@ -611,14 +610,15 @@ fn screened_form_on_random_rows(dev: &'static Device) {
     );
 }
 
-/// Whether the kernels run the screened router's design before the widened cut
-/// (`FR_SCREEN_WIDEN=0`, in `MOE_NVRTC_DEFINES` on the GPU or `MOE_EMU_DEFINES_CH05_FUSED_ROUTER`
-/// on the emulator): the same bits, other paths. CI runs this file's emulator tests so too.
-fn second_screen() -> bool {
-    ["MOE_NVRTC_DEFINES", "MOE_EMU_DEFINES_CH05_FUSED_ROUTER"]
-        .iter()
-        .filter_map(|v| std::env::var(v).ok())
-        .any(|d| d.split_whitespace().any(|w| w == "FR_SCREEN_WIDEN=0"))
+/// Whether `dev` runs the screened router's design before the widened cut (`FR_SCREEN_WIDEN=0`,
+/// in `MOE_NVRTC_DEFINES` on the GPU, `MOE_EMU_DEFINES_CH05_FUSED_ROUTER` on the emulator): the
+/// same bits, other paths. CI runs this file's emulator tests so too.
+fn second_screen(dev: &'static Device) -> bool {
+    let var = match dev.kind() {
+        BackendKind::Cuda => "MOE_NVRTC_DEFINES",
+        BackendKind::Emu => "MOE_EMU_DEFINES_CH05_FUSED_ROUTER",
+    };
+    std::env::var(var).is_ok_and(|d| d.split_whitespace().any(|w| w == "FR_SCREEN_WIDEN=0"))
 }
 
 /// `fused_router_screen_path_e288` on `rows` rows of 288 logits (a sigmoid config without
