@@ -7,10 +7,12 @@
 #include "common.cuh"
 #include "ch05/router_row.cuh"
 
-// FR_SCREEN_WIDEN=1: a cut the first screen cannot call widens the picks to every key near it
-// (fr_select's step 3b) and ranks them exactly; 0: the design before it, a second screen with the
-// keys shifted to the cut (only in the few-row kernels), then the exact router. A switch for the
-// two to be timed against each other in one GPU call (tools/gpu/run's widen-ab).
+// FR_SCREEN_WIDEN=1: in the few-row kernels, a cut the first screen cannot call widens the picks
+// to every key near it (fr_select's step 3b) and ranks them exactly; 0: the design before it, a
+// second screen with the keys shifted to the cut, then the exact router. The many-row kernels
+// take neither (such a row goes to the exact router), and compile to the same instructions
+// either way. A switch for the two to be timed against each other in one GPU call
+// (tools/gpu/run's widen-ab).
 #ifndef FR_SCREEN_WIDEN
 #define FR_SCREEN_WIDEN 1
 #endif
@@ -29,9 +31,10 @@
 //      warp's k best (the lane holding the round's key sees it by itself; a lane that wins a
 //      third time takes its next three);
 //   3. the cut is checked: if the k-th approximate key is not clear of the (k+1)-th by more than
-//      the approximations' error (fr_clear), the cut widens: more rounds take every key not
-//      clear below the k-th, so that the n picks (n <= 32, one a lane) surely hold the k best
-//      exact keys (a row with more than 32 such keys goes to fr_row, exactly);
+//      the approximations' error (fr_clear), the cut widens (in the few-row kernels, fr_screen's
+//      SECOND): more rounds take every key not clear below the k-th, so that the n picks (n <= 32,
+//      one a lane) surely hold the k best exact keys; a row whose n would pass 32, or any such row
+//      in the many-row kernels, goes to fr_row, exactly;
 //   4. lane r computes pick r's exact score (fr_scores' arithmetic, the same bits); if two picks
 //      lie too close to trust their order, or the cut was widened, the picks are ranked by their
 //      exact keys (chapter 1's order: the larger key, then the lower id) and the first k kept.
@@ -116,11 +119,11 @@ __device__ __forceinline__ void fr_pack_keys(const float* s, const float* b, flo
 
 // k rounds over a row's packed keys (step 2 below) and the clearance of each pick from the next
 // (step 3): lane r gets round r's key in `mine`; the result is a ballot of the picks r < k not
-// clear of the key after them (bit k-1: the cut, pick k against the best key left). With
-// FR_SCREEN_WIDEN, a cut too close to call widens the picks instead (step 3b): the rounds go on
-// while the best key left is not clear below pick k - 1, so that lanes 0 to n - 1 hold every
-// expert that may belong to the k best (n returned; 33: more than a warp holds).
-template <int SLOTS, int K>
+// clear of the key after them (bit k-1: the cut, pick k against the best key left). WIDEN: a cut
+// too close to call widens the picks (step 3b): the rounds go on while the best key left is not
+// clear below pick k - 1, so that lanes 0 to n - 1 hold every expert that may belong to the k
+// best (n returned; 33: more than a warp holds). Without it n is k.
+template <int SLOTS, int K, bool WIDEN = false>
 __device__ __forceinline__ unsigned fr_select(const unsigned* pk, int k, int lane, float shift,
                                               unsigned& mine, int& n) {
     unsigned h0, h1, h2;
@@ -151,8 +154,7 @@ __device__ __forceinline__ unsigned fr_select(const unsigned* pk, int k, int lan
         fr_clear(mine, lane == k - 1 ? rest : after, fr_id_mask<SLOTS>(), fr_id_rel<SLOTS>(), shift);
     const unsigned unclear = __ballot_sync(MOE_FULL_MASK, !clear);
     n = k;
-#if FR_SCREEN_WIDEN
-    if (unclear >> (k - 1) & 1u) {
+    if (WIDEN && (unclear >> (k - 1) & 1u)) {
         // 3b. Every key not clear below pick k - 1 joins the picks (all lanes agree on `rest`
         //     and `cut`: a uniform loop). A key clear below it is clear below every pick too
         //     (fr_clear's margin grows more slowly than the gap), so the k best exact keys are
@@ -164,7 +166,6 @@ __device__ __forceinline__ unsigned fr_select(const unsigned* pk, int k, int lan
             rest = __reduce_max_sync(MOE_FULL_MASK, h0);
         }
     }
-#endif
     return unclear;
 }
 
@@ -201,10 +202,11 @@ __device__ __noinline__ uint2 fr_screen_again(const float* __restrict__ xl,
 // did), 0 (nothing stored) when the row needs the exact router.
 // FULL: E = 32 * SLOTS, every slot an expert (288 experts in e288), so that no load or key needs
 // a test. K: k known when compiled (8, the common case: the rounds and the weights' sum
-// unroll), or 0 for k from the argument. SECOND: with FR_SCREEN_WIDEN=0 only, whether a cut too
-// close to call is screened again (fr_screen_again) before the exact router; only the kernels
-// for a few rows did (fused_router_screen_e{W}), since at many rows its mere presence cost the
-// kernel some 5% (the many-row kernels, fused_router_screen_many_e{W}, left it out).
+// unroll), or 0 for k from the argument. SECOND: whether a cut too close to call gets a second
+// look before the exact router, widened (FR_SCREEN_WIDEN=1) or screened again (fr_screen_again,
+// FR_SCREEN_WIDEN=0); only the kernels for a few rows take one (fused_router_screen_e{W}): at
+// many rows the second screen's mere presence cost the kernel some 5%, so the many-row kernels
+// (fused_router_screen_many_e{W}) leave both out and keep their measured code.
 template <int SLOTS, bool FULL, int K, bool SECOND>
 __device__ __forceinline__ int fr_screen(const float* __restrict__ logits,
                                           const float* __restrict__ bias, int* __restrict__ ids,
@@ -237,11 +239,18 @@ __device__ __forceinline__ int fr_screen(const float* __restrict__ logits,
     //    lane holding it is the one whose best key it is), then the cut and the picks' order.
     unsigned mine;  // lane r: round r's packed key
     int n;          // the picks to score exactly: k, or more where the cut was widened
-    unsigned unclear = fr_select<SLOTS, K>(pk, k, lane, c, mine, n);
+    unsigned unclear = fr_select<SLOTS, K, FR_SCREEN_WIDEN && SECOND>(pk, k, lane, c, mine, n);
     int screen = 1;
 #if FR_SCREEN_WIDEN
-    if (n > 32) return 0;  // more keys near the cut than a warp has lanes: the exact router
-    if (n > k) screen = 2;
+    if (!SECOND) {
+        // The many-row kernels do not widen (n is k, so their loops unroll as before): a cut too
+        // close to call goes to the exact router.
+        if (unclear >> (k - 1) & 1u) return 0;
+        n = k;
+    } else {
+        if (n > 32) return 0;  // more picks near the cut than a warp has lanes: the exact router
+        if (n > k) screen = 2;
+    }
 #else
     if (unclear >> (k - 1) & 1u) {
         if (!SECOND) return 0;  // the many-row kernels: no second screen, the exact router
@@ -283,7 +292,8 @@ __device__ __forceinline__ int fr_screen(const float* __restrict__ logits,
 // One row, t, by the warp that calls it: screened where the row allows it (sigmoid scoring, no
 // grouped selection, k < E), else, or where the screen cannot decide the row, fr_row. Returns
 // the fr_screen result that decided the row, 0 for the exact router. SECOND: the few-row form's
-// second screen (FR_SCREEN_WIDEN=0 only). Chapter 8's routing stage and chapter 9's one launch route their rows with it.
+// second look at a close cut. Chapter 8's routing stage and chapter 9's one launch route their
+// rows with it.
 template <int SLOTS, bool SECOND>
 __device__ __forceinline__ int fr_row_screened(const float* __restrict__ logits,
                                                const float* __restrict__ bias,

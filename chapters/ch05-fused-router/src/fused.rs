@@ -34,9 +34,8 @@ pub mod geometry {
 use geometry::*;
 
 /// The row widths the kernel is compiled for (experts per row, at most), with their entry points:
-/// the one-warp router's, the screened router's for a few rows and for many (the same router,
-/// compiled apart: with `FR_SCREEN_WIDEN=0`, the design it replaced, only the few-row one has a
-/// second screen).
+/// the one-warp router's, the screened router's for a few rows (which widens a close cut) and
+/// for many (which sends such a row to the one-warp router).
 const WIDTHS: [(usize, &str, &str, &str); 7] = {
     // The names from the width, so that a row of the table cannot disagree with itself.
     macro_rules! width {
@@ -105,9 +104,10 @@ pub enum RowForm {
     /// `fused_router_screen_e{W}` (up to [`SCREENED_FEW_ROWS`] rows) and
     /// `fused_router_screen_many_e{W}` (more rows): one warp per row, the k best found on approximate sigmoid
     /// keys (two MUFU instructions an expert), then confirmed and ordered on exact ones; a row
-    /// whose cut is too close to call takes every key near the cut and ranks them exactly, and a
-    /// row with a non-finite value (or with more picks and keys near its cut than a warp's 32
-    /// lanes) goes through the one-warp router. The same bits as the other
+    /// whose cut is too close to call takes every key near the cut and ranks them exactly (in
+    /// `fused_router_screen_e{W}`; `..._many_e{W}` sends it to the one-warp router), and a row
+    /// with a non-finite value (or with more picks and keys near its cut than a warp's 32 lanes)
+    /// goes through the one-warp router. The same bits as the other
     /// forms; the fewest instructions per sigmoid row and the shortest chain, so the form for
     /// many of them and for a few. Other scorings and grouped selection run the one-warp router.
     Screened,
