@@ -10,9 +10,9 @@
 // row never goes back to memory; only the k ids and k weights are stored. For few
 // rows, fused_router_block runs the same router with one block per row and a thread per expert
 // (below): more instructions in all, a much shorter chain. For sigmoid rows,
-// fused_router_screen_many_e{W} (many rows) and fused_router_screen_e{W} (a few, with a second
-// screen) rank on approximate keys and confirm with exact ones (below): the same bits, about
-// two fifths of the instructions.
+// fused_router_screen_many_e{W} (many rows) and fused_router_screen_e{W} (a few, which widen a cut
+// too close to call) rank on approximate keys and confirm with exact ones (below): the same bits,
+// about two fifths of the instructions.
 //
 // Upstream: SGLang's fused router (`_router_triton_kernel` in a profile; the biased grouped
 // top-k of sgl-kernel's moe_fused_gate and vLLM's grouped_topk kernels are the same idea in
@@ -292,8 +292,8 @@ extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_route
     fused_router_screened<32, true>(logits, bias, ids, weights, T, E, k, scoring, n_group,
                                     topk_group, renormalize, scale);
 }
-// The same for many rows (with FR_SCREEN_WIDEN=0, the design before the widened cut: without the
-// second screen).
+// The same for many rows: a cut too close to call goes to the exact router (no second look at it,
+// whatever FR_SCREEN_WIDEN says).
 extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_screen_many_e128(
     const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
     float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,

@@ -204,9 +204,10 @@ __device__ __noinline__ uint2 fr_screen_again(const float* __restrict__ xl,
 // a test. K: k known when compiled (8, the common case: the rounds and the weights' sum
 // unroll), or 0 for k from the argument. SECOND: whether a cut too close to call gets a second
 // look before the exact router, widened (FR_SCREEN_WIDEN=1) or screened again (fr_screen_again,
-// FR_SCREEN_WIDEN=0); only the kernels for a few rows take one (fused_router_screen_e{W}): at
-// many rows the second screen's mere presence cost the kernel some 5%, so the many-row kernels
-// (fused_router_screen_many_e{W}) leave both out and keep their measured code.
+// FR_SCREEN_WIDEN=0); only the kernels for a few rows take one (fused_router_screen_e{W}, chapter
+// 8's stage_one_block_e{W} and chapter 9's one launch): at many rows the second screen's mere
+// presence cost the kernel some 5%, so the many-row kernels (fused_router_screen_many_e{W},
+// chapter 8's stage_route_count_e{W}) leave both out and keep their measured code.
 template <int SLOTS, bool FULL, int K, bool SECOND>
 __device__ __forceinline__ int fr_screen(const float* __restrict__ logits,
                                           const float* __restrict__ bias, int* __restrict__ ids,
