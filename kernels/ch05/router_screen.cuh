@@ -244,10 +244,9 @@ __device__ __forceinline__ int fr_screen(const float* __restrict__ logits,
     int screen = 1;
 #if FR_SCREEN_WIDEN
     if (!SECOND) {
-        // The many-row kernels do not widen (n is k, so their loops unroll as before): a cut too
-        // close to call goes to the exact router.
+        // The many-row kernels do not widen (fr_select left n at k, so their loops unroll as
+        // before): a cut too close to call goes to the exact router.
         if (unclear >> (k - 1) & 1u) return 0;
-        n = k;
     } else {
         if (n > 32) return 0;  // more picks near the cut than a warp has lanes: the exact router
         if (n > k) screen = 2;

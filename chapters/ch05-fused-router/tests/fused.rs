@@ -546,7 +546,7 @@ fn screened_form_widens_a_close_cut(dev: &'static Device) {
     logits[3 * experts + 250] = f32::NAN;
     let mut bias = vec![8.0f32; experts];
     bias[40] = 8.0 + 2f32.powi(-15);
-    let (path, ids, weights) = screen_paths(dev, &config, rows, &logits, &bias);
+    let (path, warp) = screen_paths_as_warp(dev, &config, rows, &logits, &bias);
     if second_screen(dev) {
         // The design before the widened cut: row 1's second screen decides; rows 2, 4 and 5 tie
         // at the cut, which no screen can call.
@@ -554,18 +554,6 @@ fn screened_form_widens_a_close_cut(dev: &'static Device) {
     } else {
         assert_eq!(path, [1, 2, 2, 0, 2, 0]);
     }
-    let warp = route_logits_fused_as(
-        dev,
-        &config,
-        rows,
-        experts,
-        &logits,
-        Some(&bias),
-        RowForm::WarpPerRow,
-    )
-    .unwrap();
-    assert_same_bits("ids", &warp.ids, &ids);
-    assert_same_bits("weights", &warp.weights, &weights);
     let eighth: Vec<u32> = (0..rows).map(|r| warp.row_ids(r)[7]).collect();
     assert_eq!(eighth, [10, 40, 11, 40, 101, 101]);
 }
@@ -583,19 +571,7 @@ fn screened_form_on_random_rows(dev: &'static Device) {
         .iter()
         .map(|b| 8.0 + b)
         .collect();
-    let (path, ids, weights) = screen_paths(dev, &config, rows, &logits, &bias);
-    let warp = route_logits_fused_as(
-        dev,
-        &config,
-        rows,
-        experts,
-        &logits,
-        Some(&bias),
-        RowForm::WarpPerRow,
-    )
-    .unwrap();
-    assert_same_bits("ids", &warp.ids, &ids);
-    assert_same_bits("weights", &warp.weights, &weights);
+    let (path, _) = screen_paths_as_warp(dev, &config, rows, &logits, &bias);
     let widened = path.iter().filter(|&&p| p == 2).count();
     if second_screen(dev) {
         return; // the design before the widened cut sends some of these rows to the exact router
@@ -619,6 +595,31 @@ fn second_screen(dev: &'static Device) -> bool {
         BackendKind::Emu => "MOE_EMU_DEFINES_CH05_FUSED_ROUTER",
     };
     std::env::var(var).is_ok_and(|d| d.split_whitespace().any(|w| w == "FR_SCREEN_WIDEN=0"))
+}
+
+/// [`screen_paths`], with its ids and weights checked against the one-warp form's, bit for bit:
+/// each row's path, and the one-warp form's routing.
+fn screen_paths_as_warp(
+    dev: &'static Device,
+    config: &RouterConfig,
+    rows: usize,
+    logits: &[f32],
+    bias: &[f32],
+) -> (Vec<i32>, Routing) {
+    let (path, ids, weights) = screen_paths(dev, config, rows, logits, bias);
+    let warp = route_logits_fused_as(
+        dev,
+        config,
+        rows,
+        288,
+        logits,
+        Some(bias),
+        RowForm::WarpPerRow,
+    )
+    .unwrap();
+    assert_same_bits("ids", &warp.ids, &ids);
+    assert_same_bits("weights", &warp.weights, &weights);
+    (path, warp)
 }
 
 /// `fused_router_screen_path_e288` on `rows` rows of 288 logits (a sigmoid config without
