@@ -428,14 +428,26 @@ __device__ __forceinline__ void ws_consumer(int K, bool live, int wg, unsigned c
             for (int kk = 0; kk < C::BK / 16; ++kk)
                 moe_wgmma_bf16<C::BN>(acc, da + C::KSTEP_UNITS * kk, db + C::KSTEP_UNITS * kk);
             moe_wgmma_commit();
+#ifdef MOE_X_WS_W0
+            moe_wgmma_wait<0>();
+#else
             moe_wgmma_wait<1>();
+#endif
         }
+#ifdef MOE_X_WS_W0
+        // Experiment (tools/gpu/run's ws-w0-ab; within the run's drift at 4096 tokens, so off):
+        // slice kt given back at its own wgmma's end, not one slice later; the item's last slice
+        // only where a next item follows (version 10).
+        if (C::PS || kt + 1 < nk) ws_release<C>(&empty[st], share, rank);
+    }
+#else
         if (kt > 0) ws_release<C>(&empty[(it - 1u) % C::STAGES], share, rank);
     }
     moe_wgmma_wait<0>();
     // Version 10: the item's last slice released too (its wgmma done), so the producer refills
     // its buffer for the next item while this warpgroup stores.
     if (C::PS) ws_release<C>(&empty[(it0 + (unsigned)nk - 1u) % C::STAGES], false, 0u);
+#endif
 #endif
 }
 // ANCHOR_END: ws_mainloop

@@ -445,15 +445,22 @@ impl TileConfig {
             let resident = sms * self.blocks_per_sm();
             ((tiles * col_blocks).min(resident).max(1) as u32, 1)
         } else if grouped && self.groups() {
-            ((tiles * col_blocks).max(1) as u32, 1)
+            ((self.grid_tiles(tiles) * col_blocks).max(1) as u32, 1)
         } else {
             (self.grid_tiles(tiles) as u32, col_blocks as u32)
         }
     }
     /// Whether the grouped order of [`Self::grid`] applies: versions 4 to 8 (version 9 pairs
     /// neighbouring tiles in clusters; versions 10 and 11 order their own items).
+    ///
+    /// Experiment (tools/gpu/run's mc-grouped-ab): with `MOE_X_MC_GROUPED` set, version 9 too
+    /// (faster than version 9 on two dimensions, not than the tuned tiles, so off).
+    /// Its clusters stay pairs of neighbouring tiles (`tile ^ 1`): its grid's tiles are even
+    /// ([`Self::grid_tiles`]) and so is WG_GROUP_M, so every group's size is even.
     pub fn groups(&self) -> bool {
-        self.is_hopper() && !self.mc() && !self.ps()
+        self.is_hopper()
+            && !self.ps()
+            && (!self.mc() || std::env::var_os("MOE_X_MC_GROUPED").is_some())
     }
     /// Versions 4 to 11: how many blocks of this configuration an H200's multiprocessor holds at
     /// once, as its shared memory allows: 228 KB, of which each block takes its buffers, 1 KB
