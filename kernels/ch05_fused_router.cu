@@ -292,8 +292,7 @@ extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_route
     fused_router_screened<32, true>(logits, bias, ids, weights, T, E, k, scoring, n_group,
                                     topk_group, renormalize, scale);
 }
-// The same for many rows: a cut too close to call goes to the exact router (no second look at it,
-// whatever FR_SCREEN_WIDEN says).
+// The same for many rows: a cut too close to call goes to the exact router (no widened cut).
 extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_screen_many_e128(
     const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
     float* __restrict__ weights, int T, int E, int k, int scoring, int n_group, int topk_group,
@@ -345,8 +344,8 @@ extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_route
 }
 
 // For the test of the screen's paths: fused_router_screen_e288's routing, and for each row the
-// path that decided it (path[t]: 1 the screen, 2 the screen with its cut widened (with
-// FR_SCREEN_WIDEN=0: the second screen), 0 the exact router).
+// path that decided it (path[t]: 1 the screen, 2 the screen with its cut widened, 0 the exact
+// router).
 extern "C" __global__ void __launch_bounds__(32 * FR_ROWS_PER_BLOCK) fused_router_screen_path_e288(
     const float* __restrict__ logits, const float* __restrict__ bias, int* __restrict__ ids,
     float* __restrict__ weights, int* __restrict__ path, int T, int E, int k, int scoring,

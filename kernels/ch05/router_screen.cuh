@@ -7,16 +7,6 @@
 #include "common.cuh"
 #include "ch05/router_row.cuh"
 
-// FR_SCREEN_WIDEN=1: in the few-row kernels, a cut the first screen cannot call widens the picks
-// to every key near it (fr_select's step 3b) and ranks them exactly; 0: the design before it, a
-// second screen with the keys shifted to the cut, then the exact router. The many-row kernels
-// take neither (such a row goes to the exact router), and compile to the same instructions
-// either way. A switch for the two to be timed against each other in one GPU call
-// (tools/gpu/run's widen-ab).
-#ifndef FR_SCREEN_WIDEN
-#define FR_SCREEN_WIDEN 1
-#endif
-
 // ANCHOR: screened
 // The one-warp router for many sigmoid rows, screened. At 8192 GLM-like rows the exact kernel
 // above issues some 1,300 instructions a row, a third of them the 288 exact sigmoids (each an
@@ -32,7 +22,7 @@
 //      third time takes its next three);
 //   3. the cut is checked: if the k-th approximate key is not clear of the (k+1)-th by more than
 //      the approximations' error (fr_clear), the cut widens (in the few-row kernels, fr_screen's
-//      SECOND): more rounds take every key not clear below the k-th, so that the n picks (n <= 32,
+//      WIDEN): more rounds take every key not clear below the k-th, so that the n picks (n <= 32,
 //      one a lane) surely hold the k best exact keys; a row whose n would pass 32, or any such row
 //      in the many-row kernels, goes to fr_row, exactly;
 //   4. lane r computes pick r's exact score (fr_scores' arithmetic, the same bits); if two picks
@@ -169,46 +159,18 @@ __device__ __forceinline__ unsigned fr_select(const unsigned* pk, int k, int lan
     return unclear;
 }
 
-#if !FR_SCREEN_WIDEN
-// The second screen of a row whose cut the first could not call: the id bits cost up to 2^9 ulp
-// of keys near 1, so the keys again less `shift`, the k-th key's value, are near 0 at the cut,
-// where a float is finest, and the rounds again. Returns the ballot of unclear picks and this
-// lane's pick (fr_select's). Out of line, with its own loads (from the L1 or the L2 by now): the
-// 2% of rows that need it must not keep the first screen's logits in registers through every
-// row's rounds (inlined, the compiler kept them). Even so, at 8192 rows the kernel with it took
-// some 5% longer than without it in a same-run A/B (inlined, some 3% across runs), so only the
-// few-row kernels have it (fr_screen's SECOND).
-template <int SLOTS, bool FULL, int K>
-__device__ __noinline__ uint2 fr_screen_again(const float* __restrict__ xl,
-                                              const float* __restrict__ bias, int lane, int E,
-                                              int k, float shift) {
-    float b[SLOTS], s[SLOTS];
-#pragma unroll
-    for (int j = 0; j < SLOTS; ++j) {
-        const bool in = FULL || lane + 32 * j < E;
-        b[j] = (bias != nullptr && in) ? bias[lane + 32 * j] : 0.0f;
-        s[j] = in ? __ldcg(xl + 32 * j) : 0.0f;
-    }
-    unsigned pk[SLOTS], mine;
-    int n;
-    fr_pack_keys<SLOTS, FULL>(s, b, shift, lane, E, pk);
-    const unsigned unclear = fr_select<SLOTS, K>(pk, k, lane, shift, mine, n);
-    return make_uint2(unclear, mine);
-}
-#endif
-
 // Routes row t of a sigmoid config without groups, 1 <= k < E: 1 when the screen decided the
-// row, 2 when it decided it with its cut widened (with FR_SCREEN_WIDEN=0: when the second screen
-// did), 0 (nothing stored) when the row needs the exact router.
+// row, 2 when it decided it with its cut widened, 0 (nothing stored) when the row needs the exact
+// router.
 // FULL: E = 32 * SLOTS, every slot an expert (288 experts in e288), so that no load or key needs
 // a test. K: k known when compiled (8, the common case: the rounds and the weights' sum
-// unroll), or 0 for k from the argument. SECOND: whether a cut too close to call gets a second
-// look before the exact router, widened (FR_SCREEN_WIDEN=1) or screened again (fr_screen_again,
-// FR_SCREEN_WIDEN=0); only the kernels for a few rows take one (fused_router_screen_e{W}, chapter
-// 8's stage_one_block_e{W} and chapter 9's one launch): at many rows the second screen's mere
-// presence cost the kernel some 5%, so the many-row kernels (fused_router_screen_many_e{W},
-// chapter 8's stage_route_count_e{W}) leave both out and keep their measured code.
-template <int SLOTS, bool FULL, int K, bool SECOND>
+// unroll), or 0 for k from the argument. WIDEN: whether a cut too close to call widens (step 3)
+// rather than go to the exact router; only the kernels for a few rows widen
+// (fused_router_screen_e{W}, chapter 8's stage_one_block_e{W} and chapter 9's one launch). The
+// many-row kernels (fused_router_screen_many_e{W}, chapter 8's stage_route_count_e{W}) keep the
+// code their runs timed: in the design before this one, a second screen of such a row, the mere
+// presence of that branch cost the 8192-row kernel some 5% in a same-run A/B.
+template <int SLOTS, bool FULL, int K, bool WIDEN>
 __device__ __forceinline__ int fr_screen(const float* __restrict__ logits,
                                           const float* __restrict__ bias, int* __restrict__ ids,
                                           float* __restrict__ weights, int t, int E, int k_arg,
@@ -240,10 +202,9 @@ __device__ __forceinline__ int fr_screen(const float* __restrict__ logits,
     //    lane holding it is the one whose best key it is), then the cut and the picks' order.
     unsigned mine;  // lane r: round r's packed key
     int n;          // the picks to score exactly: k, or more where the cut was widened
-    unsigned unclear = fr_select<SLOTS, K, FR_SCREEN_WIDEN && SECOND>(pk, k, lane, c, mine, n);
+    const unsigned unclear = fr_select<SLOTS, K, WIDEN>(pk, k, lane, c, mine, n);
     int screen = 1;
-#if FR_SCREEN_WIDEN
-    if (!SECOND) {
+    if (!WIDEN) {
         // The many-row kernels do not widen (fr_select left n at k, so their loops unroll as
         // before): a cut too close to call goes to the exact router.
         if (unclear >> (k - 1) & 1u) return 0;
@@ -251,19 +212,6 @@ __device__ __forceinline__ int fr_screen(const float* __restrict__ logits,
         if (n > 32) return 0;  // more picks near the cut than a warp has lanes: the exact router
         if (n > k) screen = 2;
     }
-#else
-    if (unclear >> (k - 1) & 1u) {
-        if (!SECOND) return 0;  // the many-row kernels: no second screen, the exact router
-        // 3b. The cut is too close to call at this precision: screen once more, centred on the
-        //     k-th key's value (fr_screen_again).
-        const float shift = c + __shfl_sync(MOE_FULL_MASK, fr_unpack(mine, ID_MASK), k - 1);
-        const uint2 again = fr_screen_again<SLOTS, FULL, K>(xl, bias, lane, E, k, shift);
-        unclear = again.x;
-        mine = again.y;
-        if (unclear >> (k - 1) & 1u) return 0;  // still too close: the exact router
-        screen = 2;
-    }
-#endif
     // 4. The picks' exact scores: fr_scores' arithmetic on the same logit (lanes k to n - 1:
     //    the keys a widened cut let in, scored at the same time).
     int my_id = lane < n ? (int)(mine & ID_MASK) : -1;
@@ -291,10 +239,10 @@ __device__ __forceinline__ int fr_screen(const float* __restrict__ logits,
 
 // One row, t, by the warp that calls it: screened where the row allows it (sigmoid scoring, no
 // grouped selection, k < E), else, or where the screen cannot decide the row, fr_row. Returns
-// the fr_screen result that decided the row, 0 for the exact router. SECOND: the few-row form's
-// second look at a close cut. Chapter 8's routing stage and chapter 9's one launch route their
+// the fr_screen result that decided the row, 0 for the exact router. WIDEN: the few-row form's
+// widened cut (fr_screen). Chapter 8's routing stage and chapter 9's one launch route their
 // rows with it.
-template <int SLOTS, bool SECOND>
+template <int SLOTS, bool WIDEN>
 __device__ __forceinline__ int fr_row_screened(const float* __restrict__ logits,
                                                const float* __restrict__ bias,
                                                int* __restrict__ ids, float* __restrict__ weights,
@@ -304,11 +252,11 @@ __device__ __forceinline__ int fr_row_screened(const float* __restrict__ logits,
     int screen = 0;
     if (screenable) {
         if (E == 32 * SLOTS && k == 8)
-            screen = fr_screen<SLOTS, true, 8, SECOND>(logits, bias, ids, weights, t, E, k, renormalize, scale);
+            screen = fr_screen<SLOTS, true, 8, WIDEN>(logits, bias, ids, weights, t, E, k, renormalize, scale);
         else if (E == 32 * SLOTS)
-            screen = fr_screen<SLOTS, true, 0, SECOND>(logits, bias, ids, weights, t, E, k, renormalize, scale);
+            screen = fr_screen<SLOTS, true, 0, WIDEN>(logits, bias, ids, weights, t, E, k, renormalize, scale);
         else
-            screen = fr_screen<SLOTS, false, 0, SECOND>(logits, bias, ids, weights, t, E, k, renormalize, scale);
+            screen = fr_screen<SLOTS, false, 0, WIDEN>(logits, bias, ids, weights, t, E, k, renormalize, scale);
     }
     if (!screen)
         fr_row<SLOTS>(logits, bias, ids, weights, t, E, k, scoring, n_group, topk_group,
@@ -318,7 +266,7 @@ __device__ __forceinline__ int fr_row_screened(const float* __restrict__ logits,
 
 // path (the test kernel's; null in the others): lane 0 stores the fr_screen result that decided
 // the row, 0 for the exact router.
-template <int SLOTS, bool SECOND>
+template <int SLOTS, bool WIDEN>
 __device__ __forceinline__ void fused_router_screened(const float* __restrict__ logits,
                                                       const float* __restrict__ bias,
                                                       int* __restrict__ ids,
@@ -328,7 +276,7 @@ __device__ __forceinline__ void fused_router_screened(const float* __restrict__ 
                                                       float scale, int* __restrict__ path = nullptr) {
     const int t = blockIdx.x * FR_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     if (t >= T) return;
-    const int screen = fr_row_screened<SLOTS, SECOND>(logits, bias, ids, weights, t, E, k, scoring,
+    const int screen = fr_row_screened<SLOTS, WIDEN>(logits, bias, ids, weights, t, E, k, scoring,
                                                       n_group, topk_group, renormalize, scale);
     if (path != nullptr && (threadIdx.x & 31) == 0) path[t] = screen;
 }

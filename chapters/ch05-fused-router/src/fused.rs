@@ -127,9 +127,11 @@ pub const BLOCK_FORM_MAX_ROWS: usize = 512;
 /// a second screen (0.5 to 0.75 µs), and one the second could not call the one-warp router (about
 /// 3 µs): 2.0% and 0.23% of 100,000 random GLM-like rows on the H200 (the test
 /// `random_100k_rows_glm_like`), so that the expected gain was gone at about 16 to 20 rows; 8 kept
-/// a margin. A widened cut costs a few more rounds and one exact ranking instead; until `bench
-/// ch08` (tools/gpu/run's widen-ab) has timed it, the count stays. A choice, not a measured
-/// crossover.
+/// a margin. A widened cut costs a few more rounds and one exact ranking instead (faster than the
+/// second screen in `bench ch08`: `bench/results/h100/README.md`). `bench ch05` with it, on an
+/// H100 (`bench/results/h100/logs/ch05_widened_s43.csv`), timed the screened form alone faster
+/// than the block form at 1 to 6 GLM-like rows and slower at 8, one batch each: no case to move
+/// the count either way. A choice, not a measured crossover.
 pub const SCREENED_FEW_ROWS: usize = 8;
 
 /// The form [`FusedTopk::new`] picks: for sigmoid scores without groups, the screened form up to

@@ -26,7 +26,7 @@ use ch05_fused_router::tiny_gemm::GemmForm;
 use ch05_fused_router::{tiny_gemm, FusedRouter, LogitsFrom, TinyGemmChain};
 use half::bf16;
 use moe_kernels::testing::{assert_same_bits, EqualityTable, Tally};
-use moe_kernels::{record_launches, BackendKind, Device};
+use moe_kernels::{record_launches, Device};
 
 fn shape(r: &RegimeInput) -> GateShape {
     GateShape {
@@ -547,13 +547,7 @@ fn screened_form_widens_a_close_cut(dev: &'static Device) {
     let mut bias = vec![8.0f32; experts];
     bias[40] = 8.0 + 2f32.powi(-15);
     let (path, warp) = screen_paths_as_warp(dev, &config, rows, &logits, &bias);
-    if second_screen(dev) {
-        // The design before the widened cut: row 1's second screen decides; rows 2, 4 and 5 tie
-        // at the cut, which no screen can call.
-        assert_eq!(path, [1, 2, 0, 0, 0, 0]);
-    } else {
-        assert_eq!(path, [1, 2, 2, 0, 2, 0]);
-    }
+    assert_eq!(path, [1, 2, 2, 0, 2, 0]);
     let eighth: Vec<u32> = (0..rows).map(|r| warp.row_ids(r)[7]).collect();
     assert_eq!(eighth, [10, 40, 11, 40, 101, 101]);
 }
@@ -573,9 +567,6 @@ fn screened_form_on_random_rows(dev: &'static Device) {
         .collect();
     let (path, _) = screen_paths_as_warp(dev, &config, rows, &logits, &bias);
     let widened = path.iter().filter(|&&p| p == 2).count();
-    if second_screen(dev) {
-        return; // the design before the widened cut sends some of these rows to the exact router
-    }
     assert!(
         path.iter().all(|&p| p == 1 || p == 2),
         "a row took the exact router"
@@ -584,17 +575,6 @@ fn screened_form_on_random_rows(dev: &'static Device) {
         (rows / 200..rows / 10).contains(&widened),
         "{widened} of {rows} rows widened their cut"
     );
-}
-
-/// Whether `dev` runs the screened router's design before the widened cut (`FR_SCREEN_WIDEN=0`,
-/// in `MOE_NVRTC_DEFINES` on the GPU, `MOE_EMU_DEFINES_CH05_FUSED_ROUTER` on the emulator): the
-/// same bits, other paths. CI runs this file's emulator tests so too.
-fn second_screen(dev: &'static Device) -> bool {
-    let var = match dev.kind() {
-        BackendKind::Cuda => "MOE_NVRTC_DEFINES",
-        BackendKind::Emu => "MOE_EMU_DEFINES_CH05_FUSED_ROUTER",
-    };
-    std::env::var(var).is_ok_and(|d| d.split_whitespace().any(|w| w == "FR_SCREEN_WIDEN=0"))
 }
 
 /// [`screen_paths`], with its ids and weights checked against the one-warp form's, bit for bit:
