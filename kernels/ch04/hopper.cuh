@@ -437,7 +437,7 @@ __device__ __forceinline__ void ws_consumer(int K, bool live, int wg, unsigned c
 #ifdef MOE_X_WS_W0
         // Experiment (tools/gpu/run's ws-w0-ab; within the run's drift at 4096 tokens, so off):
         // slice kt given back at its own wgmma's end, not one slice later; the item's last slice
-        // only where a next item follows (version 10).
+        // too in the persistent versions 10 and 11, as the source does after its loop.
         if (C::PS || kt + 1 < nk) ws_release<C>(&empty[st], share, rank);
     }
 #else
@@ -715,7 +715,8 @@ __device__ __forceinline__ void wg_store_rows(const float (&acc)[C::ACC], const 
 // The block's tile and column block on versions 4 to 9. On a grid of two dimensions (tiles ×
 // column blocks) they are blockIdx.x and blockIdx.y: the blocks that run together hold many
 // tiles of one column block, and each tile's rows of A are read again for every column block,
-// far apart in time. On a grid of one dimension (the host's grouped order; versions 4 to 8) the
+// far apart in time. On a grid of one dimension (the host's grouped order; versions 4 to 8, and 9
+// with the experiment MOE_X_MC_GROUPED: WG_GROUP_M even keeps its clusters pairs of tiles) the
 // blocks go through the tiles WG_GROUP_M at a time, every column block of those before the next
 // ones (the engines' GROUP_SIZE_M): the rows of A of a group stay in L2 while all its column
 // blocks read them. `ncb` is the GEMM's column blocks. Any grid gives the same bits.

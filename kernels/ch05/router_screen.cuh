@@ -168,8 +168,8 @@ __device__ __forceinline__ unsigned fr_select(const unsigned* pk, int k, int lan
 // rather than go to the exact router; only the kernels for a few rows widen
 // (fused_router_screen_e{W}, chapter 8's stage_one_block_e{W} and chapter 9's one launch). The
 // many-row kernels (fused_router_screen_many_e{W}, chapter 8's stage_route_count_e{W}) keep the
-// code their runs timed: in the design before this one, a second screen of such a row, the mere
-// presence of that branch cost the 8192-row kernel some 5% in a same-run A/B.
+// code their runs timed: in the design before this one, merely having a second-screen branch
+// cost the 8192-row kernel some 5% in a same-run A/B.
 template <int SLOTS, bool FULL, int K, bool WIDEN>
 __device__ __forceinline__ int fr_screen(const float* __restrict__ logits,
                                           const float* __restrict__ bias, int* __restrict__ ids,

@@ -437,7 +437,7 @@ impl TileConfig {
     /// the tiles); version 10, persistent, as many blocks as fit on the multiprocessors at once
     /// ([`Self::blocks_per_sm`]; no more than there are items), in one dimension.
     ///
-    /// `grouped` (versions 4 to 8 only; [`Self::groups`]): one dimension of tiles × column
+    /// `grouped` (versions 4 to 8, [`Self::groups`]): one dimension of tiles × column
     /// blocks, which the kernels take WG_GROUP_M tiles at a time (`wg_item` in
     /// `kernels/ch04/hopper.cuh`): the engines' GROUP_SIZE_M order. The same bits.
     pub fn grid(&self, tiles: usize, col_blocks: usize, sms: usize, grouped: bool) -> (u32, u32) {
@@ -1020,10 +1020,20 @@ mod tests {
                 (false, false) => [(7, 3), (7, 3)],
             };
             assert_eq!([c.grid(7, 3, 132, false), c.grid(7, 3, 10, false)], want);
-            // The grouped order: one dimension for versions 4 to 8, the others unchanged.
-            let grouped = if c.groups() { (21, 1) } else { want[0] };
+            // The grouped order: one dimension for versions 4 to 8 (and 9 under the experiment's
+            // switch, its tiles rounded to whole clusters), the others unchanged.
+            let grouped = if c.groups() {
+                ((c.grid_tiles(7) * 3) as u32, 1)
+            } else {
+                want[0]
+            };
             assert_eq!(c.grid(7, 3, 132, true), grouped, "{c}");
-            assert_eq!(c.groups(), (4..=8).contains(&(c.version as u8)), "{c}");
+            let mc_grouped = c.mc() && std::env::var_os("MOE_X_MC_GROUPED").is_some();
+            assert_eq!(
+                c.groups(),
+                (4..=8).contains(&(c.version as u8)) || mc_grouped,
+                "{c}"
+            );
         }
         let g = TileConfig::parse("g2_k64_n16_s4").unwrap();
         assert_eq!(g.kernel("fused_gemm2"), "fused_gemm2_g2_k64_n16_s4");
