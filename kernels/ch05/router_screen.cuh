@@ -7,6 +7,13 @@
 #include "common.cuh"
 #include "ch05/router_row.cuh"
 
+// Phase marks in fr_screen for tools/gpu/probes/ch05_screen_phases.cu, which defines them to read
+// the SM's clock (the _DEP form once v exists); everywhere else they are nothing.
+#ifndef FR_SCREEN_PROBE
+#define FR_SCREEN_PROBE(n)
+#define FR_SCREEN_PROBE_DEP(n, v)
+#endif
+
 // ANCHOR: screened
 // The one-warp router for many sigmoid rows, screened. At 8192 GLM-like rows the exact kernel
 // above issues some 1,300 instructions a row, a third of them the 288 exact sigmoids (each an
@@ -25,9 +32,12 @@
 //      WIDEN): more rounds take every key not clear below the k-th, so that the n picks (n <= 32,
 //      one a lane) surely hold the k best exact keys; a row whose n would pass 32, or any such row
 //      in the many-row kernels, goes to fr_row, exactly;
-//   4. lane r computes pick r's exact score (fr_scores' arithmetic, the same bits); if two picks
-//      lie too close to trust their order, or the cut was widened, the picks are ranked by their
-//      exact keys (chapter 1's order: the larger key, then the lower id) and the first k kept.
+//   4. lane r computes pick r's exact score (fr_scores' arithmetic, the same bits) from the pick's
+//      logit, which the few-row kernels take from the lane that loaded it (shuffles) and the
+//      many-row ones load again (so as not to hold the row in registers through the rounds); if
+//      two picks lie too close to trust their order, or the cut was widened, the picks are ranked
+//      by their exact keys (chapter 1's order: the larger key, then the lower id) and the first k
+//      kept.
 // So the approximations only ever decide which exact numbers to compute: the ids and weights are
 // fr_row's, bit for bit, on both backends (the emulator's approximations are other numbers, and
 // may send other rows to the exact path, with the same result). Rows with a non-finite logit or
@@ -159,6 +169,49 @@ __device__ __forceinline__ unsigned fr_select(const unsigned* pk, int k, int lan
     return unclear;
 }
 
+// fr_screen's exact ranking in the few-row kernels: lanes 0 to n - 1 hold the picks (my_id,
+// my_score; n >= k = K when K is known), with exact keys ko; afterwards lane r holds the pick of
+// rank r (the larger key, then the lower id). The first K keys and ids are fetched together and then compared, and
+// the ranks likewise (a loop of shuffle-then-compare waits out each shuffle's latency in turn);
+// the picks past K (a widened cut's, or all of them when K is 0) one at a time.
+template <int K>
+__device__ __forceinline__ void fr_rank_picks(unsigned ko, int n, int lane, int& my_id,
+                                              float& my_score) {
+    constexpr int F = K > 0 ? K : 1;
+    const int id = my_id;
+    int rank = 0;
+    int j0 = 0;
+    if (K > 0) {
+        unsigned oj[F];
+        int ij[F];
+#pragma unroll
+        for (int j = 0; j < F; ++j) {
+            oj[j] = __shfl_sync(MOE_FULL_MASK, ko, j);
+            ij[j] = __shfl_sync(MOE_FULL_MASK, id, j);
+        }
+#pragma unroll
+        for (int j = 0; j < F; ++j) rank += (oj[j] > ko || (oj[j] == ko && ij[j] < id)) ? 1 : 0;
+        j0 = K;
+    }
+    for (int j = j0; j < n; ++j) {
+        const unsigned o = __shfl_sync(MOE_FULL_MASK, ko, j);
+        const int i = __shfl_sync(MOE_FULL_MASK, id, j);
+        rank += (o > ko || (o == ko && i < id)) ? 1 : 0;
+    }
+    int src = 0;  // the lane holding the pick of rank `lane`
+    if (K > 0) {
+        int rj[F];
+#pragma unroll
+        for (int j = 0; j < F; ++j) rj[j] = __shfl_sync(MOE_FULL_MASK, rank, j);
+#pragma unroll
+        for (int j = 0; j < F; ++j) src = rj[j] == lane ? j : src;
+    }
+    for (int j = j0; j < n; ++j)
+        if (__shfl_sync(MOE_FULL_MASK, rank, j) == lane) src = j;
+    my_id = __shfl_sync(MOE_FULL_MASK, id, src);
+    my_score = __shfl_sync(MOE_FULL_MASK, my_score, src);
+}
+
 // Routes row t of a sigmoid config without groups, 1 <= k < E: 1 when the screen decided the
 // row, 2 when it decided it with its cut widened, 0 (nothing stored) when the row needs the exact
 // router.
@@ -186,7 +239,9 @@ __device__ __forceinline__ int fr_screen(const float* __restrict__ logits,
 #pragma unroll
     for (int j = 0; j < SLOTS; ++j)
         b[j] = (has_bias && (FULL || lane + 32 * j < E)) ? bias[lane + 32 * j] : 0.0f;
+    FR_SCREEN_PROBE(0);
     moe_grid_wait();
+    FR_SCREEN_PROBE(1);
     const float* xl = x + lane;
 #pragma unroll
     for (int j = 0; j < SLOTS; ++j) s[j] = (FULL || lane + 32 * j < E) ? __ldcg(xl + 32 * j) : 0.0f;
@@ -194,6 +249,7 @@ __device__ __forceinline__ int fr_screen(const float* __restrict__ logits,
     //    one, so `bad` stays 0 exactly when every logit and bias value of the row is finite.
     unsigned pk[SLOTS];
     fr_pack_keys<SLOTS, FULL>(s, b, c, lane, E, pk);
+    FR_SCREEN_PROBE_DEP(2, pk[SLOTS - 1]);
     float bad = 0.0f;
 #pragma unroll
     for (int j = 0; j < SLOTS; ++j) bad = fmaf(s[j], 0.0f, fmaf(b[j], 0.0f, bad));
@@ -203,6 +259,7 @@ __device__ __forceinline__ int fr_screen(const float* __restrict__ logits,
     unsigned mine;  // lane r: round r's packed key
     int n;          // the picks to score exactly: k, or more where the cut was widened
     const unsigned unclear = fr_select<SLOTS, K, WIDEN>(pk, k, lane, c, mine, n);
+    FR_SCREEN_PROBE_DEP(3, mine);
     int screen = 1;
     if (!WIDEN) {
         // The many-row kernels do not widen (fr_select left n at k, so their loops unroll as
@@ -216,24 +273,49 @@ __device__ __forceinline__ int fr_screen(const float* __restrict__ logits,
     //    the keys a widened cut let in, scored at the same time).
     int my_id = lane < n ? (int)(mine & ID_MASK) : -1;
     float my_score = 0.0f;
-    if (lane < n) my_score = moe_sigmoidf(__ldcg(&x[my_id]));
-    if (unclear) {  // picks too close to order, or to cut, by their approximations: rank them
-                    // exactly (chapter 1's order), and lanes 0 to k - 1 take the k best
-        const float key = (lane < n && has_bias) ? my_score + bias[my_id] : my_score;
-        const unsigned ko = fr_order(key);
-        int rank = 0;
-        for (int j = 0; j < n; ++j) {
-            const unsigned oj = __shfl_sync(MOE_FULL_MASK, ko, j);
-            const int ij = __shfl_sync(MOE_FULL_MASK, my_id, j);
-            rank += (oj > ko || (oj == ko && ij < my_id)) ? 1 : 0;
+    if (WIDEN) {
+        // The few-row kernels: the pick's logit and bias value from lane id % 32's slot id / 32,
+        // every slot's pair fetched together, rather than from the L2 again (at a few rows its
+        // round trip is the longest wait of this step). The many-row kernels load them again, so
+        // as not to keep the row in registers through the rounds.
+        const int from = my_id & 31, slot = my_id >> 5;
+        float xv = 0.0f, bv = 0.0f;
+#pragma unroll
+        for (int j = 0; j < SLOTS; ++j) {
+            const float xj = __shfl_sync(MOE_FULL_MASK, s[j], from);
+            const float bj = __shfl_sync(MOE_FULL_MASK, b[j], from);
+            xv = slot == j ? xj : xv;
+            bv = slot == j ? bj : bv;
         }
-        int src = 0;  // the lane holding the pick of rank `lane`
-        for (int j = 0; j < n; ++j)
-            if (__shfl_sync(MOE_FULL_MASK, rank, j) == lane) src = j;
-        my_id = __shfl_sync(MOE_FULL_MASK, my_id, src);
-        my_score = __shfl_sync(MOE_FULL_MASK, my_score, src);
+        if (lane < n) my_score = moe_sigmoidf(xv);
+        FR_SCREEN_PROBE_DEP(4, __float_as_uint(my_score));
+        if (unclear) {  // rank the picks exactly (chapter 1's order), as below; the first K
+                        // picks' keys and ids fetched together, then compared
+            fr_rank_picks<K>(fr_order(lane < n ? my_score + bv : my_score), n, lane, my_id, my_score);
+        }
+    } else {
+        if (lane < n) my_score = moe_sigmoidf(__ldcg(&x[my_id]));
+        FR_SCREEN_PROBE_DEP(4, __float_as_uint(my_score));
+        if (unclear) {  // picks too close to order, or to cut, by their approximations: rank them
+                        // exactly (chapter 1's order), and lanes 0 to k - 1 take the k best
+            const float key = (lane < n && has_bias) ? my_score + bias[my_id] : my_score;
+            const unsigned ko = fr_order(key);
+            int rank = 0;
+            for (int j = 0; j < n; ++j) {
+                const unsigned oj = __shfl_sync(MOE_FULL_MASK, ko, j);
+                const int ij = __shfl_sync(MOE_FULL_MASK, my_id, j);
+                rank += (oj > ko || (oj == ko && ij < my_id)) ? 1 : 0;
+            }
+            int src = 0;  // the lane holding the pick of rank `lane`
+            for (int j = 0; j < n; ++j)
+                if (__shfl_sync(MOE_FULL_MASK, rank, j) == lane) src = j;
+            my_id = __shfl_sync(MOE_FULL_MASK, my_id, src);
+            my_score = __shfl_sync(MOE_FULL_MASK, my_score, src);
+        }
     }
+    FR_SCREEN_PROBE_DEP(5, my_id);
     fr_store_weights(ids, weights, t, k, lane, my_id, my_score, renormalize, scale);
+    FR_SCREEN_PROBE(6);
     return screen;
 }
 

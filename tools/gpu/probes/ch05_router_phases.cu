@@ -16,15 +16,8 @@
 #include "cuda_check.h"
 #include "phase_probe.h"
 
-__device__ unsigned g_sink[PHASE_WARPS][PHASE_MARKS];
 #define FR_PROBE(n) PHASE_MARK(n)
-#define FR_PROBE_DEP(n, v)                                                                         \
-    do {                                                                                           \
-        asm volatile("st.volatile.global.u32 [%0], %1;" ::"l"(&g_sink[threadIdx.x >> 5][n]),       \
-                     "r"((unsigned)(v))                                                            \
-                     : "memory");                                                                  \
-        FR_PROBE(n);                                                                               \
-    } while (0)
+#define FR_PROBE_DEP(n, v) PHASE_MARK_DEP(n, v)
 #include "../../../kernels/ch05_fused_router.cu"
 
 int main() {

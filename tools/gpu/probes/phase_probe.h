@@ -18,6 +18,17 @@ __device__ long long g_clock[PHASE_WARPS][PHASE_MARKS];  // [warp][mark]; 0: not
         if ((threadIdx.x & 31) == 0) g_clock[threadIdx.x >> 5][n] = c_;                            \
     } while (0)
 
+// Mark n once v exists: v is stored first (volatile, so the compiler keeps it), and a warp issues
+// in order, so the clock is read only after the store's issue, which waits for v.
+__device__ unsigned g_sink[PHASE_WARPS][PHASE_MARKS];
+#define PHASE_MARK_DEP(n, v)                                                                       \
+    do {                                                                                           \
+        asm volatile("st.volatile.global.u32 [%0], %1;" ::"l"(&g_sink[threadIdx.x >> 5][n]),       \
+                     "r"((unsigned)(v))                                                            \
+                     : "memory");                                                                  \
+        PHASE_MARK(n);                                                                             \
+    } while (0)
+
 // Before a launch: every mark 0, so that a warp that does not reach one leaves it before the start.
 inline void phase_clear() {
     static const long long zero[PHASE_WARPS][PHASE_MARKS] = {};
