@@ -131,9 +131,9 @@ pub const BLOCK_FORM_MAX_ROWS: usize = 512;
 /// second screen in `bench ch08`: `bench/results/h100/README.md`). `bench ch05` with it, on an
 /// H100 (`bench/results/h100/logs/ch05_widened_s43.csv`), timed the screened form alone faster
 /// than the block form at 1 to 6 GLM-like rows and slower at 8, one batch each: no case to move
-/// the count either way. (That run came before the few-row kernels took their picks' values from
-/// registers, which made them faster again, untimed against the block form since.) A choice,
-/// not a measured crossover.
+/// the count either way. That run came before the few-row kernels took their picks' values from
+/// registers, which made them faster still in `bench ch08`; they have not been timed against the
+/// block form since. A choice, not a measured crossover.
 pub const SCREENED_FEW_ROWS: usize = 8;
 
 /// The form [`FusedTopk::new`] picks: for sigmoid scores without groups, the screened form up to

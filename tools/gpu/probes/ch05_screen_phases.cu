@@ -29,7 +29,7 @@ int main() {
                            "the wait (griddepcontrol.wait; nothing to wait for here)",
                            "1. the logits loaded (L2), the approximate keys packed",
                            "2-3. the finite check, k rounds, the cut (and a widened cut's rounds)",
-                           "4. the picks' logits loaded again (L2), their exact sigmoids",
+                           "4. the picks' logits and bias values from their lanes, exact sigmoids",
                            "   the picks ranked exactly (when any is unclear)",
                            "   the weights: renormalised, scaled, stored"};
     struct Row {
