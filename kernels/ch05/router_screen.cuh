@@ -234,11 +234,12 @@ __device__ __forceinline__ unsigned fr_select(const unsigned* pk, int k, int lan
     return unclear;
 }
 
-// fr_screen's exact ranking in the few-row kernels: lanes 0 to n - 1 hold the picks (my_id,
-// my_score; n >= k = K when K is known), with exact keys ko; afterwards lane r holds the pick of
-// rank r (the larger key, then the lower id). The first K keys and ids are fetched together and
+// fr_screen's exact ranking: lanes 0 to n - 1 hold the picks (my_id, my_score; n >= k = K when K
+// is given), with exact keys ko; afterwards lane r holds the pick of rank r (the larger key, then
+// the lower id). The few-row kernels give K: the first K keys and ids are fetched together and
 // then compared, and the ranks likewise (a loop of shuffle-then-compare waits out each shuffle's
-// latency in turn); the picks past K (a widened cut's, or all of them when K is 0) one at a time.
+// latency in turn); the picks past K (a widened cut's) one at a time. The many-row kernels give
+// 0, every pick one at a time: the code their runs timed.
 template <int K>
 __device__ __forceinline__ void fr_rank_picks(unsigned ko, int n, int lane, int& my_id,
                                               float& my_score) {
@@ -337,47 +338,32 @@ __device__ __forceinline__ int fr_screen(const float* __restrict__ logits,
     // 4. The picks' exact scores: fr_scores' arithmetic on the same logit (lanes k to n - 1:
     //    the keys a widened cut let in, scored at the same time).
     int my_id = lane < n ? (int)(mine & ID_MASK) : -1;
-    float my_score = 0.0f;
+    float my_score = 0.0f, my_bias = 0.0f;
     if (WIDEN) {
         // The few-row kernels: the pick's logit and bias value from lane id % 32's slot id / 32,
         // every slot's pair fetched together, rather than from the L2 again (at a few rows its
         // round trip is the longest wait of this step). The many-row kernels load them again, so
         // as not to keep the row in registers through the rounds.
         const int from = my_id & 31, slot = my_id >> 5;
-        float xv = 0.0f, bv = 0.0f;
+        float xv = 0.0f;
 #pragma unroll
         for (int j = 0; j < SLOTS; ++j) {
             const float xj = __shfl_sync(MOE_FULL_MASK, s[j], from);
             const float bj = __shfl_sync(MOE_FULL_MASK, b[j], from);
             xv = slot == j ? xj : xv;
-            bv = slot == j ? bj : bv;
+            my_bias = slot == j ? bj : my_bias;
         }
         if (lane < n) my_score = moe_sigmoidf(xv);
-        FR_SCREEN_PROBE_DEP(4, __float_as_uint(my_score));
-        if (unclear) {  // rank the picks exactly (chapter 1's order), as below; the first K
-                        // picks' keys and ids fetched together, then compared
-            const unsigned ko = fr_order(lane < n ? my_score + bv : my_score);
-            fr_rank_picks<K>(ko, n, lane, my_id, my_score);
-        }
     } else {
         if (lane < n) my_score = moe_sigmoidf(__ldcg(&x[my_id]));
-        FR_SCREEN_PROBE_DEP(4, __float_as_uint(my_score));
-        if (unclear) {  // picks too close to order, or to cut, by their approximations: rank them
-                        // exactly (chapter 1's order), and lanes 0 to k - 1 take the k best
-            const float key = (lane < n && has_bias) ? my_score + bias[my_id] : my_score;
-            const unsigned ko = fr_order(key);
-            int rank = 0;
-            for (int j = 0; j < n; ++j) {
-                const unsigned oj = __shfl_sync(MOE_FULL_MASK, ko, j);
-                const int ij = __shfl_sync(MOE_FULL_MASK, my_id, j);
-                rank += (oj > ko || (oj == ko && ij < my_id)) ? 1 : 0;
-            }
-            int src = 0;  // the lane holding the pick of rank `lane`
-            for (int j = 0; j < n; ++j)
-                if (__shfl_sync(MOE_FULL_MASK, rank, j) == lane) src = j;
-            my_id = __shfl_sync(MOE_FULL_MASK, my_id, src);
-            my_score = __shfl_sync(MOE_FULL_MASK, my_score, src);
-        }
+    }
+    FR_SCREEN_PROBE_DEP(4, __float_as_uint(my_score));
+    if (unclear) {  // picks too close to order, or to cut, by their approximations: rank them
+                    // exactly (chapter 1's order), and lanes 0 to k - 1 take the k best (the
+                    // few-row kernels fetch the first K picks' shuffles together)
+        const float key = WIDEN ? (lane < n ? my_score + my_bias : my_score)
+                                : ((lane < n && has_bias) ? my_score + bias[my_id] : my_score);
+        fr_rank_picks<WIDEN ? K : 0>(fr_order(key), n, lane, my_id, my_score);
     }
     FR_SCREEN_PROBE_DEP(5, my_id);
     fr_store_weights(ids, weights, t, k, lane, my_id, my_score, renormalize, scale);

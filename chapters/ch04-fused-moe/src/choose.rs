@@ -290,6 +290,12 @@ pub fn config_version(config: &str) -> Option<Version> {
     TileConfig::parse(base).map(|c| c.version)
 }
 
+/// The experiment switch `MOE_X_MC_GROUPED` (tools/gpu/run's mc-grouped-ab), read once.
+fn mc_grouped() -> bool {
+    static SET: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SET.get_or_init(|| std::env::var_os("MOE_X_MC_GROUPED").is_some())
+}
+
 impl TileConfig {
     /// A configuration of versions 1 to 3 (`PORTABLE_TILE` in the list).
     pub const fn portable(
@@ -458,9 +464,7 @@ impl TileConfig {
     /// Its clusters stay pairs of neighbouring tiles (`tile ^ 1`): its grid's tiles are even
     /// ([`Self::grid_tiles`]) and so is WG_GROUP_M, so every group's size is even.
     pub fn groups(&self) -> bool {
-        self.is_hopper()
-            && !self.ps()
-            && (!self.mc() || std::env::var_os("MOE_X_MC_GROUPED").is_some())
+        self.is_hopper() && !self.ps() && (!self.mc() || mc_grouped())
     }
     /// Versions 4 to 11: how many blocks of this configuration an H200's multiprocessor holds at
     /// once, as its shared memory allows: 228 KB, of which each block takes its buffers, 1 KB
@@ -1028,7 +1032,7 @@ mod tests {
                 want[0]
             };
             assert_eq!(c.grid(7, 3, 132, true), grouped, "{c}");
-            let mc_grouped = c.mc() && std::env::var_os("MOE_X_MC_GROUPED").is_some();
+            let mc_grouped = c.mc() && mc_grouped();
             assert_eq!(
                 c.groups(),
                 (4..=8).contains(&(c.version as u8)) || mc_grouped,

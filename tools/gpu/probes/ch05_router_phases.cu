@@ -61,15 +61,12 @@ int main() {
         CHECK(cudaMemcpy(d_logits, logits.data(), E * sizeof(float), cudaMemcpyHostToDevice));
         CHECK(cudaMemcpy(d_bias, bias.data(), E * sizeof(float), cudaMemcpyHostToDevice));
         std::vector<std::vector<long long>> at(9);
-        for (int launch = 0; launch < 60; ++launch) {
-            phase_clear();
-            fused_router_block<<<1, threads>>>(d_logits, sh.bias ? d_bias : nullptr, d_ids, d_weights, 1,
-                                               E, k, sh.scoring, 1, 1.0f);
-            CHECK(cudaGetLastError());
-            CHECK(cudaDeviceSynchronize());
-            if (launch < 10) continue;
-            phase_collect(warps, 8, [&](int n) { return n == 8 ? 1 : warps; }, at);
-        }
+        phase_launches(
+            [&] {
+                fused_router_block<<<1, threads>>>(d_logits, sh.bias ? d_bias : nullptr, d_ids,
+                                                   d_weights, 1, E, k, sh.scoring, 1, 1.0f);
+            },
+            warps, 8, [&](int n) { return n == 8 ? 1 : warps; }, at);
         printf("\n%s (%d threads)\n", sh.name, threads);
         phase_print(phase, 8, 58, at);
         CHECK(cudaFree(d_logits));

@@ -75,15 +75,12 @@ int main() {
         CHECK(cudaMemcpy(d_logits, logits.data(), E * sizeof(float), cudaMemcpyHostToDevice));
         CHECK(cudaMemcpy(d_bias, bias.data(), E * sizeof(float), cudaMemcpyHostToDevice));
         std::vector<std::vector<long long>> at(7);
-        for (int launch = 0; launch < 60; ++launch) {
-            phase_clear();
-            fused_router_screen_path_e288<<<1, 32>>>(d_logits, d_bias, d_ids, d_weights, d_path, 1, E, k,
-                                                     FR_SCORING_SIGMOID, 1, 1, 1, 1.0f);
-            CHECK(cudaGetLastError());
-            CHECK(cudaDeviceSynchronize());
-            if (launch < 10) continue;
-            phase_collect(1, 6, [](int) { return 1; }, at);
-        }
+        phase_launches(
+            [&] {
+                fused_router_screen_path_e288<<<1, 32>>>(d_logits, d_bias, d_ids, d_weights, d_path, 1,
+                                                         E, k, FR_SCORING_SIGMOID, 1, 1, 1, 1.0f);
+            },
+            1, 6, [](int) { return 1; }, at);
         int path = -1;
         CHECK(cudaMemcpy(&path, d_path, sizeof path, cudaMemcpyDeviceToHost));
         printf("\n%s: path %d (1 the screen, 2 its cut widened, 0 the exact router)\n", row.name, path);

@@ -59,17 +59,14 @@ int main() {
                 const int warps = w ? STAGE_WIDE_WARPS : STAGE_WARPS;
                 StageCall c(T, sh.experts);
                 std::vector<std::vector<long long>> at(9);
-                for (int launch = 0; launch < 60; ++launch) {
-                    phase_clear();
-                    (w ? wide : fns)[s]<<<1, warps * 32>>>(
-                        c.logits, sh.bias ? c.bias : nullptr, T, c.E, kStageK, sh.scoring, 1, 1, 1,
-                        1.0f, kStageBlockM, c.capacity, c.max_tiles, c.ids, c.weights, c.sorted,
-                        c.experts, c.post, c.counts, c.offsets);
-                    CHECK(cudaGetLastError());
-                    CHECK(cudaDeviceSynchronize());
-                    if (launch < 10) continue;
-                    phase_collect(warps, 8, [warps](int) { return warps; }, at);
-                }
+                phase_launches(
+                    [&] {
+                        (w ? wide : fns)[s]<<<1, warps * 32>>>(
+                            c.logits, sh.bias ? c.bias : nullptr, T, c.E, kStageK, sh.scoring, 1, 1,
+                            1, 1.0f, kStageBlockM, c.capacity, c.max_tiles, c.ids, c.weights,
+                            c.sorted, c.experts, c.post, c.counts, c.offsets);
+                    },
+                    warps, 8, [warps](int) { return warps; }, at);
                 int post = 0;
                 CHECK(cudaMemcpy(&post, c.post, sizeof post, cudaMemcpyDeviceToHost));
                 printf("\n%s, %d row%s (%d pairs, padded total %d), %d warps\n", sh.name, T,

@@ -50,6 +50,20 @@ void phase_collect(int warps, int phases, WarpsOf warps_of, std::vector<std::vec
     }
 }
 
+// The probes' one timing loop: `launch` (one launch of the probed kernel) 60 times, the marks
+// cleared before each; the first 10 not counted, the other 50 collected into `at`.
+template <typename Launch, typename WarpsOf>
+void phase_launches(Launch launch, int warps, int phases, WarpsOf warps_of,
+                    std::vector<std::vector<long long>>& at) {
+    for (int i = 0; i < 60; ++i) {
+        phase_clear();
+        launch();
+        CHECK(cudaGetLastError());
+        CHECK(cudaDeviceSynchronize());
+        if (i >= 10) phase_collect(warps, phases, warps_of, at);
+    }
+}
+
 // Each phase's median end and its length, one line each, names `width` characters wide.
 inline void phase_print(const char* const* name, int phases, int width,
                         std::vector<std::vector<long long>>& at) {
