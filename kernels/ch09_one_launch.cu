@@ -18,7 +18,8 @@
 //   3. the block that takes the grid's last ticket knows every row is routed: it sorts every pair
 //      by expert (one_sort below: chapter 3's warp ranks, a scan, the scatter) and zeroes the
 //      counters for the next call. With one row group (T <= ROWS: every decode batch) the block
-//      of step 2 is that block already, and goes on without the second ticket.
+//      of step 2 is that block already, and goes on without the second ticket; with one row, the
+//      warp that routed it lays it out alone (align_one_row, ch03/align.cuh): no sort.
 //
 // No block waits for another: a block that is not last simply ends. So nothing assumes how many
 // blocks are resident at once, there is no grid-wide barrier, and the whole GPU computes the
@@ -181,9 +182,20 @@ __device__ void one_launch(const __nv_bfloat16* __restrict__ hidden,
     __threadfence();
     if (threadIdx.x == 0) group_tickets[blockIdx.y] = 0u;  // for the next call
     const int t0 = blockIdx.y * ROWS, rows = min(ROWS, T - t0);
+    // One row: warp 0 routes it into shared memory and lays it out alone (align_one_row,
+    // ch03/align.cuh), the whole layout; no barrier, no sort for many pairs.
+    __shared__ int s_ids[32];  // k <= 32
+    const bool one = T == 1;   // block-uniform
+    int* route_ids = one ? s_ids : ids;
     for (int r = warp; r < rows; r += ONE_WARPS)
-        fr_row_screened<SLOTS, true>(logits, bias, ids, weights, t0 + r, E, k, scoring, n_group,
-                                     topk_group, renormalize, scale);
+        fr_row_screened<SLOTS, true>(logits, bias, route_ids, weights, t0 + r, E, k, scoring,
+                                     n_group, topk_group, renormalize, scale);
+    if (one) {
+        if (warp == 0)
+            align_one_row(s_ids, E, k, block_m, capacity, max_tiles, ids, sorted_ids, expert_ids,
+                          num_post, counts, offsets);
+        return;
+    }
     if (gridDim.y > 1) {
         __threadfence();
         __syncthreads();

@@ -7,13 +7,6 @@
 #include "common.cuh"
 #include "ch05/router_row.cuh"
 
-// FR_SCREEN_MERGE=1 (an experiment, off until timed: tools/gpu/run's merge-ab): in the few-row
-// kernels with k = 8 known, the warp's 8 best keys by fr_merge_top8 instead of 8 rounds; the same
-// picks, so the same bits.
-#ifndef FR_SCREEN_MERGE
-#define FR_SCREEN_MERGE 0
-#endif
-
 // Phase marks in fr_screen for tools/gpu/probes/ch05_screen_phases.cu, which defines them to read
 // the SM's clock (the _DEP form once v exists); everywhere else they are nothing.
 #ifndef FR_SCREEN_PROBE
@@ -124,55 +117,6 @@ __device__ __forceinline__ void fr_pack_keys(const float* s, const float* b, flo
     }
 }
 
-#if FR_SCREEN_MERGE
-// The warp's 8 best packed keys without 8 dependent rounds: each lane keeps its own 8 best in
-// order (an insertion of each slot's key), then five butterfly steps (d = 16, 8, 4, 2, 1) each
-// merge a lane's 8 with those of lane ^ d and keep the best 8: the larger of a[i] and b[7 - i],
-// a bitonic sequence that holds them, which three half-cleaner steps put in order. Every lane
-// ends with the warp's 8 best, largest first; the keys are distinct (their low bits are ids), so
-// they are the rounds' picks. Lane r < 8 gets the r-th in `mine`; returns the 8th.
-template <int SLOTS>
-__device__ __forceinline__ unsigned fr_merge_top8(const unsigned* pk, int lane, unsigned& mine) {
-    constexpr int K = 8;
-    unsigned a[K];
-#pragma unroll
-    for (int i = 0; i < K; ++i) a[i] = 0u;
-#pragma unroll
-    for (int j = 0; j < SLOTS; ++j) {
-        unsigned v = pk[j];
-#pragma unroll
-        for (int i = 0; i < K; ++i) {
-            const unsigned hi = max(a[i], v);
-            v = min(a[i], v);
-            a[i] = hi;
-        }
-    }
-#pragma unroll
-    for (int d = 16; d >= 1; d >>= 1) {
-        unsigned b[K];
-#pragma unroll
-        for (int i = 0; i < K; ++i) b[i] = __shfl_xor_sync(MOE_FULL_MASK, a[i], d);
-#pragma unroll
-        for (int i = 0; i < K; ++i) a[i] = max(a[i], b[K - 1 - i]);
-#pragma unroll
-        for (int h = K / 2; h >= 1; h >>= 1) {
-#pragma unroll
-            for (int i = 0; i < K; ++i) {
-                if ((i & h) == 0) {
-                    const unsigned hi = max(a[i], a[i + h]);
-                    a[i + h] = min(a[i], a[i + h]);
-                    a[i] = hi;
-                }
-            }
-        }
-    }
-    mine = 0u;
-#pragma unroll
-    for (int i = 0; i < K; ++i) mine = lane == i ? a[i] : mine;
-    return a[K - 1];
-}
-#endif
-
 // k rounds over a row's packed keys (step 2 below) and the clearance of each pick from the next
 // (step 3): lane r gets round r's key in `mine`; the result is a ballot of the picks r < k not
 // clear of the key after them (bit k-1: the cut, pick k against the best key left). WIDEN: a cut
@@ -201,17 +145,8 @@ __device__ __forceinline__ unsigned fr_select(const unsigned* pk, int k, int lan
             fr_top3<SLOTS>(pk, top, h0, h1, h2);
         }
     };
-#if FR_SCREEN_MERGE
-    if (WIDEN && K == 8) {
-        // The experiment: the 8 picks merged, then each lane's state as the rounds leave it (its
-        // best keys below the 8th; a widened cut's rounds go on from there).
-        fr_top3<SLOTS>(pk, fr_merge_top8<SLOTS>(pk, lane, mine), h0, h1, h2);
-    } else
-#endif
-    {
 #pragma unroll(K ? K : 2)
-        for (int round = 0; round < k; ++round) take(round, __reduce_max_sync(MOE_FULL_MASK, h0));
-    }
+    for (int round = 0; round < k; ++round) take(round, __reduce_max_sync(MOE_FULL_MASK, h0));
     unsigned rest = __reduce_max_sync(MOE_FULL_MASK, h0);
     const unsigned after = __shfl_down_sync(MOE_FULL_MASK, mine, 1);
     const bool clear =

@@ -193,6 +193,42 @@ fn same_bits_at_the_production_shapes(dev: &'static Device) {
     }
 }
 
+/// Every row of chapter 1's regimes (the first 8 of each) and of the router article's regression
+/// as a batch of its own, and one row of every production shape, k = 32 of 288 and of 512 among
+/// them: one row is the decode step's batch, and these rows hold NaN logits, ties, picks of the
+/// bias alone and the widest experts' words. (A one-row layout by the routing warp alone, timed
+/// here and dropped, passed these and failed them when broken on purpose.)
+fn same_bits_one_row_at_a_time(dev: &'static Device) {
+    let mut cases = regime_cases();
+    cases.push(zero_or_nan_score_sum());
+    for c in cases {
+        for t in 0..c.rows.min(8) {
+            let row = Case {
+                name: format!("{} row {t}", c.name),
+                config: c.config.clone(),
+                rows: 1,
+                experts: c.experts,
+                logits: c.logits[t * c.experts..(t + 1) * c.experts].to_vec(),
+                bias: c.bias.clone(),
+            };
+            for block_m in [16, 64] {
+                check_case(dev, &row, block_m);
+            }
+        }
+    }
+    for (i, shape) in ["glm", "qwen3", "deepseek_v3", "wide"]
+        .into_iter()
+        .enumerate()
+    {
+        check_case(dev, &shape_case(shape, 1, 8150 + i as u64), 16);
+    }
+    for (shape, salt) in [("glm", 8160), ("wide", 8161)] {
+        let mut c = shape_case(shape, 1, salt);
+        c.config = RouterConfig::glm5(32);
+        check_case(dev, &c, 16);
+    }
+}
+
 /// Enough rows that a chunk holds several blocks of the first launch, and a last block with
 /// fewer than 16 rows: the chunks' counts and the chunk boundaries.
 fn same_bits_over_many_chunks(dev: &'static Device) {
@@ -414,6 +450,7 @@ fn bad_inputs_are_typed_errors(dev: &'static Device) {
 moe_kernels::backend_tests!(
     same_bits_as_the_pair_and_align_on_every_regime,
     same_bits_at_the_production_shapes,
+    same_bits_one_row_at_a_time,
     same_bits_over_many_chunks,
     same_bits_with_several_batches_a_warp,
     scratch_is_clean_for_the_next_call,

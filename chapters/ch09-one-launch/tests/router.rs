@@ -164,6 +164,29 @@ fn same_bits_at_the_production_shapes(dev: &'static Device) {
     }
 }
 
+/// Rows of chapter 1's regimes (the first 4 of each) one at a time, and one row of each
+/// production shape: one row is laid out by its own code (`align_one_row`, by the warp that
+/// routed it), against chapter 8's stage, which sorts it as it sorts any batch of few rows.
+fn same_bits_one_row_at_a_time(dev: &'static Device) {
+    for c in regime_cases() {
+        let h = c.shape.hidden;
+        for t in 0..c.shape.rows.min(4) {
+            let row = Case {
+                name: format!("{} row {t}", c.name),
+                config: c.config.clone(),
+                shape: GateShape { rows: 1, ..c.shape },
+                hidden: c.hidden[t * h..(t + 1) * h].to_vec(),
+                gate: c.gate.clone(),
+                bias: c.bias.clone(),
+            };
+            check_case(dev, &row, 16);
+        }
+    }
+    for (i, shape) in ["qwen3", "deepseek_v3"].into_iter().enumerate() {
+        check_case(dev, &shape_case(shape, 1, 9150 + i as u64), 16);
+    }
+}
+
 /// One router called three times on two inputs gives what a fresh one gives each time: the row
 /// groups' tickets and the grid's were left at zero.
 fn tickets_are_clean_for_the_next_call(dev: &'static Device) {
@@ -259,6 +282,7 @@ fn bad_inputs_are_typed_errors(dev: &'static Device) {
 moe_kernels::backend_tests!(
     same_bits_as_the_tiny_gemm_and_the_stage_on_every_regime,
     same_bits_at_the_production_shapes,
+    same_bits_one_row_at_a_time,
     tickets_are_clean_for_the_next_call,
     one_launch_and_its_name,
     bad_inputs_are_typed_errors,
