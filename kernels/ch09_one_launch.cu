@@ -184,6 +184,7 @@ __device__ void one_launch(const __nv_bfloat16* __restrict__ hidden,
     const int t0 = blockIdx.y * ROWS, rows = min(ROWS, T - t0);
     // One row: warp 0 routes it into shared memory and lays it out alone (align_one_row,
     // ch03/align.cuh), the whole layout; no barrier, no sort for many pairs.
+    static_assert(ONE_MAX_EXPERTS <= 32 * ALIGN_ONE_ROW_WORDS, "align_one_row's words");
     __shared__ int s_ids[32];  // k <= 32
     const bool one = T == 1;   // block-uniform
     int* route_ids = one ? s_ids : ids;

@@ -193,11 +193,10 @@ fn same_bits_at_the_production_shapes(dev: &'static Device) {
     }
 }
 
-/// Every row of chapter 1's regimes (the first 8 of each) and of the router article's regression
+/// The first 8 rows of each of chapter 1's regimes and of the router article's regression, each
 /// as a batch of its own, and one row of every production shape, k = 32 of 288 and of 512 among
 /// them: one row is the decode step's batch, and these rows hold NaN logits, ties, picks of the
-/// bias alone and the widest experts' words. (A one-row layout by the routing warp alone, timed
-/// here and dropped, passed these and failed them when broken on purpose.)
+/// bias alone and the widest experts' words.
 fn same_bits_one_row_at_a_time(dev: &'static Device) {
     let mut cases = regime_cases();
     cases.push(zero_or_nan_score_sum());

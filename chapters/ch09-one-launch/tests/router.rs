@@ -51,12 +51,14 @@ fn regime_cases() -> Vec<Case> {
 }
 
 /// The production shapes: GLM-like (H 4096, 288 experts, sigmoid + bias), Qwen3 (H 2048, 128,
-/// softmax), DeepSeek-V3 (H 7168, 256, 8 groups).
+/// softmax), DeepSeek-V3 (H 7168, 256, 8 groups), and the widest row the one launch takes
+/// (GLM-like, 512 experts).
 fn shape_case(shape: &str, rows: usize, salt: u64) -> Case {
     let (config, hidden, experts, bias) = match shape {
         "glm" => (RouterConfig::glm5(8), 4096, 288, true),
         "qwen3" => (RouterConfig::qwen3(8), 2048, 128, false),
         "deepseek_v3" => (RouterConfig::deepseek_v3(), 7168, 256, true),
+        "wide" => (RouterConfig::glm5(8), 4096, 512, true),
         _ => unreachable!(),
     };
     Case {
@@ -164,9 +166,11 @@ fn same_bits_at_the_production_shapes(dev: &'static Device) {
     }
 }
 
-/// Rows of chapter 1's regimes (the first 4 of each) one at a time, and one row of each
-/// production shape: one row is laid out by its own code (`align_one_row`, by the warp that
-/// routed it), against chapter 8's stage, which sorts it as it sorts any batch of few rows.
+/// The first 4 rows of each of chapter 1's regimes, each as a batch of one, and one row of
+/// Qwen3's, DeepSeek-V3's, the GLM-like and the widest shape (512 experts: every word of
+/// `align_one_row`), the last two with k = 8 and k = 32 (every lane a pick), at `BLOCK_M` 16 and
+/// 64: one row is laid out by its own code (`align_one_row`, by the warp that routed it), checked
+/// against chapter 8's stage, which sorts it as it sorts any batch of few rows.
 fn same_bits_one_row_at_a_time(dev: &'static Device) {
     for c in regime_cases() {
         let h = c.shape.hidden;
@@ -179,11 +183,27 @@ fn same_bits_one_row_at_a_time(dev: &'static Device) {
                 gate: c.gate.clone(),
                 bias: c.bias.clone(),
             };
-            check_case(dev, &row, 16);
+            for block_m in [16, 64] {
+                check_case(dev, &row, block_m);
+            }
         }
     }
-    for (i, shape) in ["qwen3", "deepseek_v3"].into_iter().enumerate() {
-        check_case(dev, &shape_case(shape, 1, 9150 + i as u64), 16);
+    for (i, shape) in ["qwen3", "deepseek_v3", "glm", "wide"]
+        .into_iter()
+        .enumerate()
+    {
+        for k in [8, 32] {
+            let mut c = shape_case(shape, 1, 9150 + i as u64);
+            if k == 32 {
+                if !matches!(shape, "glm" | "wide") {
+                    continue;
+                }
+                c.config = RouterConfig::glm5(32);
+            }
+            for block_m in [16, 64] {
+                check_case(dev, &c, block_m);
+            }
+        }
     }
 }
 
