@@ -102,7 +102,7 @@
 #ifndef WG_GROUP_M  // (tools/gpu/run's group-ab sets it through MOE_NVRTC_DEFINES)
 #define WG_GROUP_M 16            // versions 4 to 8 on a grid of one dimension: tiles taken this many at a time, every column block of them
 #endif
-static_assert(WG_GROUP_M % 2 == 0, "version 9 in the grouped order needs its clusters' tiles in one group");
+static_assert(WG_GROUP_M >= 1, "a group holds at least one tile");
 #define DY_COUNTERS 6           // version 11: pairs of item counters, one pair per entry point
 #define DY_SLOTS 4  // items a block's producer may have drawn that its consumers have not read
 

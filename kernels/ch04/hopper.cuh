@@ -716,19 +716,22 @@ __device__ __forceinline__ void wg_store_rows(const float (&acc)[C::ACC], const 
 // column blocks) they are blockIdx.x and blockIdx.y: the blocks that run together hold many
 // tiles of one column block, and each tile's rows of A are read again for every column block,
 // far apart in time. On a grid of one dimension (the host's grouped order; versions 4 to 8, and 9
-// with the experiment MOE_X_MC_GROUPED: WG_GROUP_M even keeps its clusters pairs of tiles) the
-// blocks go through the tiles WG_GROUP_M at a time, every column block of those before the next
-// ones (the engines' GROUP_SIZE_M): the rows of A of a group stay in L2 while all its column
-// blocks read them. `ncb` is the GEMM's column blocks. Any grid gives the same bits.
+// with the experiment MOE_X_MC_GROUPED) the blocks go through the tiles WG_GROUP_M at a time,
+// every column block of those before the next ones (the engines' GROUP_SIZE_M): the rows of A of
+// a group stay in L2 while all its column blocks read them. `ncb` is the GEMM's column blocks.
+// Any grid gives the same bits. Version 9 (MC) takes WG_GROUP_M rounded up to even, so that its
+// clusters stay pairs of tiles of one group.
+template <bool MC>
 __device__ __forceinline__ void wg_item(int ncb, int& tile, int& cb) {
     if (gridDim.y > 1 || ncb == 1) {
         tile = (int)blockIdx.x;
         cb = (int)blockIdx.y;
         return;
     }
-    const int tiles = (int)gridDim.x / ncb, pid = (int)blockIdx.x, per = WG_GROUP_M * ncb;
-    const int first = (pid / per) * WG_GROUP_M;
-    const int size = min(tiles - first, WG_GROUP_M);
+    constexpr int G = MC ? (WG_GROUP_M + 1) / 2 * 2 : WG_GROUP_M;
+    const int tiles = (int)gridDim.x / ncb, pid = (int)blockIdx.x, per = G * ncb;
+    const int first = (pid / per) * G;
+    const int size = min(tiles - first, G);
     tile = first + (pid % per) % size;
     cb = (pid % per) / size;
 }
@@ -789,7 +792,7 @@ __device__ __forceinline__ void wg_gemm1_swiglu_impl(const __nv_bfloat16* __rest
     __shared__ int s_live[FUSED_MAX_SUBTILES];
     if (block_m != C::BM) __trap();  // the host pads to C::BM; anything else is a launch bug
     int tile, cb;
-    wg_item((I + C::BN1 - 1) / C::BN1, tile, cb);
+    wg_item<C::MC>((I + C::BN1 - 1) / C::BN1, tile, cb);
     const int n0 = cb * C::BN1;
 #ifdef MOE_X_EAGER_TILE
     const int e = wg_tile_begin<C>(sorted_ids, expert_ids, num_post, tile, block_m, P, k, s_pair, s_arow, s_live);
@@ -827,7 +830,7 @@ __device__ __forceinline__ void wg_gemm_impl(const __nv_bfloat16* __restrict__ A
     __shared__ int s_live[FUSED_MAX_SUBTILES];
     if (block_m != C::BM) __trap();
     int tile, cb;
-    wg_item((N + C::BN - 1) / C::BN, tile, cb);
+    wg_item<C::MC>((N + C::BN - 1) / C::BN, tile, cb);
     const int n0 = cb * C::BN;
 #ifdef MOE_X_EAGER_TILE
     const int e = wg_tile_begin<C>(sorted_ids, expert_ids, num_post, tile, block_m, P, k, s_pair, s_arow, s_live);
