@@ -99,8 +99,8 @@
 #define DECODE_GROUP_MAX_THREADS 512  // the grouped decode kernels take any multiple of 32 threads up to this
 #define WG_SWIZZLE_ALIGN 1024     // version 5's stages start on this many bytes: the host adds as many to its shared memory
 #define WG_TMA_BOX 64             // versions 7 to 11: a TMA box is this many rows of this many bf16 (the host's tensor maps)
-#ifndef WG_GROUP_M  // (tools/gpu/run's group-ab sets it through MOE_NVRTC_DEFINES)
-#define WG_GROUP_M 16            // versions 4 to 8 on a grid of one dimension: tiles taken this many at a time, every column block of them
+#ifndef WG_GROUP_M  // (tools/gpu/run's group-ab sets it through MOE_NVRTC_DEFINES; its timings: bench/results/h100/README.md)
+#define WG_GROUP_M 4             // versions 4 to 8 on a grid of one dimension: tiles taken this many at a time, every column block of them
 #endif
 static_assert(WG_GROUP_M >= 1, "a group holds at least one tile");
 #define DY_COUNTERS 6           // version 11: pairs of item counters, one pair per entry point
