@@ -462,7 +462,8 @@ impl TileConfig {
     /// Experiment (tools/gpu/run's mc-grouped-ab): with `MOE_X_MC_GROUPED` set, version 9 too
     /// (faster than version 9 on two dimensions, not than the tuned tiles, so off).
     /// Its clusters stay pairs of neighbouring tiles (`tile ^ 1`): its grid's tiles are even
-    /// ([`Self::grid_tiles`]) and so is WG_GROUP_M, so every group's size is even.
+    /// ([`Self::grid_tiles`]) and its kernels round WG_GROUP_M up to even (`wg_item`), so every
+    /// group's size is even.
     pub fn groups(&self) -> bool {
         self.is_hopper() && !self.ps() && (!self.mc() || mc_grouped())
     }

@@ -362,8 +362,9 @@ fn persistent_blocks_give_version_8s_bits(dev: &'static Device) {
 // ANCHOR: grouped_bits
 /// Versions 4 to 8 in the grouped order (a grid of one dimension, WG_GROUP_M tiles at a time,
 /// every column block of them): the same bits as on the grid of two dimensions, with either
-/// fusion, on a routing of more tiles than one group and a last group of a few (and of a single
-/// tile at BLOCK_M 128), and GEMM 2's output an odd number of column blocks past one.
+/// fusion, on a routing of more tiles than one group and a last group smaller than the others
+/// (a single tile at both BLOCK_M with the source's WG_GROUP_M of 4), and GEMM 2's output an odd
+/// number of column blocks past one.
 fn grouped_order_gives_the_same_bits(dev: &'static Device) {
     let counts = [3000usize, 2500, 1, 64, 65, 4000, 129, 2001];
     let (base, routing, hidden_states, tiles) =

@@ -10,7 +10,8 @@
 //              block's items b, b + grid, ...; each item its rows W bytes at a time, W = 128 (the
 //              tiles' BK 64), 256 (BK 128) and 512, all of an item's rows before its next slice.
 // Every pattern keeps 32 KB a block in flight (8 loads of 16 bytes a thread), 4 blocks of 256
-// threads per multiprocessor: one slice of an item at a time, where the tiles keep up to STAGES
+// threads per multiprocessor: at most one slice of an item at a time (the 128-byte pattern one,
+// the 256- and 512-byte patterns a half and a quarter), where the tiles keep up to STAGES
 // slices of their rows in flight. (So the probe overstates what the tiles lose: asking the L2 for
 // four slices of B at once, as the 512-byte pattern reads, made every tuned tile slower; chapter
 // 4's "What did not pay".) Shapes: Qwen3-30B-A3B's GEMM 1 weights (128 experts x 1536 rows x
