@@ -616,12 +616,6 @@ fn grouped(runs: &Runs, f: &mut Facts) -> Result<(), String> {
         let n = 4096;
         let plain = cold(&runs.ch04, CH04, &s, n, "fused_ungrouped")?;
         let ours = cold(&runs.ch04, CH04, &s, n, OURS_EXPERTS)?;
-        f.add(format!("{s}_t{n}_ungrouped_cold"), fmt_us(plain), CH04);
-        f.add(
-            format!("{s}_t{n}_grouped_gain_us"),
-            fmt_us(plain - ours),
-            CH04,
-        );
         f.add(
             format!("{s}_t{n}_grouped_over_ungrouped"),
             format!("{:.3}", ours / plain),
