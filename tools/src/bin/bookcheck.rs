@@ -1,6 +1,7 @@
 //! `tools/bookcheck`: builds the book into a temporary directory, checks its internal links and
-//! anchors (`links`), and renders every chapter page to a PNG with headless Chromium (`shots`)
-//! so that a person can look at the book as a reader sees it. With no subcommand: both.
+//! anchors and the sources' `{{#include …}}` links (`links`), and renders every chapter page to
+//! a PNG with headless Chromium (`shots`) so that a person can look at the book as a reader sees
+//! it. With no subcommand: both.
 //!
 //! Exit codes: 0 all good, 1 problems found, 2 usage error, 3 a required program (mdbook,
 //! Chromium) is missing, so that a caller can report "skipped" rather than "passed".
@@ -9,7 +10,7 @@ use clap::{Args, Parser, Subcommand};
 use moe_tools::bookcheck::links::Site;
 use moe_tools::bookcheck::shots::{self, Chromium};
 use moe_tools::bookcheck::{build_book, find_mdbook, program_version, Error, TempDir};
-use moe_tools::{repo_root, user_path};
+use moe_tools::{includes, repo_root, user_path};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -29,7 +30,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Fail on any internal link to a missing file or to a missing `#anchor`.
+    /// Fail on any internal link to a missing file or to a missing `#anchor`, and on any
+    /// `{{#include …}}` that would render nothing (a missing file, anchor or line range).
     Links,
     /// Render every chapter page to `DIR/<page>.png` with headless Chromium, the whole page.
     Shots,
@@ -87,7 +89,7 @@ fn run(root: &Path, cmd: Option<Cmd>, args: &Options) -> Result<bool, Error> {
     match cmd {
         Some(Cmd::Links) => {
             build(&mdbook, book, &site_dir)?;
-            links(&site_dir)
+            links(book, &site_dir)
         }
         Some(Cmd::Shots) => {
             let chromium = shots::find_chromium()?;
@@ -96,7 +98,7 @@ fn run(root: &Path, cmd: Option<Cmd>, args: &Options) -> Result<bool, Error> {
         }
         None => {
             build(&mdbook, book, &site_dir)?;
-            let links_ok = links(&site_dir)?;
+            let links_ok = links(book, &site_dir)?;
             let shots_ok = match shots::find_chromium() {
                 Ok(chromium) => shoot(root, &site_dir, &chromium, tmp.path(), args)?,
                 // Broken links outrank a skipped step: exit 1, not 3.
@@ -135,15 +137,20 @@ fn build(mdbook: &Path, book: &Path, dest: &Path) -> Result<(), Error> {
     Ok(())
 }
 
-fn links(site_dir: &Path) -> Result<bool, Error> {
+fn links(book: &Path, site_dir: &Path) -> Result<bool, Error> {
     let t = Instant::now();
     let site = Site::from_dir(site_dir)?;
-    let (problems, stats) = site.check();
+    let (links, stats) = site.check();
+    let mut problems: Vec<String> = links.iter().map(|p| p.to_string()).collect();
+    // mdbook renders an include whose anchor or lines are missing as nothing, without a word:
+    // the built site cannot show what is absent, so the sources are read instead.
+    let (included, bad_includes) = include_problems(book)?;
+    problems.extend(bad_includes);
     for p in &problems {
         println!("{p}");
     }
     let counts = format!(
-        "{} pages, {} internal links to {} files, {} external links not followed",
+        "{} pages, {} internal links to {} files, {} external links not followed, {included} includes",
         stats.pages, stats.internal, stats.targets, stats.external
     );
     if problems.is_empty() {
@@ -159,6 +166,40 @@ fn links(site_dir: &Path) -> Result<bool, Error> {
         );
     }
     Ok(problems.is_empty())
+}
+
+/// Every `{{#include …}}` of the book's Markdown sources (`BOOK/src`, every folder) that would
+/// render nothing, as `PAGE:LINE: LINK: WHY`; and how many includes were checked.
+fn include_problems(book: &Path) -> Result<(usize, Vec<String>), Error> {
+    let src = book.join("src");
+    let mut pages = Vec::new();
+    let mut dirs = vec![src.clone()];
+    while let Some(dir) = dirs.pop() {
+        let entries = std::fs::read_dir(&dir)
+            .map_err(|e| Error::Failed(format!("cannot read {}: {e}", dir.display())))?;
+        for entry in entries {
+            let path = entry
+                .map_err(|e| Error::Failed(format!("cannot read {}: {e}", dir.display())))?
+                .path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|x| x == "md") {
+                pages.push(path);
+            }
+        }
+    }
+    pages.sort();
+    let (mut count, mut problems) = (0, Vec::new());
+    for page in &pages {
+        let text = std::fs::read_to_string(page)
+            .map_err(|e| Error::Failed(format!("cannot read {}: {e}", page.display())))?;
+        count += includes::find_includes(&text).len();
+        let shown = page.strip_prefix(book).unwrap_or(page).display().to_string();
+        for (line, link, why) in includes::check_page(page).map_err(Error::Failed)? {
+            problems.push(format!("{shown}:{line}: {link}: {why}"));
+        }
+    }
+    Ok((count, problems))
 }
 
 /// `  (wider than the column, cut in the PNG: 3 code blocks, 1 table)`, or nothing: what a
