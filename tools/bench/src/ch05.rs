@@ -12,6 +12,7 @@
 //! | `pair` | the tiny GEMM + the fused kernel ([`FusedRouter`]) | the router's: hidden and gate (bf16) and bias read, ids and weights written |
 //! | `pair_fma`, `pair_tc` | the same, with the tiny GEMM in each form at every row count | the same |
 //! | `blas_fused` | cuBLAS's bf16 → fp32 GEMM + the fused kernel | the router's |
+//! | `blas_gemm` | cuBLAS's bf16 → fp32 GEMM alone, as `blas_fused` calls it: what any router kernel after it starts from | hidden and gate read (bf16), logits written |
 //! | `chain` | chapter 1's chain of plain kernels, fp32 in | the router's |
 //! | `torch_5line` | the five PyTorch lines (`tools/peers/router5.py --chapter ch05`), fp32 | the router's (merged from the peer's samples) |
 //! | `engines_router` | the engines' pair: cuBLAS's bf16 → fp32 GEMM (torch) + SGLang's Triton router design (`tools/peers/engines_router.py`), its ids checked against the same oracle as ours | the router's (merged from the peer's samples) |
@@ -47,6 +48,7 @@ use ch05_fused_router::fused::{FusedTopk, RowForm};
 use ch05_fused_router::tiny_gemm::GemmForm;
 use ch05_fused_router::{tiny_gemm, FusedRouter, LogitsFrom};
 use half::bf16;
+use moe_kernels::blas::{linear, Linear};
 use moe_kernels::{BackendKind, Device, DeviceBuffer};
 use moe_tools::bench_row::BenchRow;
 use moe_tools::figures::ch05::{
@@ -84,7 +86,9 @@ fn floor_bytes(s: &crate::ch01::Shape, rows: usize, imp: &str) -> (f64, f64) {
     let (t, h, e, k) = (rows, s.hidden, s.experts, (s.config)().k);
     let bias = if s.bias { 4 * e } else { 0 };
     let (r, w) = match imp {
-        "tiny_gemm" | "tiny_gemm_fma" | "tiny_gemm_tc" => (2 * (t * h + e * h), 4 * t * e),
+        "tiny_gemm" | "tiny_gemm_fma" | "tiny_gemm_tc" | "blas_gemm" => {
+            (2 * (t * h + e * h), 4 * t * e)
+        }
         "fused_router" | "fused_router_warp" | "fused_router_block" | "fused_router_screen" => {
             (4 * t * e + bias, 8 * t * k)
         }
@@ -250,6 +254,8 @@ enum Imp {
     Fused(FusedTopk),
     /// The pair, or cuBLAS + the fused kernel.
     Pair(FusedRouter),
+    /// cuBLAS's GEMM alone (`blas_gemm`).
+    Blas(&'static Device),
     Chain(FiveLineChain),
 }
 
@@ -277,6 +283,19 @@ impl Work for RouterWork {
                 self.experts,
             ),
             Imp::Fused(topk) => topk.enqueue(&b.logits, b.bias.as_ref(), &b.outputs()),
+            Imp::Blas(dev) => linear(
+                dev,
+                Linear {
+                    rows: self.rows,
+                    in_features: self.hidden,
+                    out_features: self.experts,
+                },
+                &b.hidden16.as_view(),
+                &b.gate16.as_view(),
+                &b.logits.as_view(),
+                false,
+            )
+            .map_err(Into::into),
             Imp::Pair(pair) => pair.enqueue(
                 &GateInputs {
                     hidden: DeviceMatrix::Bf16(&b.hidden16),
@@ -333,6 +352,7 @@ fn build(dev: &'static Device, i: &Input, imp: &str) -> Result<RouterWork, Strin
         "blas_fused" => Imp::Pair(
             FusedRouter::with_logits(dev, cfg, shape, bias, LogitsFrom::Blas).map_err(err)?,
         ),
+        "blas_gemm" => Imp::Blas(dev),
         "chain" => Imp::Chain(FiveLineChain::new(dev, cfg, shape, bias).map_err(err)?),
         other => return Err(format!("no implementation `{other}`")),
     };
@@ -371,7 +391,7 @@ fn check(dev: &'static Device, i: &Input, imp: &str, work: &RouterWork) -> Resul
         _ => work.b.logits.to_vec().map_err(e)?,
     };
     i.check_logits(imp, &logits)?;
-    if matches!(work.imp, Imp::TinyGemm(..)) {
+    if matches!(work.imp, Imp::TinyGemm(..) | Imp::Blas(_)) {
         return Ok(());
     }
     let got = work.b.routing(i.rows, i.config.k)?;

@@ -194,7 +194,11 @@ fn include_problems(book: &Path) -> Result<(usize, Vec<String>), Error> {
         let text = std::fs::read_to_string(page)
             .map_err(|e| Error::Failed(format!("cannot read {}: {e}", page.display())))?;
         count += includes::find_includes(&text).len();
-        let shown = page.strip_prefix(book).unwrap_or(page).display().to_string();
+        let shown = page
+            .strip_prefix(book)
+            .unwrap_or(page)
+            .display()
+            .to_string();
         for (line, link, why) in includes::check_page(page).map_err(Error::Failed)? {
             problems.push(format!("{shown}:{line}: {link}: {why}"));
         }

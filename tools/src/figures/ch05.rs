@@ -51,11 +51,12 @@ const TRIED_RUNS: Csv = Csv::runs("bench/results/h200/ch05_tried.csv", "run");
 
 /// The implementations, as the CSV names them, in the order the table lists them: `bench ch05`
 /// measures these, in this order, but the PyTorch peer (`torch_5line`), whose samples it merges.
-pub const IMPLS: [&str; 13] = [
+pub const IMPLS: [&str; 14] = [
     "pair",
     "pair_fma",
     "pair_tc",
     "blas_fused",
+    "blas_gemm",
     "tiny_gemm",
     "tiny_gemm_fma",
     "tiny_gemm_tc",
@@ -70,12 +71,13 @@ pub const IMPLS: [&str; 13] = [
 /// PyTorch peer), and the engines' pair (`engines_router`: cuBLAS's bf16 → fp32 gate GEMM and
 /// SGLang's Triton router design, `tools/peers/engines_router.py`, merged from its own samples),
 /// listed after cuBLAS + the fused router, the design it is set against.
-pub const TABLE_IMPLS: [&str; 14] = [
+pub const TABLE_IMPLS: [&str; 15] = [
     "pair",
     "pair_fma",
     "pair_tc",
     "blas_fused",
     "engines_router",
+    "blas_gemm",
     "tiny_gemm",
     "tiny_gemm_fma",
     "tiny_gemm_tc",
@@ -89,6 +91,7 @@ pub const TABLE_IMPLS: [&str; 14] = [
 /// The facts' short names of the implementations (`{s}_{n}_tiny_cold`).
 const SHORT: &[(&str, &str)] = &[
     ("blas_fused", "blas"),
+    ("blas_gemm", "blas_gemm"),
     ("engines_router", "engines"),
     ("tiny_gemm", "tiny"),
     ("tiny_gemm_fma", "tiny_fma"),
