@@ -277,6 +277,40 @@ pub fn check_page(page_path: &Path) -> Result<Vec<(usize, String, String)>, Stri
         .collect())
 }
 
+/// Checks every include of a book's Markdown sources (`BOOK/src`, every folder, the pages in
+/// path order): each bad one as `src/PAGE:LINE: LINK: WHY`, and how many includes were checked.
+pub fn check_book(book: &Path) -> Result<(usize, Vec<String>), String> {
+    let mut pages = Vec::new();
+    let mut dirs = vec![book.join("src")];
+    while let Some(dir) = dirs.pop() {
+        let cannot = |e: std::io::Error| format!("cannot read {}: {e}", dir.display());
+        for entry in std::fs::read_dir(&dir).map_err(cannot)? {
+            let path = entry.map_err(cannot)?.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|x| x == "md") {
+                pages.push(path);
+            }
+        }
+    }
+    pages.sort();
+    let (mut count, mut problems) = (0, Vec::new());
+    for page in &pages {
+        let text = std::fs::read_to_string(page)
+            .map_err(|e| format!("cannot read {}: {e}", page.display()))?;
+        count += find_includes(&text).len();
+        let shown = page
+            .strip_prefix(book)
+            .unwrap_or(page)
+            .display()
+            .to_string();
+        for (line, link, why) in check_page(page)? {
+            problems.push(format!("{shown}:{line}: {link}: {why}"));
+        }
+    }
+    Ok((count, problems))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -438,5 +472,41 @@ mod tests {
             "{:?}",
             bad[1]
         );
+    }
+
+    #[test]
+    fn a_book_s_bad_includes_are_found_in_every_folder() {
+        let dir = std::env::temp_dir().join(format!("moe-includes-{}", std::process::id()));
+        let src = dir.join("src");
+        std::fs::create_dir_all(src.join("figures")).unwrap();
+        std::fs::write(
+            src.join("figures/facts.md"),
+            "<!-- ANCHOR: a -->\n1\n<!-- ANCHOR_END: a -->\n",
+        )
+        .unwrap();
+        std::fs::write(
+            src.join("figures/nested.md"),
+            "{{#include facts.md:gone}}\n",
+        )
+        .unwrap();
+        std::fs::write(
+            src.join("page.md"),
+            "x\n{{#include figures/facts.md:a}}\n{{#include figures/facts.md:b}}\n",
+        )
+        .unwrap();
+        let got = check_book(&dir);
+        std::fs::remove_dir_all(&dir).unwrap();
+        let (count, problems) = got.unwrap();
+        assert_eq!(count, 3);
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(
+            problems[0].starts_with("src/figures/nested.md:1: {{#include facts.md:gone}}: "),
+            "{problems:?}"
+        );
+        assert!(
+            problems[1].starts_with("src/page.md:3: {{#include figures/facts.md:b}}: "),
+            "{problems:?}"
+        );
+        assert!(problems[1].contains("anchor `b` not found"), "{problems:?}");
     }
 }

@@ -144,7 +144,7 @@ fn links(book: &Path, site_dir: &Path) -> Result<bool, Error> {
     let mut problems: Vec<String> = links.iter().map(|p| p.to_string()).collect();
     // mdbook renders an include whose anchor or lines are missing as nothing, without a word:
     // the built site cannot show what is absent, so the sources are read instead.
-    let (included, bad_includes) = include_problems(book)?;
+    let (included, bad_includes) = includes::check_book(book).map_err(Error::Failed)?;
     problems.extend(bad_includes);
     for p in &problems {
         println!("{p}");
@@ -166,44 +166,6 @@ fn links(book: &Path, site_dir: &Path) -> Result<bool, Error> {
         );
     }
     Ok(problems.is_empty())
-}
-
-/// Every `{{#include …}}` of the book's Markdown sources (`BOOK/src`, every folder) that would
-/// render nothing, as `PAGE:LINE: LINK: WHY`; and how many includes were checked.
-fn include_problems(book: &Path) -> Result<(usize, Vec<String>), Error> {
-    let src = book.join("src");
-    let mut pages = Vec::new();
-    let mut dirs = vec![src.clone()];
-    while let Some(dir) = dirs.pop() {
-        let entries = std::fs::read_dir(&dir)
-            .map_err(|e| Error::Failed(format!("cannot read {}: {e}", dir.display())))?;
-        for entry in entries {
-            let path = entry
-                .map_err(|e| Error::Failed(format!("cannot read {}: {e}", dir.display())))?
-                .path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else if path.extension().is_some_and(|x| x == "md") {
-                pages.push(path);
-            }
-        }
-    }
-    pages.sort();
-    let (mut count, mut problems) = (0, Vec::new());
-    for page in &pages {
-        let text = std::fs::read_to_string(page)
-            .map_err(|e| Error::Failed(format!("cannot read {}: {e}", page.display())))?;
-        count += includes::find_includes(&text).len();
-        let shown = page
-            .strip_prefix(book)
-            .unwrap_or(page)
-            .display()
-            .to_string();
-        for (line, link, why) in includes::check_page(page).map_err(Error::Failed)? {
-            problems.push(format!("{shown}:{line}: {link}: {why}"));
-        }
-    }
-    Ok((count, problems))
 }
 
 /// `  (wider than the column, cut in the PNG: 3 code blocks, 1 table)`, or nothing: what a
