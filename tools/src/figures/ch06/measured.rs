@@ -10,8 +10,9 @@
 //! PyTorch's profiler at 4096 tokens).
 //!
 //! Made from them: the side-by-side table against the issue's targets (`ch06-targets.md`), the
-//! router against its target at every measured row count (`ch06-router-targets.md`), the time of
-//! each part beside its floor (`ch06-parts.md`), and the facts the page quotes.
+//! router against its target at every measured row count (`ch06-router-targets.md`), what that
+//! target leaves the top-k after the logits GEMM where it is missed (`ch06-router-budget.md`),
+//! the time of each part beside its floor (`ch06-parts.md`), and the facts the page quotes.
 
 use super::super::facts::Facts;
 use super::super::tables::{fmt_us, parse_steps};
@@ -27,10 +28,13 @@ const CH06: &str = "bench/results/h100/ch06.csv";
 const CH06_STEPS: &str = "bench/results/h100/ch06_steps.csv";
 /// Where the layer's side-by-side numbers come from: our router and experts, and theirs.
 const CH04_AND_CH05: &str = "bench/results/h100/ch04.csv and ch05.csv";
+/// The router's budget: the engines' pair from one, our launches from the other.
+const CH06_AND_CH05: &str = "bench/results/h100/ch06_steps.csv and ch05.csv";
 const PROFILE: &str = "bench/results/h100/profile_engines.txt";
 const TARGETS_MD: &str = "book/src/figures/ch06-targets.md";
 const ROUTER_MD: &str = "book/src/figures/ch06-router-targets.md";
 const PARTS_MD: &str = "book/src/figures/ch06-parts.md";
+const BUDGET_MD: &str = "book/src/figures/ch06-router-budget.md";
 /// Where the targets below are written, as the facts file names their source.
 const HERE: &str = "tools/src/figures/ch06/measured.rs (the step's targets)";
 
@@ -415,6 +419,83 @@ fn router_table(runs: &Runs, f: &mut Facts) -> Result<String, String> {
     Ok(out)
 }
 
+/// Where the router misses its target at the layer's batch sizes, what the target leaves the
+/// top-k kernel: 0.8 × the engines' pair (`ch05.csv`) less the layer's logits GEMM, its first
+/// launch (`ch06_steps.csv`: chapter 5's tiny GEMM up to the switch point, cuBLAS's above),
+/// beside what the layer's top-k launch adds after it (the next step's cold difference). Facts:
+/// `{s}_budget_left_max` (the most the target leaves, µs) and `{s}_budget_adds_min` (the least
+/// ours adds), each with its `_rows`, over the missed sizes of shape `s`.
+fn router_budget(runs: &Runs, steps: &[StepRow], f: &mut Facts) -> Result<String, String> {
+    let mut out = String::from(
+        "| gate | T | the logits GEMM alone, cold µs | 0.8 × the engines' pair, µs | left for the top-k, µs | our top-k adds, µs |\n\
+         |---|---:|---|---:|---:|---|\n",
+    );
+    for s in shapes(&runs.ch06) {
+        // (left, rows) at its largest, (adds, rows) at its smallest.
+        let (mut left_max, mut adds_min) = ((f64::MIN, 0), (f64::MAX, 0));
+        for (n, _) in EXPERTS_TARGET {
+            let (ours, _) = runs.switched_router(&s, n)?;
+            let theirs = cold(&runs.ch05, CH05, &s, n, ENGINES_ROUTER)?;
+            if ours / theirs <= ROUTER_TARGET {
+                continue;
+            }
+            let step = |k: u32| {
+                steps
+                    .iter()
+                    .find(|r| short(&r.shape) == s && r.rows == n && r.step == k)
+                    .ok_or_else(|| format!("{CH06_STEPS}: no step {k} at {n} rows of {s}"))
+            };
+            let (gemm, topk) = (step(1)?, step(2)?);
+            if !topk.kernel.starts_with("fused_router") {
+                return Err(format!(
+                    "{CH06_STEPS}: step 2 at {n} rows of {s} is `{}`, not the top-k",
+                    topk.kernel
+                ));
+            }
+            let budget = ROUTER_TARGET * theirs;
+            let left = budget - gemm.cold_us;
+            out += &format!(
+                "| {} | {n} | `{}` {} | {} | {left:.1} | `{}` {} |\n",
+                title(&s),
+                gemm.kernel,
+                fmt_us(gemm.cold_us),
+                fmt_us(budget),
+                topk.kernel,
+                step_cell(topk.cold_us)
+            );
+            if left > left_max.0 {
+                left_max = (left, n);
+            }
+            if topk.cold_us < adds_min.0 {
+                adds_min = (topk.cold_us, n);
+            }
+        }
+        if left_max.1 > 0 {
+            f.add(
+                format!("{s}_budget_left_max"),
+                format!("{:.1}", left_max.0),
+                CH06_AND_CH05,
+            );
+            f.add(
+                format!("{s}_budget_left_max_rows"),
+                left_max.1.to_string(),
+                CH06_AND_CH05,
+            );
+            f.add(
+                format!("{s}_budget_adds_min"),
+                format!("{:.1}", adds_min.0),
+                CH06_STEPS,
+            );
+            f.add(
+                format!("{s}_budget_adds_min_rows"),
+                adds_min.1.to_string(),
+                CH06_STEPS,
+            );
+        }
+    }
+    Ok(out)
+}
+
 /// A step's cold time as the table shows it: a difference of two noisy prefixes, so one below
 /// zero is `≈0`.
 fn step_cell(v: f64) -> String {
@@ -667,6 +748,7 @@ pub fn generate(
     target_facts(f);
     let targets = targets_table(&runs, f)?;
     let router = router_table(&runs, f)?;
+    let budget = router_budget(&runs, &steps6, f)?;
     let parts = parts_table(&runs, &steps6, f)?;
     decode_step(&runs, f)?;
     prefill_gap(&runs, &steps4, &profile, f)?;
@@ -684,6 +766,10 @@ pub fn generate(
         Generated {
             path: PARTS_MD.into(),
             content: parts,
+        },
+        Generated {
+            path: BUDGET_MD.into(),
+            content: budget,
         },
     ]))
 }
@@ -769,6 +855,58 @@ mod tests {
         // The switch read off the same rows here (the pair up to 8 rows).
         runs.switch = runs.ch05.clone();
         runs
+    }
+
+    #[test]
+    fn the_budget_sets_what_the_target_leaves_the_top_k_beside_what_ours_adds() {
+        // The engines' pair 2.0 µs: the target leaves 1.6 µs less the GEMM alone. Up to 8 rows
+        // the pair (1.0 µs, met) is not in the table; above, cuBLAS + ours 5.0 (missed), the
+        // layer's GEMM 3.0 µs (at 4096 rows 4.0) and its top-k 2.0 (at 4096, 1.0).
+        let runs = runs(9.0, 10.0, 1.0, 2.0, 10.0);
+        let s6 = "qwen3_h2048_i768_e128_k8";
+        let mut steps = Vec::new();
+        for (n, _) in EXPERTS_TARGET {
+            let (gemm, topk) = if n == 4096 { (4.0, 1.0) } else { (3.0, 2.0) };
+            for (step, kernel, us) in [(1, "linear", gemm), (2, "fused_router_block", topk)] {
+                steps.push(StepRow {
+                    chapter: "ch06".into(),
+                    shape: s6.into(),
+                    rows: n,
+                    step,
+                    kernel: kernel.into(),
+                    prefix_cold_us: 0.0,
+                    prefix_warm_us: 0.0,
+                    cold_us: us,
+                    warm_us: us,
+                });
+            }
+        }
+        let mut f = Facts::default();
+        let t = router_budget(&runs, &steps, &mut f).unwrap();
+        assert_eq!(t.lines().count(), 2 + 3, "{t}");
+        assert!(
+            t.contains(
+                "| Qwen3-30B-A3B | 64 | `linear` 3.00 | 1.60 | -1.4 | `fused_router_block` 2.00 |"
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains("| 4096 | `linear` 4.00 | 1.60 | -2.4 | `fused_router_block` 1.00 |"),
+            "{t}"
+        );
+        assert_eq!(f.get("qwen3_budget_left_max"), Some("-1.4"));
+        assert_eq!(f.get("qwen3_budget_left_max_rows"), Some("64"));
+        assert_eq!(f.get("qwen3_budget_adds_min"), Some("1.0"));
+        assert_eq!(f.get("qwen3_budget_adds_min_rows"), Some("4096"));
+        // A step 2 that is not the top-k, or a missing step, is an error naming the CSV.
+        let mut wrong = steps.clone();
+        wrong.retain(|r| !(r.rows == 512 && r.step == 2));
+        let e = router_budget(&runs, &wrong, &mut Facts::default()).unwrap_err();
+        assert!(e.contains("no step 2 at 512 rows"), "{e}");
+        wrong = steps;
+        wrong[7].kernel = "align_count".into(); // 512 rows, step 2
+        let e = router_budget(&runs, &wrong, &mut Facts::default()).unwrap_err();
+        assert!(e.contains("not the top-k"), "{e}");
     }
 
     #[test]
