@@ -478,6 +478,7 @@ mod tests {
     fn a_book_s_bad_includes_are_found_in_every_folder() {
         let dir = std::env::temp_dir().join(format!("moe-includes-{}", std::process::id()));
         let src = dir.join("src");
+        let _ = std::fs::remove_dir_all(&dir); // a run killed before its cleanup
         std::fs::create_dir_all(src.join("figures")).unwrap();
         std::fs::write(
             src.join("figures/facts.md"),

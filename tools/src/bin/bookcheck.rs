@@ -160,7 +160,7 @@ fn links(book: &Path, site_dir: &Path) -> Result<bool, Error> {
         );
     } else {
         println!(
-            "✘ bookcheck links: {} broken link(s) — {counts} [{}]",
+            "✘ bookcheck links: {} broken link(s) or include(s) — {counts} [{}]",
             problems.len(),
             secs(t.elapsed())
         );

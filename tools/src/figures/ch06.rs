@@ -6,7 +6,8 @@
 //! the pair's cold median is at most cuBLAS + the fused router's; the rule of
 //! `chapters/ch06-layer/src/switch.rs`, whose test holds its constants to this same CSV), the two
 //! times there, and the two times at the next measured count. The measured section's tables and
-//! facts (the layer beside the engines' designs, each part beside its floor) are `ch06/measured.rs`'s.
+//! facts (the layer beside the engines' designs, what the router's target leaves its top-k, each
+//! part beside its floor) are `ch06/measured.rs`'s.
 
 mod measured;
 mod ncu;

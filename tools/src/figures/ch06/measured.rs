@@ -424,17 +424,20 @@ fn router_table(runs: &Runs, f: &mut Facts) -> Result<String, String> {
 /// launch (`ch06_steps.csv`: chapter 5's tiny GEMM up to the switch point, cuBLAS's above),
 /// beside what the layer's top-k launch adds after it (the next step's cold difference). Facts:
 /// `{s}_budget_left_max` (the most the target leaves, µs) and `{s}_budget_adds_min` (the least
-/// ours adds), each with its `_rows`, over the missed sizes of shape `s`.
+/// ours adds), each with its `_rows`, over the missed sizes of shape `s`; where cuBLAS computes
+/// the logits, `{s}_budget_blas_adds_over_left_min` (what ours adds over what is left, the least).
 fn router_budget(runs: &Runs, steps: &[StepRow], f: &mut Facts) -> Result<String, String> {
-    let mut out = String::from(
-        "| gate | T | the logits GEMM alone, cold µs | 0.8 × the engines' pair, µs | left for the top-k, µs | our top-k adds, µs |\n\
-         |---|---:|---|---:|---:|---|\n",
+    let mut out = format!(
+        "| gate | T | the logits GEMM alone, cold µs | {ROUTER_TARGET} × the engines' pair, µs | left for the top-k, µs | our top-k adds, µs | adds ÷ left |\n\
+         |---|---:|---|---:|---:|---|---:|\n",
     );
     for s in shapes(&runs.ch06) {
-        // (left, rows) at its largest, (adds, rows) at its smallest.
+        // (left, rows) at its largest, (adds, rows) at its smallest; where cuBLAS computes the
+        // logits, adds over left at its smallest (`None`: no such size, or nothing left).
         let (mut left_max, mut adds_min) = ((f64::MIN, 0), (f64::MAX, 0));
+        let mut blas_over: Option<(f64, u64)> = None;
         for (n, _) in EXPERTS_TARGET {
-            let (ours, _) = runs.switched_router(&s, n)?;
+            let (ours, imp) = runs.switched_router(&s, n)?;
             let theirs = cold(&runs.ch05, CH05, &s, n, ENGINES_ROUTER)?;
             if ours / theirs <= ROUTER_TARGET {
                 continue;
@@ -452,17 +455,36 @@ fn router_budget(runs: &Runs, steps: &[StepRow], f: &mut Facts) -> Result<String
                     topk.kernel
                 ));
             }
+            // The layer's GEMM must be the one the router table's row times: cuBLAS above the
+            // switch point, the tiny GEMM up to it.
+            let blas = imp == "blas_fused";
+            if blas != (gemm.kernel == "linear") || (!blas && !gemm.kernel.starts_with("tiny_gemm"))
+            {
+                return Err(format!(
+                    "{CH06_STEPS}: step 1 at {n} rows of {s} is `{}`, but the switch runs {imp}",
+                    gemm.kernel
+                ));
+            }
             let budget = ROUTER_TARGET * theirs;
             let left = budget - gemm.cold_us;
+            let over = topk.cold_us / left;
             out += &format!(
-                "| {} | {n} | `{}` {} | {} | {left:.1} | `{}` {} |\n",
+                "| {} | {n} | `{}` {} | {} | {left:.1} | `{}` {} | {} |\n",
                 title(&s),
                 gemm.kernel,
                 fmt_us(gemm.cold_us),
                 fmt_us(budget),
                 topk.kernel,
-                step_cell(topk.cold_us)
+                step_cell(topk.cold_us),
+                if left > 0.0 {
+                    format!("{over:.1}")
+                } else {
+                    "—".into()
+                }
             );
+            if blas && left > 0.0 && blas_over.is_none_or(|(o, _)| over < o) {
+                blas_over = Some((over, n));
+            }
             if left > left_max.0 {
                 left_max = (left, n);
             }
@@ -490,6 +512,18 @@ fn router_budget(runs: &Runs, steps: &[StepRow], f: &mut Facts) -> Result<String
                 format!("{s}_budget_adds_min_rows"),
                 adds_min.1.to_string(),
                 CH06_STEPS,
+            );
+        }
+        if let Some((over, n)) = blas_over {
+            f.add(
+                format!("{s}_budget_blas_adds_over_left_min"),
+                format!("{over:.1}"),
+                CH06_AND_CH05,
+            );
+            f.add(
+                format!("{s}_budget_blas_adds_over_left_min_rows"),
+                n.to_string(),
+                CH06_AND_CH05,
             );
         }
     }
@@ -866,7 +900,11 @@ mod tests {
         let s6 = "qwen3_h2048_i768_e128_k8";
         let mut steps = Vec::new();
         for (n, _) in EXPERTS_TARGET {
-            let (gemm, topk) = if n == 4096 { (4.0, 1.0) } else { (3.0, 2.0) };
+            let (gemm, topk) = match n {
+                4096 => (4.0, 1.0),
+                512 => (1.0, 2.0),
+                _ => (3.0, 2.0),
+            };
             for (step, kernel, us) in [(1, "linear", gemm), (2, "fused_router_block", topk)] {
                 steps.push(StepRow {
                     chapter: "ch06".into(),
@@ -894,8 +932,17 @@ mod tests {
             t.contains("| 4096 | `linear` 4.00 | 1.60 | -2.4 | `fused_router_block` 1.00 |"),
             "{t}"
         );
-        assert_eq!(f.get("qwen3_budget_left_max"), Some("-1.4"));
-        assert_eq!(f.get("qwen3_budget_left_max_rows"), Some("64"));
+        assert!(
+            t.contains("| 512 | `linear` 1.00 | 1.60 | 0.6 | `fused_router_block` 2.00 | 3.3 |"),
+            "{t}"
+        );
+        assert_eq!(f.get("qwen3_budget_left_max"), Some("0.6"));
+        assert_eq!(f.get("qwen3_budget_left_max_rows"), Some("512"));
+        assert_eq!(f.get("qwen3_budget_blas_adds_over_left_min"), Some("3.3"));
+        assert_eq!(
+            f.get("qwen3_budget_blas_adds_over_left_min_rows"),
+            Some("512")
+        );
         assert_eq!(f.get("qwen3_budget_adds_min"), Some("1.0"));
         assert_eq!(f.get("qwen3_budget_adds_min_rows"), Some("4096"));
         // A step 2 that is not the top-k, or a missing step, is an error naming the CSV.
@@ -903,10 +950,15 @@ mod tests {
         wrong.retain(|r| !(r.rows == 512 && r.step == 2));
         let e = router_budget(&runs, &wrong, &mut Facts::default()).unwrap_err();
         assert!(e.contains("no step 2 at 512 rows"), "{e}");
-        wrong = steps;
+        wrong = steps.clone();
         wrong[7].kernel = "align_count".into(); // 512 rows, step 2
         let e = router_budget(&runs, &wrong, &mut Facts::default()).unwrap_err();
         assert!(e.contains("not the top-k"), "{e}");
+        // Step 1 must be the GEMM the switch runs there (cuBLAS's above 8 rows here).
+        wrong = steps;
+        wrong[6].kernel = "tiny_gemm_tc".into(); // 512 rows, step 1
+        let e = router_budget(&runs, &wrong, &mut Facts::default()).unwrap_err();
+        assert!(e.contains("but the switch runs blas_fused"), "{e}");
     }
 
     #[test]
